@@ -1,0 +1,36 @@
+"""Entry point of the allocation agent: ``python agent.pyz <role> ...``.
+
+Roles are dispatched lazily so that ``--help`` and each role import only what they need.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Callable, Dict, List, Optional
+
+ROLES: Dict[str, str] = {
+    "allocation": "agent_stdlib.controller",
+    "proxy": "agent_stdlib.proxy",
+    "generate": "agent_stdlib.generate",
+}
+
+USAGE = "usage: python agent.pyz {" + "|".join(ROLES) + "} [options]"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Dispatch to the role's ``main(argv)`` and return its exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    role, rest = args[0], args[1:]
+    if role not in ROLES:
+        print(f"agent: unknown role {role!r}; {USAGE}", file=sys.stderr)
+        return 2
+    entry: Callable[[List[str]], int] = importlib.import_module(ROLES[role]).main
+    return int(entry(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
