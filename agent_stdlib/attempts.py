@@ -1,0 +1,80 @@
+"""Reading and advancing attempt and readiness records (revision +1 per write)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from agent_stdlib import states
+from agent_stdlib.contracts import AttemptRecord, ReadinessRecord
+from agent_stdlib.statefile import StateError, read_json, write_json_atomic
+
+
+def load_attempt(path: Path) -> Optional[AttemptRecord]:
+    """Load an attempt record; None if missing; StateError if malformed."""
+    data = read_json(path)
+    if data is None:
+        return None
+    try:
+        return AttemptRecord.from_dict(data)
+    except ValueError as err:
+        raise StateError(f"{path}: {err}") from err
+
+
+def create_attempt(path: Path, run_id: str, shard: int, attempt: int) -> AttemptRecord:
+    """Write a fresh ``created`` attempt record at revision 1."""
+    record = AttemptRecord(
+        run_id=run_id,
+        shard=shard,
+        attempt=attempt,
+        state=states.CREATED,
+        revision=1,
+        updated_at=time.time(),
+    )
+    write_json_atomic(path, record.to_dict())
+    return record
+
+
+def advance_attempt(path: Path, state: str, **fields: Any) -> AttemptRecord:
+    """Move the attempt at ``path`` to ``state`` (a legal edge) at the next revision."""
+    current = load_attempt(path)
+    if current is None:
+        raise StateError(f"{path}: attempt record is missing")
+    states.check_transition(current.state, state)
+    record = current.replace(
+        state=state, revision=current.revision + 1, updated_at=time.time(), **fields
+    )
+    write_json_atomic(path, record.to_dict())
+    return record
+
+
+def load_readiness(path: Path) -> Optional[ReadinessRecord]:
+    """Load a readiness record; None if missing; StateError if malformed."""
+    data = read_json(path)
+    if data is None:
+        return None
+    try:
+        return ReadinessRecord.from_dict(data)
+    except ValueError as err:
+        raise StateError(f"{path}: {err}") from err
+
+
+def publish_readiness(path: Path, shard: int, attempt: int, execution: int, state: str,
+                      **fields: Any) -> ReadinessRecord:
+    """Write the next readiness revision for this attempt."""
+    if state not in states.READINESS_STATES:
+        raise ValueError(f"unknown readiness state {state!r}")
+    current = load_readiness(path)
+    revision = 1 if current is None else current.revision + 1
+    record = ReadinessRecord(
+        shard=shard,
+        attempt=attempt,
+        execution=execution,
+        state=state,
+        revision=revision,
+        updated_at=time.time(),
+        **fields,
+    )
+    write_json_atomic(path, record.to_dict())
+    return record

@@ -1,0 +1,78 @@
+"""Candidate validation: what the client left in ``output/`` becomes a result manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import time
+from pathlib import Path
+from typing import List, Tuple
+
+from agent_stdlib.contracts import FileEntry, ResultManifest
+
+
+class CandidateError(Exception):
+    """The client's output is not an acceptable result for the shard."""
+
+
+def _scan_file(path: Path, rel: str) -> FileEntry:
+    digest = hashlib.sha256()
+    size = records = 0
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            digest.update(line)
+            size += len(line)
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+            except ValueError as err:
+                raise CandidateError(f"{rel}:{number}: not a JSON record ({err})") from err
+            records += 1
+    return FileEntry(path=rel, sha256=digest.hexdigest(), bytes=size, records=records)
+
+
+def _walk(output: Path) -> List[Tuple[Path, str]]:
+    found: List[Tuple[Path, str]] = []
+    for dirpath, dirnames, filenames in os.walk(output, followlinks=False):
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            rel = path.relative_to(output).as_posix()
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                raise CandidateError(f"output/{rel}: symlinks are not allowed in output")
+            if stat.S_ISREG(mode) and not name.startswith("."):
+                found.append((path, rel))
+            elif not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                raise CandidateError(f"output/{rel}: not a regular file")
+    return sorted(found, key=lambda item: item[1])
+
+
+def build_manifest(output: Path, shard: int, attempt: int, expected: int) -> ResultManifest:
+    """Scan ``output`` (JSONL files), check the record count, return the manifest."""
+    if not output.is_dir() or output.is_symlink():
+        raise CandidateError("output/: missing or not a directory")
+    files = tuple(_scan_file(path, rel) for path, rel in _walk(output))
+    total = sum(f.records for f in files)
+    if total != expected:
+        raise CandidateError(f"output/ holds {total} records, the shard needs {expected}")
+    return ResultManifest(shard=shard, attempt=attempt, records=total, files=files,
+                          created_at=time.time())
+
+
+def verify_files(output: Path, files: Tuple[FileEntry, ...]) -> None:
+    """Re-hash every file of a manifest; raise CandidateError on the first mismatch."""
+    for entry in files:
+        path = output / entry.path
+        if path.is_symlink() or not path.is_file():
+            raise CandidateError(f"{path}: missing or not a regular file")
+        digest = hashlib.sha256()
+        size = 0
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+                size += len(block)
+        if digest.hexdigest() != entry.sha256 or size != entry.bytes:
+            raise CandidateError(f"{path}: content does not match its manifest digest")

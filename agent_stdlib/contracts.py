@@ -1,0 +1,334 @@
+"""Wire contracts between the control plane and the allocation agent.
+
+Plan, run, submission, attempt, readiness, progress, result and winner records are
+defined here, once; the control plane imports them. Every record carries
+``schema_version`` and round-trips through ``to_dict``/``from_dict``, which rejects
+unknown keys, missing keys, wrong types and unknown schema versions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar
+
+SCHEMA_VERSION = 1
+
+T = TypeVar("T", bound="Record")
+
+
+class ContractError(ValueError):
+    """A record does not match its contract; the message names the field."""
+
+
+def _convert(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(value, inner[0], where)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ContractError(f"{where}: expected an object")
+        return _from_fields(hint, value, where)
+    if origin in (tuple, Tuple):
+        if not isinstance(value, list):
+            raise ContractError(f"{where}: expected a list")
+        return tuple(_convert(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (dict, Dict):
+        if not isinstance(value, dict):
+            raise ContractError(f"{where}: expected an object")
+        return {str(k): _convert(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool):
+        if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+            raise ContractError(f"{where}: expected {hint.__name__}")
+        return value
+    raise ContractError(f"{where}: unsupported type {hint!r}")  # pragma: no cover
+
+
+def _from_fields(cls: Any, data: Dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ContractError(f"{where}: unknown field {unknown[0]!r}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _convert(data[f.name], hints[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ContractError(f"{where}: missing field {f.name!r}")
+    return cls(**kwargs)
+
+
+def _to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class Record:
+    """Base of every record: plain frozen data with a schema version."""
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return the record as JSON-ready plain data."""
+        return _to_plain(self)
+
+    def to_json(self) -> str:
+        """Return canonical JSON (sorted keys) for the record."""
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls: Type[T], data: Dict[str, Any]) -> T:
+        """Build the record from plain data, rejecting anything off-contract."""
+        name = cls.__name__
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ContractError(
+                f"{name}.schema_version: unsupported {version!r} (this agent knows "
+                f"{SCHEMA_VERSION})"
+            )
+        return _from_fields(cls, data, name)
+
+    def replace(self: T, **changes: Any) -> T:
+        """Return a copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """One shard: a contiguous range of record indices."""
+
+    index: int
+    record_offset: int
+    num_records: int
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """One model alias served by ``replicas`` copies of one server command."""
+
+    alias: str
+    engine: str
+    model: str
+    served_name: str
+    command: Tuple[str, ...]  # argv; {host} and {port} are filled in by the agent
+    env: Dict[str, str]
+    gpus_per_replica: int
+    replicas: int
+    startup_timeout_s: float
+    readiness_path: str
+    max_queued_requests: int
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """The built-in generation client: a prompt template over record indices."""
+
+    model: str  # deployment alias
+    prompt_template: str
+    system_prompt: Optional[str]
+    max_tokens: int
+    temperature: float
+    concurrency: int
+    max_retries: int
+    request_timeout_s: float
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """What one allocation asks of the scheduler."""
+
+    partition: Optional[str]
+    account: Optional[str]
+    qos: Optional[str]
+    time_limit: str
+    nodes: int
+    gpus: int
+    gpu_request: str  # "gres" | "gpus"
+    cpus: int
+    mem_mb: int
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """How the agent launches steps and where it may listen."""
+
+    launcher: str  # "srun" | "local"
+    python: str
+    port_base: int
+    env_allow: Tuple[str, ...]
+    step_mem_mb: int
+    grace_s: float
+
+
+@dataclass(frozen=True)
+class Plan(Record):
+    """The immutable, fully resolved description of every allocation of a run."""
+
+    run_id: str
+    name: str
+    total_records: int
+    shards: Tuple[ShardSpec, ...]
+    deployments: Tuple[DeploymentSpec, ...]
+    client: GenerateSpec
+    resources: ResourceSpec
+    runtime: RuntimeSpec
+    max_attempts: int
+    schema_version: int = SCHEMA_VERSION
+
+    def shard(self, index: int) -> ShardSpec:
+        """Return the shard with ``index`` or raise ContractError."""
+        if 0 <= index < len(self.shards) and self.shards[index].index == index:
+            return self.shards[index]
+        raise ContractError(f"plan has no shard {index}")
+
+    def deployment(self, alias: str) -> DeploymentSpec:
+        """Return the deployment serving ``alias`` or raise ContractError."""
+        for dep in self.deployments:
+            if dep.alias == alias:
+                return dep
+        raise ContractError(f"plan has no deployment {alias!r}")
+
+
+# ----------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class RunRecord(Record):
+    """``run.json``: the commit marker of a submitted run, written last."""
+
+    run_id: str
+    name: str
+    created_at: float
+    plan_sha256: str
+    agent_pyz: str
+    agent_sha256: str
+    backend: str
+    job_name: str
+    shard_count: int
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class SubmissionRecord(Record):
+    """``submissions/NNNN.json``: one sbatch call and the attempts it carries."""
+
+    number: int
+    argv: Tuple[str, ...]
+    job_id: Optional[str]
+    attempts: Dict[str, int]  # shard index (as string) -> attempt number
+    submitted_at: float
+    released: bool
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class AttemptRecord(Record):
+    """``attempt.json``: one try at one shard; revisions increase by one per write."""
+
+    run_id: str
+    shard: int
+    attempt: int
+    state: str
+    revision: int
+    updated_at: float
+    submission: Optional[int] = None
+    job_id: Optional[str] = None
+    node: Optional[str] = None
+    restarts: int = 0
+    reason: Optional[str] = None
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """One replica as seen by readiness probes."""
+
+    url: str
+    ready: bool
+
+
+@dataclass(frozen=True)
+class ReadinessRecord(Record):
+    """``readiness.json``: what the allocation is serving right now (revisioned)."""
+
+    shard: int
+    attempt: int
+    execution: int
+    state: str
+    revision: int
+    updated_at: float
+    endpoints: Dict[str, str] = field(default_factory=dict)
+    backends: Dict[str, Tuple[BackendStatus, ...]] = field(default_factory=dict)
+    reason: Optional[str] = None
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class ProgressRecord(Record):
+    """``progress.json``: the client's own count of work done (about once a second)."""
+
+    records_done: int
+    records_total: int
+    tokens: int
+    requests_per_s: float
+    updated_at: float
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One output file of a candidate, relative to the attempt's ``output/``."""
+
+    path: str
+    sha256: str
+    bytes: int
+    records: int
+
+
+@dataclass(frozen=True)
+class ResultManifest(Record):
+    """``result.json``: the candidate manifest the agent computed from ``output/``."""
+
+    shard: int
+    attempt: int
+    records: int
+    files: Tuple[FileEntry, ...]
+    created_at: float
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class WinnerRecord(Record):
+    """``winner.json``: immutable, first writer wins; names the attempt and digests."""
+
+    shard: int
+    attempt: int
+    records: int
+    result_sha256: str
+    files: Tuple[FileEntry, ...]
+    created_at: float
+    schema_version: int = SCHEMA_VERSION
+
+
+def sha256_bytes(payload: bytes) -> str:
+    """Hex sha256 of ``payload``."""
+    return hashlib.sha256(payload).hexdigest()

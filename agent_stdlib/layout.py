@@ -1,0 +1,107 @@
+"""Where every state file of a run lives, relative to the run directory.
+
+One place so that the control plane and the agent can never disagree about a path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Paths inside ``<workspace>/runs/<run-id>/``."""
+
+    root: Path
+
+    @property
+    def run_json(self) -> Path:
+        """The commit marker, written last at submit."""
+        return self.root / "run.json"
+
+    @property
+    def plan_json(self) -> Path:
+        """The immutable resolved plan."""
+        return self.root / "plan.json"
+
+    @property
+    def inputs(self) -> Path:
+        """Exact copies of the authored files."""
+        return self.root / "inputs"
+
+    @property
+    def submissions(self) -> Path:
+        """One record and one batch script per sbatch call."""
+        return self.root / "submissions"
+
+    @property
+    def slurm_logs(self) -> Path:
+        """Slurm's own stdout/stderr of batch scripts."""
+        return self.root / "logs"
+
+    @property
+    def merged(self) -> Path:
+        """Merge output and manifest."""
+        return self.root / "merged"
+
+    def submission_json(self, number: int) -> Path:
+        """Record of submission ``number``."""
+        return self.submissions / f"{number:04d}.json"
+
+    def submission_script(self, number: int) -> Path:
+        """Batch script of submission ``number``."""
+        return self.submissions / f"{number:04d}.sbatch"
+
+    def shard_dir(self, shard: int) -> Path:
+        """Directory of one shard."""
+        return self.root / "shards" / f"shard-{shard:05d}"
+
+    def winner_json(self, shard: int) -> Path:
+        """Immutable winner record of a shard."""
+        return self.shard_dir(shard) / "winner.json"
+
+    def attempt(self, shard: int, attempt: int) -> AttemptLayout:
+        """Layout of one attempt."""
+        return AttemptLayout(self.shard_dir(shard) / "attempts" / f"attempt-{attempt:04d}")
+
+
+@dataclass(frozen=True)
+class AttemptLayout:
+    """Paths inside ``shards/shard-NNNNN/attempts/attempt-NNNN/``."""
+
+    root: Path
+
+    @property
+    def attempt_json(self) -> Path:
+        """The attempt's lifecycle record."""
+        return self.root / "attempt.json"
+
+    @property
+    def readiness_json(self) -> Path:
+        """What the allocation is serving (revisioned)."""
+        return self.root / "readiness.json"
+
+    @property
+    def progress_json(self) -> Path:
+        """The client's progress counters."""
+        return self.root / "progress.json"
+
+    @property
+    def output(self) -> Path:
+        """The only directory the client writes into."""
+        return self.root / "output"
+
+    @property
+    def result_json(self) -> Path:
+        """The candidate manifest."""
+        return self.root / "result.json"
+
+    @property
+    def logs(self) -> Path:
+        """Parent of the per-execution log folders."""
+        return self.root / "logs"
+
+    def execution_logs(self, execution: int) -> Path:
+        """Log folder of one execution (requeues get a new one)."""
+        return self.logs / f"execution-{execution}"

@@ -1,0 +1,114 @@
+"""Durable JSON state files: atomic, fsynced, private, never followed through symlinks.
+
+Mutable records are replaced with temp + fsync + rename; immutable records are published
+with ``link`` so that the first writer wins. Every write fsyncs the parent directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+class StateError(Exception):
+    """A state file is unreadable, half-published or malformed; the message names it."""
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) with mode 0700 if missing; return it."""
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    return path
+
+
+def dumps(data: Dict[str, Any]) -> bytes:
+    """Serialise a record canonically (sorted keys, trailing newline)."""
+    return (json.dumps(data, sort_keys=True, indent=2) + "\n").encode("utf-8")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(str(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_temp(directory: Path, payload: bytes, mode: int) -> Path:
+    temp = directory / f".tmp-{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    fd = os.open(str(temp), flags, mode)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return temp
+
+
+def write_bytes_atomic(path: Path, payload: bytes, mode: int = FILE_MODE) -> None:
+    """Replace ``path`` atomically with ``payload`` (temp + fsync + rename + dir fsync)."""
+    temp = _write_temp(path.parent, payload, mode)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
+    """Replace the mutable record at ``path`` atomically."""
+    write_bytes_atomic(path, dumps(data))
+
+
+def publish_immutable(path: Path, payload: bytes, mode: int = FILE_MODE) -> bool:
+    """Publish ``payload`` at ``path`` only if nothing is there; True if this call won."""
+    temp = _write_temp(path.parent, payload, mode)
+    try:
+        os.link(temp, path)
+        won = True
+    except FileExistsError:
+        won = False
+    finally:
+        temp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+    return won
+
+
+def publish_json_immutable(path: Path, data: Dict[str, Any]) -> bool:
+    """Publish an immutable JSON record; True if this call created it."""
+    return publish_immutable(path, dumps(data))
+
+
+def read_bytes(path: Path) -> Optional[bytes]:
+    """Read a state file without following a symlink; None if it does not exist."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise StateError(f"{path}: cannot open ({err.strerror})") from err
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
+
+
+def read_json(path: Path) -> Optional[Dict[str, Any]]:
+    """Read a JSON record; None if missing, StateError if half-published or malformed."""
+    raw = read_bytes(path)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise StateError(f"{path}: not valid JSON ({err})") from err
+    if not isinstance(data, dict):
+        raise StateError(f"{path}: expected a JSON object")
+    return data
