@@ -77,6 +77,14 @@ def load_verified_plan(path: Path, expected_sha256: str) -> Plan:
     return Plan.from_dict(data)
 
 
+def scheduler_job_id() -> Optional[str]:
+    """This allocation's job id as squeue names it (``12_3`` for array tasks)."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return os.environ.get("SLURM_JOB_ID")
+
+
 def fill_placeholders(argv: List[str], host: str, port: int) -> List[str]:
     """Replace ``{host}`` and ``{port}`` in a server argv (the planner did the rest)."""
     return [a.replace("{host}", host).replace("{port}", str(port)) for a in argv]
@@ -136,7 +144,7 @@ class Allocation:
             raise AllocationFailure(f"attempt {self.inv.attempt} is already {record.state}")
         restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
         advance_attempt(self.paths.attempt_json, states.RUNNING,
-                        job_id=os.environ.get("SLURM_JOB_ID", record.job_id),
+                        job_id=record.job_id or scheduler_job_id(),
                         node=os.environ.get("SLURMD_NODENAME"), restarts=restarts)
         ensure_dir(self.paths.output)
         self.execution = self._new_execution(restarts + 1)
@@ -199,7 +207,7 @@ class Allocation:
 
     def _start_proxy(self, dep: DeploymentSpec) -> str:
         port_file = self.logs / f"proxy-{dep.alias}.port"
-        argv = [sys.executable, str(self.inv.agent_pyz), "proxy", "--listen", "127.0.0.1:0",
+        argv = [sys.executable, "-I", str(self.inv.agent_pyz), "proxy", "--listen", "127.0.0.1:0",
                 "--port-file", str(port_file),
                 "--max-queued", str(dep.max_queued_requests)]
         for url in self.backend_urls[dep.alias]:
@@ -234,7 +242,7 @@ class Allocation:
 
     def _run_client(self) -> None:
         plan = self.inv.plan
-        argv = [plan.runtime.python, str(self.inv.agent_pyz), "generate",
+        argv = [plan.runtime.python, "-I", str(self.inv.agent_pyz), "generate",
                 "--plan", str(self.inv.layout.plan_json)]
         wrapped = step_argv(plan.runtime, plan.resources, "client", argv, 0)
         client = self.supervisor.start("client", wrapped, self._client_env(),

@@ -21,8 +21,19 @@ class StateError(Exception):
 
 
 def ensure_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) with mode 0700 if missing; return it."""
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    """Create ``path`` and any missing parents, each with mode 0700; return it."""
+    missing = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            pass
+    if not path.is_dir():
+        raise StateError(f"{path}: not a directory")
     return path
 
 

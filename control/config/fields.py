@@ -1,0 +1,71 @@
+"""Validated field types shared by every authored model."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+TIME_LIMIT = re.compile(r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$|^\d+$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Paths that end up in #SBATCH lines and scripts: no spaces, quotes, '%' or shell syntax.
+SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+@,=-]*$")
+
+
+class Strict(BaseModel):
+    """Base of authored models: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def _text(value: str) -> str:
+    if CONTROL.search(value):
+        raise ValueError("control characters are not allowed")
+    return value
+
+
+def _name(value: str) -> str:
+    if not NAME.match(value):
+        raise ValueError(f"{value!r} is not a name (letters, digits, '.', '_', '-'; max 64)")
+    return value
+
+
+def _abs_path(value: str) -> str:
+    _text(value)
+    path = PurePosixPath(value)
+    if not path.is_absolute():
+        raise ValueError(f"{value!r} must be an absolute path")
+    if ".." in path.parts:
+        raise ValueError(f"{value!r} must not contain '..'")
+    return value
+
+
+def _safe_path(value: str) -> str:
+    _abs_path(value)
+    if not SAFE_PATH.match(value):
+        raise ValueError(f"{value!r} may only contain letters, digits and ._/+@,=-")
+    return value
+
+
+def _time_limit(value: str) -> str:
+    if not TIME_LIMIT.match(value):
+        raise ValueError(f"{value!r} is not a Slurm time limit ([D-]HH:MM:SS or minutes)")
+    return value
+
+
+def _env_name(value: str) -> str:
+    if not ENV_NAME.match(value):
+        raise ValueError(f"{value!r} is not an environment variable name")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_text)]
+Name = Annotated[str, AfterValidator(_name)]
+AbsPath = Annotated[str, AfterValidator(_abs_path)]
+SafePath = Annotated[str, AfterValidator(_safe_path)]
+TimeLimit = Annotated[str, AfterValidator(_time_limit)]
+EnvName = Annotated[str, AfterValidator(_env_name)]

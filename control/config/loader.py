@@ -1,0 +1,81 @@
+"""Reading authored files: TOML or JSON, strictly (duplicate keys, control characters)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple, Type, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from control.errors import InvalidInput
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.9/3.10 only
+    import tomli as tomllib
+
+M = TypeVar("M", bound=BaseModel)
+MAX_BYTES = 1 << 20
+
+
+def _no_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def read_document(path: Path) -> Dict[str, Any]:
+    """Parse a TOML (``.toml``) or JSON (``.json``) file into plain data."""
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise InvalidInput(f"{path}: cannot read ({err.strerror})") from err
+    if len(raw) > MAX_BYTES:
+        raise InvalidInput(f"{path}: larger than {MAX_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidInput(f"{path}: not UTF-8 ({err.reason} at byte {err.start})") from err
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text, object_pairs_hook=_no_duplicates)
+        else:
+            data = tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as err:
+        raise InvalidInput(f"{path}: {err}") from err
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{path}: the top level must be a table/object")
+    return data
+
+
+def _location(loc: Tuple[Any, ...]) -> str:
+    parts: List[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "(top level)"
+
+
+def first_error(err: ValidationError) -> str:
+    """One line naming the first invalid field and why."""
+    item = err.errors()[0]
+    message = item["msg"].removeprefix("Value error, ")
+    if not item["loc"]:
+        return message
+    return f"{_location(tuple(item['loc']))}: {message}"
+
+
+def load_model(path: Path, model: Type[M]) -> M:
+    """Read ``path`` and validate it as ``model``; InvalidInput names file and field."""
+    data = read_document(path)
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise InvalidInput(f"{path}: {first_error(err)}") from err
