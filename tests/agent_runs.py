@@ -1,0 +1,65 @@
+"""Helpers that build run directories by hand, for agent tests without a scheduler."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Dict, Sequence
+
+from agent_stdlib.attempts import advance_attempt, create_attempt
+from agent_stdlib.contracts import (
+    DeploymentSpec,
+    GenerateSpec,
+    Plan,
+    ResourceSpec,
+    RuntimeSpec,
+    ShardSpec,
+    SubmissionRecord,
+    sha256_bytes,
+)
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import ensure_dir, publish_immutable, write_json_atomic
+
+
+def local_plan(python: str, command: Sequence[str], records: int = 6, shards: int = 1,
+               startup_timeout_s: float = 30.0, run_id: str = "test-run") -> Plan:
+    """A plan whose steps run as local processes (no srun)."""
+    per = records // shards
+    return Plan(
+        run_id=run_id,
+        name="test",
+        total_records=records,
+        shards=tuple(ShardSpec(i, i * per, per) for i in range(shards)),
+        deployments=(DeploymentSpec(
+            alias="tiny", engine="openai", model="fake-model", served_name="fake-model",
+            command=tuple(command), env={}, gpus_per_replica=0, replicas=1,
+            startup_timeout_s=startup_timeout_s, readiness_path="/health",
+            max_queued_requests=64),),
+        client=GenerateSpec(model="tiny", prompt_template="Tell me about {index}.",
+                            system_prompt=None, max_tokens=8, temperature=0.0, concurrency=3,
+                            max_retries=2, request_timeout_s=30.0),
+        resources=ResourceSpec(partition=None, account=None, qos=None, time_limit="00:10:00",
+                               nodes=1, gpus=0, gpu_request="gres", cpus=1, mem_mb=512),
+        runtime=RuntimeSpec(launcher="local", python=python, port_base=20000, env_allow=(),
+                            step_mem_mb=128, grace_s=3.0),
+        max_attempts=1,
+    )
+
+
+def stage(root: Path, plan: Plan) -> Dict[str, str]:
+    """Write plan, submission 1 and ``submitted`` attempts; return the allocation args."""
+    layout = RunLayout(ensure_dir(root))
+    payload = plan.to_json().encode("utf-8")
+    publish_immutable(layout.plan_json, payload)
+    ensure_dir(layout.submissions)
+    record = SubmissionRecord(number=1, argv=(), job_id="1",
+                              attempts={str(s.index): 1 for s in plan.shards},
+                              submitted_at=time.time(), released=True)
+    write_json_atomic(layout.submission_json(1), record.to_dict())
+    for shard in plan.shards:
+        paths = layout.attempt(shard.index, 1)
+        ensure_dir(paths.root)
+        create_attempt(paths.attempt_json, plan.run_id, shard.index, 1)
+        advance_attempt(paths.attempt_json, "submitted", job_id=f"1_{shard.index}",
+                        submission=1)
+    return {"run_dir": str(root), "plan_sha256": sha256_bytes(payload)}

@@ -1,0 +1,148 @@
+"""The allocation controller end to end with local processes (no Slurm)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from agent_stdlib.attempts import load_attempt, load_readiness
+from agent_stdlib.contracts import ResultManifest, WinnerRecord
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import read_json
+from fixtures.fake_openai_server import expected_completion
+from tests.agent_runs import local_plan, stage
+from tests.conftest import FAKE_SERVER
+
+
+def _server(python: str, *extra: str) -> List[str]:
+    return [python, str(FAKE_SERVER), "--host", "{host}", "--port", "{port}",
+            "--model", "fake-model", *extra]
+
+
+def _allocation(python: str, pyz: Path, args: dict, shard: int = 0) -> subprocess.Popen:
+    argv = [python, "-I", str(pyz), "allocation", "--run-dir", args["run_dir"],
+            "--plan-sha256", args["plan_sha256"], "--submission", "1",
+            "--agent-pyz", str(pyz), "--shard", str(shard)]
+    env = dict(os.environ, SHIV_ROOT=str(Path(args["run_dir"]) / ".shiv"))
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _run(python: str, pyz: Path, args: dict, timeout: float = 60) -> subprocess.CompletedProcess:
+    proc = _allocation(python, pyz, args)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _descendants_alive(marker: str) -> List[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmd:
+            found.append(cmd)
+    return found
+
+
+def test_successful_attempt_publishes_winner_and_stops_everything(tmp_path, agent_pyz,
+                                                                   python_exe):
+    plan = local_plan(python_exe, _server(python_exe), records=6)
+    args = stage(tmp_path / "run", plan)
+    result = _run(python_exe, agent_pyz, args)
+    assert result.returncode == 0, result.stderr
+    layout = RunLayout(tmp_path / "run")
+    paths = layout.attempt(0, 1)
+    attempt = load_attempt(paths.attempt_json)
+    assert attempt.state == "succeeded" and attempt.revision == 4  # +running, +succeeded
+    readiness = load_readiness(paths.readiness_json)
+    assert readiness.state == "stopped"
+    winner = WinnerRecord.from_dict(read_json(layout.winner_json(0)))
+    manifest = ResultManifest.from_dict(read_json(paths.result_json))
+    assert winner.attempt == 1 and winner.records == 6 == manifest.records
+    lines = (paths.output / manifest.files[0].path).read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["index"] for r in records] == list(range(6))
+    for record in records:
+        assert record["prompt"] == f"Tell me about {record['index']}."
+        assert record["completion"] == expected_completion("fake-model", record["prompt"], 8)
+    assert not _descendants_alive(str(tmp_path / "run"))
+
+
+def test_server_that_exits_fails_the_attempt_fast_with_its_status(tmp_path, agent_pyz,
+                                                                  python_exe):
+    command = [python_exe, "-c", "import sys; print('boom'); sys.exit(3)", "{port}"]
+    plan = local_plan(python_exe, command, startup_timeout_s=120)
+    args = stage(tmp_path / "run", plan)
+    started = time.monotonic()
+    result = _run(python_exe, agent_pyz, args)
+    assert result.returncode == 1
+    assert time.monotonic() - started < 60  # failed on exit, not on the 120 s deadline
+    attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
+    assert attempt.state == "failed"
+    assert "exited with status 3" in attempt.reason and "boom" in attempt.reason
+    assert not RunLayout(tmp_path / "run").winner_json(0).exists()
+
+
+def test_server_never_ready_fails_at_the_deadline(tmp_path, agent_pyz, python_exe):
+    command = [python_exe, "-c", "import time; time.sleep(60)", "{port}"]
+    plan = local_plan(python_exe, command, startup_timeout_s=1.5)
+    args = stage(tmp_path / "run", plan)
+    result = _run(python_exe, agent_pyz, args)
+    assert result.returncode == 1
+    attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
+    assert attempt.state == "failed" and "not ready after 1.5s" in attempt.reason
+    assert not _descendants_alive("time.sleep(60)")
+
+
+def test_server_crash_during_generation_fails_the_attempt(tmp_path, agent_pyz, python_exe):
+    plan = local_plan(python_exe, _server(python_exe, "--exit-after", "2"), records=6)
+    args = stage(tmp_path / "run", plan)
+    result = _run(python_exe, agent_pyz, args)
+    assert result.returncode == 1
+    attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
+    assert attempt.state == "failed"
+    assert "exited with status 3" in attempt.reason or "client exited" in attempt.reason
+    assert not RunLayout(tmp_path / "run").winner_json(0).exists()
+
+
+def test_sigterm_cancels_cleans_up_and_records_cancelled(tmp_path, agent_pyz, python_exe):
+    plan = local_plan(python_exe, _server(python_exe, "--token-latency", "0.5"), records=6)
+    args = stage(tmp_path / "run", plan)
+    proc = _allocation(python_exe, agent_pyz, args)
+    readiness = RunLayout(tmp_path / "run").attempt(0, 1).readiness_json
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        record = load_readiness(readiness) if readiness.exists() else None
+        if record is not None and record.state == "ready":
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("allocation never became ready")
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
+    assert attempt.state == "cancelled" and "SIGTERM" in attempt.reason
+    assert load_readiness(readiness).state == "failed"
+    assert not _descendants_alive(str(FAKE_SERVER))
+
+
+def test_wrong_plan_digest_is_refused_before_anything_starts(tmp_path, agent_pyz, python_exe):
+    plan = local_plan(python_exe, _server(python_exe))
+    args = stage(tmp_path / "run", plan)
+    args["plan_sha256"] = "0" * 64
+    result = _run(python_exe, agent_pyz, args)
+    assert result.returncode == 2 and "does not match" in result.stderr
+    attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
+    assert attempt.state == "submitted" and attempt.revision == 2
