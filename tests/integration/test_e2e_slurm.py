@@ -1,0 +1,149 @@
+"""End to end on the real local Slurm testbed: submit -> agent in allocations -> merge."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from click.testing import CliRunner
+
+from control.cli.main import cli
+from fixtures.fake_openai_server import expected_completion
+from tests.conftest import FAKE_SERVER
+
+pytestmark = pytest.mark.slurm
+
+
+def _write_profile(tmp_path: Path, python: str) -> Path:
+    path = tmp_path / "profile.toml"
+    path.write_text(
+        "schema_version = 1\n"
+        f'workspace = "{tmp_path / "workspace"}"\n'
+        'partition = "debug"\n'
+        "gpus_per_node = 4\n"
+        "cpus_per_task = 1\n"
+        "mem_mb = 512\n"
+        f'python = "{python}"\n'
+        'default_time_limit = "00:10:00"\n'
+        "grace_s = 5\n"
+    )
+    return path
+
+
+def _write_run(tmp_path: Path, model: str, records: int, shards: int,
+               server_flags: List[str]) -> Path:
+    command = ["{python}", str(FAKE_SERVER), "--host", "{host}", "--port", "{port}",
+               "--model", "{served_name}", *server_flags]
+    path = tmp_path / "run.toml"
+    path.write_text(
+        "schema_version = 1\n"
+        'name = "e2e"\n'
+        f"records = {records}\n"
+        f"[shards]\ncount = {shards}\n"
+        '[client]\nmodel = "tiny"\nprompt_template = "Describe item {index}."\n'
+        "max_tokens = 12\ntemperature = 0.0\nconcurrency = 3\nmax_retries = 1\n"
+        '[[deployments]]\nalias = "tiny"\n'
+        f'model = "{model}"\n'
+        f"command = {json.dumps(command)}\n"
+        "gpus = 1\nstartup_timeout_s = 60\n"
+    )
+    return path
+
+
+def _cli(*args: str) -> Dict[str, Any]:
+    result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _wait_terminal(run_id: str, profile: Path, timeout_s: float = 180) -> Dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = _cli("status", run_id, "--profile", str(profile))
+        if status["state"] != "running":
+            return status
+        if time.monotonic() > deadline:
+            pytest.fail(f"run {run_id} still running after {timeout_s}s: {status}")
+        time.sleep(1.0)
+
+
+def _wait_jobs_gone(job_id: str, timeout_s: float = 60) -> None:
+    """Winners are published before cleanup: wait for Slurm to see the jobs end."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i"], capture_output=True,
+                             text=True, check=False).stdout
+        if not out.strip():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"job {job_id} still in squeue after {timeout_s}s")
+
+
+def _processes_mentioning(*needles: str) -> List[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if any(n in cmd for n in needles):
+            found.append(cmd)
+    return found
+
+
+def test_three_shard_run_succeeds_and_merges_exactly(slurm_cluster, tmp_path, python_exe):
+    model = f"fake-{secrets.token_hex(4)}"
+    profile = _write_profile(tmp_path, python_exe)
+    run_file = _write_run(tmp_path, model, records=15, shards=3, server_flags=[])
+    started = time.monotonic()
+    submitted = _cli("submit", str(run_file), "--profile", str(profile))
+    run_id = submitted["run_id"]
+    status = _wait_terminal(run_id, profile)
+    wall = time.monotonic() - started
+    assert status["state"] == "succeeded", status
+    assert status["counts"] == {"succeeded": 3}
+    assert status["records_done"] == 15
+    assert {s["job_id"] for s in status["shards"]} == {
+        f"{submitted['job_id']}_{i}" for i in range(3)}
+
+    output = tmp_path / "merged.jsonl"
+    manifest = _cli("merge", run_id, "--output", str(output), "--profile", str(profile))
+    lines = output.read_text().splitlines()
+    assert len(lines) == 15 == manifest["records"] and manifest["complete"]
+    records = [json.loads(line) for line in lines]
+    assert [r["index"] for r in records] == list(range(15))
+    for record in records:
+        assert record["prompt"] == f"Describe item {record['index']}."
+        assert record["completion"] == expected_completion(model, record["prompt"], 12)
+    again = tmp_path / "again.jsonl"
+    _cli("merge", run_id, "--output", str(again), "--profile", str(profile))
+    assert again.read_bytes() == output.read_bytes()
+
+    _wait_jobs_gone(submitted["job_id"])
+    assert not _processes_mentioning(run_id, model), "processes of the run were left behind"
+    print(f"e2e 3-shard wall time: {wall:.1f}s")
+
+
+def test_crashing_server_fails_the_shard_with_a_reason(slurm_cluster, tmp_path, python_exe):
+    model = f"fake-{secrets.token_hex(4)}"
+    profile = _write_profile(tmp_path, python_exe)
+    run_file = _write_run(tmp_path, model, records=6, shards=1,
+                          server_flags=["--exit-after", "1"])
+    submitted = _cli("submit", str(run_file), "--profile", str(profile))
+    run_id = submitted["run_id"]
+    status = _wait_terminal(run_id, profile)
+    assert status["state"] == "failed"
+    shard = status["shards"][0]
+    assert shard["state"] == "failed"
+    assert "exited with status" in shard["reason"]
+    result = CliRunner().invoke(cli, ["merge", run_id, "--profile", str(profile)])
+    assert result.exit_code == 4 and "shards without a winner: 0" in result.output
+    _wait_jobs_gone(submitted["job_id"])
+    assert not _processes_mentioning(run_id, model)
