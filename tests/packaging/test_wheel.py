@@ -152,12 +152,17 @@ def test_installed_bundle_runs(installed: Installed, tmp_path: Path) -> None:
 
 
 def test_console_script_help(installed: Installed, tmp_path: Path) -> None:
-    with zipfile.ZipFile(installed.built.wheel) as zf:
-        has_cli = "control/cli/main.py" in zf.namelist()
-    if not has_cli:
-        pytest.skip("control/cli/main.py is not in the checkout yet (console script target)")
     proc = run([installed.venv / "bin" / "synthbatch", "--help"], cwd=tmp_path)
     assert "usage" in proc.stdout.lower()
+
+
+def test_console_script_plans_the_quickstart(installed: Installed) -> None:
+    src = installed.built.src
+    proc = run([installed.venv / "bin" / "synthbatch", "plan", "examples/quickstart.toml",
+                "--profile", "examples/profiles/testbed.toml"], cwd=src)
+    assert "30 records in 3 shards" in proc.stdout
+    assert "#SBATCH --array" not in proc.stdout  # the array goes on the sbatch command line
+    assert "exec /usr/bin/python3 -I" in proc.stdout
 
 
 def test_editable_install_builds_the_bundle_on_demand(built: Built, tmp_path: Path) -> None:
