@@ -107,8 +107,11 @@ def read_bytes(path: Path) -> Optional[bytes]:
         return None
     except OSError as err:
         raise StateError(f"{path}: cannot open ({err.strerror})") from err
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read()
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read()
+    except OSError as err:
+        raise StateError(f"{path}: cannot read ({err.strerror})") from err
 
 
 def read_json(path: Path) -> Optional[Dict[str, Any]]:

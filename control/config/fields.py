@@ -10,7 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-TIME_LIMIT = re.compile(r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$|^\d+$")
+TIME_LIMIT = re.compile(r"([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}|[0-9]+")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Paths that end up in #SBATCH lines and scripts: no spaces, quotes, '%' or shell syntax.
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+@,=-]*$")
@@ -29,7 +29,8 @@ def _text(value: str) -> str:
 
 
 def _name(value: str) -> str:
-    if not NAME.match(value):
+    _text(value)
+    if not NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not a name (letters, digits, '.', '_', '-'; max 64)")
     return value
 
@@ -46,19 +47,21 @@ def _abs_path(value: str) -> str:
 
 def _safe_path(value: str) -> str:
     _abs_path(value)
-    if not SAFE_PATH.match(value):
+    if not SAFE_PATH.fullmatch(value):
         raise ValueError(f"{value!r} may only contain letters, digits and ._/+@,=-")
     return value
 
 
 def _time_limit(value: str) -> str:
-    if not TIME_LIMIT.match(value):
+    _text(value)
+    if not TIME_LIMIT.fullmatch(value):
         raise ValueError(f"{value!r} is not a Slurm time limit ([D-]HH:MM:SS or minutes)")
     return value
 
 
 def _env_name(value: str) -> str:
-    if not ENV_NAME.match(value):
+    _text(value)
+    if not ENV_NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not an environment variable name")
     return value
 

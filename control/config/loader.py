@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple, Type, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from control.config.fields import CONTROL
 from control.errors import InvalidInput
 
 if sys.version_info >= (3, 11):
@@ -29,6 +31,18 @@ def _no_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
     return out
 
 
+def _describe_parse_error(message: str, text: str) -> str:
+    """Name the key of a TOML 'Cannot overwrite a value' error (a duplicate key)."""
+    match = re.search(r"Cannot overwrite a value \(at line (\d+)", message)
+    if match:
+        lines = text.splitlines()
+        number = int(match.group(1))
+        if 0 < number <= len(lines) and "=" in lines[number - 1]:
+            key = lines[number - 1].split("=", 1)[0].strip()
+            return f"duplicate key {key!r} (at line {number})"
+    return " ".join(message.split())
+
+
 def read_document(path: Path) -> Dict[str, Any]:
     """Parse a TOML (``.toml``) or JSON (``.json``) file into plain data."""
     try:
@@ -47,7 +61,7 @@ def read_document(path: Path) -> Dict[str, Any]:
         else:
             data = tomllib.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as err:
-        raise InvalidInput(f"{path}: {err}") from err
+        raise InvalidInput(f"{path}: {_describe_parse_error(str(err), text)}") from err
     if not isinstance(data, dict):
         raise InvalidInput(f"{path}: the top level must be a table/object")
     return data
@@ -59,7 +73,8 @@ def _location(loc: Tuple[Any, ...]) -> str:
         if isinstance(item, int):
             parts.append(f"[{item}]")
         else:
-            parts.append(("." if parts else "") + str(item))
+            text = repr(str(item)) if CONTROL.search(str(item)) else str(item)
+            parts.append(("." if parts else "") + text)
     return "".join(parts) or "(top level)"
 
 

@@ -52,7 +52,11 @@ class GenerateClient(Strict):
 
     @model_validator(mode="after")
     def _template(self) -> GenerateClient:
-        unknown = sorted(set(placeholders(self.prompt_template)) - PROMPT_FIELDS)
+        try:
+            used = placeholders(self.prompt_template)
+        except ValueError as err:
+            raise ValueError(f"prompt_template: {err}") from err
+        unknown = sorted(set(used) - PROMPT_FIELDS)
         if unknown:
             raise ValueError(f"prompt_template: unknown placeholder {{{unknown[0]}}} "
                              f"(allowed: {{index}})")
@@ -77,8 +81,11 @@ class Deployment(Strict):
     @model_validator(mode="after")
     def _command(self) -> Deployment:
         used = set()
-        for arg in self.command:
-            used.update(placeholders(arg))
+        for index, arg in enumerate(self.command):
+            try:
+                used.update(placeholders(arg))
+            except ValueError as err:
+                raise ValueError(f"command[{index}]: {err}") from err
         unknown = sorted(used - COMMAND_PLACEHOLDERS)
         if unknown:
             raise ValueError(f"command: unknown placeholder {{{unknown[0]}}} (allowed: "

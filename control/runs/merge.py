@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 from agent_stdlib.candidate import CandidateError, verify_files
 from agent_stdlib.contracts import WinnerRecord
 from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import ensure_dir, write_json_atomic
+from agent_stdlib.statefile import StateError, ensure_dir, write_json_atomic
 from control.errors import Conflict
 from control.runs.store import load_plan, load_record
 
@@ -22,7 +22,10 @@ CHUNK = 1 << 20
 def _winners(layout: RunLayout, count: int) -> tuple[List[WinnerRecord], List[int]]:
     winners, missing = [], []
     for index in range(count):
-        winner = load_record(layout.winner_json(index), WinnerRecord)
+        try:
+            winner = load_record(layout.winner_json(index), WinnerRecord)
+        except StateError as err:
+            raise Conflict(f"shard {index}: {err}") from err
         if winner is None:
             missing.append(index)
         else:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-JOB_ID = re.compile(r"^(\d{1,10})(;[A-Za-z0-9_.-]+)?$")
+JOB_ID = re.compile(r"([0-9]{1,10})(;[A-Za-z0-9_.-]+)?")
 MAX_JOB_ID = 2**32 - 1
 
 
@@ -28,7 +28,7 @@ class JobRow:
 def parse_sbatch_id(stdout: str) -> str:
     """The job id from ``sbatch --parsable`` (``12345`` or ``12345;cluster``)."""
     text = stdout.strip()
-    match = JOB_ID.match(text)
+    match = JOB_ID.fullmatch(text)
     if not match or int(match.group(1)) > MAX_JOB_ID:
         raise ParseError(f"sbatch printed {text[:80]!r}, not a job id")
     return match.group(1)
@@ -38,7 +38,7 @@ def _exit(field: str) -> tuple[Optional[int], Optional[int]]:
     if not field:
         return None, None
     parts = field.split(":")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
         raise ParseError(f"malformed exit code {field!r}")
     return int(parts[0]), int(parts[1])
 
@@ -52,7 +52,8 @@ def parse_squeue(text: str) -> Dict[str, JobRow]:
         parts = line.split("|")
         if len(parts) != 3 or not parts[0] or not parts[1].isupper():
             raise ParseError(f"malformed squeue line {line[:120]!r}")
-        rows[parts[0]] = JobRow(job_id=parts[0], state=parts[1], reason=parts[2] or None)
+        reason = parts[2] if parts[2] not in ("", "None") else None
+        rows[parts[0]] = JobRow(job_id=parts[0], state=parts[1], reason=reason)
     return rows
 
 

@@ -48,6 +48,8 @@ def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
     except FileNotFoundError as err:
         raise SchedulerUnavailable(f"{argv[0]}: command not found",
                                    hint="install the Slurm client or set slurm_bin") from err
+    except OSError as err:
+        raise SchedulerUnavailable(f"{argv[0]}: cannot run ({err.strerror})") from err
     except subprocess.TimeoutExpired as err:
         raise CommandTimeout(f"{shlex.join(argv)}: no answer within {timeout_s:g}s "
                              f"(it may have taken effect)") from err

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence
 
 from control.errors import SchedulerRejected, SchedulerUnavailable
 from control.slurm.parsers import JobRow, ParseError, parse_sacct, parse_sbatch_id, parse_squeue
-from control.slurm.runner import CommandResult, Runner, binary, run_command
+from control.slurm.runner import CommandResult, CommandTimeout, Runner, binary, run_command
 
 ACCOUNTING_DISABLED = "accounting storage is disabled"
 
@@ -15,6 +15,8 @@ ACCOUNTING_DISABLED = "accounting storage is disabled"
 def array_spec(indices: Sequence[int], throttle: int) -> str:
     """``--array`` value: ranges compressed (``0-9,12``), ``%throttle`` if set."""
     ordered = sorted(set(indices))
+    if not ordered:
+        raise ValueError("an array needs at least one index")
     parts: List[str] = []
     start = prev = ordered[0]
     for index in ordered[1:] + [None]:  # type: ignore[list-item]
@@ -54,7 +56,7 @@ class Scheduler:
         try:
             return parse_sbatch_id(result.stdout), [binary("sbatch", self.slurm_bin), *argv]
         except ParseError as err:
-            raise SchedulerRejected(str(err)) from err
+            raise CommandTimeout(f"{err} (the job may exist)") from err
 
     def release(self, job_id: str) -> None:
         """``scontrol release JOB``."""

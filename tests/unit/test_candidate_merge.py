@@ -1,0 +1,360 @@
+"""Candidate manifests (agent side) and merging the winners of a run (control side)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from agent_stdlib.candidate import CandidateError, build_manifest, verify_files
+from agent_stdlib.contracts import (
+    GenerateSpec,
+    Plan,
+    ResourceSpec,
+    RuntimeSpec,
+    WinnerRecord,
+    sha256_bytes,
+)
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
+from control.errors import Conflict
+from control.planning.planner import split_records
+from control.runs.merge import merge_run
+
+# ----------------------------------------------------------------------------- build_manifest
+
+
+def write_lines(path: Path, lines: List[str]) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(line + "\n" for line in lines).encode()
+    path.write_bytes(data)
+    return data
+
+
+def test_manifest_counts_records(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    a = write_lines(out / "b.jsonl", ['{"i": 0}', "", '{"i": 1}', "   "])
+    b = write_lines(out / "a" / "c.jsonl", ['{"i": 2}'])
+    manifest = build_manifest(out, shard=4, attempt=2, expected=3)
+    assert (manifest.shard, manifest.attempt, manifest.records) == (4, 2, 3)
+    assert [f.path for f in manifest.files] == ["a/c.jsonl", "b.jsonl"]
+    by_path = {f.path: f for f in manifest.files}
+    assert by_path["b.jsonl"].records == 2 and by_path["a/c.jsonl"].records == 1
+    assert by_path["b.jsonl"].bytes == len(a)
+    assert by_path["b.jsonl"].sha256 == hashlib.sha256(a).hexdigest()
+    assert by_path["a/c.jsonl"].sha256 == hashlib.sha256(b).hexdigest()
+
+
+def test_manifest_last_line_without_newline(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    out.mkdir()
+    (out / "x.jsonl").write_bytes(b'{"i": 0}\n{"i": 1}')
+    assert build_manifest(out, 0, 1, 2).files[0].bytes == 17
+
+
+def test_manifest_empty_output(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    out.mkdir()
+    assert build_manifest(out, 0, 1, 0).files == ()
+    with pytest.raises(CandidateError, match="holds 0 records, the shard needs 1"):
+        build_manifest(out, 0, 1, 1)
+
+
+def test_manifest_wrong_record_count(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    write_lines(out / "x.jsonl", ['{"i": 0}', '{"i": 1}', '{"i": 2}'])
+    with pytest.raises(CandidateError, match="holds 3 records, the shard needs 4"):
+        build_manifest(out, 0, 1, 4)
+    with pytest.raises(CandidateError, match="holds 3 records, the shard needs 2"):
+        build_manifest(out, 0, 1, 2)
+
+
+def test_manifest_non_json_line(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    write_lines(out / "sub" / "x.jsonl", ['{"i": 0}', "", '{"i": 1', '{"i": 2}'])
+    with pytest.raises(CandidateError) as info:
+        build_manifest(out, 0, 1, 3)
+    assert str(info.value).startswith("sub/x.jsonl:3: not a JSON record")
+    assert "\n" not in str(info.value)
+
+
+def test_manifest_non_utf8_line(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    out.mkdir()
+    (out / "x.jsonl").write_bytes(b'{"i": 0}\n"\xff"\n')
+    with pytest.raises(CandidateError, match="x.jsonl:2"):
+        build_manifest(out, 0, 1, 2)
+
+
+def test_manifest_ignores_hidden_temp_files(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    write_lines(out / "x.jsonl", ['{"i": 0}'])
+    write_lines(out / ".x.jsonl.tmp", ["half a rec"])
+    write_lines(out / ".partial", ['{"i": 1}'])
+    manifest = build_manifest(out, 0, 1, 1)
+    assert [f.path for f in manifest.files] == ["x.jsonl"]
+
+
+def test_manifest_rejects_symlinked_file(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    write_lines(out / "x.jsonl", ['{"i": 0}'])
+    outside = tmp_path / "secret.jsonl"
+    write_lines(outside, ['{"i": 1}'])
+    (out / "y.jsonl").symlink_to(outside)
+    with pytest.raises(CandidateError, match="output/y.jsonl: symlinks are not allowed"):
+        build_manifest(out, 0, 1, 2)
+
+
+def test_manifest_rejects_symlinked_dir(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    write_lines(out / "x.jsonl", ['{"i": 0}'])
+    (tmp_path / "elsewhere").mkdir()
+    (out / "d").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(CandidateError, match="output/d: symlinks"):
+        build_manifest(out, 0, 1, 1)
+
+
+def test_manifest_rejects_hidden_symlink(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    out.mkdir()
+    (out / ".hidden").symlink_to("/etc/passwd")
+    with pytest.raises(CandidateError, match="symlinks"):
+        build_manifest(out, 0, 1, 0)
+
+
+def test_manifest_rejects_fifo(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    out.mkdir()
+    os.mkfifo(out / "pipe")
+    with pytest.raises(CandidateError, match="output/pipe: not a regular file"):
+        build_manifest(out, 0, 1, 0)
+
+
+def test_manifest_output_missing_or_symlink(tmp_path: Path) -> None:
+    with pytest.raises(CandidateError, match="missing or not a directory"):
+        build_manifest(tmp_path / "output", 0, 1, 0)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "output").symlink_to(tmp_path / "real")
+    with pytest.raises(CandidateError, match="missing or not a directory"):
+        build_manifest(tmp_path / "output", 0, 1, 0)
+
+
+# ----------------------------------------------------------------------------- verify_files
+
+
+@pytest.fixture
+def candidate(tmp_path: Path) -> Path:
+    out = tmp_path / "output"
+    write_lines(out / "a.jsonl", ['{"i": 0}', '{"i": 1}'])
+    write_lines(out / "s" / "b.jsonl", ['{"i": 2}'])
+    return out
+
+
+def test_verify_untouched(candidate: Path) -> None:
+    manifest = build_manifest(candidate, 0, 1, 3)
+    verify_files(candidate, manifest.files)
+
+
+def test_verify_same_size_tampering(candidate: Path) -> None:
+    manifest = build_manifest(candidate, 0, 1, 3)
+    path = candidate / "a.jsonl"
+    path.write_bytes(path.read_bytes().replace(b'"i": 1', b'"i": 7'))
+    with pytest.raises(CandidateError, match="a.jsonl: content does not match"):
+        verify_files(candidate, manifest.files)
+
+
+def test_verify_appended(candidate: Path) -> None:
+    manifest = build_manifest(candidate, 0, 1, 3)
+    with open(candidate / "s" / "b.jsonl", "ab") as handle:
+        handle.write(b'{"i": 3}\n')
+    with pytest.raises(CandidateError, match="b.jsonl"):
+        verify_files(candidate, manifest.files)
+
+
+def test_verify_deleted(candidate: Path) -> None:
+    manifest = build_manifest(candidate, 0, 1, 3)
+    (candidate / "a.jsonl").unlink()
+    with pytest.raises(CandidateError, match="missing or not a regular file"):
+        verify_files(candidate, manifest.files)
+
+
+def test_verify_replaced_by_symlink(candidate: Path, tmp_path: Path) -> None:
+    manifest = build_manifest(candidate, 0, 1, 3)
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes((candidate / "a.jsonl").read_bytes())
+    (candidate / "a.jsonl").unlink()
+    (candidate / "a.jsonl").symlink_to(copy)  # same bytes, but through a link
+    with pytest.raises(CandidateError, match="missing or not a regular file"):
+        verify_files(candidate, manifest.files)
+
+
+# ----------------------------------------------------------------------------- merge
+
+
+def make_plan_for(records: int, count: int, run_id: str = "r-20240101-000000-abcdef") -> Plan:
+    from agent_stdlib.contracts import DeploymentSpec
+
+    return Plan(
+        run_id=run_id, name="r", total_records=records,
+        shards=tuple(split_records(records, count, None)),
+        deployments=(DeploymentSpec(
+            alias="tiny", engine="openai", model="m", served_name="m",
+            command=("python3", "serve.py", "--port", "{port}"), env={}, gpus_per_replica=0,
+            replicas=1, startup_timeout_s=60.0, readiness_path="/health",
+            max_queued_requests=64),),
+        client=GenerateSpec(model="tiny", prompt_template="{index}", system_prompt=None,
+                            max_tokens=8, temperature=0.0, concurrency=1, max_retries=0,
+                            request_timeout_s=10.0),
+        resources=ResourceSpec(partition=None, account=None, qos=None, time_limit="10",
+                               nodes=1, gpus=0, gpu_request="gres", cpus=1, mem_mb=1024),
+        runtime=RuntimeSpec(launcher="srun", python="/usr/bin/python3", port_base=20000,
+                            env_allow=(), step_mem_mb=512, grace_s=5.0),
+        max_attempts=3,
+    )
+
+
+def build_run(root: Path, records: int = 5, count: int = 3,
+              winners: Optional[Dict[int, int]] = None) -> RunLayout:
+    """A run dir; ``winners`` maps shard -> attempt (default: every shard, attempt 1)."""
+    layout = RunLayout(ensure_dir(root))
+    plan = make_plan_for(records, count)
+    publish_immutable(layout.plan_json, plan.to_json().encode(), mode=0o400)
+    chosen = winners if winners is not None else {s.index: 1 for s in plan.shards}
+    for shard in plan.shards:
+        if shard.index not in chosen:
+            continue
+        attempt = chosen[shard.index]
+        out = layout.attempt(shard.index, attempt).output
+        ids = list(range(shard.record_offset, shard.record_offset + shard.num_records))
+        half = len(ids) // 2
+        write_lines(out / "part-1.jsonl", [json.dumps({"i": i}) for i in ids[half:]])
+        if half:
+            write_lines(out / "part-0.jsonl", [json.dumps({"i": i}) for i in ids[:half]])
+        manifest = build_manifest(out, shard.index, attempt, shard.num_records)
+        result = manifest.to_json().encode()
+        publish_immutable(layout.attempt(shard.index, attempt).result_json, result)
+        winner = WinnerRecord(shard=shard.index, attempt=attempt, records=manifest.records,
+                              result_sha256=sha256_bytes(result), files=manifest.files,
+                              created_at=1.0)
+        assert publish_json_immutable(layout.winner_json(shard.index), winner.to_dict())
+    return layout
+
+
+def merged_ids(path: Path) -> List[int]:
+    return [json.loads(line)["i"] for line in path.read_text().splitlines()]
+
+
+def test_merge_in_shard_order(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run", records=11, count=4, winners={0: 1, 1: 3, 2: 1, 3: 2})
+    manifest = merge_run(layout, None, allow_partial=False)
+    target = layout.merged / "records.jsonl"
+    assert manifest["output"] == str(target)
+    assert merged_ids(target) == list(range(11))
+    data = target.read_bytes()
+    assert manifest["sha256"] == hashlib.sha256(data).hexdigest()
+    assert manifest["bytes"] == len(data)
+    assert manifest["records"] == 11
+    assert manifest["complete"] is True and manifest["missing_shards"] == []
+    assert [(s["shard"], s["attempt"]) for s in manifest["shards"]] == [(0, 1), (1, 3), (2, 1),
+                                                                        (3, 2)]
+    on_disk = json.loads((layout.merged / "manifest.json").read_text())
+    assert on_disk == manifest
+    assert sorted(p.name for p in layout.merged.iterdir()) == ["manifest.json", "records.jsonl"]
+
+
+def test_merge_is_idempotent(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run")
+    first = merge_run(layout, None, False)
+    before = (layout.merged / "records.jsonl").read_bytes()
+    second = merge_run(layout, None, False)
+    assert (layout.merged / "records.jsonl").read_bytes() == before
+    assert {k: v for k, v in first.items() if k != "merged_at"} == \
+        {k: v for k, v in second.items() if k != "merged_at"}
+
+
+def test_merge_to_explicit_output(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run")
+    target = tmp_path / "out" / "all.jsonl"
+    target.parent.mkdir()
+    manifest = merge_run(layout, target, False)
+    assert manifest["output"] == str(target)
+    assert merged_ids(target) == list(range(5))
+    assert [p.name for p in target.parent.iterdir()] == ["all.jsonl"]  # no temp left behind
+    assert (layout.merged / "manifest.json").is_file()
+
+
+def test_merge_refuses_missing_shards(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run", records=6, count=4, winners={0: 1, 2: 1})
+    with pytest.raises(Conflict) as info:
+        merge_run(layout, None, False)
+    message = info.value.message
+    assert "shards without a winner: 1, 3" in message
+    assert "r-20240101-000000-abcdef" in message
+    assert info.value.hint and "--allow-partial" in info.value.hint
+    assert info.value.exit_code == 4
+    assert not layout.merged.exists() or not any(layout.merged.iterdir())
+
+
+def test_merge_lists_many_missing_shards_briefly(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run", records=30, count=25, winners={})
+    with pytest.raises(Conflict) as info:
+        merge_run(layout, None, False)
+    assert "0, 1, 2" in info.value.message and "19 and 5 more" in info.value.message
+
+
+def test_merge_allow_partial(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run", records=6, count=3, winners={0: 1, 2: 1})
+    manifest = merge_run(layout, None, allow_partial=True)
+    assert manifest["complete"] is False
+    assert manifest["missing_shards"] == [1]
+    assert manifest["records"] == 4
+    assert merged_ids(layout.merged / "records.jsonl") == [0, 1, 4, 5]
+
+
+def test_merge_tampered_winner_file(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run")
+    path = layout.attempt(1, 1).output / "part-1.jsonl"
+    path.write_bytes(path.read_bytes().replace(b'"i": 3', b'"i": 9'))
+    with pytest.raises(Conflict) as info:
+        merge_run(layout, None, False)
+    assert info.value.message.startswith("shard 1: ")
+    assert "part-1.jsonl" in info.value.message
+    assert not (layout.merged / "records.jsonl").exists()
+
+
+def test_merge_deleted_winner_file(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run")
+    (layout.attempt(2, 1).output / "part-1.jsonl").unlink()
+    with pytest.raises(Conflict, match="shard 2: "):
+        merge_run(layout, None, True)
+
+
+def test_merge_without_plan(tmp_path: Path) -> None:
+    from control.errors import NotFound
+
+    layout = RunLayout(ensure_dir(tmp_path / "run"))
+    with pytest.raises(NotFound, match="plan.json"):
+        merge_run(layout, None, False)
+
+
+def test_merge_corrupt_winner_record_is_a_conflict(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run")
+    winner = layout.winner_json(1)
+    winner.chmod(0o600)
+    winner.write_text('{"schema_version": 1, "shard"')
+    with pytest.raises(Conflict, match="winner.json"):
+        merge_run(layout, None, False)
+
+
+def test_winner_record_carries_manifest(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run")
+    data = json.loads(layout.winner_json(0).read_text())
+    winner = WinnerRecord.from_dict(data)
+    result = layout.attempt(0, 1).result_json.read_bytes()
+    assert winner.result_sha256 == sha256_bytes(result)
+    assert replace(winner, created_at=0.0).files == winner.files

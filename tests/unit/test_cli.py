@@ -1,0 +1,331 @@
+"""The ``synthbatch`` CLI through click's CliRunner: output shapes and exit codes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+from click.testing import CliRunner, Result
+
+from agent_stdlib.candidate import build_manifest
+from agent_stdlib.contracts import RunRecord, WinnerRecord, sha256_bytes
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
+from control.cli.main import cli
+from control.config.loader import load_model
+from control.config.profile import Profile
+from control.config.run import RunConfig
+from control.planning.planner import make_plan
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "examples" / "quickstart.toml"
+TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
+RUN_ID = "quickstart-20240101-000000-abcdef"
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SYNTHBATCH_PROFILE", raising=False)
+    return home
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=True)
+
+
+def one_error_line(result: Result) -> str:
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    assert lines[0].startswith("synthbatch: error: "), lines[0]
+    return lines[0]
+
+
+def json_error(result: Result) -> Dict[str, str]:
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    payload = json.loads(lines[0])
+    assert list(payload) == ["error"]
+    assert {"code", "message"} <= set(payload["error"])
+    return payload["error"]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return tmp_path / "ws"
+
+
+@pytest.fixture
+def profile_file(tmp_path: Path, workspace: Path) -> Path:
+    path = tmp_path / "profile.toml"
+    path.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                json.dumps(str(workspace))))
+    return path
+
+
+def build_run(workspace: Path, winners: List[int], committed: bool = True) -> RunLayout:
+    """The quickstart run (3 shards of 10) with winners for the given shards."""
+    plan = make_plan(load_model(QUICKSTART, RunConfig), load_model(TESTBED, Profile), RUN_ID,
+                     QUICKSTART.parent)
+    layout = RunLayout(ensure_dir(workspace / "runs" / RUN_ID))
+    plan_bytes = plan.to_json().encode()
+    publish_immutable(layout.plan_json, plan_bytes, mode=0o400)
+    for index in winners:
+        shard = plan.shard(index)
+        out = ensure_dir(layout.attempt(index, 1).output)
+        lines = [json.dumps({"index": i}) + "\n"
+                 for i in range(shard.record_offset, shard.record_offset + shard.num_records)]
+        (out / "records.jsonl").write_text("".join(lines))
+        manifest = build_manifest(out, index, 1, shard.num_records)
+        winner = WinnerRecord(shard=index, attempt=1, records=manifest.records,
+                              result_sha256=sha256_bytes(manifest.to_json().encode()),
+                              files=manifest.files, created_at=time.time())
+        publish_json_immutable(layout.winner_json(index), winner.to_dict())
+    if committed:
+        record = RunRecord(run_id=RUN_ID, name=plan.name, created_at=1.0,
+                           plan_sha256=sha256_bytes(plan_bytes), agent_pyz="agent-x.pyz",
+                           agent_sha256="0" * 64, backend="slurm",
+                           job_name=f"synthbatch-{RUN_ID}", shard_count=len(plan.shards))
+        publish_immutable(layout.run_json, record.to_json().encode())
+    return layout
+
+
+# ----------------------------------------------------------------------------- help
+
+
+def test_help() -> None:
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("plan", "submit", "status", "merge", "runs"):
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize("command", ["plan", "submit", "status", "merge", "runs"])
+def test_command_help_has_common_options(command: str) -> None:
+    result = invoke(command, "--help")
+    assert result.exit_code == 0
+    for option in ("--profile", "--json", "--debug"):
+        assert option in result.stdout
+
+
+def test_unknown_command() -> None:
+    result = invoke("frobnicate")
+    assert result.exit_code == 2
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def test_plan_prints_summary_and_script() -> None:
+    result = invoke("plan", str(QUICKSTART), "--profile", str(TESTBED))
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    out = result.stdout
+    assert out.startswith("run quickstart: 30 records in 3 shards (10 per shard at most)\n")
+    assert "--- batch script ---\n#!/bin/bash\n" in out
+    for line in ("#SBATCH --gres=gpu:1", "#SBATCH --partition=debug", "#SBATCH --time=00:10:00",
+                 "#SBATCH --signal=B:USR1@30", "#SBATCH --requeue"):
+        assert line in out.splitlines()
+    assert "exec /usr/bin/python3 -I" in out
+
+
+def test_plan_with_relative_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    result = invoke("plan", "examples/quickstart.toml", "--profile",
+                    "examples/profiles/testbed.toml")
+    assert result.exit_code == 0, result.stderr
+    assert "run quickstart" in result.stdout
+
+
+def test_plan_json_is_one_object() -> None:
+    result = invoke("plan", str(QUICKSTART), "--profile", str(TESTBED), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.count("\n") == 1 and result.stdout.endswith("\n")
+    data = json.loads(result.stdout)
+    assert isinstance(data, dict)
+    assert set(data) == {"plan", "script", "shards", "records"}
+    assert (data["shards"], data["records"]) == (3, 30)
+    assert data["plan"]["name"] == "quickstart"
+    assert data["plan"]["deployments"][0]["command"][1] == str(
+        REPO / "fixtures" / "fake_openai_server.py")
+    assert data["script"].startswith("#!/bin/bash\n")
+    assert data["plan"]["run_id"] in data["script"]
+
+
+def test_plan_bad_run_file(tmp_path: Path) -> None:
+    bad = tmp_path / "run.toml"
+    bad.write_text(QUICKSTART.read_text().replace("records = 30", 'records = "30"'))
+    result = invoke("plan", str(bad), "--profile", str(TESTBED))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    line = one_error_line(result)
+    assert str(bad) in line and "records:" in line
+
+
+def test_plan_bad_nested_field(tmp_path: Path) -> None:
+    bad = tmp_path / "run.toml"
+    bad.write_text(QUICKSTART.read_text().replace("gpus = 1", "gpus = 1\ngpu = 1"))
+    result = invoke("plan", str(bad), "--profile", str(TESTBED))
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert str(bad) in line and "deployments[0].gpu" in line
+
+
+def test_plan_bad_run_file_json(tmp_path: Path) -> None:
+    bad = tmp_path / "run.toml"
+    bad.write_text(QUICKSTART.read_text().replace("records = 30", 'records = "30"'))
+    result = invoke("plan", str(bad), "--profile", str(TESTBED), "--json")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    error = json_error(result)
+    assert error["code"] == "invalid_input"
+    assert str(bad) in error["message"] and "records" in error["message"]
+
+
+def test_plan_missing_run_file(tmp_path: Path) -> None:
+    result = invoke("plan", str(tmp_path / "nope.toml"), "--profile", str(TESTBED))
+    assert result.exit_code == 2
+    assert str(tmp_path / "nope.toml") in one_error_line(result)
+
+
+def test_plan_too_many_gpus(tmp_path: Path) -> None:
+    bad = tmp_path / "run.toml"
+    bad.write_text(QUICKSTART.read_text().replace("gpus = 1", "gpus = 8"))
+    result = invoke("plan", str(bad), "--profile", str(TESTBED))
+    assert result.exit_code == 2
+    assert "gpus_per_node" in one_error_line(result)
+
+
+def test_plan_missing_profile() -> None:
+    result = invoke("plan", str(QUICKSTART))
+    assert result.exit_code == 3
+    line = one_error_line(result)
+    assert "default.toml" in line and "(hint: " in line
+
+
+def test_plan_missing_profile_json_has_hint() -> None:
+    result = invoke("plan", str(QUICKSTART), "--json")
+    assert result.exit_code == 3
+    error = json_error(result)
+    assert error["code"] == "not_found" and "SYNTHBATCH_PROFILE" in error["hint"]
+
+
+def test_profile_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SYNTHBATCH_PROFILE", str(TESTBED))
+    assert invoke("plan", str(QUICKSTART)).exit_code == 0
+
+
+def test_debug_raises() -> None:
+    result = invoke("plan", str(QUICKSTART), "--debug")
+    from control.errors import NotFound
+
+    assert isinstance(result.exception, NotFound)
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def test_status_unknown_run(profile_file: Path) -> None:
+    result = invoke("status", "no-such-run", "--profile", str(profile_file))
+    assert result.exit_code == 3
+    assert "no-such-run" in one_error_line(result)
+
+
+def test_status_unknown_run_json(profile_file: Path) -> None:
+    result = invoke("status", "no-such-run", "--profile", str(profile_file), "--json")
+    assert result.exit_code == 3
+    assert json_error(result)["code"] == "not_found"
+
+
+def test_status_invalid_run_id(profile_file: Path) -> None:
+    result = invoke("status", "../etc", "--profile", str(profile_file))
+    assert result.exit_code == 2
+    assert "not a valid run id" in one_error_line(result)
+
+
+def test_status_finished_run_needs_no_scheduler(profile_file: Path, workspace: Path) -> None:
+    build_run(workspace, winners=[0, 1, 2])
+    result = invoke("status", RUN_ID, "--profile", str(profile_file), "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["state"] == "succeeded" and data["records_done"] == 30
+    assert data["counts"] == {"succeeded": 3}
+    human = invoke("status", RUN_ID, "--profile", str(profile_file))
+    assert human.exit_code == 0
+    assert human.stdout.startswith(f"run {RUN_ID}: succeeded  records 30/30")
+
+
+# ----------------------------------------------------------------------------- merge
+
+
+def test_merge_missing_winners(profile_file: Path, workspace: Path) -> None:
+    build_run(workspace, winners=[1])
+    result = invoke("merge", RUN_ID, "--profile", str(profile_file))
+    assert result.exit_code == 4
+    line = one_error_line(result)
+    assert "shards without a winner: 0, 2" in line and "--allow-partial" in line
+
+
+def test_merge_missing_winners_json(profile_file: Path, workspace: Path) -> None:
+    build_run(workspace, winners=[])
+    result = invoke("merge", RUN_ID, "--profile", str(profile_file), "--json")
+    assert result.exit_code == 4
+    error = json_error(result)
+    assert error["code"] == "conflict" and "0, 1, 2" in error["message"]
+
+
+def test_merge_allow_partial(profile_file: Path, workspace: Path) -> None:
+    build_run(workspace, winners=[0, 2])
+    result = invoke("merge", RUN_ID, "--allow-partial", "--profile", str(profile_file),
+                    "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["complete"] is False and data["missing_shards"] == [1]
+    assert data["records"] == 20
+
+
+def test_merge_complete(profile_file: Path, workspace: Path, tmp_path: Path) -> None:
+    layout = build_run(workspace, winners=[0, 1, 2])
+    target = tmp_path / "all.jsonl"
+    result = invoke("merge", RUN_ID, "--output", str(target), "--profile", str(profile_file))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == f"merged 30 records into {target}\n"
+    assert [json.loads(x)["index"] for x in target.read_text().splitlines()] == list(range(30))
+    assert (layout.merged / "manifest.json").is_file()
+
+
+def test_merge_corrupt_plan_is_internal_error(profile_file: Path, workspace: Path) -> None:
+    layout = build_run(workspace, winners=[0, 1, 2])
+    layout.plan_json.chmod(0o600)
+    layout.plan_json.write_text("{")
+    result = invoke("merge", RUN_ID, "--profile", str(profile_file))
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert "plan.json" in line
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def test_runs_empty(profile_file: Path) -> None:
+    result = invoke("runs", "--profile", str(profile_file))
+    assert result.exit_code == 0
+    assert result.stdout == "no runs\n"
+
+
+def test_runs_lists_committed(profile_file: Path, workspace: Path) -> None:
+    build_run(workspace, winners=[])
+    result = invoke("runs", "--profile", str(profile_file), "--json")
+    assert result.exit_code == 0, result.stderr
+    runs = json.loads(result.stdout)["runs"]
+    assert [r["run_id"] for r in runs] == [RUN_ID]
+    assert runs[0]["shards"] == 3
+
+

@@ -1,0 +1,399 @@
+"""The Slurm client with a fake runner, and the one real command runner."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import pytest
+
+from control.errors import SchedulerRejected, SchedulerUnavailable
+from control.slurm.parsers import JobRow
+from control.slurm.runner import CommandResult, CommandTimeout, binary, run_command
+from control.slurm.scheduler import ACCOUNTING_DISABLED, Scheduler, array_spec
+
+# ----------------------------------------------------------------------------- array_spec
+
+
+@pytest.mark.parametrize("indices,throttle,expected", [
+    (range(10), 0, "0-9"),
+    ([0, 1, 2, 5, 7, 8], 0, "0-2,5,7-8"),
+    (range(10), 4, "0-9%4"),
+    ([8, 7, 0, 2, 1, 5, 5, 2], 0, "0-2,5,7-8"),
+    ([3], 0, "3"),
+    ([3], 2, "3%2"),
+    ([1, 3, 5], 0, "1,3,5"),
+    ([0, 1], 0, "0-1"),
+    ([9, 9, 9], 0, "9"),
+    ([4000, 3999, 12], 1, "12,3999-4000%1"),
+])
+def test_array_spec(indices: Sequence[int], throttle: int, expected: str) -> None:
+    assert array_spec(list(indices), throttle) == expected
+
+
+def expand(spec: str) -> List[int]:
+    out: List[int] = []
+    for part in spec.split("%")[0].split(","):
+        low, _, high = part.partition("-")
+        out.extend(range(int(low), int(high or low) + 1))
+    return out
+
+
+def test_array_spec_round_trips() -> None:
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        indices = [rng.randrange(60) for _ in range(rng.randint(1, 40))]
+        spec = array_spec(indices, 0)
+        assert expand(spec) == sorted(set(indices))
+        assert "--" not in spec and not spec.endswith(",")
+
+
+# ----------------------------------------------------------------------------- fake slurm
+
+# Flags each command may carry; a value flag consumes the next argv word.
+FLAGS: Dict[str, Dict[str, bool]] = {
+    "sbatch": {"--parsable": False, "--hold": False, "--array": True, "--job-name": True},
+    "scontrol": {},
+    "scancel": {},
+    "squeue": {"-h": False, "-r": False, "-j": True, "-o": True, "-n": True},
+    "sacct": {"-n": False, "-P": False, "-X": False, "-j": True, "--format": True},
+}
+
+Reply = Tuple[int, str, str]
+
+
+class FakeSlurm:
+    """A runner that dispatches on the command name and fails on unexpected flags."""
+
+    def __init__(self, timeout_s: float = 30.0, prefix: str = "") -> None:
+        self.calls: List[List[str]] = []
+        self.replies: Dict[str, Callable[[List[str]], Reply]] = {}
+        self.timeout_s = timeout_s
+        self.prefix = prefix
+
+    def on(self, name: str, code: int = 0, stdout: str = "", stderr: str = "") -> None:
+        self.replies[name] = lambda args: (code, stdout, stderr)
+
+    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        argv = list(argv)
+        self.calls.append(argv)
+        assert timeout_s == self.timeout_s
+        path = argv[0]
+        assert path.startswith(self.prefix), path
+        name = path[len(self.prefix):]
+        if name not in FLAGS or name not in self.replies:
+            pytest.fail(f"unexpected command {argv!r}")
+        self._check_flags(name, argv[1:])
+        code, stdout, stderr = self.replies[name](argv[1:])
+        return CommandResult(argv=argv, returncode=code, stdout=stdout, stderr=stderr)
+
+    @staticmethod
+    def _check_flags(name: str, args: List[str]) -> None:
+        allowed = FLAGS[name]
+        words = iter(args)
+        for word in words:
+            if not word.startswith("-"):
+                continue
+            flag, eq, _ = word.partition("=")
+            if flag not in allowed:
+                pytest.fail(f"{name}: unexpected flag {word!r} in {args!r}")
+            if allowed[flag] and not eq:
+                next(words)
+            if not allowed[flag] and eq:
+                pytest.fail(f"{name}: flag {flag} takes no value")
+
+    def only_call(self) -> List[str]:
+        assert len(self.calls) == 1, self.calls
+        return self.calls[0]
+
+
+@pytest.fixture
+def fake() -> FakeSlurm:
+    return FakeSlurm()
+
+
+@pytest.fixture
+def sched(fake: FakeSlurm) -> Scheduler:
+    return Scheduler(runner=fake)
+
+
+def test_fake_rejects_unexpected_flags(fake: FakeSlurm) -> None:
+    fake.on("squeue")
+    with pytest.raises(pytest.fail.Exception, match="unexpected flag"):
+        fake(["squeue", "--all"], 30.0)
+    with pytest.raises(pytest.fail.Exception, match="unexpected command"):
+        fake(["srun", "true"], 30.0)
+
+
+# ----------------------------------------------------------------------------- sbatch
+
+
+def test_submit_held_array(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("sbatch", stdout="4242\n")
+    job_id, argv = sched.submit_held_array("/runs/r/submissions/0001.sbatch", [2, 0, 1, 5], 3,
+                                           "synthbatch-r")
+    expected = ["sbatch", "--parsable", "--hold", "--array=0-2,5%3",
+                "--job-name=synthbatch-r", "/runs/r/submissions/0001.sbatch"]
+    assert job_id == "4242"
+    assert fake.only_call() == expected
+    assert argv == expected
+
+
+def test_submit_with_cluster_suffix(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("sbatch", stdout="77;west\n")
+    assert sched.submit_held_array("/s", [0], 0, "n")[0] == "77"
+    assert fake.only_call()[3] == "--array=0"
+
+
+def test_submit_rejected(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("sbatch", code=1, stderr="\nsbatch: error: Batch job submission failed: "
+                                     "Invalid account or account/partition combination\n")
+    with pytest.raises(SchedulerRejected) as info:
+        sched.submit_held_array("/s", [0, 1], 0, "n")
+    assert info.value.message == ("sbatch failed: sbatch: error: Batch job submission failed: "
+                                  "Invalid account or account/partition combination")
+    assert info.value.exit_code == 2
+
+
+def test_submit_rejected_without_stderr(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("sbatch", code=1)
+    with pytest.raises(SchedulerRejected, match="exit status 1"):
+        sched.submit_held_array("/s", [0], 0, "n")
+
+
+@pytest.mark.parametrize("stdout", ["", "Submitted batch job 5\n", f"{2**32}\n"])
+def test_submit_unparsable_id(fake: FakeSlurm, sched: Scheduler, stdout: str) -> None:
+    fake.on("sbatch", stdout=stdout)
+    # sbatch exited 0, so a job may exist; either error class leaves it to reconciliation
+    with pytest.raises((SchedulerRejected, SchedulerUnavailable), match="not a job id"):
+        sched.submit_held_array("/s", [0], 0, "n")
+
+
+def test_submit_timeout_propagates(sched: Scheduler, fake: FakeSlurm) -> None:
+    def boom(args: List[str]) -> Reply:
+        raise CommandTimeout("sbatch: no answer within 30s (it may have taken effect)")
+
+    fake.replies["sbatch"] = boom
+    with pytest.raises(CommandTimeout):
+        sched.submit_held_array("/s", [0], 0, "n")
+
+
+# ----------------------------------------------------------------------------- scontrol / scancel
+
+
+def test_release(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("scontrol")
+    sched.release("4242")
+    assert fake.only_call() == ["scontrol", "release", "4242"]
+
+
+def test_release_rejected(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("scontrol", code=1, stderr="slurm_release_job error: Invalid job id specified\n")
+    with pytest.raises(SchedulerRejected, match="scontrol failed: slurm_release_job error"):
+        sched.release("4242")
+
+
+def test_cancel(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("scancel")
+    sched.cancel(["10_1", "11"])
+    assert fake.only_call() == ["scancel", "10_1", "11"]
+
+
+def test_cancel_nothing_runs_nothing(fake: FakeSlurm, sched: Scheduler) -> None:
+    sched.cancel([])
+    assert fake.calls == []
+
+
+def test_cancel_invalid_job_id_tolerated(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("scancel", code=1, stderr="scancel: error: Kill job error on job id 99: "
+                                      "Invalid job id specified\n")
+    sched.cancel(["99"])
+
+
+def test_cancel_other_error(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("scancel", code=1, stderr="scancel: error: Access/permission denied\n")
+    with pytest.raises(SchedulerRejected, match="permission denied"):
+        sched.cancel(["99"])
+
+
+# ----------------------------------------------------------------------------- squeue
+
+
+def test_queue(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("squeue", stdout="12_3|RUNNING|None\n12_[4-9%2]|PENDING|JobArrayTaskLimit\n")
+    rows = sched.queue(["12", "15"])
+    assert fake.only_call() == ["squeue", "-h", "-r", "-j", "12,15", "-o", "%i|%T|%r"]
+    assert rows["12_3"].state == "RUNNING"
+    assert rows["12_[4-9%2]"] == JobRow("12_[4-9%2]", "PENDING", "JobArrayTaskLimit")
+
+
+def test_queue_empty_ids(fake: FakeSlurm, sched: Scheduler) -> None:
+    assert sched.queue([]) == {}
+    assert fake.calls == []
+
+
+def test_queue_invalid_job_id_means_gone(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("squeue", code=1, stderr="slurm_load_jobs error: Invalid job id specified\n")
+    assert sched.queue(["12"]) == {}
+
+
+def test_queue_unavailable(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("squeue", code=1, stderr="slurm_load_jobs error: Unable to contact slurm "
+                                     "controller (connect failure)\n")
+    with pytest.raises(SchedulerUnavailable, match="squeue failed: .*Unable to contact"):
+        sched.queue(["12"])
+
+
+def test_queue_garbage_is_unavailable(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("squeue", stdout="this is not squeue output\n")
+    with pytest.raises(SchedulerUnavailable) as info:
+        sched.queue(["12"])
+    assert not isinstance(info.value, SchedulerRejected)
+    assert "malformed squeue line" in info.value.message
+    assert info.value.message.startswith("squeue -h -r -j 12 -o '%i|%T|%r': ")
+
+
+def test_jobs_named(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("squeue", stdout="31\n30\n\n31\n")
+    assert sched.jobs_named("synthbatch-r") == ["30", "31"]
+    assert fake.only_call() == ["squeue", "-h", "-n", "synthbatch-r", "-o", "%A"]
+
+
+# ----------------------------------------------------------------------------- sacct
+
+
+def test_accounting(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("sacct", stdout="12_0|COMPLETED|0:0\n12_1|CANCELLED by 0|0:15\n")
+    rows = sched.accounting(["12"])
+    assert fake.only_call() == ["sacct", "-n", "-P", "-X", "-j", "12",
+                                "--format=JobID,State,ExitCode"]
+    assert rows is not None
+    assert rows["12_1"] == JobRow("12_1", "CANCELLED", "by 0", 0, 15)
+
+
+def test_accounting_batches_ids(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("sacct")
+    assert sched.accounting(["1", "2", "3"]) == {}
+    assert fake.only_call()[5] == "1,2,3"
+
+
+def test_accounting_empty_ids(fake: FakeSlurm, sched: Scheduler) -> None:
+    assert sched.accounting([]) == {}
+    assert fake.calls == []
+
+
+def test_accounting_disabled(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("sacct", code=1, stderr="sacct: error: Slurm accounting storage is disabled\n")
+    assert ACCOUNTING_DISABLED in "Slurm accounting storage is disabled"
+    assert sched.accounting(["12"]) is None
+
+
+def test_accounting_unavailable(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("sacct", code=1, stderr="sacct: error: Problem talking to the database: "
+                                    "Connection refused\n")
+    with pytest.raises(SchedulerUnavailable, match="sacct failed: .*Connection refused"):
+        sched.accounting(["12"])
+
+
+def test_accounting_malformed(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("sacct", stdout="12|FAILED|zz\n")
+    with pytest.raises(SchedulerUnavailable, match="malformed exit code"):
+        sched.accounting(["12"])
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def test_slurm_bin_prefix() -> None:
+    fake = FakeSlurm(timeout_s=7.5, prefix="/opt/slurm/bin/")
+    for name, stdout in (("sbatch", "5\n"), ("scontrol", ""), ("squeue", ""), ("sacct", ""),
+                         ("scancel", "")):
+        fake.on(name, stdout=stdout)
+    sched = Scheduler(slurm_bin="/opt/slurm/bin", timeout_s=7.5, runner=fake)
+    job_id, argv = sched.submit_held_array("/s", [0], 0, "n")
+    assert argv[0] == "/opt/slurm/bin/sbatch"
+    sched.release(job_id)
+    sched.queue([job_id])
+    sched.accounting([job_id])
+    sched.cancel([job_id])
+    assert [c[0] for c in fake.calls] == [f"/opt/slurm/bin/{n}" for n in
+                                          ("sbatch", "scontrol", "squeue", "sacct", "scancel")]
+
+
+def test_binary() -> None:
+    assert binary("sbatch", None) == "sbatch"
+    assert binary("sbatch", "/opt/slurm/bin") == "/opt/slurm/bin/sbatch"
+
+
+# ----------------------------------------------------------------------------- run_command
+
+
+def test_run_command_captures_output() -> None:
+    result = run_command([sys.executable, "-c",
+                          "import sys; print('out'); print('err', file=sys.stderr); "
+                          "sys.exit(3)"], 10)
+    assert (result.returncode, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert result.error_line() == "err"
+
+
+def test_run_command_sets_lc_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")
+    result = run_command(["env"], 10)
+    assert result.returncode == 0
+    assert "LC_ALL=C" in result.stdout.splitlines()
+
+
+def test_run_command_no_stdin() -> None:
+    result = run_command([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"], 10)
+    assert result.stdout == "''\n"
+
+
+def test_run_command_missing_binary(tmp_path: Path) -> None:
+    with pytest.raises(SchedulerUnavailable) as info:
+        run_command([str(tmp_path / "sbatch"), "--parsable"], 5)
+    assert not isinstance(info.value, CommandTimeout)
+    assert "command not found" in info.value.message
+    assert str(tmp_path / "sbatch") in info.value.message
+    assert info.value.hint and "slurm_bin" in info.value.hint
+    assert info.value.exit_code == 5
+
+
+def test_run_command_not_executable(tmp_path: Path) -> None:
+    path = tmp_path / "sbatch"
+    path.write_text("#!/bin/sh\necho 1\n")
+    path.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    if os.access(path, os.X_OK):  # pragma: no cover - running as root with odd mounts
+        pytest.skip("file is executable anyway")
+    with pytest.raises(SchedulerUnavailable):
+        run_command([str(path)], 5)
+
+
+def test_run_command_timeout() -> None:
+    start = time.monotonic()
+    with pytest.raises(CommandTimeout) as info:
+        run_command(["sleep", "5"], 0.3)
+    assert time.monotonic() - start < 3
+    assert isinstance(info.value, SchedulerUnavailable)
+    assert "sleep 5: no answer within 0.3s" in info.value.message
+    assert "may have taken effect" in info.value.message
+
+
+def test_command_result_describe() -> None:
+    result = CommandResult(argv=["squeue", "-o", "%i|%T"], returncode=0, stdout="", stderr="")
+    assert result.describe() == "squeue -o '%i|%T'"
+    assert result.error_line() == "exit status 0"
+
+
+def test_error_line_is_bounded() -> None:
+    result = CommandResult(argv=["x"], returncode=1, stdout="", stderr="  \n" + "e" * 1000)
+    assert result.error_line() == "e" * 300
+
+
+def test_default_runner_is_run_command() -> None:
+    assert Scheduler().runner is run_command

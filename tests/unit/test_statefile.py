@@ -1,0 +1,405 @@
+"""State files (atomic, private, no symlinks) and the attempt/readiness state machines."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+
+from agent_stdlib import states
+from agent_stdlib.attempts import (
+    advance_attempt,
+    create_attempt,
+    load_attempt,
+    load_readiness,
+    publish_readiness,
+)
+from agent_stdlib.contracts import AttemptRecord, BackendStatus
+from agent_stdlib.statefile import (
+    StateError,
+    dumps,
+    ensure_dir,
+    publish_immutable,
+    publish_json_immutable,
+    read_bytes,
+    read_json,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+from agent_stdlib.states import TransitionError, check_transition
+
+
+@pytest.fixture(autouse=True)
+def umask() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def leftovers(folder: Path) -> List[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".tmp-"))
+
+
+# ----------------------------------------------------------------------------- writes
+
+
+def test_ensure_dir_creates_parents_private(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "c"
+    assert ensure_dir(target) == target
+    for folder in (tmp_path / "a", tmp_path / "a" / "b", target):
+        assert folder.is_dir() and mode(folder) == 0o700
+
+
+def test_ensure_dir_existing_is_untouched(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir(mode=0o755)
+    ensure_dir(tmp_path / "x")
+    assert mode(tmp_path / "x") == 0o755
+
+
+def test_ensure_dir_on_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    with pytest.raises(StateError, match="not a directory"):
+        ensure_dir(tmp_path / "f")
+
+
+def test_write_json_atomic(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    write_json_atomic(path, {"b": 1, "a": [1, 2]})
+    assert mode(path) == 0o600
+    assert path.read_bytes() == b'{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}\n'
+    assert read_json(path) == {"a": [1, 2], "b": 1}
+    assert leftovers(tmp_path) == []
+
+
+def test_dumps_is_canonical() -> None:
+    assert dumps({"z": 1, "a": {"d": 2, "c": "é"}}) == dumps({"a": {"c": "é", "d": 2}, "z": 1})
+    assert dumps({}).endswith(b"\n")
+
+
+def test_write_replaces_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    write_json_atomic(path, {"v": 1})
+    before = path.stat().st_ino
+    with open(path, "rb") as old:
+        write_json_atomic(path, {"v": 2})
+        assert json.loads(old.read()) == {"v": 1}  # readers of the old file see it whole
+    assert path.stat().st_ino != before  # a new inode was renamed over the old one
+    assert read_json(path) == {"v": 2}
+    assert mode(path) == 0o600
+    assert leftovers(tmp_path) == []
+
+
+def test_write_bytes_atomic_mode(tmp_path: Path) -> None:
+    path = tmp_path / "agent.pyz"
+    write_bytes_atomic(path, b"\x00" * 10, mode=0o400)
+    assert mode(path) == 0o400
+    write_bytes_atomic(path, b"abc", mode=0o400)  # replacing a read-only file still works
+    assert path.read_bytes() == b"abc"
+
+
+def test_write_replaces_a_symlink_not_its_target(tmp_path: Path) -> None:
+    target = tmp_path / "target.json"
+    target.write_text('{"keep": true}')
+    link = tmp_path / "state.json"
+    link.symlink_to(target)
+    write_json_atomic(link, {"v": 1})
+    assert not link.is_symlink()
+    assert json.loads(target.read_text()) == {"keep": True}
+
+
+def test_write_failure_leaves_no_temp(tmp_path: Path) -> None:
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    (folder / "state.json").mkdir()  # os.replace(file, non-empty dir) fails
+    (folder / "state.json" / "x").write_text("")
+    with pytest.raises(OSError):
+        write_json_atomic(folder / "state.json", {"v": 1})
+    assert leftovers(folder) == []
+
+
+def test_write_large_payload(tmp_path: Path) -> None:
+    payload = os.urandom(3 * 1024 * 1024)
+    write_bytes_atomic(tmp_path / "big", payload)
+    assert (tmp_path / "big").read_bytes() == payload
+
+
+# ----------------------------------------------------------------------------- immutable
+
+
+def test_publish_immutable_first_writer_wins(tmp_path: Path) -> None:
+    path = tmp_path / "winner.json"
+    assert publish_immutable(path, b"first\n") is True
+    assert publish_immutable(path, b"second\n") is False
+    assert path.read_bytes() == b"first\n"
+    assert mode(path) == 0o600
+    assert leftovers(tmp_path) == []
+
+
+def test_publish_immutable_mode(tmp_path: Path) -> None:
+    assert publish_immutable(tmp_path / "plan.json", b"{}\n", mode=0o400)
+    assert mode(tmp_path / "plan.json") == 0o400
+
+
+def test_publish_json_immutable(tmp_path: Path) -> None:
+    path = tmp_path / "w.json"
+    assert publish_json_immutable(path, {"b": 2, "a": 1})
+    assert not publish_json_immutable(path, {"c": 3})
+    assert path.read_bytes() == dumps({"a": 1, "b": 2})
+
+
+def test_publish_immutable_race(tmp_path: Path) -> None:
+    for round_ in range(5):
+        path = tmp_path / f"winner-{round_}.json"
+        barrier = threading.Barrier(8)
+        results: List[bool] = [False] * 8
+        errors: List[BaseException] = []
+
+        def writer(i: int, path: Path = path, barrier: threading.Barrier = barrier,
+                   results: List[bool] = results,
+                   errors: List[BaseException] = errors) -> None:
+            try:
+                barrier.wait()
+                results[i] = publish_immutable(path, f"writer {i}\n".encode())
+            except BaseException as err:  # noqa: BLE001 - reported below
+                errors.append(err)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert errors == []
+        assert results.count(True) == 1
+        winner = results.index(True)
+        assert path.read_bytes() == f"writer {winner}\n".encode()
+    assert leftovers(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- reads
+
+
+def test_read_missing(tmp_path: Path) -> None:
+    assert read_json(tmp_path / "nope.json") is None
+    assert read_bytes(tmp_path / "nope.json") is None
+
+
+@pytest.mark.parametrize("content", [b'{"revision": 3, "st', b"", b"garbage", b"\xff\xfe{}",
+                                     b"{}{}"])
+def test_read_half_written_or_garbage(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "attempt.json"
+    path.write_bytes(content)
+    with pytest.raises(StateError) as info:
+        read_json(path)
+    assert str(path) in str(info.value)
+    assert "not valid JSON" in str(info.value)
+
+
+@pytest.mark.parametrize("content", [b"[]", b"3", b'"x"', b"null"])
+def test_read_non_object(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "attempt.json"
+    path.write_bytes(content)
+    with pytest.raises(StateError, match="expected a JSON object") as info:
+        read_json(path)
+    assert str(path) in str(info.value)
+
+
+def test_read_symlink_refused(tmp_path: Path) -> None:
+    target = tmp_path / "real.json"
+    target.write_text('{"a": 1}')
+    link = tmp_path / "attempt.json"
+    link.symlink_to(target)
+    with pytest.raises(StateError) as info:
+        read_json(link)
+    assert str(link) in str(info.value) and "cannot open" in str(info.value)
+    with pytest.raises(StateError):
+        read_bytes(link)
+
+
+def test_read_dangling_symlink_refused(tmp_path: Path) -> None:
+    link = tmp_path / "attempt.json"
+    link.symlink_to(tmp_path / "nowhere.json")
+    with pytest.raises(StateError):
+        read_json(link)
+
+
+def test_read_unreadable(tmp_path: Path) -> None:
+    path = tmp_path / "secret.json"
+    path.write_text("{}")
+    path.chmod(0)
+    try:
+        if os.access(path, os.R_OK):
+            pytest.skip("running with privileges that ignore file modes")
+        with pytest.raises(StateError, match="cannot open"):
+            read_json(path)
+    finally:
+        path.chmod(0o600)
+
+
+def test_read_directory_is_a_state_error(tmp_path: Path) -> None:
+    (tmp_path / "attempt.json").mkdir()
+    with pytest.raises(StateError):
+        read_json(tmp_path / "attempt.json")
+
+
+# ----------------------------------------------------------------------------- attempts
+
+
+def write_attempt(path: Path, state: str, revision: int = 4) -> bytes:
+    record = AttemptRecord(run_id="r", shard=0, attempt=1, state=state, revision=revision,
+                           updated_at=1.0)
+    write_json_atomic(path, record.to_dict())
+    return path.read_bytes()
+
+
+def test_create_attempt(tmp_path: Path) -> None:
+    path = tmp_path / "attempt.json"
+    record = create_attempt(path, "run-1", 3, 2)
+    assert (record.state, record.revision, record.shard, record.attempt) == ("created", 1, 3, 2)
+    assert load_attempt(path) == record
+    assert mode(path) == 0o600
+
+
+def test_legal_path_advances_revision_by_one(tmp_path: Path) -> None:
+    path = tmp_path / "attempt.json"
+    create_attempt(path, "run-1", 0, 1)
+    revision = 1
+    for state in (states.SUBMITTED, states.PENDING, states.RUNNING, states.RUNNING,
+                  states.SUCCEEDED):
+        record = advance_attempt(path, state)
+        revision += 1
+        assert record.state == state and record.revision == revision
+        assert load_attempt(path) == record
+
+
+def test_advance_sets_fields(tmp_path: Path) -> None:
+    path = tmp_path / "attempt.json"
+    create_attempt(path, "run-1", 2, 1)
+    record = advance_attempt(path, states.SUBMITTED, job_id="12_2", submission=1)
+    assert (record.job_id, record.submission, record.run_id) == ("12_2", 1, "run-1")
+    record = advance_attempt(path, states.FAILED, reason="exit 3")
+    assert record.reason == "exit 3" and record.job_id == "12_2"
+
+
+LEGAL = [(a, b) for a in states.ATTEMPT_STATES for b in states.ATTEMPT_STATES
+         if b in states.ATTEMPT_EDGES[a]]
+ILLEGAL = [(a, b) for a in states.ATTEMPT_STATES for b in states.ATTEMPT_STATES
+           if b not in states.ATTEMPT_EDGES[a]]
+
+
+@pytest.mark.parametrize("current,new", LEGAL)
+def test_every_legal_edge(tmp_path: Path, current: str, new: str) -> None:
+    path = tmp_path / "attempt.json"
+    write_attempt(path, current, revision=4)
+    record = advance_attempt(path, new)
+    assert (record.state, record.revision) == (new, 5)
+
+
+@pytest.mark.parametrize("current,new", ILLEGAL)
+def test_every_illegal_edge_leaves_file_unchanged(tmp_path: Path, current: str,
+                                                  new: str) -> None:
+    path = tmp_path / "attempt.json"
+    before = write_attempt(path, current)
+    with pytest.raises(TransitionError) as info:
+        advance_attempt(path, new)
+    assert f"{current} -> {new}" in str(info.value)
+    assert path.read_bytes() == before
+
+
+def test_edge_table_shape() -> None:
+    assert set(states.ATTEMPT_EDGES) == set(states.ATTEMPT_STATES)
+    for terminal in states.TERMINAL:
+        assert states.ATTEMPT_EDGES[terminal] == frozenset()
+    for targets in states.ATTEMPT_EDGES.values():
+        assert targets <= set(states.ATTEMPT_STATES)
+        assert states.CREATED not in targets  # nothing goes back to created
+    assert len(ILLEGAL) > 0
+
+
+@pytest.mark.parametrize("terminal", sorted(states.TERMINAL))
+def test_terminal_records_never_change(tmp_path: Path, terminal: str) -> None:
+    path = tmp_path / "attempt.json"
+    before = write_attempt(path, terminal)
+    for new in states.ATTEMPT_STATES:
+        with pytest.raises(TransitionError):
+            advance_attempt(path, new)
+    assert path.read_bytes() == before
+
+
+def test_unknown_states() -> None:
+    with pytest.raises(TransitionError, match="unknown attempt state 'bogus'"):
+        check_transition("bogus", states.RUNNING)
+    with pytest.raises(TransitionError):
+        check_transition(states.RUNNING, "bogus")
+
+
+def test_advance_missing_attempt(tmp_path: Path) -> None:
+    with pytest.raises(StateError, match="missing"):
+        advance_attempt(tmp_path / "attempt.json", states.SUBMITTED)
+
+
+def test_load_attempt_off_contract(tmp_path: Path) -> None:
+    path = tmp_path / "attempt.json"
+    data = AttemptRecord(run_id="r", shard=0, attempt=1, state="created", revision=1,
+                         updated_at=1.0).to_dict()
+    data["revision"] = "1"
+    path.write_text(json.dumps(data))
+    with pytest.raises(StateError) as info:
+        load_attempt(path)
+    assert str(path) in str(info.value) and "AttemptRecord.revision" in str(info.value)
+
+
+def test_load_attempt_missing(tmp_path: Path) -> None:
+    assert load_attempt(tmp_path / "attempt.json") is None
+
+
+# ----------------------------------------------------------------------------- readiness
+
+
+def test_readiness_revisions_strictly_increase(tmp_path: Path) -> None:
+    path = tmp_path / "readiness.json"
+    assert load_readiness(path) is None
+    seen = []
+    for execution, state in ((1, "pending"), (1, "starting"), (1, "ready"), (1, "restarting"),
+                             (2, "starting"), (2, "ready"), (2, "stopping"), (2, "stopped")):
+        record = publish_readiness(path, 0, 1, execution, state)
+        seen.append(record.revision)
+        assert load_readiness(path) == record
+    assert seen == list(range(1, len(seen) + 1))
+
+
+def test_readiness_endpoints_and_backends(tmp_path: Path) -> None:
+    path = tmp_path / "readiness.json"
+    backends = {"tiny": (BackendStatus(url="http://127.0.0.1:20001", ready=True),
+                         BackendStatus(url="http://127.0.0.1:20002", ready=False))}
+    record = publish_readiness(path, 1, 2, 1, "ready",
+                               endpoints={"tiny": "http://127.0.0.1:20000/v1"},
+                               backends=backends)
+    loaded = load_readiness(path)
+    assert loaded == record
+    assert loaded is not None and loaded.backends["tiny"][1].ready is False
+
+
+def test_readiness_unknown_state(tmp_path: Path) -> None:
+    path = tmp_path / "readiness.json"
+    publish_readiness(path, 0, 1, 1, "pending")
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="unknown readiness state"):
+        publish_readiness(path, 0, 1, 1, "serving")
+    assert path.read_bytes() == before
+
+
+def test_readiness_malformed(tmp_path: Path) -> None:
+    path = tmp_path / "readiness.json"
+    path.write_text('{"schema_version": 1}')
+    with pytest.raises(StateError, match="missing field"):
+        load_readiness(path)
