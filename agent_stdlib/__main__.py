@@ -13,6 +13,7 @@ ROLES: Dict[str, str] = {
     "allocation": "agent_stdlib.controller",
     "proxy": "agent_stdlib.proxy",
     "generate": "agent_stdlib.generate",
+    "serve-llamacpp": "agent_stdlib.llamacpp_server",
 }
 
 USAGE = "usage: python agent.pyz {" + "|".join(ROLES) + "} [options]"
