@@ -122,6 +122,37 @@ class ShardSpec:
 
 
 @dataclass(frozen=True)
+class ReplicaSpec:
+    """Where one server replica runs: allocation node, GPU indices there, preferred port."""
+
+    index: int
+    node: int  # relative node index in the allocation (srun --relative)
+    gpus: Tuple[int, ...]  # GPU indices on that node
+    port: int  # preferred port (port_base + offset, unique within the allocation)
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    """One bind mount of a container: host path -> container path."""
+
+    host: str
+    container: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """A sealed image and how a runtime wraps a step (``agent_stdlib/containers.py``)."""
+
+    runtime: str  # "pyxis" | "apptainer" | "charliecloud"
+    image: str  # image alias
+    path: str  # absolute host path of the image file
+    sha256: str  # pinned at `image add`
+    mounts: Tuple[MountSpec, ...]  # in mount order (parents first); includes the run dir
+    executable: str = ""  # runtime binary; "" means the runtime's default name on PATH
+
+
+@dataclass(frozen=True)
 class DeploymentSpec:
     """One model alias served by ``replicas`` copies of one server command."""
 
@@ -136,6 +167,12 @@ class DeploymentSpec:
     startup_timeout_s: float
     readiness_path: str
     max_queued_requests: int
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    nodes: int = 1
+    placement: Tuple[ReplicaSpec, ...] = ()  # one per replica, in replica order
+    secret_env: Dict[str, str] = field(default_factory=dict)  # step var -> job env var name
+    container: Optional[ContainerSpec] = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +202,8 @@ class ResourceSpec:
     gpu_request: str  # "gres" | "gpus"
     cpus: int
     mem_mb: int
+    reservation: Optional[str] = None
+    options: Dict[str, str] = field(default_factory=dict)  # allow-listed; "" = flag
 
 
 @dataclass(frozen=True)
@@ -177,6 +216,26 @@ class RuntimeSpec:
     env_allow: Tuple[str, ...]
     step_mem_mb: int
     grace_s: float
+    secrets: Tuple[str, ...] = ()  # environment names that may carry secret values
+
+
+@dataclass(frozen=True)
+class CommandClientSpec:
+    """A user client: an argv run as the client step, optionally in a client image."""
+
+    argv: Tuple[str, ...]
+    env: Dict[str, str]
+    secret_env: Dict[str, str] = field(default_factory=dict)
+    container: Optional[ContainerSpec] = None
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One Slurm array of a run: task ``t`` runs shard ``first_shard + t``."""
+
+    index: int
+    first_shard: int
+    count: int
 
 
 @dataclass(frozen=True)
@@ -188,11 +247,23 @@ class Plan(Record):
     total_records: int
     shards: Tuple[ShardSpec, ...]
     deployments: Tuple[DeploymentSpec, ...]
-    client: GenerateSpec
+    client: Optional[GenerateSpec]  # None only when client_command is set
     resources: ResourceSpec
     runtime: RuntimeSpec
     max_attempts: int
     schema_version: int = SCHEMA_VERSION
+    client_command: Optional[CommandClientSpec] = None
+    arrays: Tuple[ArraySpec, ...] = ()  # empty: one array, task id == shard index
+    array_throttle: int = 0
+    resume: str = "auto"  # "auto" | "always" | "never"
+    output_format: str = "jsonl"
+    agent_sha256: str = ""  # the agent bundle digest, when known at plan time
+
+    def __post_init__(self) -> None:
+        if self.client is None and self.client_command is None:
+            raise ContractError("Plan.client: expected an object (or a client_command)")
+        if self.client is not None and self.client_command is not None:
+            raise ContractError("Plan.client_command: must be null when client is set")
 
     def shard(self, index: int) -> ShardSpec:
         """Return the shard with ``index`` or raise ContractError."""
@@ -255,6 +326,7 @@ class AttemptRecord(Record):
     node: Optional[str] = None
     restarts: int = 0
     reason: Optional[str] = None
+    partial_records: Optional[int] = None  # records kept in output/ by a stopped execution
     schema_version: int = SCHEMA_VERSION
 
 

@@ -8,12 +8,18 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
+from control.config.secrets import secret_value
+
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TIME_LIMIT = re.compile(r"([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}|[0-9]+")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Paths that end up in #SBATCH lines and scripts: no spaces, quotes, '%' or shell syntax.
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+@,=-]*$")
+# A model on a hub: "name" or "org/name".
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+# The name an engine serves a model under (what clients put in "model").
+SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")
 
 
 class Strict(BaseModel):
@@ -52,6 +58,28 @@ def _safe_path(value: str) -> str:
     return value
 
 
+def _model(value: str) -> str:
+    _text(value)
+    if value.startswith("/"):
+        return _safe_path(value)
+    if not HUB_ID.fullmatch(value):
+        raise ValueError("must be an absolute path or a hub id like 'org/name'")
+    return value
+
+
+def _served_name(value: str) -> str:
+    _text(value)
+    if not SERVED_NAME.fullmatch(value):
+        raise ValueError("may only contain letters, digits and ._/:- (max 128)")
+    return value
+
+
+def under(path: str, root: str) -> bool:
+    """True if ``path`` is ``root`` or inside it (component-wise, both absolute)."""
+    return PurePosixPath(path) == PurePosixPath(root) or PurePosixPath(root) in PurePosixPath(
+        path).parents
+
+
 def _time_limit(value: str) -> str:
     _text(value)
     if not TIME_LIMIT.fullmatch(value):
@@ -61,6 +89,8 @@ def _time_limit(value: str) -> str:
 
 def _env_name(value: str) -> str:
     _text(value)
+    if secret_value(value):
+        raise ValueError("looks like a secret value (not shown), not a variable name")
     if not ENV_NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not an environment variable name")
     return value
@@ -72,3 +102,5 @@ AbsPath = Annotated[str, AfterValidator(_abs_path)]
 SafePath = Annotated[str, AfterValidator(_safe_path)]
 TimeLimit = Annotated[str, AfterValidator(_time_limit)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
+ModelRef = Annotated[str, AfterValidator(_model)]
+ServedName = Annotated[str, AfterValidator(_served_name)]

@@ -3,14 +3,92 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import List, Literal, Optional, Tuple
+from typing import Annotated, Dict, List, Literal, Optional, Tuple
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, model_validator
 
-from control.config.fields import EnvName, Name, SafePath, Strict, TimeLimit
+from agent_stdlib.containers import RESERVED_MOUNT
+from control.config.fields import (
+    EnvName,
+    Name,
+    SafePath,
+    Strict,
+    TimeLimit,
+    _text,
+    under,
+)
 from control.config.loader import load_model
 from control.errors import NotFound
+
+# Extra #SBATCH options a profile may set; everything else is synthbatch's to decide.
+SBATCH_ALLOWED = ("comment", "constraint", "exclude", "exclusive", "gres-flags", "hint",
+                  "licenses", "mail-type", "mail-user", "nodelist")
+SBATCH_VALUE = re.compile(r"^[A-Za-z0-9._,:=@+/&|\[\]*-]{0,200}$")
+FLAG_OPTIONS = ("exclusive",)  # may be given as "" (a bare flag)
+
+
+def _sbatch_key(value: str) -> str:
+    _text(value)
+    if value not in SBATCH_ALLOWED:
+        raise ValueError(f"{value!r} is not an allowed #SBATCH option (allowed: "
+                         + ", ".join(SBATCH_ALLOWED) + ")")
+    return value
+
+
+def _sbatch_value(value: str) -> str:
+    _text(value)
+    if not SBATCH_VALUE.fullmatch(value):
+        raise ValueError("may only contain letters, digits and ._,:=@+/&|[]*- (max 200)")
+    return value
+
+
+SbatchKey = Annotated[str, AfterValidator(_sbatch_key)]
+SbatchValue = Annotated[str, AfterValidator(_sbatch_value)]
+
+
+class Mount(Strict):
+    """A host directory made visible inside containers."""
+
+    host: SafePath
+    container: SafePath
+    read_only: bool = False
+
+    @model_validator(mode="after")
+    def _no_commas(self) -> Mount:
+        for field in ("host", "container"):
+            if "," in getattr(self, field):
+                raise ValueError(f"{field}: ',' separates mounts; it cannot be in a path")
+        return self
+
+
+class Container(Strict):
+    """The container runtime of the cluster and the mounts every container gets."""
+
+    runtime: Literal["none", "pyxis", "apptainer", "charliecloud"] = "none"
+    mounts: List[Mount] = []
+    executable: Optional[SafePath] = None  # apptainer / ch-run binary (default: on PATH)
+
+    @model_validator(mode="after")
+    def _mounts(self) -> Container:
+        if self.runtime == "none" and (self.mounts or self.executable):
+            raise ValueError("mounts and executable need a container runtime (runtime is "
+                             "'none')")
+        seen: Dict[str, int] = {}
+        for index, mount in enumerate(self.mounts):
+            if under(mount.container, RESERVED_MOUNT):
+                raise ValueError(f"mounts[{index}].container: {mount.container} is under "
+                                 f"{RESERVED_MOUNT}, which synthbatch reserves for the run "
+                                 f"directory")
+            if mount.container in seen:
+                raise ValueError(f"mounts[{index}].container: {mount.container} is already "
+                                 f"mounted by mounts[{seen[mount.container]}]")
+            seen[mount.container] = index
+            if self.runtime == "charliecloud" and mount.read_only:
+                raise ValueError(f"mounts[{index}].read_only: charliecloud (ch-run -b) "
+                                 f"cannot bind read-only")
+        return self
 
 
 class Profile(Strict):
@@ -22,22 +100,44 @@ class Profile(Strict):
     partition: Optional[Name] = None
     account: Optional[Name] = None
     qos: Optional[Name] = None
+    reservation: Optional[Name] = None
     default_time_limit: TimeLimit = "01:00:00"
     gpus_per_node: int = Field(default=0, ge=0, le=64)
     gpu_request: Literal["gres", "gpus"] = "gres"
     cpus_per_task: int = Field(default=4, ge=1, le=1024)
     mem_mb: int = Field(default=4096, ge=64)
+    cpus_per_gpu: Optional[int] = Field(default=None, ge=1, le=256)
+    mem_per_gpu_mb: Optional[int] = Field(default=None, ge=64)
+    container: Container = Container()
     python: SafePath = "/usr/bin/python3"
     slurm_bin: Optional[SafePath] = None
     env_allow: List[EnvName] = []
+    secrets: List[EnvName] = []
     port_base: int = Field(default=20000, ge=1024, le=65000)
     array_throttle: int = Field(default=0, ge=0)
     signal_lead_s: int = Field(default=120, ge=0, le=3600)
     grace_s: float = Field(default=10.0, gt=0, le=600)
     scheduler_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    sbatch_options: Dict[SbatchKey, SbatchValue] = {}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Profile:
+        for key, value in self.sbatch_options.items():
+            if value == "" and key not in FLAG_OPTIONS:
+                raise ValueError(f"sbatch_options.{key}: needs a value")
+        dupes = sorted(set(self.secrets) & set(self.env_allow))
+        if dupes:
+            raise ValueError(f"secrets: {dupes[0]} is also in env_allow; list it once, "
+                             f"under secrets")
+        return self
 
 
 PROFILE_DIR = Path("~/.config/synthbatch/profiles")
+
+
+def default_profile_path(name: str = "default") -> Path:
+    """``~/.config/synthbatch/profiles/<name>.toml``."""
+    return PROFILE_DIR.expanduser() / f"{name}.toml"
 
 
 def resolve_profile_path(name_or_path: Optional[str]) -> Path:
@@ -46,10 +146,11 @@ def resolve_profile_path(name_or_path: Optional[str]) -> Path:
     if "/" in choice or choice.endswith((".toml", ".json")):
         path = Path(choice).expanduser()
     else:
-        path = PROFILE_DIR.expanduser() / f"{choice}.toml"
+        path = default_profile_path(choice)
     if not path.is_file():
         raise NotFound(f"profile {path}: no such file",
-                       hint="pass --profile PATH or set SYNTHBATCH_PROFILE")
+                       hint="pass --profile PATH, set SYNTHBATCH_PROFILE, or run "
+                            "'synthbatch profile init'")
     return path
 
 

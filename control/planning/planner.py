@@ -6,22 +6,40 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from agent_stdlib.contracts import (
+    CommandClientSpec,
+    ContainerSpec,
     DeploymentSpec,
     GenerateSpec,
+    MountSpec,
     Plan,
+    ReplicaSpec,
     ResourceSpec,
     RuntimeSpec,
     ShardSpec,
 )
+from control.config.client import CommandClient, GenerateClient
+from control.config.deployment import SecretRef
 from control.config.profile import Profile
 from control.config.run import Deployment, RunConfig
 from control.errors import InvalidInput
+from control.images.registry import ImageEntry
+from control.planning.arrays import array_chunks
+from control.planning.containers import (
+    PlanError,
+    container_for,
+    inside,
+    model_inside,
+    mounts_for,
+)
+from control.planning.engines import PARALLEL, engine_argv
+from control.planning.placement import Placement, PlacementError, Shape, place
 
 # Placeholders the agent fills in on the node; the planner leaves them as they are.
 NODE_PLACEHOLDERS = {"host": "{host}", "port": "{port}"}
+EnvMap = Mapping[str, Union[str, SecretRef]]
 
 
 def new_run_id(name: str, now: Optional[float] = None) -> str:
@@ -44,12 +62,9 @@ def split_records(records: int, count: Optional[int], per_shard: Optional[int]) 
     return shards
 
 
-def resolve_command(dep: Deployment, python: str, config_dir: Path) -> Tuple[str, ...]:
-    """Fill the plan-time placeholders of a server command; keep {host} and {port}."""
-    values = dict(NODE_PLACEHOLDERS, model=dep.model, served_name=dep.served_name or dep.model,
-                  python=python, config_dir=str(config_dir))
+def _fill(args: Sequence[str], values: Mapping[str, str]) -> Tuple[str, ...]:
     out = []
-    for arg in dep.command:
+    for arg in args:
         filled = arg.format_map(values)
         if arg.startswith("{config_dir}"):
             filled = os.path.normpath(filled)
@@ -57,47 +72,123 @@ def resolve_command(dep: Deployment, python: str, config_dir: Path) -> Tuple[str
     return tuple(out)
 
 
-def _deployment(dep: Deployment, python: str, config_dir: Path) -> DeploymentSpec:
+def resolve_command(dep: Deployment, python: str, config_dir: Path,
+                    model: Optional[str] = None) -> Tuple[str, ...]:
+    """Fill the plan-time placeholders of a server command; keep {host} and {port}."""
+    assert dep.command is not None
+    model = model or dep.model
+    values = dict(NODE_PLACEHOLDERS, model=model, served_name=dep.served_name or dep.model,
+                  python=python, config_dir=str(config_dir))
+    return _fill(dep.command, values)
+
+
+def _server_argv(dep: Deployment, model: str, python: str, config_dir: Path,
+                 container: Optional[ContainerSpec]) -> Tuple[str, ...]:
+    served = dep.served_name or dep.model
+    if dep.engine not in PARALLEL + ("llamacpp",):
+        argv = resolve_command(dep, python, config_dir, model)
+        return tuple(inside(a, container) for a in argv)
+    extra = _fill(dep.extra_args, {"model": model, "served_name": served,
+                                   "config_dir": str(config_dir)})
+    exe = inside(dep.executable, container) if dep.executable else None
+    return engine_argv(dep.engine, model=model, served_name=served,
+                       tensor_parallel=dep.tensor_parallel or 1,
+                       pipeline_parallel=dep.pipeline_parallel or 1,
+                       extra_args=[inside(a, container) for a in extra], executable=exe)
+
+
+def _env(env: EnvMap, where: str, profile: Profile,
+         container: Optional[ContainerSpec]) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """Literal env (paths translated) and secret references (checked against the profile)."""
+    literal: Dict[str, str] = {}
+    secret_env: Dict[str, str] = {}
+    for key, value in env.items():
+        if isinstance(value, SecretRef):
+            if value.secret not in profile.secrets:
+                raise PlanError(f"{where}.{key}", f"secret {value.secret} is not listed in the "
+                                                  f"profile's secrets")
+            secret_env[key] = value.secret
+        else:
+            literal[key] = inside(value, container)
+    return literal, secret_env
+
+
+def _deployment(index: int, dep: Deployment, profile: Profile, config_dir: Path,
+                images: Mapping[str, ImageEntry], mounts: Tuple[MountSpec, ...],
+                replicas: Tuple[ReplicaSpec, ...]) -> DeploymentSpec:
+    where = f"deployments[{index}]"
+    container = container_for(profile, dep.image, f"{where}.image", images, mounts)
+    model = model_inside(dep.model, container, f"{where}.model")
+    env, secret_env = _env(dep.env, f"{where}.env", profile, container)
     return DeploymentSpec(
         alias=dep.alias,
         engine=dep.engine,
         model=dep.model,
         served_name=dep.served_name or dep.model,
-        command=resolve_command(dep, python, config_dir),
-        env=dict(dep.env),
-        gpus_per_replica=dep.gpus,
+        command=_server_argv(dep, model, profile.python, config_dir, container),
+        env=env,
+        gpus_per_replica=dep.gpus_per_replica,
         replicas=dep.replicas,
         startup_timeout_s=dep.startup_timeout_s,
         readiness_path=dep.readiness_path,
         max_queued_requests=dep.max_queued_requests,
+        tensor_parallel=dep.tensor_parallel or 1,
+        pipeline_parallel=dep.pipeline_parallel or 1,
+        nodes=dep.nodes,
+        placement=replicas,
+        secret_env=secret_env,
+        container=container,
     )
 
 
-def _resources(run: RunConfig, profile: Profile) -> ResourceSpec:
-    gpus = sum(d.gpus * d.replicas for d in run.deployments)
-    if gpus > profile.gpus_per_node:
-        raise InvalidInput(
-            f"deployments: {gpus} GPUs requested but the profile's nodes have "
-            f"{profile.gpus_per_node} (gpus_per_node)")
+def _placement(run: RunConfig, profile: Profile) -> Placement:
+    shapes = [Shape(gpus=d.gpus_per_replica, replicas=d.replicas, nodes=d.nodes,
+                    gpu_field="gpus" if d.gpus is not None or d.engine not in PARALLEL
+                    else "tensor_parallel")
+              for d in run.deployments]
+    try:
+        return place(shapes, profile.gpus_per_node, profile.port_base)
+    except PlacementError as err:
+        if err.index < 0:
+            raise PlanError(err.field, str(err), source="profile") from err
+        raise PlanError(f"deployments[{err.index}].{err.field}",
+                        f"{err} (gpus_per_node)") from err
+
+
+def _resources(run: RunConfig, profile: Profile, placement: Placement) -> ResourceSpec:
+    gpus = max(placement.gpus_used, default=0)
+    cpus = profile.cpus_per_task
+    if profile.cpus_per_gpu and gpus:
+        cpus = profile.cpus_per_gpu * gpus
+    mem = profile.mem_mb
+    if profile.mem_per_gpu_mb and gpus:
+        mem = profile.mem_per_gpu_mb * gpus
     return ResourceSpec(
         partition=profile.partition,
         account=profile.account,
         qos=profile.qos,
         time_limit=run.resources.time_limit or profile.default_time_limit,
-        nodes=1,
+        nodes=max(placement.nodes, 1),
         gpus=gpus,
         gpu_request=profile.gpu_request,
-        cpus=run.resources.cpus or profile.cpus_per_task,
-        mem_mb=run.resources.mem_mb or profile.mem_mb,
+        cpus=run.resources.cpus or cpus,
+        mem_mb=run.resources.mem_mb or mem,
+        reservation=profile.reservation,
+        options=dict(profile.sbatch_options),
     )
 
 
-def _runtime(run: RunConfig, profile: Profile, resources: ResourceSpec) -> RuntimeSpec:
-    steps = sum(d.replicas for d in run.deployments) + 1  # servers + client
+def _runtime(placement: Placement, profile: Profile, resources: ResourceSpec) -> RuntimeSpec:
+    per_node = [0] * max(placement.nodes, 1)
+    for replicas in placement.replicas:
+        for replica in replicas:
+            per_node[replica.node] += 1
+    per_node[0] += 1  # the client runs on the first node
+    steps = max(per_node)
     step_mem = resources.mem_mb // steps
     if step_mem < 32:
-        raise InvalidInput(f"resources.mem_mb: {resources.mem_mb} MB is too little for "
-                           f"{steps} concurrent steps")
+        raise PlanError("resources.mem_mb", f"{resources.mem_mb} MB is too little for "
+                                            f"{steps} concurrent steps")
     return RuntimeSpec(
         launcher="srun",
         python=profile.python,
@@ -105,30 +196,77 @@ def _runtime(run: RunConfig, profile: Profile, resources: ResourceSpec) -> Runti
         env_allow=tuple(profile.env_allow),
         step_mem_mb=step_mem,
         grace_s=profile.grace_s,
+        secrets=tuple(profile.secrets),
     )
 
 
-def make_plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path) -> Plan:
-    """Resolve a validated run config against a profile into a Plan."""
-    resources = _resources(run, profile)
+def _generate_spec(client: GenerateClient) -> GenerateSpec:
+    return GenerateSpec(
+        model=client.model,
+        prompt_template=client.prompt_template,
+        system_prompt=client.system_prompt,
+        max_tokens=client.max_tokens,
+        temperature=client.temperature,
+        concurrency=client.concurrency,
+        max_retries=client.max_retries,
+        request_timeout_s=client.request_timeout_s,
+    )
+
+
+def _command_spec(client: CommandClient, profile: Profile, config_dir: Path,
+                  images: Mapping[str, ImageEntry],
+                  mounts: Tuple[MountSpec, ...]) -> CommandClientSpec:
+    container = container_for(profile, client.image, "client.image", images, mounts)
+    argv = _fill(client.command, {"python": profile.python, "config_dir": str(config_dir)})
+    env, secret_env = _env(client.env, "client.env", profile, container)
+    return CommandClientSpec(argv=tuple(inside(a, container) for a in argv), env=env,
+                             secret_env=secret_env, container=container)
+
+
+def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
+          images: Mapping[str, ImageEntry], max_array_size: Optional[int],
+          agent_sha256: str) -> Plan:
+    placement = _placement(run, profile)
+    resources = _resources(run, profile, placement)
+    mounts = mounts_for(profile, str(Path(profile.workspace) / "runs" / run_id))
+    shards = tuple(split_records(run.records, run.shards.count, run.shards.records_per_shard))
     client = run.client
     return Plan(
         run_id=run_id,
         name=run.name,
         total_records=run.records,
-        shards=tuple(split_records(run.records, run.shards.count, run.shards.records_per_shard)),
-        deployments=tuple(_deployment(d, profile.python, config_dir) for d in run.deployments),
-        client=GenerateSpec(
-            model=client.model,
-            prompt_template=client.prompt_template,
-            system_prompt=client.system_prompt,
-            max_tokens=client.max_tokens,
-            temperature=client.temperature,
-            concurrency=client.concurrency,
-            max_retries=client.max_retries,
-            request_timeout_s=client.request_timeout_s,
-        ),
+        shards=shards,
+        deployments=tuple(_deployment(i, d, profile, config_dir, images, mounts,
+                                      placement.replicas[i])
+                          for i, d in enumerate(run.deployments)),
+        client=_generate_spec(client) if isinstance(client, GenerateClient) else None,
+        client_command=(_command_spec(client, profile, config_dir, images, mounts)
+                        if isinstance(client, CommandClient) else None),
         resources=resources,
-        runtime=_runtime(run, profile, resources),
+        runtime=_runtime(placement, profile, resources),
         max_attempts=run.max_attempts,
+        arrays=array_chunks(len(shards), max_array_size),
+        array_throttle=(run.shards.throttle if run.shards.throttle is not None
+                        else profile.array_throttle),
+        resume=run.resume,
+        output_format=run.output_format,
+        agent_sha256=agent_sha256,
     )
+
+
+def make_plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path, *,
+              images: Optional[Mapping[str, ImageEntry]] = None,
+              run_file: Optional[Path] = None, profile_file: Optional[Path] = None,
+              max_array_size: Optional[int] = None, agent_sha256: str = "") -> Plan:
+    """Resolve a validated run config against a profile into a Plan.
+
+    ``images`` is the workspace's image registry; ``run_file``/``profile_file`` name the
+    files in error messages (InvalidInput: ``<file>: <field path>: <why>``).
+    """
+    try:
+        return _plan(run, profile, run_id, config_dir, images or {}, max_array_size,
+                     agent_sha256)
+    except PlanError as err:
+        source = run_file if err.source == "run" else profile_file
+        raise InvalidInput(f"{source or err.source + ' config'}: {err.where}: "
+                           f"{err.message}") from err

@@ -627,3 +627,88 @@ def test_load_profile_invalid(home: Path) -> None:
     path.write_text(TESTBED.read_text().replace("gpus_per_node = 4", "gpus_per_node = -1"))
     with pytest.raises(InvalidInput, match="gpus_per_node"):
         load_profile(None)
+
+
+# ----------------------------------------------------------------------------- new fields
+
+
+def test_vllm_gpus_default_to_tp_times_pp(tmp_path: Path) -> None:
+    data = run_data()
+    data["deployments"][0] = {"alias": "tiny", "engine": "vllm", "model": "org/m",
+                              "tensor_parallel": 2, "pipeline_parallel": 2}
+    dep = load_model(write_json(tmp_path, data), RunConfig).deployments[0]
+    assert dep.gpus_per_replica == 4 and dep.gpus is None
+
+
+def test_openai_gpus_default_to_zero(tmp_path: Path) -> None:
+    data = run_data()
+    del data["deployments"][0]["gpus"]
+    assert load_model(write_json(tmp_path, data), RunConfig).deployments[0].gpus_per_replica == 0
+
+
+def test_env_literals_and_secret_refs(tmp_path: Path) -> None:
+    data = run_data()
+    data["deployments"][0]["env"] = {"TOKENIZERS_PARALLELISM": "false",
+                                     "HF_TOKEN": {"secret": "HF_TOKEN"}}
+    env = load_model(write_json(tmp_path, data), RunConfig).deployments[0].env
+    assert env["TOKENIZERS_PARALLELISM"] == "false"
+    assert env["HF_TOKEN"].secret == "HF_TOKEN"  # type: ignore[union-attr]
+
+
+def test_command_client(tmp_path: Path) -> None:
+    data = run_data()
+    data["client"] = {"command": ["{python}", "{config_dir}/client.py"], "image": "img"}
+    run = load_model(write_json(tmp_path, data), RunConfig)
+    assert run.client.command == ["{python}", "{config_dir}/client.py"]  # type: ignore
+
+
+def test_command_client_unknown_placeholder(tmp_path: Path) -> None:
+    data = run_data()
+    data["client"] = {"command": ["run", "{port}"]}
+    invalid(write_json(tmp_path, data), RunConfig, "client.command[1]", "{port}")
+
+
+def test_client_union_errors_name_plain_fields(tmp_path: Path) -> None:
+    data = run_data()
+    data["client"] = {"command": ["run"], "imag": "x"}
+    message = invalid(write_json(tmp_path, data), RunConfig, "client.imag:")
+    assert "<" not in message
+
+
+def test_duplicate_key_in_array_of_tables_names_the_entry(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, quickstart_with('alias = "tiny"', 'alias = "tiny"\nalias = "x"'))
+    invalid(path, RunConfig, "deployments[0].alias: duplicate key")
+
+
+def test_secret_values_are_redacted_everywhere(tmp_path: Path) -> None:
+    token = "hf_" + "Z" * 30
+    data = run_data()
+    data[token] = 1  # even an unknown key that looks like a token is not echoed
+    message = invalid(write_json(tmp_path, data), RunConfig)
+    assert token not in message and "<redacted>" in message
+
+
+def test_profile_new_fields(tmp_path: Path) -> None:
+    data = profile_data()
+    data.update(reservation="maint", cpus_per_gpu=8, mem_per_gpu_mb=1000, secrets=["HF_TOKEN"],
+                sbatch_options={"constraint": "a100|h100", "exclusive": ""},
+                container={"runtime": "apptainer", "executable": "/opt/bin/apptainer",
+                           "mounts": [{"host": "/data", "container": "/data",
+                                       "read_only": True}]})
+    prof = load_model(write_json(tmp_path, data, "p.json"), Profile)
+    assert prof.container.mounts[0].read_only and prof.sbatch_options["exclusive"] == ""
+
+
+@pytest.mark.parametrize("change,fragment", [
+    ({"sbatch_options": {"constraint": ""}}, "sbatch_options.constraint"),
+    ({"secrets": ["A"], "env_allow": ["A"]}, "secrets"),
+    ({"container": {"runtime": "pyxis", "mounts": [{"host": "/a,b", "container": "/a"}]}},
+     "container.mounts[0].host"),
+    ({"container": {"runtime": "pyxis", "mounts": [{"host": "/a", "container": "/x"},
+                                                   {"host": "/b", "container": "/x"}]}},
+     "container.mounts[1].container"),
+])
+def test_profile_consistency(tmp_path: Path, change: Dict[str, Any], fragment: str) -> None:
+    data = profile_data()
+    data.update(change)
+    invalid(write_json(tmp_path, data, "p.json"), Profile, fragment)

@@ -11,11 +11,21 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from agent_stdlib.contracts import Plan, ShardSpec
+from agent_stdlib.contracts import ArraySpec, Plan, ResourceSpec, ShardSpec
 from control.config.loader import load_model
 from control.config.profile import Profile
 from control.config.run import Deployment, RunConfig
 from control.errors import InvalidInput
+from control.images import registry
+from control.planning.arrays import (
+    array_chunks,
+    locate,
+    parse_max_array_size,
+    task_ids,
+)
+from control.planning.directives import apply_directives
+from control.planning.dryrun import dry_run
+from control.planning.placement import PlacementError, Shape, place, spread
 from control.planning.planner import make_plan, new_run_id, resolve_command, split_records
 
 if sys.version_info >= (3, 11):
@@ -159,8 +169,8 @@ def test_escaped_braces_survive_once() -> None:
 
 
 def test_values_are_not_formatted_again() -> None:
-    dep = deployment(["serve", "{model}", "--port", "{port}"], model="weird{port}name")
-    assert resolve_command(dep, "/p", Path("/c"))[1] == "weird{port}name"
+    dep = deployment(["serve", "{config_dir}/s.py", "--port", "{port}"])
+    assert resolve_command(dep, "/p", Path("/c/{python}"))[1] == "/c/{python}/s.py"
 
 
 # ----------------------------------------------------------------------------- make_plan
@@ -298,3 +308,268 @@ def test_new_run_id_unique_and_valid() -> None:
     ids = {new_run_id("a.b_c-d") for _ in range(200)}
     assert len(ids) == 200
     assert all(RUN_ID_PATTERN.match(i) for i in ids)
+
+
+# ----------------------------------------------------------------------------- placement
+
+EXAMPLES = REPO / "examples"
+
+
+def layout(placement: Any) -> List[List[tuple]]:
+    return [[(r.node, r.gpus, r.port) for r in reps] for reps in placement.replicas]
+
+
+def test_spread() -> None:
+    assert spread(5, 2) == [3, 2] and spread(4, 4) == [1] * 4 and spread(1, 1) == [1]
+
+
+def test_place_packs_first_fit() -> None:
+    placement = place([Shape(2, 2, 1), Shape(1, 2, 1)], gpus_per_node=4, port_base=100)
+    assert layout(placement) == [[(0, (0, 1), 100), (0, (2, 3), 101)],
+                                 [(1, (0,), 102), (1, (1,), 103)]]
+    assert placement.gpus_used == (4, 2) and placement.nodes == 2
+
+
+def test_place_spreads_over_distinct_nodes() -> None:
+    placement = place([Shape(1, 1, 1), Shape(2, 3, 3)], gpus_per_node=4, port_base=0)
+    nodes = [r[0] for r in layout(placement)[1]]
+    assert len(set(nodes)) == 3  # one node per replica, first one shared with the first dep
+    assert nodes[0] == 0 and placement.gpus_used == (3, 2, 2)
+
+
+def test_place_gpu_less_replicas_share_a_node() -> None:
+    placement = place([Shape(0, 3, 1)], gpus_per_node=0, port_base=5)
+    assert layout(placement) == [[(0, (), 5), (0, (), 6), (0, (), 7)]]
+
+
+@pytest.mark.parametrize("shape,field,fragment", [
+    (Shape(8, 1, 1, "tensor_parallel"), "tensor_parallel", "8 GPUs per replica"),
+    (Shape(2, 3, 1), "replicas", "need 6 GPUs on one node"),
+    (Shape(3, 4, 2), "replicas", "need 6 GPUs"),
+])
+def test_place_rejects(shape: Shape, field: str, fragment: str) -> None:
+    with pytest.raises(PlacementError) as info:
+        place([Shape(0, 1, 1), shape], gpus_per_node=4, port_base=0)
+    assert (info.value.index, info.value.field) == (1, field)
+    assert fragment in str(info.value)
+
+
+def test_place_port_range() -> None:
+    with pytest.raises(PlacementError, match="65535") as info:
+        place([Shape(0, 64, 1)] * 10, gpus_per_node=0, port_base=65000)
+    assert info.value.field == "port_base"
+    place([Shape(0, 35, 1)], gpus_per_node=0, port_base=65500)  # 65500..65534 fits
+
+
+# ----------------------------------------------------------------------------- arrays
+
+
+def test_array_chunks() -> None:
+    assert array_chunks(3) == (ArraySpec(0, 0, 3),)
+    assert array_chunks(3, 1001) == (ArraySpec(0, 0, 3),)
+    assert array_chunks(2500, 1000) == (ArraySpec(0, 0, 1000), ArraySpec(1, 1000, 1000),
+                                        ArraySpec(2, 2000, 500))
+    assert array_chunks(1000, 1000) == (ArraySpec(0, 0, 1000),)
+
+
+def test_locate_and_task_ids() -> None:
+    arrays = array_chunks(25, 10)
+    assert locate(arrays, 0) == (0, 0) and locate(arrays, 19) == (1, 9)
+    assert locate(arrays, 24) == (2, 4)
+    with pytest.raises(ValueError):
+        locate(arrays, 25)
+    assert task_ids(arrays, [21, 3, 12, 4]) == [(0, [3, 4]), (1, [2]), (2, [1])]
+
+
+@pytest.mark.parametrize("text,value", [
+    ("AuthType = auth/munge\nMaxArraySize            = 100001\nMaxJobCount = 1\n", 100001),
+    ("MaxArraySize = 0\n", None), ("nothing here\n", None), ("MaxArraySize = x\n", None),
+])
+def test_parse_max_array_size(text: str, value: Optional[int]) -> None:
+    assert parse_max_array_size(text) == value
+
+
+def test_plan_records_arrays_and_throttle() -> None:
+    data = run_data()
+    data["records"], data["shards"] = 25, {"count": 25, "throttle": 4}
+    plan = make_plan(run_config(data), profile(array_throttle=9), RUN_ID, QUICKSTART.parent,
+                     max_array_size=10)
+    assert [(a.first_shard, a.count) for a in plan.arrays] == [(0, 10), (10, 10), (20, 5)]
+    assert plan.array_throttle == 4
+    assert make_plan(run_config(), profile(array_throttle=9), RUN_ID,
+                     QUICKSTART.parent).array_throttle == 9
+
+
+# ----------------------------------------------------------------------------- directives
+
+
+def test_apply_directives() -> None:
+    res = ResourceSpec(partition=None, account=None, qos=None, time_limit="10", nodes=2, gpus=4,
+                       gpu_request="gpus", cpus=8, mem_mb=1024, reservation="maint",
+                       options={"constraint": "a100", "exclusive": ""})
+    base = {"ntasks": "1", "gpus": "4", "nodes": "2", "requeue": None}
+    assert apply_directives(base, res) == {
+        "ntasks-per-node": "1", "gpus-per-node": "4", "nodes": "2", "requeue": None,
+        "reservation": "maint", "constraint": "a100", "exclusive": None}
+    single = ResourceSpec(partition=None, account=None, qos=None, time_limit="10", nodes=1,
+                          gpus=4, gpu_request="gpus", cpus=8, mem_mb=1024)
+    assert apply_directives(base, single) == base
+
+
+# ----------------------------------------------------------------------------- deployments
+
+
+def vllm_run(**dep: Any) -> Dict[str, Any]:
+    data = run_data()
+    data["deployments"] = [dict({"alias": "tiny", "engine": "vllm", "model": "org/m"}, **dep)]
+    return data
+
+
+def test_vllm_plan_layout_and_argv() -> None:
+    plan = make_plan(run_config(vllm_run(tensor_parallel=2, replicas=2,
+                                         extra_args=["--chat-template",
+                                                     "{config_dir}/t.jinja"])),
+                     profile(), RUN_ID, Path("/cfg"))
+    dep = plan.deployment("tiny")
+    assert dep.gpus_per_replica == 2 and dep.tensor_parallel == 2
+    assert [(r.node, r.gpus, r.port) for r in dep.placement] == [(0, (0, 1), 20000),
+                                                                  (0, (2, 3), 20001)]
+    assert dep.command[:3] == ("vllm", "serve", "org/m")
+    assert dep.command[-2:] == ("--chat-template", "/cfg/t.jinja")
+    assert (plan.resources.nodes, plan.resources.gpus) == (1, 4)
+
+
+def test_multi_node_resources_and_step_memory() -> None:
+    data = vllm_run(tensor_parallel=4, replicas=2, nodes=2)
+    data["resources"] = {"mem_mb": 4000}
+    plan = make_plan(run_config(data), profile(), RUN_ID, QUICKSTART.parent)
+    assert (plan.resources.nodes, plan.resources.gpus) == (2, 4)
+    assert plan.runtime.step_mem_mb == 2000  # node 0: one server + the client
+
+
+def test_per_gpu_cpus_and_memory() -> None:
+    data = vllm_run(tensor_parallel=2)
+    del data["resources"]
+    plan = make_plan(run_config(data), profile(cpus_per_gpu=8, mem_per_gpu_mb=1000), RUN_ID,
+                     QUICKSTART.parent)
+    assert (plan.resources.cpus, plan.resources.mem_mb) == (16, 2000)
+
+
+def test_profile_reservation_and_options_reach_the_plan() -> None:
+    plan = make_plan(run_config(), profile(reservation="maint",
+                                           sbatch_options={"constraint": "a100"}),
+                     RUN_ID, QUICKSTART.parent)
+    assert plan.resources.reservation == "maint"
+    assert plan.resources.options == {"constraint": "a100"}
+
+
+def test_secret_references() -> None:
+    data = run_data()
+    data["deployments"][0]["env"] = {"HF_TOKEN": {"secret": "MY_HF"}, "A": "1"}
+    plan = make_plan(run_config(data), profile(secrets=["MY_HF"]), RUN_ID, QUICKSTART.parent)
+    dep = plan.deployment("tiny")
+    assert dep.env == {"A": "1"} and dep.secret_env == {"HF_TOKEN": "MY_HF"}
+    assert plan.runtime.secrets == ("MY_HF",)
+    with pytest.raises(InvalidInput) as info:
+        make_plan(run_config(data), profile(), RUN_ID, QUICKSTART.parent,
+                  run_file=Path("run.toml"))
+    assert info.value.message.startswith("run.toml: deployments[0].env.HF_TOKEN: secret MY_HF")
+
+
+# ----------------------------------------------------------------------------- containers
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> Dict[str, Any]:
+    out = {}
+    for alias, name in (("vllm", "vllm.sqsh"), ("sif", "vllm.sif")):
+        path = tmp_path / name
+        path.write_bytes(alias.encode())
+        out[alias] = registry.add(tmp_path / "ws", alias, str(path))
+    return out
+
+
+def pyxis_profile(**changes: Any) -> Profile:
+    return profile(workspace="/ws", container={"runtime": "pyxis", "mounts": [
+        {"host": "/shared", "container": "/data", "read_only": True},
+        {"host": "/shared/models", "container": "/models", "read_only": True}]}, **changes)
+
+
+def test_container_plan(images: Dict[str, Any]) -> None:
+    data = vllm_run(image="vllm", model="/shared/models/llama", gpus=1,
+                    extra_args=["--download-dir=/shared/cache"], env={"HF_HOME": "/shared/hf"})
+    plan = make_plan(run_config(data), pyxis_profile(), RUN_ID, QUICKSTART.parent,
+                     images=images)
+    dep = plan.deployment("tiny")
+    assert dep.container is not None
+    assert (dep.container.path, dep.container.sha256) == (images["vllm"].path,
+                                                          images["vllm"].sha256)
+    assert dep.command[2] == "/models/llama"  # most specific mount wins
+    assert "--download-dir=/data/cache" in dep.command
+    assert dep.env == {"HF_HOME": "/data/hf"}
+    assert dep.model == "/shared/models/llama"  # the authored value is kept
+    assert [m.container for m in dep.container.mounts] == ["/data", "/models",
+                                                           "/synthbatch/run"]
+    assert dep.container.mounts[-1].host == f"/ws/runs/{RUN_ID}"
+
+
+def test_container_image_kind_must_match_runtime(images: Dict[str, Any]) -> None:
+    data = vllm_run(image="sif", gpus=1)
+    with pytest.raises(InvalidInput, match=r"deployments\[0\]\.image: .*\.sif file"):
+        make_plan(run_config(data), pyxis_profile(), RUN_ID, QUICKSTART.parent, images=images)
+
+
+def test_command_client_in_an_image(images: Dict[str, Any]) -> None:
+    data = run_data()
+    data["client"] = {"command": ["{python}", "/shared/code/c.py", "{config_dir}/x"],
+                      "image": "vllm", "env": {"KEY_FILE": "/shared/k"}}
+    plan = make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
+    assert plan.client is None and plan.client_command is not None
+    assert plan.client_command.argv == ("/usr/bin/python3", "/data/code/c.py", "/cfg/x")
+    assert plan.client_command.env == {"KEY_FILE": "/data/k"}
+    assert Plan.from_dict(plan.to_dict()) == plan
+
+
+# ----------------------------------------------------------------------------- dry run
+
+
+@pytest.mark.parametrize("example", ["quickstart.toml", "vllm-multigpu.toml",
+                                     "multi-deployment.toml"])
+def test_examples_plan_on_the_testbed_profile(example: str, tmp_path: Path) -> None:
+    prof = tmp_path / "p.toml"
+    prof.write_text(TESTBED.read_text().replace("/tmp/synthbatch-workspace",
+                                                str(tmp_path / "ws")))
+    out = dry_run(EXAMPLES / example, str(prof))
+    assert out["summary"].splitlines()[0].startswith("run ")
+    assert "GPU layout:" in out["summary"] and out["plan_sha256"] in out["summary"]
+    assert out["script"].startswith("#!/bin/bash\n")
+    assert not (tmp_path / "ws").exists()  # a dry run writes no state
+
+
+def test_containers_example_plans_with_registered_images(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    for alias in ("vllm-0.6", "llamacpp", "client"):
+        image = tmp_path / f"{alias}.sqsh"
+        image.write_bytes(alias.encode())
+        registry.add(workspace, alias, str(image))
+    prof = tmp_path / "p.toml"
+    prof.write_text((EXAMPLES / "profiles" / "pyxis.toml").read_text().replace(
+        '"/shared/synthbatch"', f'"{workspace}"'))
+    out = dry_run(EXAMPLES / "containers.toml", str(prof))
+    summary = out["summary"]
+    assert "qwen#0 GPUs 0,1 port 20000" in summary and "small#0 GPUs 2 port 20001" in summary
+    assert "vllm serve /models/Qwen2.5-14B-Instruct" in summary
+    assert "HF_TOKEN<-secret HF_TOKEN" in summary
+    assert "--constraint=a100" in summary
+    assert sorted(p.name for p in workspace.iterdir()) == ["images.json", "images.json.lock"]
+
+
+def test_plan_errors_name_the_profile_file(tmp_path: Path) -> None:
+    data = run_data()
+    data["deployments"] = [dict(alias=f"m{i}", model="m", command=["s", "{port}"], gpus=0,
+                                replicas=64) for i in range(9)]
+    data["client"]["model"] = "m0"
+    with pytest.raises(InvalidInput) as info:
+        make_plan(run_config(data), profile(port_base=65000), RUN_ID, QUICKSTART.parent,
+                  profile_file=Path("p.toml"))
+    assert info.value.message.startswith("p.toml: port_base: 65000 + 576 server ports")

@@ -1,0 +1,99 @@
+"""``synthbatch profile init|validate|show``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import click
+
+from control.cli.common import common
+
+MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
+
+
+@click.group("profile")
+def profile_group() -> None:
+    """Create, check and show cluster profiles."""
+
+
+def _target(path: Optional[Path], profile: Optional[str]) -> Path:
+    from control.config.profile import default_profile_path
+
+    if path is not None:
+        return path.expanduser()
+    if profile and ("/" in profile or profile.endswith((".toml", ".json"))):
+        return Path(profile).expanduser()
+    return default_profile_path(profile or "default")
+
+
+@profile_group.command("init")
+@click.option("--path", type=click.Path(path_type=Path), default=None,
+              help="Where to write (default: ~/.config/synthbatch/profiles/<--profile or "
+                   "'default'>.toml).")
+@click.option("--workspace", required=True, help="Shared directory for runs (absolute).")
+@click.option("--account", default=None, help="Slurm account.")
+@click.option("--partition", default=None, help="Slurm partition.")
+@click.option("--qos", default=None, help="Slurm QOS.")
+@click.option("--gpus-per-node", type=click.IntRange(0, 64), default=0, show_default=True,
+              help="GPUs on each node of the partition.")
+@click.option("--gpu-request", type=click.Choice(["gres", "gpus"]), default="gres",
+              show_default=True, help="--gres=gpu:N or --gpus/--gpus-per-node.")
+@click.option("--container-runtime", type=click.Choice(["none", "pyxis", "apptainer",
+                                                         "charliecloud"]),
+              default="none", show_default=True, help="How steps run in images.")
+@click.option("--python", "python", default="/usr/bin/python3", show_default=True,
+              help="Python 3.9+ on the compute nodes.")
+@click.option("--slurm-bin", default=None, help="Directory of the Slurm commands.")
+@common
+def init_cmd(path: Optional[Path], workspace: str, account: Optional[str],
+             partition: Optional[str], qos: Optional[str], gpus_per_node: int,
+             gpu_request: str, container_runtime: str, python: str,
+             slurm_bin: Optional[str], profile: Optional[str]) -> Any:
+    """Write a commented starter profile (0600); never overwrites a file."""
+    from control.config.starter import starter_toml, write_starter
+
+    text = starter_toml(workspace, account, partition, qos, gpus_per_node, gpu_request,
+                        container_runtime, python, slurm_bin)
+    target = write_starter(_target(path, profile), text)
+    return {"data": {"path": str(target)},
+            "text": f"wrote {target}; check it with: synthbatch profile validate "
+                    f"--profile {target}"}
+
+
+@profile_group.command("validate")
+@common
+def validate_cmd(profile: Optional[str], as_json: bool) -> Any:
+    """Check the workspace, Slurm, the partition and its GPUs, Python and containers."""
+    from control.config.checks import check_profile
+    from control.config.profile import load_profile
+    from control.errors import InvalidInput
+
+    prof, path = load_profile(profile)
+    checks = check_profile(prof)
+    data: Dict[str, Any] = {"profile": str(path), "ok": all(c.status != "fail" for c in checks),
+                            "checks": [c.to_dict() for c in checks]}
+    text = "\n".join([f"profile {path}"] + [f"  {MARK[c.status]}  {c.name:<10} {c.detail}"
+                                            for c in checks])
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        click.echo(json.dumps(data, sort_keys=True) if as_json else text)
+        raise InvalidInput(f"{path}: {len(failed)} check(s) failed: "
+                           + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+    return {"data": data, "text": text}
+
+
+@profile_group.command("show")
+@common
+def show_cmd(profile: Optional[str]) -> Any:
+    """Print the resolved profile (every field, defaults filled in)."""
+    from control.config.profile import load_profile
+
+    prof, path = load_profile(profile)
+    values = prof.model_dump(mode="json")
+    lines = [f"# {path}"] + [f"{key} = {json.dumps(value)}" for key, value in values.items()
+                             if not isinstance(value, dict)]
+    lines += [f"{key} = {json.dumps(value, sort_keys=True)}" for key, value in values.items()
+              if isinstance(value, dict)]
+    return {"data": {"path": str(path), "profile": values}, "text": "\n".join(lines)}

@@ -1,0 +1,214 @@
+"""``synthbatch profile validate``: does this profile match the cluster it names?
+
+Each check returns ``ok``, ``warn`` or ``fail`` with what was found. Slurm commands go
+through the one runner (``control.slurm.runner``); ``runner`` and ``which`` are injected
+so tests can play a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from control.config.profile import Profile
+from control.errors import SynthbatchError
+from control.planning.arrays import parse_max_array_size
+from control.slurm.runner import Runner, binary, run_command
+
+BINARIES = ("sbatch", "squeue", "sacct", "scontrol", "scancel", "sinfo", "srun")
+SHARED_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "glusterfs",
+             "fuse.glusterfs", "wekafs", "pvfs2", "orangefs", "panfs", "fuse.sshfs", "virtiofs")
+GRES_GPU = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+Which = Callable[[str], Optional[str]]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding: ``status`` is ``ok``, ``warn`` or ``fail``."""
+
+    name: str
+    status: str
+    detail: str
+
+    def to_dict(self) -> Dict[str, str]:
+        """Plain data for ``--json``."""
+        return asdict(self)
+
+
+def _fs_type(path: Path, mounts_file: Path = Path("/proc/mounts")) -> Optional[str]:
+    """The filesystem type of the mount holding ``path`` (Linux), or None."""
+    try:
+        lines = mounts_file.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    best: Tuple[int, Optional[str]] = (-1, None)
+    target = str(path.resolve())
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (target == point or target.startswith(point.rstrip("/") + "/")) and \
+                len(point) > best[0]:
+            best = (len(point), fields[2])
+    return best[1]
+
+
+def check_workspace(workspace: Path, mounts_file: Path = Path("/proc/mounts")) -> Check:
+    """Writable, 0700 run directories possible, and on a shared filesystem."""
+    if not workspace.exists():
+        parent = next((p for p in workspace.parents if p.exists()), Path("/"))
+        if os.access(parent, os.W_OK | os.X_OK):
+            return Check("workspace", "warn", f"{workspace} does not exist yet; submit will "
+                                              f"create it under {parent}")
+        return Check("workspace", "fail", f"{workspace} does not exist and {parent} is not "
+                                          f"writable")
+    if not workspace.is_dir() or not os.access(workspace, os.W_OK | os.X_OK):
+        return Check("workspace", "fail", f"{workspace} is not a writable directory")
+    try:
+        probe = Path(tempfile.mkdtemp(prefix=".synthbatch-probe-", dir=workspace))
+        mode = probe.stat().st_mode & 0o777
+        probe.rmdir()
+    except OSError as err:
+        return Check("workspace", "fail", f"{workspace}: cannot create a directory "
+                                          f"({err.strerror})")
+    if mode != 0o700:
+        return Check("workspace", "fail", f"{workspace}: new directories get mode "
+                                          f"{mode:o}, not 700")
+    fs = _fs_type(workspace, mounts_file)
+    if fs in SHARED_FS:
+        return Check("workspace", "ok", f"{workspace}: writable, 0700 run dirs, shared ({fs})")
+    return Check("workspace", "warn", f"{workspace}: writable, 0700 run dirs, but on a "
+                                      f"{fs or 'unknown'} filesystem: compute nodes must see "
+                                      f"the same path")
+
+
+def check_binaries(profile: Profile, which: Which = shutil.which) -> Check:
+    """Every Slurm command synthbatch uses is there."""
+    missing = [name for name in BINARIES
+               if not (os.access(binary(name, profile.slurm_bin), os.X_OK)
+                       if profile.slurm_bin else which(name))]
+    where = profile.slurm_bin or "PATH"
+    if missing:
+        return Check("slurm", "fail", f"not found in {where}: {', '.join(missing)}")
+    return Check("slurm", "ok", f"{', '.join(BINARIES)} found in {where}")
+
+
+def _run(runner: Runner, argv: Sequence[str], timeout: float) -> Tuple[bool, str]:
+    try:
+        result = runner(argv, timeout)
+    except SynthbatchError as err:
+        return False, err.message
+    if result.returncode != 0:
+        return False, result.error_line()
+    return True, result.stdout
+
+
+def _partition_rows(text: str) -> List[List[str]]:
+    return [line.split("|") for line in text.splitlines() if line.count("|") >= 3]
+
+
+def check_partition(profile: Profile, runner: Runner = run_command) -> Check:
+    """The partition exists, is up, and its nodes have the GPUs the profile claims."""
+    sinfo = binary("sinfo", profile.slurm_bin)
+    ok, out = _run(runner, [sinfo, "-h", "-o", "%P|%a|%D|%G|%l"], profile.scheduler_timeout_s)
+    if not ok:
+        return Check("partition", "fail", f"sinfo: {out}")
+    rows = _partition_rows(out)
+    wanted = profile.partition
+    match = [r for r in rows if r[0].rstrip("*") == wanted or (not wanted and r[0].endswith("*"))]
+    if not match:
+        have = ", ".join(sorted({r[0] for r in rows})) or "none"
+        return Check("partition", "fail", f"partition {wanted or '(default)'} not found "
+                                          f"(have: {have})")
+    name, avail, nodes = match[0][0].rstrip("*"), match[0][1], match[0][2]
+    gpus = max((int(n) for r in match for n in GRES_GPU.findall(r[3])), default=0)
+    detail = f"partition {name}: {avail}, {nodes} node(s), {gpus} GPU(s) per node, " \
+             f"time limit {match[0][4]}"
+    if avail != "up":
+        return Check("partition", "fail", detail)
+    if profile.gpus_per_node > gpus:
+        return Check("partition", "fail", f"{detail}; the profile claims gpus_per_node = "
+                                          f"{profile.gpus_per_node}")
+    if profile.gpus_per_node < gpus:
+        return Check("partition", "warn", f"{detail}; the profile uses only "
+                                          f"{profile.gpus_per_node}")
+    return Check("partition", "ok", detail)
+
+
+def check_arrays(profile: Profile, runner: Runner = run_command) -> Check:
+    """``MaxArraySize``: runs with more shards are split into several arrays."""
+    scontrol = binary("scontrol", profile.slurm_bin)
+    ok, out = _run(runner, [scontrol, "show", "config"], profile.scheduler_timeout_s)
+    size = parse_max_array_size(out) if ok else None
+    if size is None:
+        return Check("arrays", "warn", f"MaxArraySize unknown ({out if not ok else 'absent'})")
+    return Check("arrays", "ok", f"MaxArraySize {size}: up to {size} shards per array")
+
+
+def check_python(profile: Profile, runner: Runner = run_command) -> Check:
+    """The controller Python here, and how to check it on a compute node."""
+    how = (f"check on a compute node: srun{' -p ' + profile.partition if profile.partition else ''}"
+           f" -N1 -n1 -t 1 {profile.python} -c 'import sys; print(sys.version)'")
+    ok, out = _run(runner, [profile.python, "-c",
+                            "import sys; print('%d.%d.%d' % sys.version_info[:3])"], 10.0)
+    if not ok:
+        return Check("python", "warn", f"{profile.python} does not run on this node ({out}); "
+                                       f"{how}")
+    version = out.strip()
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if not match:
+        return Check("python", "warn", f"{profile.python} printed {version[:40]!r}; {how}")
+    status = "ok" if (int(match.group(1)), int(match.group(2))) >= (3, 9) else "fail"
+    return Check("python", status, f"{profile.python} is Python {version} here (needs 3.9+); "
+                                   f"{how}")
+
+
+def check_container(profile: Profile, runner: Runner = run_command,
+                    which: Which = shutil.which) -> Check:
+    """The container runtime is usable from here (pyxis: srun knows --container-image)."""
+    runtime = profile.container.runtime
+    if runtime == "none":
+        return Check("container", "ok", "no container runtime (steps run on the host)")
+    if runtime == "pyxis":
+        ok, out = _run(runner, [binary("srun", profile.slurm_bin), "--help"], 10.0)
+        if ok and "--container-image" in out:
+            return Check("container", "ok", "pyxis: srun knows --container-image")
+        return Check("container", "fail", "pyxis: srun does not know --container-image "
+                                          "(plugin not loaded?)")
+    exe = profile.container.executable or {"apptainer": "apptainer",
+                                           "charliecloud": "ch-run"}[runtime]
+    ok, out = _run(runner, [exe, "--version"], 10.0)
+    if ok:
+        return Check("container", "ok", f"{runtime}: {exe} {out.strip()}")
+    return Check("container", "warn", f"{runtime}: {exe} does not run here ({out}); it must "
+                                      f"on compute nodes")
+
+
+def check_secrets(profile: Profile, env: Optional[Dict[str, str]] = None) -> Check:
+    """Which secret variables are set in this shell (names only, never values)."""
+    env = dict(os.environ) if env is None else env
+    if not profile.secrets:
+        return Check("secrets", "ok", "no secrets declared")
+    missing = [name for name in profile.secrets if not env.get(name)]
+    if missing:
+        return Check("secrets", "warn", f"not set in this shell: {', '.join(missing)} (submit "
+                                        f"passes the job its environment)")
+    return Check("secrets", "ok", f"set: {', '.join(profile.secrets)}")
+
+
+def check_profile(profile: Profile, runner: Optional[Runner] = None,
+                  which: Optional[Which] = None) -> List[Check]:
+    """Every check, in the order a user fixes them."""
+    runner = runner or run_command
+    which = which or shutil.which
+    checks = [check_workspace(Path(profile.workspace)), check_binaries(profile, which)]
+    checks += [check_partition(profile, runner), check_arrays(profile, runner),
+               check_python(profile, runner), check_container(profile, runner, which),
+               check_secrets(profile)]
+    return checks

@@ -1,0 +1,189 @@
+"""A deployment: one model alias served by ``replicas`` copies of one engine."""
+
+from __future__ import annotations
+
+import string
+from pathlib import PurePosixPath
+from typing import Annotated, Dict, List, Literal, Optional, Sequence, Union
+
+from pydantic import Discriminator, Field, Tag, model_validator
+
+from agent_stdlib.containers import RESERVED_MOUNT
+from control.config.fields import (
+    AbsPath,
+    EnvName,
+    ModelRef,
+    Name,
+    ServedName,
+    Strict,
+    Text,
+    under,
+)
+from control.config.secrets import check_args, secret_name, secret_value
+from control.planning.engines import PARALLEL, RENDERED, check_extra_args
+
+COMMAND_PLACEHOLDERS = frozenset({"host", "port", "model", "served_name", "python", "config_dir"})
+ARG_PLACEHOLDERS = frozenset({"model", "served_name", "config_dir"})
+
+
+def placeholders(text: str) -> List[str]:
+    """Field names used by a ``str.format`` template; ValueError if malformed."""
+    names = []
+    for _, field, spec, conversion in string.Formatter().parse(text):
+        if field is None:
+            continue
+        if spec or conversion:
+            raise ValueError(f"placeholder {{{field}}} must not carry a format spec")
+        names.append(field)
+    return names
+
+
+def check_placeholders(name: str, args: Sequence[str], allowed: frozenset) -> List[str]:
+    """The placeholders ``args`` use; ValueError naming ``name[i]`` for a bad one."""
+    used: List[str] = []
+    for index, arg in enumerate(args):
+        try:
+            found = placeholders(arg)
+        except ValueError as err:
+            raise ValueError(f"{name}[{index}]: {err}") from err
+        unknown = sorted(set(found) - allowed)
+        if unknown:
+            raise ValueError(f"{name}[{index}]: unknown placeholder {{{unknown[0]}}} (allowed: "
+                             + ", ".join(f"{{{n}}}" for n in sorted(allowed)) + ")")
+        used += found
+    return used
+
+
+def check_path_value(name: str, arg: str) -> None:
+    """Reject a relative path, ``..`` or the reserved mount in one path-like argument."""
+    value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+    if value.startswith(("./", "../")) or value in (".", ".."):
+        raise ValueError(f"{name}: relative path; use an absolute path or {{config_dir}}/...")
+    if value.startswith("/"):
+        if ".." in PurePosixPath(value).parts:
+            raise ValueError(f"{name}: path must not contain '..'")
+        if under(value, RESERVED_MOUNT):
+            raise ValueError(f"{name}: {RESERVED_MOUNT} is reserved for the run directory")
+
+
+def check_paths(name: str, args: Sequence[str]) -> None:
+    """``check_path_value`` for every argument, named ``name[i]``."""
+    for index, arg in enumerate(args):
+        check_path_value(f"{name}[{index}]", arg)
+
+
+class SecretRef(Strict):
+    """An environment value read at run time from the job's environment variable ``secret``."""
+
+    secret: EnvName
+
+
+def _env_kind(value: object) -> str:
+    return "<secret>" if isinstance(value, (dict, SecretRef)) else "<text>"
+
+
+# Tags in angle brackets are dropped from error locations by the loader.
+EnvValue = Annotated[Union[Annotated[Text, Tag("<text>")],
+                           Annotated[SecretRef, Tag("<secret>")]], Discriminator(_env_kind)]
+
+
+def check_env(env: Dict[str, EnvValue]) -> None:
+    """Secret-named variables must be references; no value may look like a credential."""
+    for key, value in env.items():
+        if isinstance(value, SecretRef):
+            continue
+        if secret_name(key) or secret_value(value):
+            raise ValueError(f"env.{key}: looks like a literal secret (value not shown); "
+                             f"write {{ secret = \"NAME\" }} and list NAME in the profile's "
+                             f"secrets")
+        check_path_value(f"env.{key}", value)
+
+
+class Deployment(Strict):
+    """One model alias: an engine, a model and how many GPUs on how many nodes."""
+
+    alias: Name
+    engine: Literal["vllm", "sglang", "llamacpp", "openai"] = "openai"
+    model: ModelRef
+    served_name: Optional[ServedName] = None
+    image: Optional[Name] = None
+    executable: Optional[AbsPath] = None
+    command: Optional[List[Text]] = None
+    extra_args: List[Text] = []
+    env: Dict[EnvName, EnvValue] = {}
+    gpus: Optional[int] = Field(default=None, ge=0, le=64)
+    tensor_parallel: Optional[int] = Field(default=None, ge=1, le=64)
+    pipeline_parallel: Optional[int] = Field(default=None, ge=1, le=64)
+    replicas: int = Field(default=1, ge=1, le=64)
+    nodes: int = Field(default=1, ge=1, le=64)
+    startup_timeout_s: float = Field(default=600.0, gt=0, le=86400)
+    readiness_path: Text = "/health"
+    max_queued_requests: int = Field(default=64, ge=0, le=100000)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs of one replica: ``gpus``, else TP x PP for parallel engines, else 0."""
+        if self.gpus is not None:
+            return self.gpus
+        if self.engine in PARALLEL:
+            return (self.tensor_parallel or 1) * (self.pipeline_parallel or 1)
+        return 0
+
+    @model_validator(mode="after")
+    def _valid(self) -> Deployment:
+        self._check_engine_fields()
+        self._check_shape()
+        check_env(self.env)
+        if not self.readiness_path.startswith("/"):
+            raise ValueError("readiness_path: must start with '/'")
+        if self.engine == "llamacpp" and not self.model.startswith("/"):
+            raise ValueError("model: llamacpp needs the absolute path of a GGUF file")
+        return self
+
+    def _check_engine_fields(self) -> None:
+        if self.engine == "openai":
+            if self.command is None:
+                raise ValueError("command: engine 'openai' needs the command that serves "
+                                 "the model")
+            for field in ("extra_args", "executable"):
+                if getattr(self, field):
+                    raise ValueError(f"{field}: only for engines "
+                                     f"{', '.join(RENDERED)}; put it in command")
+            self._check_command(self.command)
+            return
+        if self.command is not None:
+            raise ValueError(f"command: engine {self.engine!r} renders its own command; "
+                             f"use extra_args")
+        check_placeholders("extra_args", self.extra_args, ARG_PLACEHOLDERS)
+        for check in (lambda a: check_extra_args(self.engine, a), check_args):
+            try:
+                check(self.extra_args)
+            except ValueError as err:
+                raise ValueError(f"extra_args{err}") from err
+        check_paths("extra_args", self.extra_args)
+
+    def _check_command(self, command: List[str]) -> None:
+        if not command:
+            raise ValueError("command: must not be empty")
+        used = check_placeholders("command", command, COMMAND_PLACEHOLDERS)
+        if "port" not in used:
+            raise ValueError("command: must contain {port} so the agent can place the server")
+        try:
+            check_args(command)
+        except ValueError as err:
+            raise ValueError(f"command{err}") from err
+        check_paths("command", command)
+
+    def _check_shape(self) -> None:
+        if self.engine not in PARALLEL:
+            for field in ("tensor_parallel", "pipeline_parallel"):
+                if getattr(self, field) is not None:
+                    raise ValueError(f"{field}: only for engines {', '.join(PARALLEL)}")
+        else:
+            tp, pp = self.tensor_parallel or 1, self.pipeline_parallel or 1
+            if self.gpus is not None and tp * pp != self.gpus:
+                raise ValueError(f"tensor_parallel: tensor_parallel x pipeline_parallel = "
+                                 f"{tp} x {pp} = {tp * pp} but gpus = {self.gpus}")
+        if self.nodes > self.replicas:
+            raise ValueError(f"nodes: {self.nodes} nodes for {self.replicas} replica(s); "
+                             f"a replica runs on one node")

@@ -1,0 +1,253 @@
+"""``synthbatch profile init|validate|show`` and the checks behind validate."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+from typing import List, Sequence
+
+import pytest
+from click.testing import CliRunner, Result
+
+from control.cli.main import cli
+from control.config import checks
+from control.config.loader import load_model
+from control.config.profile import Profile
+from control.slurm.runner import CommandResult
+
+REPO = Path(__file__).resolve().parents[2]
+TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SYNTHBATCH_PROFILE", raising=False)
+    return home
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=True)
+
+
+# ----------------------------------------------------------------------------- init
+
+
+def test_init_writes_a_commented_valid_profile(tmp_path: Path) -> None:
+    target = tmp_path / "p" / "cluster.toml"
+    result = invoke("profile", "init", "--path", str(target), "--workspace", "/shared/ws",
+                    "--account", "proj", "--partition", "gpu", "--gpus-per-node", "8",
+                    "--gpu-request", "gpus", "--container-runtime", "pyxis")
+    assert result.exit_code == 0, result.stderr
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert stat.S_IMODE(target.parent.stat().st_mode) == 0o700
+    text = target.read_text()
+    assert text.count("\n# ") > 10  # commented
+    profile = load_model(target, Profile)
+    assert (profile.workspace, profile.account, profile.partition) == ("/shared/ws", "proj",
+                                                                       "gpu")
+    assert (profile.gpus_per_node, profile.gpu_request) == (8, "gpus")
+    assert profile.container.runtime == "pyxis" and profile.qos is None
+
+
+def test_init_default_location_and_name(home: Path) -> None:
+    assert invoke("profile", "init", "--workspace", "/ws").exit_code == 0
+    assert (home / ".config/synthbatch/profiles/default.toml").is_file()
+    assert invoke("profile", "init", "--workspace", "/ws", "--profile", "big").exit_code == 0
+    assert (home / ".config/synthbatch/profiles/big.toml").is_file()
+
+
+def test_init_never_overwrites(tmp_path: Path) -> None:
+    target = tmp_path / "p.toml"
+    target.write_text("mine")
+    result = invoke("profile", "init", "--path", str(target), "--workspace", "/ws")
+    assert result.exit_code == 4
+    assert "already exists" in result.stderr and target.read_text() == "mine"
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--workspace", "relative"], "workspace"),
+    (["--workspace", "/ws", "--partition", "bad name"], "partition"),
+    (["--workspace", "/ws", "--python", "/usr/bin/py\nthon"], "python"),
+])
+def test_init_rejects_bad_values(tmp_path: Path, args: Sequence[str], field: str) -> None:
+    target = tmp_path / "p.toml"
+    result = invoke("profile", "init", "--path", str(target), *args)
+    assert result.exit_code == 2
+    assert len(result.stderr.splitlines()) == 1 and f"{field}:" in result.stderr
+    assert not target.exists()
+
+
+# ----------------------------------------------------------------------------- show
+
+
+def test_show_prints_resolved_defaults() -> None:
+    result = invoke("profile", "show", "--profile", str(TESTBED))
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"# {TESTBED}"
+    assert 'partition = "debug"' in lines and "port_base = 20000" in lines
+    assert 'container = {"executable": null, "mounts": [], "runtime": "none"}' in lines
+    data = json.loads(invoke("profile", "show", "--profile", str(TESTBED), "--json").stdout)
+    assert data["profile"]["gpus_per_node"] == 4 and data["path"] == str(TESTBED)
+
+
+# ----------------------------------------------------------------------------- validate
+
+
+class FakeCluster:
+    """Answers the commands validate runs; fails on anything else."""
+
+    def __init__(self, sinfo: str = "debug*|up|2|gpu:4|infinite\n", python: str = "3.11.2\n",
+                 srun_help: str = "--container-image=...", version_rc: int = 0) -> None:
+        self.out = {"sinfo": sinfo, "scontrol": "MaxArraySize = 1001\n", "srun": srun_help}
+        self.python, self.version_rc = python, version_rc
+        self.calls: List[List[str]] = []
+
+    def __call__(self, argv: Sequence[str], timeout: float) -> CommandResult:
+        self.calls.append(list(argv))
+        name = Path(argv[0]).name
+        if name in self.out:
+            return CommandResult(argv, 0, self.out[name], "")
+        if argv[1:2] == ["-c"]:
+            return CommandResult(argv, 0, self.python, "")
+        if argv[1:] == ["--version"]:
+            return CommandResult(argv, self.version_rc, "1.3.0\n", "not found")
+        raise AssertionError(f"unexpected command {argv}")
+
+
+def profile(tmp_path: Path, **changes: object) -> Profile:
+    data = load_model(TESTBED, Profile).model_dump()
+    data.update(workspace=str(tmp_path / "ws"), **changes)
+    return Profile.model_validate(data)
+
+
+def write_profile(tmp_path: Path, **changes: object) -> Path:
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile(tmp_path, **changes).model_dump(mode="json")))
+    return path
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
+    fake = FakeCluster()
+    monkeypatch.setattr(checks, "run_command", fake)
+    monkeypatch.setattr(checks.shutil, "which", lambda name: f"/usr/bin/{name}")
+    return fake
+
+
+def test_validate_all_ok(tmp_path: Path, cluster: FakeCluster) -> None:
+    (tmp_path / "ws").mkdir()
+    path = write_profile(tmp_path)
+    result = invoke("profile", "validate", "--profile", str(path))
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert out.startswith(f"profile {path}\n")
+    for name in ("workspace", "slurm", "partition", "arrays", "python", "container", "secrets"):
+        assert f"  {name}" in out
+    assert "partition debug: up, 2 node(s), 4 GPU(s) per node" in out
+    assert "MaxArraySize 1001" in out
+    assert "check on a compute node: srun -p debug" in out
+    data = json.loads(invoke("profile", "validate", "--profile", str(path), "--json").stdout)
+    assert data["ok"] is True and len(data["checks"]) == 7
+
+
+def test_validate_failure_reports_and_exits_2(tmp_path: Path, cluster: FakeCluster) -> None:
+    cluster.out["sinfo"] = "batch*|up|8|(null)|1-00:00:00\n"
+    path = write_profile(tmp_path)
+    result = invoke("profile", "validate", "--profile", str(path))
+    assert result.exit_code == 2
+    assert "FAIL  partition  partition debug not found (have: batch*)" in result.stdout
+    line = result.stderr.splitlines()
+    assert len(line) == 1 and "1 check(s) failed: partition:" in line[0]
+    assert str(path) in line[0]
+    as_json = invoke("profile", "validate", "--profile", str(path), "--json")
+    assert as_json.exit_code == 2 and json.loads(as_json.stdout)["ok"] is False
+    assert json.loads(as_json.stderr)["error"]["code"] == "invalid_input"
+
+
+@pytest.mark.parametrize("sinfo,gpus,status,fragment", [
+    ("debug*|up|2|gpu:4|infinite\n", 4, "ok", "4 GPU(s) per node"),
+    ("debug*|up|2|gpu:a100:8(S:0-1)|2:00:00\n", 4, "warn", "uses only 4"),
+    ("debug*|up|2|gpu:2|infinite\n", 4, "fail", "claims gpus_per_node = 4"),
+    ("debug*|down|2|gpu:4|infinite\n", 4, "fail", "debug: down"),
+    ("debug*|up|2|(null)|infinite\n", 0, "ok", "0 GPU(s)"),
+    ("other|up|2|gpu:4|infinite\n", 4, "fail", "not found (have: other)"),
+])
+def test_check_partition(tmp_path: Path, sinfo: str, gpus: int, status: str,
+                         fragment: str) -> None:
+    check = checks.check_partition(profile(tmp_path, gpus_per_node=gpus),
+                                   FakeCluster(sinfo=sinfo))
+    assert (check.status, fragment in check.detail) == (status, True), check
+
+
+def test_check_partition_default(tmp_path: Path) -> None:
+    check = checks.check_partition(profile(tmp_path, partition=None),
+                                   FakeCluster(sinfo="a|up|1|gpu:4|1\ndebug*|up|2|gpu:4|1\n"))
+    assert check.status == "ok" and "partition debug" in check.detail
+
+
+def test_check_workspace(tmp_path: Path) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"server:/export {tmp_path} nfs4 rw 0 0\n/dev/sda1 / ext4 rw 0 0\n")
+    assert checks.check_workspace(tmp_path, mounts).status == "ok"
+    mounts.write_text("/dev/sda1 / ext4 rw 0 0\n")
+    local = checks.check_workspace(tmp_path, mounts)
+    assert local.status == "warn" and "ext4" in local.detail
+    missing = checks.check_workspace(tmp_path / "a" / "b", mounts)
+    assert missing.status == "warn" and "does not exist yet" in missing.detail
+    (tmp_path / "file").write_text("x")
+    assert checks.check_workspace(tmp_path / "file", mounts).status == "fail"
+    assert not list(tmp_path.glob(".synthbatch-probe-*"))
+
+
+@pytest.mark.parametrize("python,status", [("3.9.18\n", "ok"), ("3.8.10\n", "fail"),
+                                           ("garbage\n", "warn")])
+def test_check_python(tmp_path: Path, python: str, status: str) -> None:
+    check = checks.check_python(profile(tmp_path), FakeCluster(python=python))
+    assert check.status == status and "srun -p debug -N1 -n1 -t 1" in check.detail
+
+
+def test_check_python_missing(tmp_path: Path) -> None:
+    check = checks.check_python(profile(tmp_path, python="/nope/python3"),
+                                checks.run_command)
+    assert check.status == "warn" and "does not run on this node" in check.detail
+
+
+def test_check_container(tmp_path: Path) -> None:
+    pyxis = profile(tmp_path, container={"runtime": "pyxis"})
+    assert checks.check_container(pyxis, FakeCluster()).status == "ok"
+    assert checks.check_container(pyxis, FakeCluster(srun_help="usage")).status == "fail"
+    apptainer = profile(tmp_path, container={"runtime": "apptainer"})
+    assert checks.check_container(apptainer, FakeCluster()).status == "ok"
+    assert checks.check_container(apptainer, FakeCluster(version_rc=1)).status == "warn"
+
+
+def test_check_binaries(tmp_path: Path) -> None:
+    prof = profile(tmp_path)
+    assert checks.check_binaries(prof, lambda name: f"/usr/bin/{name}").status == "ok"
+    missing = checks.check_binaries(prof, lambda n: None if n == "sacct" else "/x")
+    assert missing.status == "fail" and missing.detail.endswith(": sacct")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    with_dir = checks.check_binaries(profile(tmp_path, slurm_bin=str(bin_dir)), lambda n: "/x")
+    assert with_dir.status == "fail" and str(bin_dir) in with_dir.detail
+
+
+def test_check_secrets_names_only(tmp_path: Path) -> None:
+    prof = profile(tmp_path, secrets=["HF_TOKEN", "OTHER_TOKEN"])
+    check = checks.check_secrets(prof, {"HF_TOKEN": "hf_value_never_shown"})
+    assert check.status == "warn" and "OTHER_TOKEN" in check.detail
+    assert "hf_value_never_shown" not in check.detail
+    assert checks.check_secrets(prof, {"HF_TOKEN": "a", "OTHER_TOKEN": "b"}).status == "ok"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/mounts")
+def test_fs_type_of_root() -> None:
+    assert checks._fs_type(Path("/")) is not None
+
+
