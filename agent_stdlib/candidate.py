@@ -50,11 +50,21 @@ def _walk(output: Path) -> List[Tuple[Path, str]]:
     return sorted(found, key=lambda item: item[1])
 
 
-def build_manifest(output: Path, shard: int, attempt: int, expected: int) -> ResultManifest:
-    """Scan ``output`` (JSONL files), check the record count, return the manifest."""
+def scan_output(output: Path) -> Tuple[FileEntry, ...]:
+    """Every regular file of ``output`` with its digest, size and JSONL record count."""
     if not output.is_dir() or output.is_symlink():
         raise CandidateError("output/: missing or not a directory")
-    files = tuple(_scan_file(path, rel) for path, rel in _walk(output))
+    return tuple(_scan_file(path, rel) for path, rel in _walk(output))
+
+
+def count_records(output: Path) -> int:
+    """Records the client left in ``output`` (for a partial result); CandidateError if bad."""
+    return sum(f.records for f in scan_output(output))
+
+
+def build_manifest(output: Path, shard: int, attempt: int, expected: int) -> ResultManifest:
+    """Scan ``output`` (JSONL files), check the record count, return the manifest."""
+    files = scan_output(output)
     total = sum(f.records for f in files)
     if total != expected:
         raise CandidateError(f"output/ holds {total} records, the shard needs {expected}")

@@ -1,10 +1,17 @@
 """The allocation controller: one shard attempt from plan to terminal record.
 
-Lifecycle (each step publishes state before the next starts):
-verify plan -> attempt ``running`` -> readiness ``starting`` -> server steps -> readiness
-probes -> one proxy per model alias -> readiness ``ready`` -> client step -> candidate
-validation -> result + winner -> cleanup (one owner, idempotent) -> readiness ``stopped``
--> terminal attempt.
+Lifecycle (each step publishes state before the next starts)::
+
+    verify plan -> identity -> attempt running + readiness starting|restarting
+    -> preflight -> server steps -> readiness probes -> proxies -> readiness ready
+    -> client step -> result.json -> cleanup -> readiness stopped
+    -> attempt succeeded -> winner.json
+
+Every exit path (failure, signal, time limit, requeue) goes through ``_finish``, the one
+owner of cleanup. SIGUSR1 stops generation gracefully, keeps partial output and requeues
+the job while ``--max-requeues`` allows; SIGTERM from a requeue leaves the attempt
+``running`` for the next execution; SIGTERM at a time limit fails it; any other SIGTERM
+cancels it.
 """
 
 from __future__ import annotations
@@ -12,43 +19,40 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, List, Optional
 
-from agent_stdlib import states
+from agent_stdlib import slurmjob, states
 from agent_stdlib.attempts import advance_attempt, load_attempt, publish_readiness
-from agent_stdlib.candidate import CandidateError, build_manifest
+from agent_stdlib.candidate import CandidateError, count_records
 from agent_stdlib.contracts import (
     SCHEMA_VERSION,
-    BackendStatus,
+    AttemptRecord,
     ContractError,
-    DeploymentSpec,
     Plan,
+    ResultManifest,
     SubmissionRecord,
-    WinnerRecord,
     sha256_bytes,
 )
 from agent_stdlib.layout import AttemptLayout, RunLayout
-from agent_stdlib.probes import free_port, http_ok
+from agent_stdlib.preflight import Context, PreflightError, check_identity, run_preflight
+from agent_stdlib.publish import complete_winner, publish_result
+from agent_stdlib.serving import AllocationFailure, Services, fail_on_exit
 from agent_stdlib.signals import Interrupted, SignalCoordinator
-from agent_stdlib.statefile import (
-    StateError,
-    ensure_dir,
-    publish_immutable,
-    read_bytes,
-    read_json,
-)
-from agent_stdlib.steps import current_env, step_argv, step_env
+from agent_stdlib.slurmjob import JobIdentity
+from agent_stdlib.statefile import StateError, ensure_dir, read_bytes, read_json
+from agent_stdlib.steps import current_env, step_argv, step_control, step_env
 from agent_stdlib.supervisor import Managed, Supervisor, tail
 
 POLL_S = 0.2
+KNOWN_ERRORS = (AllocationFailure, CandidateError, StateError, ContractError,
+                states.TransitionError)
 
-
-class AllocationFailure(Exception):
-    """The attempt failed for a reason worth one line in its record."""
+__all__ = ["AllocationFailure", "Allocation", "Invocation", "load_verified_plan", "main"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,16 @@ class Invocation:
     shard: int
     attempt: int
     agent_pyz: Path
+    max_requeues: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an execution ends: a terminal attempt state, or None to stay ``running``."""
+
+    state: Optional[str]
+    reason: Optional[str] = None
+    requeue: bool = False  # the agent asks Slurm to requeue the job after cleanup
 
 
 def load_verified_plan(path: Path, expected_sha256: str) -> Plan:
@@ -77,30 +91,22 @@ def load_verified_plan(path: Path, expected_sha256: str) -> Plan:
     return Plan.from_dict(data)
 
 
-def scheduler_job_id() -> Optional[str]:
-    """This allocation's job id as squeue names it (``12_3`` for array tasks)."""
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    if array and task:
-        return f"{array}_{task}"
-    return os.environ.get("SLURM_JOB_ID")
-
-
-def fill_placeholders(argv: List[str], host: str, port: int) -> List[str]:
-    """Replace ``{host}`` and ``{port}`` in a server argv (the planner did the rest)."""
-    return [a.replace("{host}", host).replace("{port}", str(port)) for a in argv]
-
-
 @dataclass
 class Allocation:
     """One execution of one attempt inside one allocation."""
 
     inv: Invocation
     signals: SignalCoordinator
-    supervisor: Supervisor = field(default_factory=Supervisor)
+    ident: JobIdentity = field(default_factory=slurmjob.current_identity)
+    supervisor: Supervisor = field(init=False)
+    services: Optional[Services] = None
+    client: Optional[Managed] = None
     execution: int = 0
-    servers: Dict[str, List[Managed]] = field(default_factory=dict)
-    backend_urls: Dict[str, List[str]] = field(default_factory=dict)
-    endpoints: Dict[str, str] = field(default_factory=dict)
+    ports: List[int] = field(default_factory=list)
+    manifest: Optional[ResultManifest] = None
+
+    def __post_init__(self) -> None:
+        self.supervisor = Supervisor(self.signals, step_control(self.inv.plan.runtime))
 
     @property
     def paths(self) -> AttemptLayout:
@@ -112,6 +118,11 @@ class Allocation:
         """This execution's log folder."""
         return self.paths.execution_logs(self.execution)
 
+    @property
+    def srun(self) -> bool:
+        """True when steps run through Slurm."""
+        return self.inv.plan.runtime.launcher == "srun"
+
     def readiness(self, state: str, **fields: object) -> None:
         """Publish the next readiness revision."""
         publish_readiness(self.paths.readiness_json, self.inv.shard, self.inv.attempt,
@@ -120,35 +131,60 @@ class Allocation:
     # ------------------------------------------------------------------ lifecycle
 
     def run(self) -> int:
-        """Run the attempt to a terminal state; return the process exit status."""
-        outcome, reason = states.FAILED, None
+        """Run the attempt to a terminal state (or a requeue); return the exit status."""
         try:
-            self._begin()
+            record = load_attempt(self.paths.attempt_json)
+            if record is None:
+                raise AllocationFailure(f"{self.paths.attempt_json}: attempt record is missing")
+            if record.state == states.SUCCEEDED:
+                complete_winner(self.inv.layout, self.inv.shard, self.inv.attempt)
+                return _say(f"attempt {self.inv.attempt} had succeeded; winner completed", 0)
+            if record.state in states.TERMINAL:
+                return _say(f"attempt {self.inv.attempt} is already {record.state}", 1)
+            if self.srun:
+                check_identity(self._context(record))
+        except (PreflightError, *KNOWN_ERRORS) as err:
+            return _say(f"refusing to run: {err}", 2)
+        return self._finish(self._attempt(record))
+
+    def _attempt(self, record: AttemptRecord) -> Outcome:
+        try:
+            record = self._begin(record)
+            self.ports = run_preflight(self._context(record))
             self._serve()
             self._run_client()
-            self._publish_result()
-            outcome = states.SUCCEEDED
+            shard = self.inv.plan.shard(self.inv.shard)
+            self.manifest = publish_result(self.paths.output, self.paths.result_json,
+                                           shard.index, self.inv.attempt, shard.num_records)
+            return Outcome(states.SUCCEEDED)
         except Interrupted as err:
-            outcome, reason = states.CANCELLED, str(err)
-        except (AllocationFailure, CandidateError, StateError, ContractError) as err:
-            reason = str(err)
+            return self._interrupted(err)
+        except PreflightError as err:
+            return Outcome(states.FAILED, f"preflight: {err}")
+        except KNOWN_ERRORS as err:
+            return Outcome(states.FAILED, str(err))
         except Exception as err:  # noqa: BLE001 - any bug still ends in a terminal record
-            reason = f"internal error: {type(err).__name__}: {err}"
-        return self._finish(outcome, reason)
+            return Outcome(states.FAILED, f"internal error: {type(err).__name__}: {err}")
 
-    def _begin(self) -> None:
-        record = load_attempt(self.paths.attempt_json)
-        if record is None:
-            raise AllocationFailure(f"{self.paths.attempt_json}: attempt record is missing")
-        if record.state in states.TERMINAL:
-            raise AllocationFailure(f"attempt {self.inv.attempt} is already {record.state}")
-        restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-        advance_attempt(self.paths.attempt_json, states.RUNNING,
-                        job_id=record.job_id or scheduler_job_id(),
-                        node=os.environ.get("SLURMD_NODENAME"), restarts=restarts)
+    def _context(self, record: AttemptRecord) -> Context:
+        return Context(plan=self.inv.plan, shard=self.inv.shard, attempt=record,
+                       ident=self.ident, env=current_env(), plan_json=self.inv.layout.plan_json,
+                       agent_pyz=self.inv.agent_pyz,
+                       writable=[self.inv.layout.shard_dir(self.inv.shard), self.paths.root,
+                                 self.paths.output, self.logs])
+
+    def _begin(self, record: AttemptRecord) -> AttemptRecord:
+        restarts = max(self.ident.restart_count, record.restarts)
+        restarting = restarts > 0 or record.state == states.RUNNING
+        record = advance_attempt(self.paths.attempt_json, states.RUNNING,
+                                 job_id=record.job_id or self.ident.key,
+                                 node=self.ident.node, restarts=restarts)
         ensure_dir(self.paths.output)
         self.execution = self._new_execution(restarts + 1)
-        self.readiness("restarting" if restarts else "starting")
+        self.services = Services(self.inv.plan, self.supervisor, self.signals, self.logs,
+                                 self.inv.agent_pyz)
+        self.readiness("restarting" if restarting else "starting")
+        return record
 
     def _new_execution(self, first: int) -> int:
         ensure_dir(self.paths.logs)
@@ -161,74 +197,24 @@ class Allocation:
                 number += 1
 
     def _serve(self) -> None:
-        for dep in self.inv.plan.deployments:
-            for replica in range(dep.replicas):
-                self._start_server(dep, replica)
-        for dep in self.inv.plan.deployments:
-            self._wait_ready(dep)
-        for dep in self.inv.plan.deployments:
-            self.endpoints[dep.alias] = self._start_proxy(dep)
-        backends = {alias: tuple(BackendStatus(url=u, ready=True) for u in urls)
-                    for alias, urls in self.backend_urls.items()}
-        self.readiness("ready", endpoints=dict(self.endpoints), backends=backends)
+        services = self._services
+        services.start_servers(self.ports)
+        services.wait_ready()
+        services.start_proxies()
+        self.readiness("ready", endpoints=dict(services.endpoints),
+                       backends=services.backends())
 
-    def _start_server(self, dep: DeploymentSpec, replica: int) -> None:
-        host, port = "127.0.0.1", free_port()
-        argv = fill_placeholders(list(dep.command), host, port)
-        plan = self.inv.plan
-        name = f"server-{dep.alias}-{replica}"
-        wrapped = step_argv(plan.runtime, plan.resources, name, argv, dep.gpus_per_replica)
-        env = step_env(plan.runtime, current_env(), dep.env)
-        child = self.supervisor.start(name, wrapped, env, self.logs / f"{name}.log")
-        self.servers.setdefault(dep.alias, []).append(child)
-        self.backend_urls.setdefault(dep.alias, []).append(f"http://{host}:{port}")
-
-    def _wait_ready(self, dep: DeploymentSpec) -> None:
-        deadline = time.monotonic() + dep.startup_timeout_s
-        waiting = list(zip(self.servers[dep.alias], self.backend_urls[dep.alias]))
-        while waiting:
-            self.signals.check()
-            self._fail_on_exit(child for child, _ in waiting)
-            waiting = [(c, u) for c, u in waiting if not http_ok(u + dep.readiness_path, 1.0)]
-            if waiting and time.monotonic() > deadline:
-                raise AllocationFailure(
-                    f"deployment {dep.alias}: not ready after {dep.startup_timeout_s:g}s "
-                    f"(log {waiting[0][0].log_path})")
-            if waiting:
-                time.sleep(POLL_S)
-
-    def _fail_on_exit(self, children: Iterable[Managed]) -> None:
-        for child in children:
-            code = child.exit_code()
-            if code is not None:
-                raise AllocationFailure(
-                    f"{child.name} exited with status {code} "
-                    f"(log {child.log_path}: {tail(child.log_path)})")
-
-    def _start_proxy(self, dep: DeploymentSpec) -> str:
-        port_file = self.logs / f"proxy-{dep.alias}.port"
-        argv = [sys.executable, "-I", str(self.inv.agent_pyz), "proxy", "--listen", "127.0.0.1:0",
-                "--port-file", str(port_file),
-                "--max-queued", str(dep.max_queued_requests)]
-        for url in self.backend_urls[dep.alias]:
-            argv += ["--backend", url]
-        env = step_env(self.inv.plan.runtime, current_env(), {})
-        child = self.supervisor.start(f"proxy-{dep.alias}", argv, env,
-                                      self.logs / f"proxy-{dep.alias}.log")
-        deadline = time.monotonic() + 30.0
-        while not port_file.exists():
-            self.signals.check()
-            self._fail_on_exit([child])
-            if time.monotonic() > deadline:
-                raise AllocationFailure(f"proxy for {dep.alias} did not start "
-                                        f"(log {child.log_path})")
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{int(port_file.read_text().strip())}"
+    @property
+    def _services(self) -> Services:
+        if self.services is None:
+            raise AllocationFailure("internal error: services used before the execution began")
+        return self.services
 
     def _client_env(self) -> Dict[str, str]:
         shard = self.inv.plan.shard(self.inv.shard)
+        endpoints = self._services.endpoints
         extra = {
-            "SYNTHBATCH_ENDPOINTS": json.dumps(self.endpoints, sort_keys=True),
+            "SYNTHBATCH_ENDPOINTS": json.dumps(endpoints, sort_keys=True),
             "SYNTHBATCH_SHARD_INDEX": str(shard.index),
             "SYNTHBATCH_SHARD_COUNT": str(len(self.inv.plan.shards)),
             "SYNTHBATCH_RECORD_OFFSET": str(shard.record_offset),
@@ -236,8 +222,8 @@ class Allocation:
             "SYNTHBATCH_OUTPUT_DIR": str(self.paths.output),
             "SYNTHBATCH_PROGRESS_FILE": str(self.paths.progress_json),
         }
-        if len(self.endpoints) == 1:
-            extra["SYNTHBATCH_OPENAI_BASE_URL"] = next(iter(self.endpoints.values())) + "/v1"
+        if len(endpoints) == 1:
+            extra["SYNTHBATCH_OPENAI_BASE_URL"] = next(iter(endpoints.values())) + "/v1"
         return step_env(self.inv.plan.runtime, current_env(), extra)
 
     def _run_client(self) -> None:
@@ -246,49 +232,108 @@ class Allocation:
                 "--plan", str(self.inv.layout.plan_json)]
         wrapped = step_argv(plan.runtime, plan.resources, "client", argv, 0)
         client = self.supervisor.start("client", wrapped, self._client_env(),
-                                       self.logs / "client.log")
-        servers = [c for group in self.servers.values() for c in group]
+                                 self.logs / "client.log", step=self.srun)
+        self.client = client
+        servers = self._services.all_servers()
         while client.exit_code() is None:
             self.signals.check()
-            self._fail_on_exit(servers)
+            fail_on_exit(servers)  # cleanup stops the client first, then the servers
             time.sleep(POLL_S)
         if client.exit_code() != 0:
+            self.signals.check()  # a signal that also reached the client is the cause
             raise AllocationFailure(f"client exited with status {client.exit_code()} "
                                     f"(log {client.log_path}: {tail(client.log_path)})")
 
-    def _publish_result(self) -> None:
-        shard = self.inv.plan.shard(self.inv.shard)
-        manifest = build_manifest(self.paths.output, shard.index, self.inv.attempt,
-                                  shard.num_records)
-        payload = manifest.to_json().encode("utf-8")
-        if not publish_immutable(self.paths.result_json, payload):
-            payload = read_bytes(self.paths.result_json) or b""
-        winner = WinnerRecord(shard=shard.index, attempt=self.inv.attempt,
-                              records=manifest.records, result_sha256=sha256_bytes(payload),
-                              files=manifest.files, created_at=time.time())
-        publish_immutable(self.inv.layout.winner_json(shard.index),
-                          winner.to_json().encode("utf-8"))
+    # ------------------------------------------------------------------ signals
 
-    def _finish(self, outcome: str, reason: Optional[str]) -> int:
+    def _interrupted(self, err: Interrupted) -> Outcome:
+        if not err.soft:
+            return self._terminated(err)
+        self._stop_client_gracefully()
+        if self.srun and self.ident.job_id and \
+                self.ident.restart_count < self.inv.max_requeues:
+            return Outcome(None, f"{err}: requeued (restart {self.ident.restart_count + 1} "
+                                 f"of {self.inv.max_requeues})", requeue=True)
+        return Outcome(states.FAILED, f"{err} (time limit or preemption soon): "
+                                      "stopped early, no requeue left")
+
+    def _terminated(self, err: Interrupted) -> Outcome:
+        cause = slurmjob.termination_cause(self.ident) if self.srun else slurmjob.CANCELLED
+        if cause == slurmjob.REQUEUED:
+            return Outcome(None, f"{err}: requeued by the scheduler")
+        if cause == slurmjob.TIME_LIMIT:
+            return Outcome(states.FAILED, f"{err}: time limit reached")
+        return Outcome(states.CANCELLED, str(err))
+
+    def _stop_client_gracefully(self) -> None:
+        """Ask the client to stop and save its records (SIGUSR1), bounded by the grace."""
+        client = self.client
+        if client is None or client.exit_code() is not None:
+            return
+        self.supervisor.interrupt(client, signal.SIGUSR1)
+        deadline = time.monotonic() + self.inv.plan.runtime.grace_s
+        while client.exit_code() is None and time.monotonic() < deadline \
+                and not self.signals.urgent:
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------ the one exit path
+
+    def _finish(self, outcome: Outcome) -> int:
         self.signals.defer()
         if self.execution:
-            self._cleanup(reason if outcome != states.SUCCEEDED else None)
+            self._cleanup(outcome.reason)
+        partial = self._partial() if outcome.state != states.SUCCEEDED else None
+        if partial and outcome.reason:
+            total = self.inv.plan.shard(self.inv.shard).num_records
+            outcome = Outcome(outcome.state, f"{outcome.reason}; {partial} of {total} records "
+                                             "kept as partial", outcome.requeue)
         try:
-            advance_attempt(self.paths.attempt_json, outcome, reason=reason)
-        except (StateError, states.TransitionError) as err:
-            print(f"agent: cannot record {outcome}: {err}", file=sys.stderr)
-            return 1
-        if reason:
-            print(f"agent: shard {self.inv.shard} attempt {self.inv.attempt} {outcome}: "
-                  f"{reason}", file=sys.stderr)
-        return 0 if outcome == states.SUCCEEDED else 1
+            if outcome.state is None:
+                return self._leave_running(outcome, partial)
+            advance_attempt(self.paths.attempt_json, outcome.state, reason=outcome.reason,
+                            partial_records=partial)
+            if outcome.state == states.SUCCEEDED:
+                complete_winner(self.inv.layout, self.inv.shard, self.inv.attempt,
+                                self.manifest)
+        except KNOWN_ERRORS as err:
+            return _say(f"cannot record {outcome.state}: {err}", 1)
+        if outcome.reason:
+            _say(f"shard {self.inv.shard} attempt {self.inv.attempt} {outcome.state}: "
+                 f"{outcome.reason}", 0)
+        return 0 if outcome.state == states.SUCCEEDED else 1
 
     def _cleanup(self, reason: Optional[str]) -> None:
-        self.readiness("stopping", endpoints=dict(self.endpoints))
-        self.supervisor.stop_all(self.inv.plan.runtime.grace_s)
-        if not self.supervisor.all_gone():
-            reason = reason or "cleanup: a managed process group survived SIGKILL"
-        self.readiness("failed" if reason else "stopped", reason=reason)
+        """Stop everything (idempotent), confirm it is gone, then publish ``stopped``."""
+        endpoints = dict(self.services.endpoints) if self.services else {}
+        self.readiness("stopping", endpoints=endpoints, reason=reason)
+        if self.supervisor.stop_all(self.inv.plan.runtime.grace_s):
+            self.readiness("stopped", reason=reason)
+        else:
+            self.readiness("failed", reason="cleanup: a managed process or step survived "
+                                            f"SIGKILL ({reason or 'after success'})")
+
+    def _partial(self) -> Optional[int]:
+        try:
+            count = count_records(self.paths.output)
+        except (CandidateError, OSError):
+            return None
+        return count or None
+
+    def _leave_running(self, outcome: Outcome, partial: Optional[int]) -> int:
+        """Keep the attempt ``running`` for the next execution of this job."""
+        advance_attempt(self.paths.attempt_json, states.RUNNING, reason=outcome.reason,
+                        partial_records=partial)
+        if outcome.requeue and not slurmjob.requeue(self.ident):
+            advance_attempt(self.paths.attempt_json, states.FAILED,
+                            reason=f"{outcome.reason}; but scontrol requeue was refused",
+                            partial_records=partial)
+            return 1
+        return _say(f"shard {self.inv.shard} attempt {self.inv.attempt}: {outcome.reason}", 0)
+
+
+def _say(message: str, status: int) -> int:
+    print(f"agent: {message}", file=sys.stderr, flush=True)
+    return status
 
 
 def _parse(argv: List[str]) -> argparse.Namespace:
@@ -299,6 +344,10 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--agent-pyz", required=True, type=Path)
     parser.add_argument("--shard", type=int, default=None,
                         help="shard index (default: SLURM_ARRAY_TASK_ID)")
+    parser.add_argument("--max-requeues", type=int,
+                        default=int(os.environ.get("SYNTHBATCH_MAX_REQUEUES", "0") or 0),
+                        help="requeue the job on SIGUSR1 while SLURM_RESTART_COUNT is below "
+                             "(default: $SYNTHBATCH_MAX_REQUEUES, set by the batch script)")
     return parser.parse_args(argv)
 
 
@@ -316,17 +365,17 @@ def _invocation(args: argparse.Namespace) -> Invocation:
     if str(shard) not in submission.attempts:
         raise AllocationFailure(f"submission {args.submission} carries no shard {shard}")
     return Invocation(layout=layout, plan=plan, shard=shard,
-                      attempt=submission.attempts[str(shard)], agent_pyz=args.agent_pyz)
+                      attempt=submission.attempts[str(shard)], agent_pyz=args.agent_pyz,
+                      max_requeues=max(0, args.max_requeues))
 
 
 def main(argv: List[str]) -> int:
     """``python agent.pyz allocation ...``: run one shard attempt inside an allocation."""
-    args = _parse(argv)
     coordinator = SignalCoordinator()
     coordinator.install()
+    args = _parse(argv)
     try:
         inv = _invocation(args)
     except (AllocationFailure, ContractError, StateError, ValueError) as err:
-        print(f"agent: {err}", file=sys.stderr)
-        return 2
+        return _say(str(err), 2)
     return Allocation(inv=inv, signals=coordinator).run()

@@ -5,6 +5,11 @@ Reads the client contract from the environment (``SYNTHBATCH_ENDPOINTS``,
 ``SYNTHBATCH_PROGRESS_FILE``) and the generation spec from the verified plan. Writes one
 JSONL file into the output directory, records in index order, and progress about once a
 second. Retries 429/503 and connection errors with back-off, honouring Retry-After.
+
+SIGUSR1/SIGTERM/SIGINT stop generation gracefully: the records written so far (all
+complete lines, in index order) are fsynced and kept, and the process exits with
+``EXIT_PARTIAL``. A later execution of the same attempt resumes after the last complete
+record of the file.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ import argparse
 import http.client
 import json
 import os
+import signal
 import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -26,6 +33,7 @@ from agent_stdlib.contracts import GenerateSpec, Plan, ProgressRecord
 from agent_stdlib.statefile import read_json, write_json_atomic
 
 RETRYABLE = (429, 500, 502, 503, 504)
+EXIT_PARTIAL = 75  # stopped by a signal; the records written so far are complete and kept
 
 
 class GenerateError(Exception):
@@ -144,27 +152,70 @@ class Progress:
         self._last_write = time.monotonic()
 
 
+def resume_count(out_file: Path) -> int:
+    """Complete records already in ``out_file``; a torn last line is cut off."""
+    if not out_file.exists():
+        return 0
+    with open(out_file, "rb+") as handle:
+        data = handle.read()
+        keep = data.rfind(b"\n") + 1
+        if keep != len(data):
+            handle.truncate(keep)
+    return data[:keep].count(b"\n")
+
+
+def _result(future: Future, stop: threading.Event) -> Optional[Dict[str, Any]]:
+    while True:
+        try:
+            return future.result(timeout=0.1)
+        except FutureTimeout:
+            if stop.is_set():
+                return None
+
+
 def generate(spec: GenerateSpec, target: Target, offset: int, count: int, out_file: Path,
-             progress: Progress) -> None:
-    """Generate records ``offset .. offset+count-1`` into ``out_file`` in index order."""
+             progress: Progress, stop: Optional[threading.Event] = None) -> int:
+    """Generate records ``offset .. offset+count-1`` into ``out_file`` in index order.
+
+    Records already in ``out_file`` (a stopped earlier execution) are kept and skipped.
+    Returns the number of records in the file: ``count`` unless ``stop`` was set.
+    """
+    stop = stop or threading.Event()
+    done = resume_count(out_file)
+    progress.done = done
+    pool = ThreadPoolExecutor(max_workers=spec.concurrency)
     pending: Dict[int, Future] = {}
-    with ThreadPoolExecutor(max_workers=spec.concurrency) as pool, \
-            open(out_file, "w", encoding="utf-8") as out:
-        indices = iter(range(offset, offset + count))
-        for index in indices:
-            pending[index] = pool.submit(complete, spec, target, index)
-            if len(pending) >= spec.concurrency * 2:
-                break
-        for index in range(offset, offset + count):
-            record = pending.pop(index).result()
-            out.write(json.dumps(record, sort_keys=True) + "\n")
-            progress.add(record)
-            nxt = next(indices, None)
-            if nxt is not None:
-                pending[nxt] = pool.submit(complete, spec, target, nxt)
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with open(out_file, "a", encoding="utf-8") as out:
+            indices = iter(range(offset + done, offset + count))
+            for index in indices:
+                pending[index] = pool.submit(complete, spec, target, index)
+                if len(pending) >= spec.concurrency * 2:
+                    break
+            for index in range(offset + done, offset + count):
+                record = _result(pending.pop(index), stop)
+                if record is None:
+                    break
+                out.write(json.dumps(record, sort_keys=True) + "\n")
+                done += 1
+                progress.add(record)
+                nxt = next(indices, None)
+                if nxt is not None:
+                    pending[nxt] = pool.submit(complete, spec, target, nxt)
+            out.flush()
+            os.fsync(out.fileno())
+    finally:
+        pool.shutdown(wait=not stop.is_set(), cancel_futures=True)
     progress.write()
+    return done
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGUSR1/SIGTERM/SIGINT: finish the current record, keep the rest."""
+    stop = threading.Event()
+    for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _s, _f: stop.set())
+    return stop
 
 
 def _target_from_env(plan: Plan, spec: GenerateSpec) -> Target:
@@ -179,6 +230,7 @@ def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="agent generate")
     parser.add_argument("--plan", required=True, type=Path)
     args = parser.parse_args(argv)
+    stop = stop_on_signals()
     data = read_json(args.plan)
     if data is None:
         print(f"generate: {args.plan}: missing", file=sys.stderr)
@@ -192,9 +244,13 @@ def main(argv: List[str]) -> int:
         progress_env = os.environ.get("SYNTHBATCH_PROGRESS_FILE")
         progress = Progress(Path(progress_env) if progress_env else None, count)
         out_file = output / f"records-{offset:012d}.jsonl"
-        generate(plan.client, target, offset, count, out_file, progress)
+        written = generate(plan.client, target, offset, count, out_file, progress, stop)
     except (GenerateError, KeyError, ValueError, OSError) as err:
         print(f"generate: {err}", file=sys.stderr)
         return 1
+    if written < count:
+        print(f"generate: stopped by a signal; kept {written} of {count} records in "
+              f"{out_file}", file=sys.stderr, flush=True)
+        os._exit(EXIT_PARTIAL)  # in-flight requests are abandoned, not awaited
     print(f"generate: wrote {count} records to {out_file}", file=sys.stderr)
     return 0

@@ -1,30 +1,43 @@
 """Child processes in their own sessions, stopped through their process groups.
 
-Stop order is the reverse of start order: SIGTERM to the group, wait up to a grace,
-SIGKILL, then confirm the child has been reaped.
+Stopping is one idempotent operation with a shared deadline: every child gets a graceful
+SIGTERM at once (newest first), the supervisor waits up to the grace, SIGKILLs what is
+left, and then confirms that every managed process group is empty and every ``srun``
+step is gone. Children that are ``srun`` steps are signalled through their step
+(see :mod:`agent_stdlib.steps`), because ``srun`` itself answers SIGTERM with SIGKILL.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from agent_stdlib.signals import SignalCoordinator
+from agent_stdlib.steps import StepControl
+
 LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND
+PR_SET_PDEATHSIG = 1
+URGENT_GRACE_S = 2.0  # after a hard signal Slurm's KillWait is running (5 s on the testbed)
+CONFIRM_S = 5.0
+POLL_S = 0.05
 
 
 @dataclass
 class Managed:
-    """One supervised child."""
+    """One supervised child (``step`` is its srun step name, if it is a step)."""
 
     name: str
     argv: List[str]
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen
     log_path: Path
+    step: Optional[str] = None
 
     @property
     def pid(self) -> int:
@@ -58,56 +71,116 @@ def tail(path: Path, limit: int = 2000) -> str:
 class Supervisor:
     """Starts children and owns their termination."""
 
+    signals: SignalCoordinator
+    steps: Optional[StepControl] = None
     children: List[Managed] = field(default_factory=list)
+    stopped: bool = False
+    urgent_at: Optional[float] = None
 
     def start(self, name: str, argv: Sequence[str], env: Dict[str, str], log_path: Path,
-              cwd: Optional[Path] = None) -> Managed:
-        """Start ``argv`` in a new session with stdout+stderr appended to ``log_path``."""
+              step: bool = False) -> Managed:
+        """Start ``argv`` in a new session, output appended to ``log_path`` (O_EXCL 0600)."""
+        if self.stopped:
+            raise RuntimeError(f"cannot start {name}: the supervisor has stopped")
         fd = open_log(log_path)
         try:
-            process = subprocess.Popen(
-                list(argv),
-                env=env,
-                cwd=str(cwd) if cwd else None,
-                stdin=subprocess.DEVNULL,
-                stdout=fd,
-                stderr=fd,
-                start_new_session=True,
-                close_fds=True,
-            )
+            with self.signals.critical():  # a signal here is replayed once registered
+                process = subprocess.Popen(list(argv), env=env, stdin=subprocess.DEVNULL,
+                                           stdout=fd, stderr=fd, start_new_session=True,
+                                           close_fds=True, preexec_fn=_die_with_parent)
+                child = Managed(name=name, argv=list(argv), process=process,
+                                log_path=log_path, step=name if step else None)
+                self.children.append(child)
         finally:
             os.close(fd)
-        child = Managed(name=name, argv=list(argv), process=process, log_path=log_path)
-        self.children.append(child)
         return child
 
-    def exited(self) -> List[Managed]:
-        """Children that have exited (not removed from supervision)."""
-        return [c for c in self.children if c.exit_code() is not None]
+    def interrupt(self, child: Managed, signum: int) -> None:
+        """Send ``signum`` to a child's group (``srun`` forwards SIGUSR1 to its tasks)."""
+        if child.exit_code() is None:
+            _signal_group(child.pid, signum)
 
-    def stop(self, child: Managed, grace_s: float) -> int:
-        """Stop one child: TERM its group, wait ``grace_s``, KILL; return its exit status."""
-        deadline = time.monotonic() + grace_s
-        if child.exit_code() is None or _group_alive(child.pid):
-            _signal_group(child.pid, signal.SIGTERM)
-        try:
-            child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        if not wait_group_gone(child.pid, max(0.0, deadline - time.monotonic())):
-            _signal_group(child.pid, signal.SIGKILL)  # the leader or stragglers in its group
-        child.process.wait()
-        wait_group_gone(child.pid, 5.0)
-        return int(child.process.returncode)
-
-    def stop_all(self, grace_s: float) -> None:
-        """Stop every child in reverse start order and confirm each is reaped."""
-        for child in reversed(self.children):
-            self.stop(child, grace_s)
+    def stop_all(self, grace_s: float) -> bool:
+        """Stop every child (idempotent); True when every process and step is confirmed gone."""
+        self.stopped = True
+        live = [c for c in reversed(self.children) if _alive(c)]
+        if live:
+            self._terminate(live)
+            deadline = time.monotonic() + grace_s
+            while any(_alive(c) for c in live) and time.monotonic() < self._cut(deadline):
+                time.sleep(POLL_S)
+            self._kill([c for c in live if _alive(c)])
+        return self._confirm()
 
     def all_gone(self) -> bool:
         """True when no supervised process group has a live member."""
-        return all(not _group_alive(c.pid) for c in self.children)
+        return not any(_alive(c) for c in self.children)
+
+    def _cut(self, deadline: float) -> float:
+        if self.signals.urgent:
+            return min(deadline, self._urgent_deadline())
+        return deadline
+
+    def _urgent_deadline(self) -> float:
+        if self.urgent_at is None:
+            self.urgent_at = time.monotonic() + URGENT_GRACE_S
+        return self.urgent_at
+
+    def _terminate(self, live: List[Managed]) -> None:
+        signalled = self._signal_steps(live, "TERM")
+        for child in live:
+            if child.step not in signalled:  # local child, or a step squeue does not show
+                _signal_group(child.pid, signal.SIGTERM)
+
+    def _kill(self, live: List[Managed]) -> None:
+        self._signal_steps(live, "KILL")
+        for child in live:
+            _signal_group(child.pid, signal.SIGKILL)
+
+    def _signal_steps(self, live: List[Managed], signame: str) -> List[str]:
+        names = [c.step for c in live if c.step]
+        if not names or self.steps is None:
+            return []
+        return self.steps.signal(names, signame)
+
+    def _confirm(self) -> bool:
+        deadline = time.monotonic() + CONFIRM_S
+        for child in self.children:
+            try:
+                child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(child.pid, signal.SIGKILL)
+        groups_gone = all(wait_group_gone(c.pid, max(0.0, deadline - time.monotonic()))
+                          for c in self.children)
+        return groups_gone and self._steps_gone(deadline)
+
+    def _steps_gone(self, deadline: float) -> bool:
+        names = [c.step for c in self.children if c.step]
+        if not names or self.steps is None:
+            return True
+        while True:
+            left = self.steps.alive(names)
+            if left == []:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            if left:
+                self.steps.signal(left, "KILL")
+            time.sleep(0.2)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it if the agent dies (``kill -9``, OOM).
+
+    Slurm reaps what is left of the batch step when the job ends, but a child that was
+    re-parented to init escapes process tracking without cgroups; this closes that gap.
+    """
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _alive(child: Managed) -> bool:
+    return child.exit_code() is None or _group_alive(child.pid)
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -133,5 +206,5 @@ def wait_group_gone(pgid: int, timeout_s: float) -> bool:
     while _group_alive(pgid):
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.05)
+        time.sleep(POLL_S)
     return True

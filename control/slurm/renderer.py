@@ -29,6 +29,7 @@ class BatchScript:
     resources: ResourceSpec
     signal_lead_s: int
     slurm_bin: Optional[str] = None
+    max_requeues: int = 1  # on SIGUSR1 the agent requeues the job while restarts are below
 
 
 def sbatch_directives(spec: BatchScript) -> List[str]:
@@ -91,6 +92,7 @@ def render_batch_script(spec: BatchScript) -> str:
         "mkdir -p -m 700 \"$SHIV_ROOT\"",
         "unset SHIV_INTERPRETER SHIV_ENTRY_POINT SHIV_MODULE SHIV_PREPEND_PYTHONPATH "
         "SHIV_FORCE_EXTRACT",
+        f"export SYNTHBATCH_MAX_REQUEUES={int(spec.max_requeues)}",
         f"exec {q(spec.python)} -I \"$agent\" allocation --run-dir \"$run_dir\" \\",
         f"  --plan-sha256 \"$plan_sha256\" --submission {spec.submission} --agent-pyz \"$agent\"",
         "",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ from typing import List
 
 import pytest
 
-from agent_stdlib.attempts import load_attempt, load_readiness
+from agent_stdlib.attempts import advance_attempt, load_attempt, load_readiness
 from agent_stdlib.contracts import ResultManifest, WinnerRecord
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import read_json
@@ -134,7 +135,7 @@ def test_sigterm_cancels_cleans_up_and_records_cancelled(tmp_path, agent_pyz, py
     proc.communicate(timeout=30)
     attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
     assert attempt.state == "cancelled" and "SIGTERM" in attempt.reason
-    assert load_readiness(readiness).state == "failed"
+    assert load_readiness(readiness).state == "stopped"
     assert not _descendants_alive(str(FAKE_SERVER))
 
 
@@ -146,3 +147,82 @@ def test_wrong_plan_digest_is_refused_before_anything_starts(tmp_path, agent_pyz
     assert result.returncode == 2 and "does not match" in result.stderr
     attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
     assert attempt.state == "submitted" and attempt.revision == 2
+
+
+def _wait_readiness(path: Path, state: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        record = load_readiness(path) if path.exists() else None
+        if record is not None and record.state == state:
+            return
+        time.sleep(0.02)
+    proc.kill()
+    pytest.fail(f"allocation never published readiness {state}")
+
+
+def test_usr1_stops_generation_gracefully_and_keeps_partial_output(tmp_path, agent_pyz,
+                                                                     python_exe):
+    plan = local_plan(python_exe, _server(python_exe, "--token-latency", "0.05"), records=30)
+    args = stage(tmp_path / "run", plan)
+    paths = RunLayout(tmp_path / "run").attempt(0, 1)
+    proc = _allocation(python_exe, agent_pyz, args)
+    deadline = time.monotonic() + 30
+    while (read_json(paths.progress_json) or {}).get("records_done", 0) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, "no client progress"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=30)
+    attempt = load_attempt(paths.attempt_json)
+    assert attempt.state == "failed", err  # local launcher: no scheduler to requeue with
+    assert "SIGUSR1" in attempt.reason and "kept as partial" in attempt.reason
+    assert 2 <= attempt.partial_records < 30
+    lines = next(paths.output.glob("*.jsonl")).read_text().splitlines()
+    assert [json.loads(line)["index"] for line in lines] == list(range(len(lines)))
+    assert len(lines) == attempt.partial_records
+    assert "stopped by a signal" in (paths.execution_logs(1) / "client.log").read_text()
+    assert load_readiness(paths.readiness_json).state == "stopped"
+    assert not _descendants_alive(str(tmp_path / "run"))
+
+
+def test_persisted_running_attempt_restarts_at_the_next_revision(tmp_path, agent_pyz,
+                                                                 python_exe):
+    plan = local_plan(python_exe, _server(python_exe, "--startup-delay", "1"), records=3)
+    args = stage(tmp_path / "run", plan)
+    paths = RunLayout(tmp_path / "run").attempt(0, 1)
+    advance_attempt(paths.attempt_json, "running")  # an execution died without cleanup
+    proc = _allocation(python_exe, agent_pyz, args)
+    _wait_readiness(paths.readiness_json, "restarting", proc)
+    first = load_readiness(paths.readiness_json).revision
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    final = load_readiness(paths.readiness_json)
+    assert final.state == "stopped" and final.revision > first
+    assert load_attempt(paths.attempt_json).state == "succeeded"
+
+
+def test_succeeded_attempt_without_winner_is_completed_by_the_next_agent(tmp_path, agent_pyz,
+                                                                         python_exe):
+    plan = local_plan(python_exe, _server(python_exe), records=3)
+    args = stage(tmp_path / "run", plan)
+    assert _run(python_exe, agent_pyz, args).returncode == 0
+    layout = RunLayout(tmp_path / "run")
+    original = WinnerRecord.from_dict(read_json(layout.winner_json(0)))
+    layout.winner_json(0).unlink()  # as if the agent died right after "succeeded"
+    again = _run(python_exe, agent_pyz, args)
+    assert again.returncode == 0 and "winner completed" in again.stderr
+    winner = WinnerRecord.from_dict(read_json(layout.winner_json(0)))
+    assert winner.replace(created_at=0) == original.replace(created_at=0)
+
+
+def test_preflight_failure_happens_before_any_server_starts(tmp_path, agent_pyz, python_exe):
+    plan = local_plan(python_exe, _server(python_exe), records=3)
+    dep = dataclasses.replace(plan.deployments[0], model=str(tmp_path / "missing-model"))
+    args = stage(tmp_path / "run", plan.replace(deployments=(dep,)))
+    result = _run(python_exe, agent_pyz, args)
+    assert result.returncode == 1
+    paths = RunLayout(tmp_path / "run").attempt(0, 1)
+    attempt = load_attempt(paths.attempt_json)
+    assert attempt.state == "failed" and attempt.reason.startswith("preflight: paths: ")
+    assert "missing-model is missing" in attempt.reason
+    assert sorted(p.name for p in paths.execution_logs(1).iterdir()) == []
+    assert load_readiness(paths.readiness_json).state == "stopped"

@@ -29,5 +29,6 @@ scratch=${SLURM_TMPDIR:-${TMPDIR:-/tmp}}
 export SHIV_ROOT="$scratch/synthbatch-shiv-$(id -u)"
 mkdir -p -m 700 "$SHIV_ROOT"
 unset SHIV_INTERPRETER SHIV_ENTRY_POINT SHIV_MODULE SHIV_PREPEND_PYTHONPATH SHIV_FORCE_EXTRACT
+export SYNTHBATCH_MAX_REQUEUES=1
 exec /usr/bin/python3 -I "$agent" allocation --run-dir "$run_dir" \
   --plan-sha256 "$plan_sha256" --submission 1 --agent-pyz "$agent"

@@ -1,0 +1,127 @@
+"""Server steps, readiness probes and proxies of one execution.
+
+Servers start as ``srun`` steps on the ports preflight checked; readiness is probed until
+each deployment's deadline and a server that exits fails the attempt at once with its
+exit status and the tail of its log. One proxy per model alias then fronts the replicas.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Sequence
+
+from agent_stdlib.contracts import BackendStatus, DeploymentSpec, Plan
+from agent_stdlib.probes import http_ok
+from agent_stdlib.signals import SignalCoordinator
+from agent_stdlib.steps import current_env, step_argv, step_env
+from agent_stdlib.supervisor import Managed, Supervisor, tail
+
+POLL_S = 0.2
+PROXY_START_S = 30.0
+HOST = "127.0.0.1"
+
+
+class AllocationFailure(Exception):
+    """The attempt failed for a reason worth one line in its record."""
+
+
+def fill_placeholders(argv: Sequence[str], host: str, port: int) -> List[str]:
+    """Replace ``{host}`` and ``{port}`` in a server argv (the planner did the rest)."""
+    return [a.replace("{host}", host).replace("{port}", str(port)) for a in argv]
+
+
+def fail_on_exit(children: Iterable[Managed]) -> None:
+    """Raise AllocationFailure naming the first child that has exited (status + log tail)."""
+    for child in children:
+        code = child.exit_code()
+        if code is not None:
+            raise AllocationFailure(f"{child.name} exited with status {code} "
+                                    f"(log {child.log_path}: {tail(child.log_path)})")
+
+
+@dataclass
+class Services:
+    """The servers and proxies of one execution."""
+
+    plan: Plan
+    supervisor: Supervisor
+    signals: SignalCoordinator
+    logs: Path
+    agent_pyz: Path
+    servers: Dict[str, List[Managed]] = field(default_factory=dict)
+    urls: Dict[str, List[str]] = field(default_factory=dict)
+    endpoints: Dict[str, str] = field(default_factory=dict)
+
+    def all_servers(self) -> List[Managed]:
+        """Every server child, in start order."""
+        return [c for group in self.servers.values() for c in group]
+
+    def start_servers(self, ports: Sequence[int]) -> None:
+        """Start every replica of every deployment as its own step, one port each."""
+        free = iter(ports)
+        for dep in self.plan.deployments:
+            for replica in range(dep.replicas):
+                self._start_server(dep, replica, next(free))
+
+    def _start_server(self, dep: DeploymentSpec, replica: int, port: int) -> None:
+        name = f"server-{dep.alias}-{replica}"
+        argv = fill_placeholders(dep.command, HOST, port)
+        wrapped = step_argv(self.plan.runtime, self.plan.resources, name, argv,
+                            dep.gpus_per_replica)
+        env = step_env(self.plan.runtime, current_env(), dep.env)
+        child = self.supervisor.start(name, wrapped, env, self.logs / f"{name}.log",
+                                      step=self.plan.runtime.launcher == "srun")
+        self.servers.setdefault(dep.alias, []).append(child)
+        self.urls.setdefault(dep.alias, []).append(f"http://{HOST}:{port}")
+
+    def wait_ready(self) -> None:
+        """Probe every replica until ready; fail at a deadline or on any server exit."""
+        for dep in self.plan.deployments:
+            self._wait_ready(dep)
+
+    def _wait_ready(self, dep: DeploymentSpec) -> None:
+        deadline = time.monotonic() + dep.startup_timeout_s
+        waiting = list(zip(self.servers[dep.alias], self.urls[dep.alias]))
+        while waiting:
+            self.signals.check()
+            fail_on_exit(self.all_servers())
+            waiting = [(c, u) for c, u in waiting if not http_ok(u + dep.readiness_path, 1.0)]
+            if waiting and time.monotonic() > deadline:
+                child = waiting[0][0]
+                raise AllocationFailure(
+                    f"deployment {dep.alias}: not ready after {dep.startup_timeout_s:g}s "
+                    f"(log {child.log_path}: {tail(child.log_path)})")
+            if waiting:
+                time.sleep(POLL_S)
+
+    def backends(self) -> Dict[str, tuple]:
+        """Readiness's per-alias backend list."""
+        return {alias: tuple(BackendStatus(url=u, ready=True) for u in urls)
+                for alias, urls in self.urls.items()}
+
+    def start_proxies(self) -> None:
+        """One loopback proxy per model alias; fills ``endpoints``."""
+        for dep in self.plan.deployments:
+            self.endpoints[dep.alias] = self._start_proxy(dep)
+
+    def _start_proxy(self, dep: DeploymentSpec) -> str:
+        port_file = self.logs / f"proxy-{dep.alias}.port"
+        argv = [sys.executable, "-I", str(self.agent_pyz), "proxy", "--listen", f"{HOST}:0",
+                "--port-file", str(port_file), "--max-queued", str(dep.max_queued_requests)]
+        for url in self.urls[dep.alias]:
+            argv += ["--backend", url]
+        env = step_env(self.plan.runtime, current_env(), {})
+        child = self.supervisor.start(f"proxy-{dep.alias}", argv, env,
+                                      self.logs / f"proxy-{dep.alias}.log")
+        deadline = time.monotonic() + PROXY_START_S
+        while not port_file.exists():
+            self.signals.check()
+            fail_on_exit([child, *self.all_servers()])
+            if time.monotonic() > deadline:
+                raise AllocationFailure(f"proxy for {dep.alias} did not start "
+                                        f"(log {child.log_path}: {tail(child.log_path)})")
+            time.sleep(0.05)
+        return f"http://{HOST}:{int(port_file.read_text().strip())}"

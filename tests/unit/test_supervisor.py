@@ -1,0 +1,101 @@
+"""Supervisor: process groups, O_EXCL logs, graceful stop, SIGKILL, confirmation."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent_stdlib.signals import SignalCoordinator
+from agent_stdlib.steps import StepControl, parse_steps, step_argv
+from agent_stdlib.supervisor import Supervisor, wait_group_gone
+from tests.agent_runs import local_plan
+
+IGNORES_TERM = ("import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "subprocess.Popen(['sleep', '60']); print('up', flush=True); time.sleep(60)")
+GRACEFUL = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
+            "(print('bye', flush=True), sys.exit(0))); print('up', flush=True); time.sleep(60)")
+
+
+def _wait_log(path: Path, text: str) -> None:
+    deadline = time.monotonic() + 20
+    while text not in path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_graceful_child_gets_sigterm_and_is_confirmed_gone(tmp_path):
+    sup = Supervisor(SignalCoordinator())
+    child = sup.start("g", [sys.executable, "-c", GRACEFUL], {}, tmp_path / "g.log")
+    _wait_log(child.log_path, "up")
+    assert sup.stop_all(grace_s=10)
+    assert child.exit_code() == 0 and "bye" in child.log_path.read_text()
+    assert (child.log_path.stat().st_mode & 0o777) == 0o600
+
+
+def test_term_ignoring_group_is_killed_after_the_grace(tmp_path):
+    sup = Supervisor(SignalCoordinator())
+    argv = [sys.executable, "-c", IGNORES_TERM]
+    child = sup.start("stubborn", argv, {"PATH": os.environ["PATH"]}, tmp_path / "s.log")
+    _wait_log(child.log_path, "up")
+    assert sup.stop_all(grace_s=0.3)
+    assert child.exit_code() == -9 and sup.all_gone()
+    assert wait_group_gone(child.pid, 0)  # grandchild in the group is gone too
+
+
+def test_stop_is_idempotent_and_refuses_new_children(tmp_path):
+    sup = Supervisor(SignalCoordinator())
+    sup.start("g", [sys.executable, "-c", GRACEFUL], {}, tmp_path / "g.log")
+    assert sup.stop_all(grace_s=5) and sup.stop_all(grace_s=5)
+    with pytest.raises(RuntimeError, match="has stopped"):
+        sup.start("late", ["true"], {}, tmp_path / "late.log")
+
+
+def test_log_files_are_never_reused(tmp_path):
+    sup = Supervisor(SignalCoordinator())
+    (tmp_path / "x.log").write_text("earlier execution")
+    with pytest.raises(FileExistsError):
+        sup.start("x", ["true"], {}, tmp_path / "x.log")
+    assert sup.children == []
+
+
+def test_children_die_with_the_agent(tmp_path):
+    agent = (
+        "import sys, os; from pathlib import Path; "
+        "from agent_stdlib.signals import SignalCoordinator; "
+        "from agent_stdlib.supervisor import Supervisor; "
+        "s = Supervisor(SignalCoordinator()); "
+        f"c = s.start('sleeper', ['sleep', '60'], {{'PATH': os.environ['PATH']}}, "
+        f"Path({str(tmp_path / 'sleep.log')!r})); print(c.pid, flush=True); os._exit(0)")
+    out = subprocess.run([sys.executable, "-c", agent], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2], timeout=30)
+    assert wait_group_gone(int(out.stdout.strip()), 10)
+
+
+def test_srun_argv_asks_for_explicit_gpus_and_memory():
+    plan = local_plan(sys.executable, ["serve"])
+    runtime = dataclasses.replace(plan.runtime, launcher="srun")
+    resources = dataclasses.replace(plan.resources, gpus=2)
+    server = step_argv(runtime, resources, "server-a-0", ["serve"], 2)
+    client = step_argv(runtime, resources, "client", ["gen"], 0)
+    assert server[:3] == ["srun", "--overlap", "--exact"] and "--gres=gpu:2" in server
+    assert "--mem=128" in server and "--job-name=server-a-0" in server
+    assert "--gres=none" in client and client[-2:] == ["--", "gen"]
+    assert step_argv(plan.runtime, resources, "c", ["gen"], 0) == ["gen"]  # local launcher
+
+
+def test_parse_steps_of_squeue():
+    text = "129.0|server-tiny-0\n129.1|proxy\n129.batch|batch\n129.extern|extern\n\nbad\n"
+    assert parse_steps(text) == {"server-tiny-0": "129.0", "proxy": "129.1",
+                                 "batch": "129.batch", "extern": "129.extern"}
+
+
+def test_step_control_without_slurm_reports_it_cannot_ask(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    control = StepControl("1")
+    assert control.steps() is None and control.alive(["x"]) is None
+    assert control.signal(["x"], "TERM") == []
