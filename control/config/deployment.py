@@ -11,6 +11,7 @@ from pydantic import Discriminator, Field, Tag, model_validator
 from agent_stdlib.containers import RESERVED_MOUNT
 from control.config.fields import (
     AbsPath,
+    ConfigPath,
     EnvName,
     ModelRef,
     Name,
@@ -22,7 +23,8 @@ from control.config.fields import (
 from control.config.secrets import check_args, secret_name, secret_value
 from control.planning.engines import PARALLEL, RENDERED, check_extra_args
 
-COMMAND_PLACEHOLDERS = frozenset({"host", "port", "model", "served_name", "python", "config_dir"})
+COMMAND_PLACEHOLDERS = frozenset({"host", "port", "model", "served_name", "python", "config_dir",
+                                  "agent"})
 ARG_PLACEHOLDERS = frozenset({"model", "served_name", "config_dir"})
 
 
@@ -108,6 +110,7 @@ class Deployment(Strict):
     served_name: Optional[ServedName] = None
     image: Optional[Name] = None
     executable: Optional[AbsPath] = None
+    python: Optional[ConfigPath] = None
     command: Optional[List[Text]] = None
     extra_args: List[Text] = []
     env: Dict[EnvName, EnvValue] = {}
@@ -136,7 +139,7 @@ class Deployment(Strict):
         check_env(self.env)
         if not self.readiness_path.startswith("/"):
             raise ValueError("readiness_path: must start with '/'")
-        if self.engine == "llamacpp" and not self.model.startswith("/"):
+        if self.engine == "llamacpp" and not self.model.startswith(("/", "{config_dir}/")):
             raise ValueError("model: llamacpp needs the absolute path of a GGUF file")
         return self
 
@@ -145,7 +148,7 @@ class Deployment(Strict):
             if self.command is None:
                 raise ValueError("command: engine 'openai' needs the command that serves "
                                  "the model")
-            for field in ("extra_args", "executable"):
+            for field in ("extra_args", "executable", "python"):
                 if getattr(self, field):
                     raise ValueError(f"{field}: only for engines "
                                      f"{', '.join(RENDERED)}; put it in command")
@@ -154,6 +157,9 @@ class Deployment(Strict):
         if self.command is not None:
             raise ValueError(f"command: engine {self.engine!r} renders its own command; "
                              f"use extra_args")
+        if self.executable and self.python:
+            raise ValueError("python: give either executable (a server binary) or python "
+                             "(a serving environment), not both")
         check_placeholders("extra_args", self.extra_args, ARG_PLACEHOLDERS)
         for check in (lambda a: check_extra_args(self.engine, a), check_args):
             try:

@@ -58,10 +58,25 @@ def _safe_path(value: str) -> str:
     return value
 
 
+CONFIG_DIR = "{config_dir}/"
+RELATIVE_PART = re.compile(r"[A-Za-z0-9._/+@,=-]+")
+
+
+def _config_path(value: str) -> str:
+    """An absolute safe path, or ``{config_dir}/...`` resolved against the run file."""
+    _text(value)
+    if value.startswith(CONFIG_DIR):
+        if not RELATIVE_PART.fullmatch(value[len(CONFIG_DIR):]):
+            raise ValueError(f"{value!r} may only contain letters, digits and ._/+@,=- "
+                             f"after {{config_dir}}/")
+        return value
+    return _safe_path(value)
+
+
 def _model(value: str) -> str:
     _text(value)
-    if value.startswith("/"):
-        return _safe_path(value)
+    if value.startswith(("/", CONFIG_DIR)):
+        return _config_path(value)
     if not HUB_ID.fullmatch(value):
         raise ValueError("must be an absolute path or a hub id like 'org/name'")
     return value
@@ -103,4 +118,5 @@ SafePath = Annotated[str, AfterValidator(_safe_path)]
 TimeLimit = Annotated[str, AfterValidator(_time_limit)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 ModelRef = Annotated[str, AfterValidator(_model)]
+ConfigPath = Annotated[str, AfterValidator(_config_path)]
 ServedName = Annotated[str, AfterValidator(_served_name)]

@@ -38,7 +38,7 @@ from control.planning.engines import PARALLEL, engine_argv
 from control.planning.placement import Placement, PlacementError, Shape, place
 
 # Placeholders the agent fills in on the node; the planner leaves them as they are.
-NODE_PLACEHOLDERS = {"host": "{host}", "port": "{port}"}
+NODE_PLACEHOLDERS = {"host": "{host}", "port": "{port}", "agent": "{agent}"}
 EnvMap = Mapping[str, Union[str, SecretRef]]
 
 
@@ -82,19 +82,28 @@ def resolve_command(dep: Deployment, python: str, config_dir: Path,
     return _fill(dep.command, values)
 
 
+def config_path(value: str, config_dir: Path) -> str:
+    """Resolve a ``{config_dir}/...`` path against the run file's directory."""
+    if value.startswith("{config_dir}/"):
+        return os.path.normpath(str(config_dir) + value[len("{config_dir}"):])
+    return value
+
+
 def _server_argv(dep: Deployment, model: str, python: str, config_dir: Path,
                  container: Optional[ContainerSpec]) -> Tuple[str, ...]:
-    served = dep.served_name or dep.model
+    served = dep.served_name or model
     if dep.engine not in PARALLEL + ("llamacpp",):
         argv = resolve_command(dep, python, config_dir, model)
         return tuple(inside(a, container) for a in argv)
     extra = _fill(dep.extra_args, {"model": model, "served_name": served,
                                    "config_dir": str(config_dir)})
     exe = inside(dep.executable, container) if dep.executable else None
+    serving_python = config_path(dep.python, config_dir) if dep.python else None
     return engine_argv(dep.engine, model=model, served_name=served,
                        tensor_parallel=dep.tensor_parallel or 1,
                        pipeline_parallel=dep.pipeline_parallel or 1,
-                       extra_args=[inside(a, container) for a in extra], executable=exe)
+                       extra_args=[inside(a, container) for a in extra], executable=exe,
+                       python=serving_python)
 
 
 def _env(env: EnvMap, where: str, profile: Profile,
@@ -118,13 +127,14 @@ def _deployment(index: int, dep: Deployment, profile: Profile, config_dir: Path,
                 replicas: Tuple[ReplicaSpec, ...]) -> DeploymentSpec:
     where = f"deployments[{index}]"
     container = container_for(profile, dep.image, f"{where}.image", images, mounts)
-    model = model_inside(dep.model, container, f"{where}.model")
+    resolved = config_path(dep.model, config_dir)
+    model = model_inside(resolved, container, f"{where}.model")
     env, secret_env = _env(dep.env, f"{where}.env", profile, container)
     return DeploymentSpec(
         alias=dep.alias,
         engine=dep.engine,
-        model=dep.model,
-        served_name=dep.served_name or dep.model,
+        model=resolved,
+        served_name=dep.served_name or resolved,
         command=_server_argv(dep, model, profile.python, config_dir, container),
         env=env,
         gpus_per_replica=dep.gpus_per_replica,

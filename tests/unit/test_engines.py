@@ -81,3 +81,27 @@ def test_every_engine_reserves_host_port_or_api_key() -> None:
         assert "--api-key" in flags
         if engine != "openai":
             assert {"--host", "--port"} <= set(flags)
+
+
+# --- serving environments: engines started through a venv's Python -------------------
+
+
+def test_vllm_through_a_serving_python_uses_the_openai_server_module() -> None:
+    argv = engine_argv("vllm", model="/m", served_name="s", tensor_parallel=2,
+                       python="/env/bin/python", extra_args=["--enforce-eager"])
+    assert argv == ("/env/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+                    "--model", "/m", "--host", "{host}", "--port", "{port}",
+                    "--served-model-name", "s", "--tensor-parallel-size", "2",
+                    "--pipeline-parallel-size", "1", "--enforce-eager")
+
+
+def test_llamacpp_through_a_serving_python_uses_the_agent_launcher() -> None:
+    argv = engine_argv("llamacpp", model="/m.gguf", served_name="smol", python="/env/python")
+    assert argv[:4] == ("/env/python", "-I", "{agent}", "serve-llamacpp")
+    assert argv[4:] == ("-m", "/m.gguf", "--host", "{host}", "--port", "{port}", "-a", "smol",
+                        "--metrics")
+
+
+def test_sglang_through_a_serving_python() -> None:
+    argv = engine_argv("sglang", model="org/m", served_name="m", python="/env/python")
+    assert argv[:3] == ("/env/python", "-m", "sglang.launch_server")
