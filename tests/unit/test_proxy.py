@@ -6,6 +6,7 @@ import http.client
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -19,6 +20,12 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from agent_stdlib.proxy import Proxy, ProxyConfig, parse_queue_metric
+from fixtures.fake_openai_server import (
+    DEFAULT_MODEL,
+    RunningServer,
+    expected_completion,
+    serve_in_thread,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT = 10.0
@@ -400,7 +407,7 @@ def test_backend_closing_kept_alive_connections_is_transparent(backends, proxy) 
 
 def test_idle_backend_connections_are_reaped(backends, proxy) -> None:
     be = backends()
-    p = proxy([be.url])
+    p = proxy([be.url], pool_idle_timeout=0.5)
     assert request(p)[0] == 200
     wait_for(lambda: len(p.backends[0].pool) == 1, what="connection pooled")
     wait_for(lambda: not p.backends[0].pool, what="pooled connection reaped")
@@ -624,23 +631,44 @@ def _fd_count() -> int:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
-def test_many_sequential_requests_do_not_leak_fds(backends, proxy) -> None:
+def test_10000_requests_do_not_leak_fds(backends, proxy) -> None:
     be = backends()
-    p = proxy([be.url])
-    for _ in range(20):
-        assert request(p)[0] == 200
-    wait_for(lambda: "synthbatch_proxy_client_connections 0" in p.metrics_text())
+    p = proxy([be.url], pool_idle_timeout=0.3)
+    assert request(p)[0] == 200
+
+    def idle() -> bool:
+        text = p.metrics_text()
+        return "synthbatch_proxy_client_connections 0" in text and not p.backends[0].pool
+
+    wait_for(idle, what="idle proxy")
     before = _fd_count()
-    for _ in range(1000):
-        assert request(p, body=b"a")[2] == b"a"
-    conn = http.client.HTTPConnection("127.0.0.1", p.port, timeout=WAIT)
-    for _ in range(1000):
-        conn.request("POST", "/v1/x", body=b"b")
-        assert conn.getresponse().read() == b"b"
-    conn.close()
-    wait_for(lambda: "synthbatch_proxy_client_connections 0" in p.metrics_text())
-    assert _fd_count() <= before + 2
-    assert "synthbatch_proxy_requests_total 2020" in p.metrics_text()
+    for i in range(2000):  # a new client connection each
+        assert request(p, body=b"%d" % i)[2] == b"%d" % i
+    failures: List[str] = []
+
+    def keep_alive_client(n: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", p.port, timeout=WAIT)
+        try:
+            for i in range(2000):
+                conn.request("POST", "/v1/x", body=b"c%d-%d" % (n, i))
+                if conn.getresponse().read() != b"c%d-%d" % (n, i):
+                    failures.append(f"client {n} request {i}")
+        except (OSError, http.client.HTTPException) as exc:
+            failures.append(repr(exc))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=keep_alive_client, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert failures == []
+    wait_for(idle, what="connections closed and pool reaped")
+    wait_for(lambda: _fd_count() <= before + 2, what="fds back to the start")
+    text = p.metrics_text()
+    assert "synthbatch_proxy_requests_total 10001" in text
+    assert f'synthbatch_proxy_in_flight{{backend="{be.url}"}} 0' in text
 
 
 def test_own_metrics_endpoint(backends, proxy) -> None:
@@ -738,3 +766,211 @@ def test_main_bad_arguments_return_nonzero() -> None:
 
     assert main([]) == 2
     assert main(["--backend", "ftp://x", "--listen", "127.0.0.1:0"]) == 1
+
+
+# --------------------------------------------------------------------------------------
+# Against fixtures/fake_openai_server.py (vLLM-like backends)
+
+
+@pytest.fixture
+def fake_servers() -> Iterator[Callable[..., RunningServer]]:
+    made: List[RunningServer] = []
+
+    def make(**options: object) -> RunningServer:
+        server = serve_in_thread(**options)
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.stop()
+
+
+def completion(p: Proxy, prompt: str, max_tokens: int = 3) -> Tuple[int, Dict[str, object]]:
+    body = json.dumps({"model": DEFAULT_MODEL, "prompt": prompt, "max_tokens": max_tokens})
+    status, _, data = request(p, body=body.encode(), headers={"Content-Type": "application/json"})
+    return status, json.loads(data)
+
+
+def test_skewed_latency_slow_backend_gets_fewer_requests(fake_servers, proxy) -> None:
+    slow = fake_servers(token_latency=0.05)  # 5 tokens: ~0.25 s per request
+    fast = fake_servers()
+    p = proxy([slow.url, fast.url])
+    statuses: List[int] = []
+
+    def worker(n: int) -> None:
+        for i in range(15):
+            statuses.append(completion(p, f"w{n}-{i}", max_tokens=5)[0])
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert statuses == [200] * 60
+    served = [b["requests"] for b in p.health()["backends"]]  # type: ignore[index]
+    assert sum(served) == 60
+    assert served[0] * 3 < served[1], served
+
+
+def test_streaming_from_fake_server_is_ordered_and_not_buffered(fake_servers, proxy) -> None:
+    be = fake_servers(token_latency=0.05)
+    p = proxy([be.url])
+    body = json.dumps({"model": DEFAULT_MODEL, "prompt": "tell", "max_tokens": 6, "stream": True})
+    s = raw(p)
+    s.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode())
+    )
+    data, arrivals = b"", []
+    while b"0\r\n\r\n" not in data:
+        piece = s.recv(65536)
+        assert piece, "EOF before the end of the stream"
+        data += piece
+        arrivals.append((time.monotonic(), data.count(b"data: ")))
+    s.close()
+    events = [e for e in dechunk(data.partition(b"\r\n\r\n")[2]).split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]"
+    text = "".join(json.loads(e[6:])["choices"][0]["text"] for e in events[:-1])
+    assert text == expected_completion(DEFAULT_MODEL, "tell", 6)
+    # 6 tokens 50 ms apart: a buffering proxy would deliver them all at once
+    first_event = next(t for t, n in arrivals if n >= 1)
+    assert arrivals[-1][0] - first_event >= 0.15
+
+
+def _spawn_fake_server(tmp_path: Path, name: str) -> Tuple[subprocess.Popen, str]:
+    port_file = tmp_path / f"{name}.port"
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "fixtures" / "fake_openai_server.py"), "--port-file",
+         str(port_file)],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_for(port_file.exists, what=f"{name} port file")
+    return proc, f"http://127.0.0.1:{int(port_file.read_text())}"
+
+
+def test_failover_when_a_backend_is_killed(proxy, tmp_path) -> None:
+    victim, victim_url = _spawn_fake_server(tmp_path, "victim")
+    survivor, survivor_url = _spawn_fake_server(tmp_path, "survivor")
+    try:
+        p = proxy([victim_url, survivor_url])
+        for i in range(6):  # both backends used; the victim's connection is now pooled
+            assert completion(p, f"before {i}")[0] == 200
+        assert min(b["requests"] for b in p.health()["backends"]) > 0  # type: ignore[index]
+        victim.kill()
+        victim.wait(WAIT)
+        for i in range(10):
+            status, doc = completion(p, f"after {i}")
+            assert status == 200, doc
+            assert doc["choices"][0]["text"] == expected_completion(DEFAULT_MODEL, f"after {i}", 3)
+        assert p.health()["backends"][0]["healthy"] is False  # type: ignore[index]
+    finally:
+        for proc in (victim, survivor):
+            proc.kill()
+            proc.wait(WAIT)
+
+
+def test_backpressure_from_fake_server_queue(fake_servers, proxy) -> None:
+    be = fake_servers(token_latency=0.1, max_concurrency=1)
+    p = proxy([be.url], max_queued=1, metrics_interval=0.05)
+    results: List[int] = []
+    threads = [
+        threading.Thread(target=lambda i=i: results.append(completion(p, f"q{i}", 12)[0]))
+        for i in range(3)
+    ]
+    for t in threads:
+        t.start()
+    # one request runs (1.2 s), two wait: vllm:num_requests_waiting 2 > max_queued 1
+    wait_for(lambda: p.health()["backends"][0]["queued"] == 2, what="queue sample")  # type: ignore[index]
+    status, doc = completion(p, "rejected")
+    assert status == 429 and doc["error"]["type"] == "proxy_error"
+    assert 'responses_429_total{source="proxy"} 1' in p.metrics_text()
+    for t in threads:
+        t.join(30)
+    assert results == [200, 200, 200]
+
+
+# --------------------------------------------------------------------------------------
+# More protocol details
+
+
+def test_slowloris_drip_is_cut_at_the_header_deadline(backends, proxy) -> None:
+    be = backends()
+    p = proxy([be.url], header_timeout=0.5)
+    s = raw(p)
+    start = time.monotonic()
+    s.sendall(b"GET /v1/models HTTP/1.1\r\n")
+    answer = b""
+    for _ in range(int(WAIT / 0.05)):  # one byte every 50 ms never completes the head
+        try:
+            s.sendall(b"X")
+        except OSError:
+            break
+        readable, _, _ = select.select([s], [], [], 0.05)
+        if readable:
+            answer = s.recv(65536)
+            break
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert time.monotonic() - start < WAIT
+    s.close()
+    assert be.count == 0
+
+
+def test_pipelined_requests_are_answered_in_order(backends, proxy) -> None:
+    be = backends()
+    p = proxy([be.url])
+    s = raw(p)
+    s.sendall(
+        b"POST /v1/a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\none"
+        b"POST /v1/b HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\ntwo"
+        b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    data = read_until(s, b'"status"')
+    assert data.count(b"HTTP/1.1 200") == 3
+    assert data.index(b"one") < data.index(b"two") < data.index(b'"status"')
+    s.close()
+    assert [path for path, _ in be.requests] == ["/v1/a", "/v1/b"]
+
+
+def test_http10_client_gets_close_delimited_stream(backends, proxy) -> None:
+    be = backends("stream")
+    be.release.set()
+    p = proxy([be.url])
+    s = raw(p)
+    s.sendall(b"POST /v1/x HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}")
+    data = b""
+    while True:
+        piece = s.recv(65536)
+        if not piece:
+            break
+        data += piece
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"connection: close" in head.lower() and b"transfer-encoding" not in head.lower()
+    assert body == b"data: one\n\ndata: two\n\ndata: [DONE]\n\n"
+
+
+def test_tcp_nodelay_on_client_and_backend_sockets(backends, proxy) -> None:
+    be = backends()
+    p = proxy([be.url])
+    conn = http.client.HTTPConnection("127.0.0.1", p.port, timeout=WAIT)
+    conn.request("POST", "/v1/x", body=b"x")
+    assert conn.getresponse().read() == b"x"
+    wait_for(lambda: len(p.backends[0].pool) == 1)
+    socks = [c.transport.get_extra_info("socket") for c in list(p.core.clients)]
+    socks += [u.transport.get_extra_info("socket") for u in list(p.core.upstreams)]
+    assert len(socks) == 2
+    for sock in socks:
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    conn.close()
+
+
+def test_sampler_survives_errors_and_recovers(backends, proxy) -> None:
+    be = backends(metrics="not a metric at all {{{\n")
+    be.metrics_status = 500
+    p = proxy([be.url], max_queued=5, metrics_interval=0.05)
+    wait_for(lambda: "synthbatch_proxy_backend_queued{" in p.metrics_text())
+    be.metrics_status = 200
+    be.metrics = "vllm:num_requests_waiting 9\n"
+    wait_for(lambda: p.health()["backends"][0]["queued"] == 9, what="sample after errors")  # type: ignore[index]
+    assert request(p)[0] == 429

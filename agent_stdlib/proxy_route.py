@@ -1,0 +1,323 @@
+"""Backends, routing, passive health, queue sampling and counters of the endpoint proxy.
+
+Everything here runs on the proxy's event loop thread; ``health()`` and ``metrics_text()``
+may also be called from other threads (they only read plain attributes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Tuple
+from urllib.parse import urlsplit
+
+from agent_stdlib.proxy_http import parse_queue_metric
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agent_stdlib.proxy import ProxyConfig
+
+LOG = logging.getLogger("synthbatch.proxy")
+MAX_METRICS_BYTES = 8 * 1024 * 1024
+
+
+def parse_backend_url(url: str) -> Tuple[str, int, str]:
+    """Split ``http://host:port[/prefix]`` into host, port and path prefix."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"backend URL must be http://host:port, got {url!r}")
+    return parts.hostname, parts.port or 80, parts.path.rstrip("/")
+
+
+class Backend:
+    """State of one backend replica."""
+
+    def __init__(self, url: str, index: int) -> None:
+        self.url = url.rstrip("/")
+        self.index = index
+        self.host, self.port, self.prefix = parse_backend_url(url)
+        self.prefix_b = self.prefix.encode("latin-1")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_line = f"\r\nHost: {host}:{self.port}".encode("latin-1")
+        self.in_flight = 0
+        self.requests = 0
+        self.failures: Deque[float] = deque()
+        self.down_until = 0.0
+        self.marked_down = False
+        self.sample_ok_at = 0.0
+        self.sampled_waiting: Optional[float] = None
+        self.pool: List[Any] = []  # idle upstream connections, most recently used last
+
+
+@dataclass
+class Stats:
+    """Proxy-wide counters for the own /metrics endpoint."""
+
+    requests_total: int = 0
+    retries_total: int = 0
+    rejected_429_total: int = 0
+    passthrough_429_total: int = 0
+    errors_total: Dict[int, int] = field(default_factory=dict)
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+class Router:
+    """Least outstanding requests with round-robin ties, passive health, queue limits."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.backends = [Backend(url, i) for i, url in enumerate(config.backends)]
+        self.max_queued = config.max_queued
+        self.stale_after = max(1.0, 10 * config.metrics_interval)
+        self.rr = 0
+
+    # ---- queue limits ---------------------------------------------------------------
+
+    def queued(self, b: Backend, now: float) -> Optional[float]:
+        """Queue length used for backpressure; None when unknown (fail open)."""
+        if self.max_queued is None:
+            return float(b.in_flight)
+        if now - b.sample_ok_at > self.stale_after:
+            return None
+        if b.sampled_waiting is not None:
+            return b.sampled_waiting
+        return float(b.in_flight)
+
+    def all_over_limit(self, now: float) -> bool:
+        """True when every healthy backend is over its queue limit."""
+        limit = self.max_queued
+        if limit is None:
+            return False
+        healthy = False
+        for b in self.backends:  # inlined over(): this runs for every request
+            if now < b.down_until:
+                continue
+            if now - b.sample_ok_at > self.stale_after:
+                return False  # unknown: fail open
+            queued = b.sampled_waiting
+            if (b.in_flight if queued is None else queued) <= limit:
+                return False
+            healthy = True
+        return healthy
+
+    # ---- picking --------------------------------------------------------------------
+
+    def pick(self, tried: int, now: float) -> Optional[Backend]:
+        """Choose an untried backend (``tried`` is a bit set of indexes).
+
+        Fewest outstanding requests wins, ties go round-robin; backends over the queue
+        limit come last; backends marked down are used only when all are down. The
+        chosen backend's in-flight count is incremented.
+        """
+        backends = self.backends
+        n = len(backends)
+        all_down = True
+        for b in backends:
+            if now >= b.down_until:
+                all_down = False
+                break
+        best: Optional[Backend] = None
+        best_key = (True, 0)
+        start = self.rr
+        limit = self.max_queued
+        stale_after = self.stale_after
+        for i in range(n):
+            b = backends[(start + i) % n]
+            if tried >> b.index & 1 or (not all_down and now < b.down_until):
+                continue
+            over = False
+            if limit is not None and now - b.sample_ok_at <= stale_after:  # inlined over()
+                queued = b.sampled_waiting
+                over = (b.in_flight if queued is None else queued) > limit
+            key = (over, b.in_flight)
+            if best is None or key < best_key:
+                best, best_key = b, key
+        if best is not None:
+            self.rr = (best.index + 1) % n
+            best.in_flight += 1
+            best.requests += 1
+        return best
+
+    # ---- passive health -------------------------------------------------------------
+
+    def note_failure(self, b: Backend, why: str) -> None:
+        """Record a connect failure; mark the backend down after too many in the window."""
+        now = time.monotonic()
+        b.failures.append(now)
+        while b.failures and now - b.failures[0] > self.config.fail_window:
+            b.failures.popleft()
+        if len(b.failures) < self.config.fail_threshold or now < b.down_until:
+            return
+        b.down_until = now + self.config.down_seconds
+        b.failures.clear()
+        if not b.marked_down:
+            b.marked_down = True
+            LOG.warning("backend %s marked down (%s)", b.url, why)
+
+    def note_success(self, b: Backend) -> None:
+        """Record a successful connect; log when a backend comes back up."""
+        if b.failures:
+            b.failures.clear()
+        b.down_until = 0.0
+        if b.marked_down:
+            b.marked_down = False
+            LOG.info("backend %s marked up", b.url)
+
+    # ---- reports --------------------------------------------------------------------
+
+    def health(self) -> Dict[str, object]:
+        """Return the health document served at ``GET /health``."""
+        now = time.monotonic()
+        rows = [
+            {
+                "url": b.url,
+                "healthy": now >= b.down_until,
+                "in_flight": b.in_flight,
+                "requests": b.requests,
+                "queued": self.queued(b, now),
+            }
+            for b in self.backends
+        ]
+        ok = any(r["healthy"] for r in rows)
+        return {"status": "ok" if ok else "unavailable", "backends": rows}
+
+    def metrics_text(self, s: Stats, clients: int) -> str:
+        """Render the proxy's counters in Prometheus text format."""
+        p = "synthbatch_proxy_"
+        now = time.monotonic()
+        out = [
+            f"# TYPE {p}requests_total counter",
+            f"{p}requests_total {s.requests_total}",
+            f"# TYPE {p}retries_total counter",
+            f"{p}retries_total {s.retries_total}",
+            f"# TYPE {p}responses_429_total counter",
+            f'{p}responses_429_total{{source="proxy"}} {s.rejected_429_total}',
+            f'{p}responses_429_total{{source="backend"}} {s.passthrough_429_total}',
+            f"# TYPE {p}errors_total counter",
+        ]
+        out += [f'{p}errors_total{{status="{k}"}} {v}' for k, v in sorted(s.errors_total.items())]
+        out += [
+            f"# TYPE {p}bytes_in_total counter",
+            f"{p}bytes_in_total {s.bytes_in}",
+            f"# TYPE {p}bytes_out_total counter",
+            f"{p}bytes_out_total {s.bytes_out}",
+            f"# TYPE {p}client_connections gauge",
+            f"{p}client_connections {clients}",
+        ]
+        for name, kind, fn in (
+            ("in_flight", "gauge", lambda b: b.in_flight),
+            ("backend_requests_total", "counter", lambda b: b.requests),
+            ("backend_healthy", "gauge", lambda b: int(now >= b.down_until)),
+            ("backend_queued", "gauge", lambda b: self.queued(b, now)),
+        ):
+            out.append(f"# TYPE {p}{name} {kind}")
+            for b in self.backends:
+                value = fn(b)
+                if value is not None:
+                    out.append(f'{p}{name}{{backend="{b.url}"}} {value}')
+        return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------------------
+# Queue sampler (not on the hot path: plain asyncio streams, one connection per backend)
+
+
+class Sampler:
+    """Polls every backend's ``/metrics`` about every ``metrics_interval`` seconds.
+
+    A failed sample leaves the previous value, which turns "unknown" (fail open) once it is
+    older than the router's ``stale_after``; errors never stop the sampler.
+    """
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        interval = router.config.metrics_interval
+        self.interval = interval
+        self.timeout = min(1.0, max(0.2, 5 * interval))
+        self.streams: Dict[int, Tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+
+    async def run(self) -> None:
+        """Sample until cancelled."""
+        try:
+            while True:
+                await asyncio.sleep(self.interval)
+                await asyncio.gather(
+                    *(self._sample(b) for b in self.router.backends), return_exceptions=True
+                )
+        finally:
+            for _, writer in self.streams.values():
+                writer.close()
+
+    async def _sample(self, b: Backend) -> None:
+        """Take one sample of one backend."""
+        try:
+            status, data = await asyncio.wait_for(self._fetch(b), self.timeout)
+        except ConnectionRefusedError as exc:
+            self._drop(b)
+            self.router.note_failure(b, f"metrics connect: {exc}")
+            return
+        except Exception as exc:  # never let the sampler die
+            self._drop(b)
+            LOG.debug("sampling %s failed: %s", b.url, exc)
+            return
+        b.sampled_waiting = (
+            parse_queue_metric(data.decode("utf-8", "replace")) if status == 200 else None
+        )
+        b.sample_ok_at = time.monotonic()
+        self.router.note_success(b)
+
+    def _drop(self, b: Backend) -> None:
+        """Forget (and close) the sampling connection of a backend."""
+        pair = self.streams.pop(b.index, None)
+        if pair is not None:
+            pair[1].close()
+
+    async def _fetch(self, b: Backend) -> Tuple[int, bytes]:
+        """GET /metrics on a kept-alive connection; return (status, body)."""
+        pair = self.streams.get(b.index)
+        if pair is None:
+            pair = await asyncio.open_connection(b.host, b.port, limit=65536)
+            self.streams[b.index] = pair
+        reader, writer = pair
+        writer.write(
+            f"GET {b.prefix}/metrics HTTP/1.1{b.host_line.decode('latin-1')}\r\n"
+            "Accept: text/plain\r\n\r\n".encode("latin-1")
+        )
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head[:-4].split(b"\r\n")
+        status = int(lines[0].split(b" ")[1])
+        fields = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            fields[name.strip().lower()] = value.strip().lower()
+        if fields.get(b"transfer-encoding", b"").endswith(b"chunked"):
+            body = b""
+            while True:
+                size = int((await reader.readline()).split(b";")[0], 16)
+                if size == 0:
+                    while (await reader.readline()) not in (b"\r\n", b""):
+                        pass
+                    break
+                if len(body) + size > MAX_METRICS_BYTES:
+                    raise ValueError("metrics too large")
+                body += await reader.readexactly(size + 2)
+                body = body[:-2]
+        elif b"content-length" in fields:
+            size = int(fields[b"content-length"])
+            if size > MAX_METRICS_BYTES:
+                raise ValueError("metrics too large")
+            body = await reader.readexactly(size)
+        else:
+            body = await reader.read(MAX_METRICS_BYTES)
+            while body and len(body) < MAX_METRICS_BYTES:
+                more = await reader.read(MAX_METRICS_BYTES - len(body))
+                if not more:
+                    break
+                body += more
+            self._drop(b)
+        if fields.get(b"connection") == b"close":
+            self._drop(b)
+        return status, body
