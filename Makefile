@@ -14,8 +14,13 @@ $(STAMP): pyproject.toml setup.py
 
 install: $(STAMP)  ## create .venv with synthbatch (editable) and the test tools
 
-testbed:  ## start the local Slurm testbed (installs Slurm, munge, MariaDB if missing)
+NOACCT_DIR  ?= /tmp/synthbatch-testbed-noacct
+NOACCT_PORT ?= 6917
+
+testbed:  ## start the local Slurm testbeds: the main one, and one without accounting
 	scripts/slurm-testbed up >/dev/null
+	SYNTHBATCH_TESTBED_ACCOUNTING=0 SYNTHBATCH_TESTBED_PORT=$(NOACCT_PORT) \
+		scripts/slurm-testbed up $(NOACCT_DIR) >/dev/null
 
 demo: install testbed  ## run examples/quickstart.toml end to end on the local testbed
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo

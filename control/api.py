@@ -1,23 +1,22 @@
-"""The Python API behind every CLI command; each returns what ``--json`` prints."""
+"""The Python API behind every CLI command; each returns what ``--json`` prints.
+
+Imports of the planner, bundle builder and renderer happen inside the functions that need
+them, so that ``status``, ``runs``, ``logs`` and ``cancel`` start quickly.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
-from agent_stdlib.contracts import sha256_bytes
-from control import bundle
-from control.config.loader import load_model
-from control.config.profile import Profile, load_profile
-from control.config.run import RunConfig
+from agent_stdlib.layout import RunLayout
 from control.errors import InvalidInput, SynthbatchError
-from control.planning.planner import make_plan, new_run_id
-from control.runs import submit as submitting
-from control.runs.merge import merge_run
-from control.runs.observe import observe
 from control.runs.store import load_run, run_layout, runs_root
-from control.slurm.renderer import BatchScript, render_batch_script
 from control.slurm.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from control.config.profile import Profile
+    from control.config.run import RunConfig
 
 
 def scheduler_for(profile: Profile) -> Scheduler:
@@ -25,13 +24,37 @@ def scheduler_for(profile: Profile) -> Scheduler:
     return Scheduler(slurm_bin=profile.slurm_bin, timeout_s=profile.scheduler_timeout_s)
 
 
+def _profile(profile: Optional[str]) -> Profile:
+    from control.config.profile import load_profile
+
+    return load_profile(profile)[0]
+
+
 def _load_run_config(run_file: Path) -> RunConfig:
+    from control.config.loader import load_model
+    from control.config.run import RunConfig
+
     return load_model(run_file, RunConfig)
+
+
+def _run(run_id: str, profile: Optional[str]) -> tuple[Profile, RunLayout]:
+    prof = _profile(profile)
+    return prof, run_layout(Path(prof.workspace), run_id)
+
+
+def run_dir(run_id: str, profile: Optional[str] = None) -> RunLayout:
+    """The directory layout of an existing run of the profile's workspace."""
+    return _run(run_id, profile)[1]
 
 
 def plan(run_file: Path, profile: Optional[str] = None) -> Dict[str, Any]:
     """Dry run: validate and resolve the run, render the batch script, submit nothing."""
-    prof, _ = load_profile(profile)
+    from agent_stdlib.contracts import sha256_bytes
+    from control.planning.planner import make_plan, new_run_id
+    from control.runs import submit as submitting
+    from control.slurm.renderer import BatchScript, render_batch_script
+
+    prof = _profile(profile)
     config = _load_run_config(run_file)
     resolved = make_plan(config, prof, new_run_id(config.name), run_file.resolve().parent)
     run_dir = runs_root(Path(prof.workspace)) / resolved.run_id
@@ -48,6 +71,11 @@ def plan(run_file: Path, profile: Optional[str] = None) -> Dict[str, Any]:
 def submit(run_file: Path, profile: Optional[str] = None,
            scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
     """Plan, stage, commit and submit a run; return its id and job id."""
+    from control import bundle
+    from control.config.profile import load_profile
+    from control.planning.planner import make_plan, new_run_id
+    from control.runs import submit as submitting
+
     prof, profile_path = load_profile(profile)
     config = _load_run_config(run_file)
     workspace = Path(prof.workspace)
@@ -74,35 +102,62 @@ def submit(run_file: Path, profile: Optional[str] = None,
 
 def status(run_id: str, profile: Optional[str] = None,
            scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
-    """The run's shards by state, records done, and failures with reasons."""
-    prof, _ = load_profile(profile)
-    layout = run_layout(Path(prof.workspace), run_id)
+    """Shards by state, records done, tokens, rate, ETA, failures with reasons and logs."""
+    from control.runs.observe import observe
+
+    prof, layout = _run(run_id, profile)
     return observe(layout, scheduler or scheduler_for(prof))
+
+
+def cancel(run_id: str, shards: Sequence[int] = (), profile: Optional[str] = None,
+           scheduler: Optional[Scheduler] = None, wait_s: float = 60.0) -> Dict[str, Any]:
+    """scancel the recorded jobs of the run (or of ``shards``); states become cancelled."""
+    from control.runs.cancel import cancel_run
+
+    prof, layout = _run(run_id, profile)
+    return cancel_run(layout, scheduler or scheduler_for(prof), list(shards), wait_s)
+
+
+def logs(run_id: str, shard: Optional[int] = None, step: Optional[str] = None,
+         profile: Optional[str] = None) -> Dict[str, Any]:
+    """Which log file of the latest execution to show, and the other steps that have one."""
+    from control.runs.logs import locate
+
+    _, layout = _run(run_id, profile)
+    target = locate(layout, shard, step)
+    return {"run_id": run_id, "shard": target.shard, "attempt": target.attempt,
+            "execution": target.execution, "step": target.step, "path": str(target.path),
+            "steps": target.steps}
 
 
 def merge(run_id: str, output: Optional[Path] = None, allow_partial: bool = False,
           profile: Optional[str] = None) -> Dict[str, Any]:
     """Concatenate the winners of a run in shard order; return the merge manifest."""
-    prof, _ = load_profile(profile)
-    layout = run_layout(Path(prof.workspace), run_id)
+    from control.runs.merge import merge_run
+
+    _, layout = _run(run_id, profile)
     return merge_run(layout, output.resolve() if output else None, allow_partial)
 
 
 def runs(profile: Optional[str] = None) -> Dict[str, Any]:
-    """Runs in the workspace, newest first."""
-    prof, _ = load_profile(profile)
+    """Runs in the workspace, newest first, with their state from the run directory alone."""
+    from control.runs.summary import durable_state
+
+    prof = _profile(profile)
     root = runs_root(Path(prof.workspace))
     found: List[Dict[str, Any]] = []
     for folder in sorted(root.iterdir() if root.is_dir() else [], reverse=True):
         try:
-            record = load_run(run_layout(Path(prof.workspace), folder.name))
+            layout = run_layout(Path(prof.workspace), folder.name)
+            record = load_run(layout)
         except SynthbatchError:
             continue
         except Exception as err:  # noqa: BLE001 - one bad run must not hide the rest
-            found.append({"run_id": folder.name, "problem": str(err)})
+            found.append({"run_id": folder.name, "state": "unknown", "problem": str(err)})
             continue
         if record is not None:
             found.append({"run_id": record.run_id, "name": record.name,
-                          "created_at": record.created_at, "shards": record.shard_count})
+                          "created_at": record.created_at, "shards": record.shard_count,
+                          **durable_state(layout, record.shard_count)})
     found.sort(key=lambda r: r.get("created_at", 0), reverse=True)
     return {"runs": found}

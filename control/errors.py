@@ -1,7 +1,12 @@
-"""The control plane's one error hierarchy; each class carries its CLI exit code."""
+"""The control plane's one error hierarchy; each class carries its CLI exit code.
+
+Also the one redaction and capping rule for every message that leaves the process.
+"""
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Optional
 
 OK = 0
@@ -10,6 +15,37 @@ INVALID_INPUT = 2
 NOT_FOUND = 3
 CONFLICT = 4
 SCHEDULER_UNAVAILABLE = 5
+
+MAX_MESSAGE = 500
+REDACTED = "***"
+_SECRETS = (
+    # --api-key VALUE, --api-key=VALUE, --token ..., --password ...
+    (re.compile(r"(--(?:api[-_]?key|token|password|secret)(?:=|\s+))(\S+)", re.I), r"\1***"),
+    # Authorization: Bearer xyz / Basic xyz
+    (re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.I), r"\1 ***"),
+    # api_key=..., token: ..., "password": "..."
+    (re.compile(r"""((?:api[-_]?key|access[-_]?token|token|password|secret)["']?\s*[:=]\s*["']?)"""
+                r"""([^\s"',;&]+)""", re.I), r"\1***"),
+    # well-known token shapes: OpenAI sk-..., Hugging Face hf_..., GitHub ghp_...
+    (re.compile(r"\b(?:sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{8,})"),
+     REDACTED),
+    # URL userinfo: scheme://user:pass@host -> scheme://***@host
+    (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@"), r"\1***@"),
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with secrets (tokens, ``--api-key`` values, URL userinfo) replaced."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+@functools.lru_cache(maxsize=4096)  # status repeats the same few reasons thousands of times
+def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` redacted, on one line, at most ``limit`` characters."""
+    flat = " ".join(redact(str(text)).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 class SynthbatchError(Exception):
@@ -45,11 +81,23 @@ class Conflict(SynthbatchError):
     code = "conflict"
 
 
+class EvidenceConflict(Conflict):
+    """Two sources of terminal evidence about one job disagree; the message names both."""
+
+    code = "conflicting_evidence"
+
+
 class SchedulerUnavailable(SynthbatchError):
-    """Slurm could not be reached or did not answer in time."""
+    """Slurm could not be reached, or answered with something unusable."""
 
     exit_code = SCHEDULER_UNAVAILABLE
     code = "scheduler_unavailable"
+
+
+class SchedulerUncertain(SchedulerUnavailable):
+    """A command's effect is unknown (timeout, garbled answer): it may have happened."""
+
+    code = "scheduler_uncertain"
 
 
 class SchedulerRejected(SynthbatchError):

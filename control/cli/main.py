@@ -1,110 +1,80 @@
-"""The ``synthbatch`` command line: a thin shell over ``control.api``."""
+"""The ``synthbatch`` command line: a thin shell over ``control.api``.
+
+Commands live one module per group and are imported only when used (``--help`` reads the
+short help from the registry below), so start-up stays cheap.
+"""
 
 from __future__ import annotations
 
-import functools
+import importlib
 import sys
-from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
-from control.cli.output import emit_error, emit_json, status_lines
+from control.cli.common import common
+from control.cli.output import emit_error
+from control.errors import InvalidInput
 
-F = Callable[..., Any]
+__all__ = ["cli", "common", "main"]
+
+# name -> (module, attribute, short help)
+COMMANDS: Dict[str, Tuple[str, str, str]] = {
+    "plan": ("control.cli.plan", "plan_cmd", "Validate and resolve a run file (dry run)."),
+    "submit": ("control.cli.plan", "submit_cmd", "Submit a run file; print the run id."),
+    "status": ("control.cli.status", "status_cmd",
+               "Shards by state, records, rate, ETA, failures (--watch)."),
+    "runs": ("control.cli.status", "runs_cmd", "List the runs of the workspace, newest first."),
+    "logs": ("control.cli.logs", "logs_cmd", "Print or follow a shard's log."),
+    "cancel": ("control.cli.cancel", "cancel_cmd", "Cancel a run or some of its shards."),
+    "merge": ("control.cli.merge", "merge_cmd", "Concatenate the verified winners of a run."),
+    "profile": ("control.cli.profile", "profile_group", "Create, check and show profiles."),
+    "image": ("control.cli.image", "image_group", "Register sealed container images."),
+}
 
 
-def common(func: F) -> F:
-    """Add ``--profile``, ``--json`` and ``--debug``; map errors to exit codes once."""
+class LazyGroup(click.Group):
+    """A group whose commands are imported on first use; usage errors honour ``--json``."""
 
-    @click.option("--profile", "profile", default=None,
-                  help="Profile name or path (default: $SYNTHBATCH_PROFILE, then 'default').")
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-    @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    @functools.wraps(func)
-    def wrapper(*args: Any, as_json: bool, debug: bool, **kwargs: Any) -> None:
+    def list_commands(self, ctx: click.Context) -> List[str]:
+        """Every registered command name."""
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        """Import the command's module when it is asked for."""
+        if cmd_name in self.commands or cmd_name not in COMMANDS:
+            return self.commands.get(cmd_name)
+        module, attribute, _ = COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(module), attribute)
+        self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List commands with the registry's short help, importing nothing."""
+        rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def main(self, args: Optional[Sequence[str]] = None, **extra: Any) -> Any:
+        """With ``--json``, a usage error is ``{"error": ...}`` on stderr (exit 2)."""
+        argv = list(sys.argv[1:] if args is None else args)
+        if "--json" not in argv:
+            return super().main(args=argv, **extra)
+        extra.pop("standalone_mode", None)
         try:
-            result = func(*args, **kwargs)
-        except Exception as err:  # noqa: BLE001 - the one place errors become exit codes
-            if debug:
-                raise
-            sys.exit(emit_error(err, as_json))
-        if as_json:
-            emit_json(result["data"])
-        else:
-            click.echo(result["text"])
-
-    return wrapper
+            return super().main(args=argv, standalone_mode=False, **extra)
+        except click.exceptions.Exit as err:
+            sys.exit(err.exit_code)
+        except click.Abort:
+            sys.exit(1)
+        except click.ClickException as err:
+            sys.exit(emit_error(InvalidInput(err.format_message()), True))
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 @click.version_option(package_name="synthbatch")
 def cli() -> None:
     """Run large LLM synthetic-data generation jobs on Slurm."""
-
-
-@cli.command("plan")
-@click.argument("run_file", type=click.Path(path_type=Path))
-@common
-def plan_cmd(run_file: Path, profile: Optional[str]) -> Any:
-    """Validate and resolve RUN_FILE; print the plan summary and the batch script."""
-    from control import api
-
-    data = api.plan(run_file, profile)
-    shards = data["plan"]["shards"]
-    text = (f"run {data['plan']['name']}: {data['records']} records in {data['shards']} "
-            f"shards ({shards[0]['num_records']} per shard at most)\n"
-            f"--- batch script ---\n{data['script']}")
-    return {"data": data, "text": text}
-
-
-@cli.command("submit")
-@click.argument("run_file", type=click.Path(path_type=Path))
-@common
-def submit_cmd(run_file: Path, profile: Optional[str]) -> Any:
-    """Submit RUN_FILE as one Slurm job array; print the run id."""
-    from control import api
-
-    data = api.submit(run_file, profile)
-    return {"data": data, "text": data["run_id"]}
-
-
-@cli.command("status")
-@click.argument("run_id")
-@common
-def status_cmd(run_id: str, profile: Optional[str]) -> Any:
-    """Show the shards of RUN_ID by state, with records done and failure reasons."""
-    from control import api
-
-    data = api.status(run_id, profile)
-    return {"data": data, "text": status_lines(data)}
-
-
-@cli.command("merge")
-@click.argument("run_id")
-@click.option("--output", type=click.Path(path_type=Path), default=None,
-              help="Output JSONL file (default: <run>/merged/records.jsonl).")
-@click.option("--allow-partial", is_flag=True, help="Merge the shards that have winners.")
-@common
-def merge_cmd(run_id: str, output: Optional[Path], allow_partial: bool,
-              profile: Optional[str]) -> Any:
-    """Concatenate the verified winners of RUN_ID in shard order."""
-    from control import api
-
-    data = api.merge(run_id, output, allow_partial, profile)
-    return {"data": data,
-            "text": f"merged {data['records']} records into {data['output']}"}
-
-
-@cli.command("runs")
-@common
-def runs_cmd(profile: Optional[str]) -> Any:
-    """List the runs of the workspace, newest first."""
-    from control import api
-
-    data = api.runs(profile)
-    lines = [f"{r['run_id']}  {r.get('shards', '?')} shards" for r in data["runs"]]
-    return {"data": data, "text": "\n".join(lines) or "no runs"}
 
 
 def main() -> None:

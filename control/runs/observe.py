@@ -1,111 +1,196 @@
-"""Status: durable state plus one batched squeue and one sacct call -> shard states."""
+"""Status: durable records + one squeue call (+ one sacct call when needed) -> shard states.
+
+The scheduler is asked only about shards that are not settled (no winner and no terminal
+attempt, or a failure/cancel recent enough that Slurm's reason is worth adding), with one
+``squeue -t all -n <job name>`` for the whole run (which also shows jobs no record names);
+``sacct`` only for jobs squeue no longer knows or shows ended.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Set
 
-from agent_stdlib import states
 from agent_stdlib.layout import RunLayout
-from control.runs.store import ShardRecords, load_plan, load_run, load_shard, load_submissions
-from control.slurm.parsers import JobRow
+from control.errors import SchedulerUnavailable, one_line
+from control.runs import normalize as norm
+from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
+from control.runs.store import ShardView, load_plan_view, load_submissions, scan_shard
+from control.slurm.parsers import JobRow, index_rows
 from control.slurm.scheduler import Scheduler
 
-ACTIVE_QUEUE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-                "RESIZING", "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED"}
-CANCELLED_STATES = {"CANCELLED", "REVOKED"}
+ENRICH_WINDOW_S = 600.0  # ask Slurm why a shard failed or was cancelled this recently
+FRESH_PROGRESS_S = 60.0  # progress older than this does not count towards the rate
+LOG_IN_REASON = re.compile(r"\(log (/[^\s:)]+)")
 
 
-@dataclass(frozen=True)
-class ShardStatus:
-    """One shard as the user sees it."""
+@dataclass
+class SchedulerView:
+    """What Slurm said in one refresh, indexed by job id (``12`` or ``12_3``)."""
 
-    index: int
-    state: str
-    attempt: Optional[int]
-    job_id: Optional[str]
-    records: int
-    records_done: int
-    reason: Optional[str] = None
-
-
-def _scheduler_view(job_id: Optional[str], queue: Dict[str, JobRow],
-                    acct: Optional[Dict[str, JobRow]]) -> Optional[JobRow]:
-    if not job_id:
-        return None
-    if acct is not None and job_id in acct and acct[job_id].state not in ACTIVE_QUEUE:
-        return acct[job_id]  # terminal accounting beats a stale queue row
-    if job_id in queue:
-        return queue[job_id]
-    return acct.get(job_id) if acct else None
+    queue: Dict[str, JobRow] = field(default_factory=dict)
+    acct: Dict[str, JobRow] = field(default_factory=dict)
+    accounting: Optional[bool] = None  # None: sacct was not needed
+    error: Optional[str] = None
+    asked: Set[str] = field(default_factory=set)
+    rows: Optional[List[JobRow]] = None  # squeue's rows for the run's job name
 
 
-def normalize(records: ShardRecords, num_records: int, row: Optional[JobRow]) -> ShardStatus:
-    """Combine one shard's durable records with the scheduler's row for its job."""
-    attempt = records.attempt
-    done = records.progress.records_done if records.progress else 0
-    base = dict(index=records.index, attempt=attempt.attempt if attempt else None,
-                job_id=attempt.job_id if attempt else None, records=num_records)
-    if records.problem:
-        return ShardStatus(state="unknown", records_done=done, reason=records.problem, **base)
-    if records.winner is not None:
-        return ShardStatus(state=states.SUCCEEDED, records_done=num_records, **base)
+def base_id(job_id: str) -> str:
+    """The array job id of ``12_3`` (``12``), or the id itself."""
+    return job_id.split("_", 1)[0]
+
+
+def needs_scheduler(view: ShardView, now: float) -> bool:
+    """True when Slurm's evidence can change what status says about this shard."""
+    attempt = view.attempt
+    if view.winner or view.problem or attempt is None or not attempt.job_id:
+        return False
+    if attempt.state not in norm.ATTEMPT_TERMINAL:
+        return True
+    recent = now - attempt.updated_at < ENRICH_WINDOW_S
+    return attempt.state in (norm.FAILED, norm.CANCELLED) and recent
+
+
+def ask_scheduler(scheduler: Scheduler, name: str, job_ids: Set[str]) -> SchedulerView:
+    """One squeue call for every job called ``name``; one sacct call for ``job_ids`` that
+    squeue no longer knows or shows ended (sacct adds exit codes and who cancelled)."""
+    view = SchedulerView()
+    try:
+        view.rows = scheduler.queue(name=name)
+        view.queue = index_rows(view.rows)
+        absent = {j for j in job_ids if j not in view.queue or view.queue[j].terminal}
+        if absent:
+            rows = scheduler.accounting(sorted({base_id(j) for j in absent}, key=int))
+            view.accounting = rows is not None
+            view.acct = index_rows(rows or [])
+    except SchedulerUnavailable as err:
+        view.error = one_line(err.message, 300)
+        return view
+    view.asked = set(job_ids)
+    return view
+
+
+def _evidence(shard: ShardView, sched: SchedulerView, lost: Set[str],
+              cancels: Set[int]) -> norm.Evidence:
+    attempt = shard.attempt
     if attempt is None:
-        return ShardStatus(state="unknown", records_done=0, reason="no attempt record", **base)
-    if attempt.state in states.TERMINAL or attempt.state == states.CREATED:
-        return ShardStatus(state=attempt.state, records_done=done, reason=attempt.reason, **base)
-    return ShardStatus(records_done=done, **base, **_from_scheduler(attempt.state, row))
+        return norm.Evidence(winner=shard.winner, attempt_reason=shard.problem)
+    job = attempt.job_id or ""
+    return norm.Evidence(
+        winner=shard.winner, attempt_state=attempt.state, attempt_reason=attempt.reason,
+        queue=sched.queue.get(job), acct=sched.acct.get(job),
+        asked=job in sched.asked or attempt.state in norm.ATTEMPT_TERMINAL,
+        accounting=sched.accounting is not False, lag_expired=job in lost,
+        cancel_requested=shard.index in cancels)
 
 
-def _from_scheduler(recorded: str, row: Optional[JobRow]) -> Dict[str, Any]:
-    if row is None:
-        return {"state": recorded, "reason": "not seen by the scheduler (accounting lag?)"}
-    if row.state in ACTIVE_QUEUE:
-        if row.state == "PENDING":
-            return {"state": states.PENDING, "reason": row.reason}
-        return {"state": states.RUNNING if recorded == states.RUNNING else "starting",
-                "reason": None}
-    if row.state in CANCELLED_STATES:
-        return {"state": states.CANCELLED, "reason": f"job {row.state.lower()}"}
-    detail = f"exit {row.exit_code}" + (f", signal {row.signal}" if row.signal else "")
-    return {"state": states.FAILED,
-            "reason": f"job ended {row.state} ({detail}) before the agent recorded an outcome"}
+def log_path(layout: RunLayout, shard: ShardView, reason: Optional[str]) -> Optional[str]:
+    """The log a failure points at: the one named in the reason, else Slurm's output."""
+    match = LOG_IN_REASON.search(reason or "")
+    if match:
+        return match.group(1)
+    job = shard.attempt.job_id if shard.attempt else None
+    if job:
+        path = layout.slurm_logs / f"slurm-{job}.out"
+        if path.exists():
+            return str(path)
+    return None
 
 
-def run_state(shards: List[ShardStatus]) -> str:
-    """The run's state from its shards' states."""
-    seen = {s.state for s in shards}
-    if seen == {states.SUCCEEDED}:
-        return states.SUCCEEDED
-    if seen <= states.TERMINAL:
-        return states.CANCELLED if states.CANCELLED in seen else states.FAILED
-    return states.RUNNING
+def _shard_row(layout: RunLayout, shard: ShardView, size: int,
+               verdict: norm.Verdict) -> Dict[str, Any]:
+    attempt, progress = shard.attempt, shard.progress
+    done = size if verdict.state == norm.SUCCEEDED else (progress.records_done if progress
+                                                           else 0)
+    row: Dict[str, Any] = {
+        "index": shard.index, "state": verdict.state, "reason": verdict.reason,
+        "attempt": attempt.number if attempt else None,
+        "job_id": attempt.job_id if attempt else None,
+        "records": size, "records_done": min(done, size),
+        "tokens": progress.tokens if progress else 0,
+    }
+    if verdict.state in (norm.FAILED, norm.CANCELLED, norm.LOST, norm.UNKNOWN):
+        row["log"] = log_path(layout, shard, verdict.reason)
+    return row
 
 
-def observe(layout: RunLayout, scheduler: Scheduler) -> Dict[str, Any]:
+def _rate(shards: List[ShardView], rows: List[Dict[str, Any]], now: float) -> float:
+    rate = 0.0
+    for shard, row in zip(shards, rows):
+        if row["state"] == norm.RUNNING and shard.progress is not None and \
+                now - shard.progress.updated_at <= FRESH_PROGRESS_S:
+            rate += shard.progress.rate
+    return rate
+
+
+def _scan(layout: RunLayout, count: int) -> List[ShardView]:
+    return [scan_shard(layout, index) for index in range(count)]
+
+
+def observe(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None,
+            lag_grace_s: float = LAG_GRACE_S) -> Dict[str, Any]:
     """The full status of a run as plain data (what ``status --json`` prints)."""
-    run = load_run(layout)
-    plan = load_plan(layout)
-    records = [load_shard(layout, s.index) for s in plan.shards]
-    job_ids = sorted({s.job_id for s in load_submissions(layout) if s.job_id})
-    pending = any(r.winner is None and r.attempt and r.attempt.state not in states.TERMINAL
-                  for r in records)
-    queue = scheduler.queue(job_ids) if pending else {}
-    acct = scheduler.accounting(job_ids) if pending else {}
-    shards = [normalize(r, plan.shards[r.index].num_records,
-                        _scheduler_view(r.attempt.job_id if r.attempt else None, queue, acct))
-              for r in records]
+    from control.runs import submit
+
+    now = time.time() if now is None else now
+    plan = load_plan_view(layout)
+    committed = layout.run_json.exists()
+    shards = _scan(layout, len(plan.shard_records))
+    wanted = {s.attempt.job_id for s in shards if needs_scheduler(s, now) and s.attempt
+              and s.attempt.job_id}
+    records = load_submissions(layout)
+    recover = submit.needs_recovery(records, committed, now)
+    sched = ask_scheduler(scheduler, submit.job_name(plan.run_id), wanted) \
+        if wanted or recover else SchedulerView()
+    notes: List[str] = []
+    if recover and sched.rows is not None:
+        notes = submit.recover_submissions(layout, scheduler, committed, records, sched.rows,
+                                           now)
+        shards = _scan(layout, len(plan.shard_records)) if notes else shards
+    verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
+    # >>> RECONCILE CALL SITE: the lead wires control.runs.reconcile in here (complete a
+    # missing winner, persist `lost` for dead agents) using `shards` and `verdicts`, then
+    # re-scans the shards it changed. Nothing else in this module writes shard records.
+    rows = [_shard_row(layout, s, plan.shard_records[s.index], v)
+            for s, v in zip(shards, verdicts)]
+    return summarize(plan.run_id, plan.name, plan.total_records, committed, rows,
+                     _rate(shards, rows, now), sched, notes)
+
+
+def _verdicts(layout: RunLayout, shards: List[ShardView], sched: SchedulerView, now: float,
+              lag_grace_s: float) -> List[norm.Verdict]:
+    missing = {s.attempt.job_id for s in shards if s.attempt and s.attempt.job_id in sched.asked
+               and s.attempt.state not in norm.ATTEMPT_TERMINAL
+               and s.attempt.job_id not in sched.queue and s.attempt.job_id not in sched.acct}
+    lost = expired_missing(layout, missing, sched.asked - missing, now, lag_grace_s) \
+        if sched.asked else set()
+    cancels = cancel_requested(layout)
+    return [norm.normalize(_evidence(s, sched, lost, cancels)) for s in shards]
+
+
+def summarize(run_id: str, name: str, total: int, committed: bool,
+              rows: List[Dict[str, Any]], rate: float, sched: SchedulerView,
+              notes: List[str]) -> Dict[str, Any]:
+    """Counts, totals, rate and ETA around the per-shard rows."""
     counts: Dict[str, int] = {}
-    for shard in shards:
-        counts[shard.state] = counts.get(shard.state, 0) + 1
+    for row in rows:
+        counts[row["state"]] = counts.get(row["state"], 0) + 1
+    done = sum(row["records_done"] for row in rows)
+    state = norm.run_state(counts, committed)
+    eta = (total - done) / rate if rate > 0 and state not in norm.FINAL else None
+    failures = [{"shard": r["index"], "state": r["state"], "reason": r["reason"],
+                 "log": r.get("log")}
+                for r in rows if r["state"] in (norm.FAILED, norm.LOST, norm.UNKNOWN)
+                or (r["state"] == norm.CANCELLED and r["reason"])]
     return {
-        "run_id": plan.run_id,
-        "name": plan.name,
-        "committed": run is not None,
-        "state": run_state(shards) if run is not None else "uncommitted",
-        "records": plan.total_records,
-        "records_done": sum(s.records_done for s in shards),
-        "counts": dict(sorted(counts.items())),
-        "accounting": acct is not None,
-        "shards": [asdict(s) for s in shards],
+        "run_id": run_id, "name": name, "committed": committed, "state": state,
+        "records": total, "records_done": done,
+        "tokens": sum(row["tokens"] for row in rows),
+        "rate": round(rate, 3), "eta_s": round(eta, 1) if eta is not None else None,
+        "counts": dict(sorted(counts.items())), "accounting": sched.accounting,
+        "scheduler_error": sched.error, "notes": notes, "failures": failures,
+        "shards": rows,
     }

@@ -11,10 +11,10 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
 from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, create_attempt
+from agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt
 from agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord, sha256_bytes
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import (
@@ -23,11 +23,17 @@ from agent_stdlib.statefile import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from control.config.profile import Profile
+from control.errors import SchedulerUncertain
 from control.runs.store import runs_root
+from control.slurm.parsers import JobRow, split_job_id
 from control.slurm.renderer import BatchScript, render_batch_script
-from control.slurm.runner import CommandTimeout
 from control.slurm.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from control.config.profile import Profile
+
+RECOVERY_GRACE_S = 120.0  # a submission younger than this may still be in flight
+HELD = "JobHeldUser"
 
 
 @dataclass(frozen=True)
@@ -112,14 +118,87 @@ def submit_attempts(staged: Staged, profile: Profile, scheduler: Scheduler,
 
 def _sbatch(scheduler: Scheduler, script: str, indices: List[int], throttle: int,
             name: str, recorded: List[str]) -> tuple[str, List[str]]:
-    try:
-        return scheduler.submit_held_array(script, indices, throttle, name)
-    except CommandTimeout:
-        # sbatch may have succeeded: adopt the one job with our name that no record names.
-        new = sorted(set(scheduler.jobs_named(name)) - set(recorded))
-        if len(new) == 1:
-            return new[0], ["sbatch", "(adopted by job name after a timeout)"]
-        raise
+    """sbatch; when its outcome is unknown, look for the job by name before resubmitting."""
+    for tries in (1, 2):
+        try:
+            return scheduler.submit_held_array(script, indices, throttle, name)
+        except SchedulerUncertain:
+            found = unrecorded_jobs(scheduler.jobs_named(name), recorded)
+            if len(found) == 1:
+                return found[0], ["sbatch", "(adopted by job name after an unclear answer)"]
+            if found or tries == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def unrecorded_jobs(rows: List[JobRow], recorded: List[str]) -> List[str]:
+    """Array job ids among ``rows`` that no submission record names, ascending."""
+    ids = {split_job_id(row.job_id)[0] for row in rows}
+    return sorted(ids - set(recorded), key=int)
+
+
+def _adopt(layout: RunLayout, record: SubmissionRecord, job_id: str) -> SubmissionRecord:
+    """Record ``job_id`` for a submission whose sbatch answer was lost."""
+    record = record.replace(job_id=job_id, argv=("sbatch", "(adopted by job name)"))
+    write_json_atomic(layout.submission_json(record.number), record.to_dict())
+    return record
+
+
+def _mark_submitted(layout: RunLayout, record: SubmissionRecord) -> None:
+    for shard, attempt in sorted((int(k), v) for k, v in record.attempts.items()):
+        path = layout.attempt(shard, attempt).attempt_json
+        current = load_attempt(path)
+        if current is not None and current.state == states.CREATED:
+            advance_attempt(path, states.SUBMITTED, job_id=f"{record.job_id}_{shard}",
+                            submission=record.number)
+
+
+def _release(layout: RunLayout, scheduler: Scheduler, record: SubmissionRecord,
+             held: Set[str]) -> str:
+    if record.job_id in held:
+        scheduler.release(str(record.job_id))
+    write_json_atomic(layout.submission_json(record.number),
+                      record.replace(released=True).to_dict())
+    return f"submission {record.number}: job {record.job_id} released"
+
+
+def needs_recovery(records: List[SubmissionRecord], committed: bool, now: float) -> bool:
+    """True when a submission lacks its job id or release, or the run never committed."""
+    settled = all(now - r.submitted_at >= RECOVERY_GRACE_S for r in records)
+    unfinished = any(r.job_id is None or not r.released for r in records)
+    return settled and bool(records) and (unfinished or not committed)
+
+
+def recover_submissions(layout: RunLayout, scheduler: Scheduler, committed: bool,
+                        records: List[SubmissionRecord], rows: List[JobRow],
+                        now: Optional[float] = None) -> List[str]:
+    """Finish submissions a crash interrupted; return one note per action taken.
+
+    ``rows`` are squeue's rows for the run's job name. A job with that name that no record
+    names is adopted by the oldest submission without a job id, or cancelled (a duplicate,
+    or the run never committed). A recorded job never released is released once its
+    attempts say ``submitted``. Nothing happens while any submission is younger than
+    RECOVERY_GRACE_S: its ``submit`` may still be running.
+    """
+    now = time.time() if now is None else now
+    if any(now - r.submitted_at < RECOVERY_GRACE_S for r in records):
+        return []
+    active = [r for r in rows if not r.terminal]
+    held = {split_job_id(r.job_id)[0] for r in active if r.reason == HELD}
+    orphans = unrecorded_jobs(active, [str(r.job_id) for r in records if r.job_id])
+    notes: List[str] = []
+    for record in records if committed else []:
+        if record.job_id is None and orphans:
+            record = _adopt(layout, record, orphans.pop(0))
+            notes.append(f"submission {record.number}: adopted job {record.job_id}")
+        if record.job_id is not None and not record.released:
+            _mark_submitted(layout, record)
+            notes.append(_release(layout, scheduler, record, held))
+    if orphans:
+        scheduler.cancel(orphans)
+        why = "duplicate submission" if committed else "the run never committed"
+        notes.append(f"cancelled unrecorded job(s) {', '.join(orphans)} ({why})")
+    return notes
 
 
 def remove_uncommitted(layout: RunLayout) -> None:

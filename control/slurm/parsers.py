@@ -1,13 +1,36 @@
-"""Pure parsers of Slurm's text output (tested on captured strings)."""
+"""Pure parsers of Slurm's text output (tested on outputs recorded from Slurm 22.05).
+
+Formats: ``sbatch --parsable``; ``squeue -h -o '%i|%T|%r'``; ``sacct -n -P -X
+--format=JobID,State,ExitCode``; ``sinfo -h -o '%P|%a|%D|%t'``. Every malformed line is a
+ParseError, never another exception. (``--json`` is not used: on 22.05 ``sacct --json``
+reports wrong exit codes and ``squeue --json`` ignores its filters.)
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 JOB_ID = re.compile(r"([0-9]{1,10})(;[A-Za-z0-9_.-]+)?")
 MAX_JOB_ID = 2**32 - 1
+MAX_TASKS = 4_000_001  # above any MaxArraySize; guards against absurd ranges
+# 12 | 12_3 | 12_[4-9%2] | 12_[1,3-5] | 12.batch | 12+1 (heterogeneous component)
+ROW_ID = re.compile(r"(?P<job>[0-9]{1,10})(?:_(?P<task>[0-9]{1,7})|_\[(?P<range>[0-9,%-]+)\])?"
+                    r"(?P<rest>[.+][A-Za-z0-9_.+-]+)?")
+STATE = re.compile(r"[A-Z][A-Z_]*")
+
+# Every job state Slurm 22.05 prints, by what it means for an observer.
+ACTIVE_STATES = frozenset({
+    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
+    "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED",
+    "RESV_DEL_HOLD", "SPECIAL_EXIT", "POWER_UP_NODE", "UPDATE_DB",
+})
+TERMINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+    "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED",
+})
+KNOWN_STATES = ACTIVE_STATES | TERMINAL_STATES
 
 
 class ParseError(ValueError):
@@ -16,13 +39,23 @@ class ParseError(ValueError):
 
 @dataclass(frozen=True)
 class JobRow:
-    """One job (or array task) as squeue or sacct reports it."""
+    """One line of squeue or sacct: a job, an array task, or a pending range of tasks."""
 
-    job_id: str  # "12" or "12_3"; pending array ranges stay "12_[4-9%2]"
+    job_id: str  # as printed: "12", "12_3", "12_[4-9%2]", "12.batch"
     state: str  # upper-case base state, e.g. RUNNING, CANCELLED
-    reason: Optional[str] = None  # squeue reason or sacct "by UID"
+    reason: Optional[str] = None  # squeue reason, or sacct's "by UID" of CANCELLED
     exit_code: Optional[int] = None
     signal: Optional[int] = None
+
+    @property
+    def terminal(self) -> bool:
+        """True for a state the job never leaves."""
+        return self.state in TERMINAL_STATES
+
+    @property
+    def known(self) -> bool:
+        """True for a state this module knows."""
+        return self.state in KNOWN_STATES
 
 
 def parse_sbatch_id(stdout: str) -> str:
@@ -34,7 +67,40 @@ def parse_sbatch_id(stdout: str) -> str:
     return match.group(1)
 
 
-def _exit(field: str) -> tuple[Optional[int], Optional[int]]:
+def expand_tasks(spec: str) -> Tuple[int, ...]:
+    """Task ids of an array spec such as ``4-9%2`` or ``1,3-5`` (the throttle is dropped)."""
+    body, _, throttle = spec.partition("%")
+    if throttle and not throttle.isdigit():
+        raise ParseError(f"malformed array throttle in {spec!r}")
+    tasks: List[int] = []
+    for part in body.split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ParseError(f"malformed array range {spec!r}")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first or len(tasks) + last - first >= MAX_TASKS:
+            raise ParseError(f"malformed array range {spec!r}")
+        tasks.extend(range(first, last + 1))
+    return tuple(tasks)
+
+
+def split_job_id(job_id: str) -> Tuple[str, Optional[Tuple[int, ...]]]:
+    """``12_3`` -> ("12", (3,)); ``12_[4-6]`` -> ("12", (4, 5, 6)); ``12`` -> ("12", None).
+
+    Step ids (``12.batch``) keep their suffix on the job part.
+    """
+    match = ROW_ID.fullmatch(job_id)
+    if not match or int(match.group("job")) > MAX_JOB_ID:
+        raise ParseError(f"malformed job id {job_id[:60]!r}")
+    job = match.group("job") + (match.group("rest") or "")
+    if match.group("task") is not None:
+        return job, (int(match.group("task")),)
+    if match.group("range") is not None:
+        return job, expand_tasks(match.group("range"))
+    return job, None
+
+
+def _exit(field: str) -> Tuple[Optional[int], Optional[int]]:
     if not field:
         return None, None
     parts = field.split(":")
@@ -43,32 +109,85 @@ def _exit(field: str) -> tuple[Optional[int], Optional[int]]:
     return int(parts[0]), int(parts[1])
 
 
-def parse_squeue(text: str) -> Dict[str, JobRow]:
-    """Rows of ``squeue -h -r -o '%i|%T|%r'``, keyed by job id."""
-    rows: Dict[str, JobRow] = {}
+def _fields(text: str, count: int, what: str) -> Iterable[List[str]]:
     for line in text.splitlines():
         if not line.strip():
             continue
         parts = line.split("|")
-        if len(parts) != 3 or not parts[0] or not parts[1].isupper():
-            raise ParseError(f"malformed squeue line {line[:120]!r}")
-        reason = parts[2] if parts[2] not in ("", "None") else None
-        rows[parts[0]] = JobRow(job_id=parts[0], state=parts[1], reason=reason)
+        if len(parts) != count or not parts[0] or not parts[1]:
+            raise ParseError(f"malformed {what} line {line[:120]!r}")
+        yield parts
+
+
+def _check_row(job_id: str, state: str, line: str, what: str) -> None:
+    if not STATE.fullmatch(state):
+        raise ParseError(f"malformed {what} line {line[:120]!r}: state {state[:30]!r}")
+    split_job_id(job_id)
+
+
+def parse_squeue(text: str) -> List[JobRow]:
+    """Rows of ``squeue -h -o '%i|%T|%r'``, in output order."""
+    rows: List[JobRow] = []
+    for job_id, state, reason in _fields(text, 3, "squeue"):
+        _check_row(job_id, state, "|".join((job_id, state, reason)), "squeue")
+        rows.append(JobRow(job_id=job_id, state=state,
+                           reason=reason if reason not in ("", "None") else None))
     return rows
 
 
-def parse_sacct(text: str) -> Dict[str, JobRow]:
-    """Rows of ``sacct -n -P -X --format=JobID,State,ExitCode``; the last row of an id wins."""
-    rows: Dict[str, JobRow] = {}
-    for line in text.splitlines():
-        if not line.strip():
+def parse_sacct(text: str) -> List[JobRow]:
+    """Rows of ``sacct -n -P -X --format=JobID,State,ExitCode``, in output order.
+
+    ``CANCELLED by 0`` becomes state CANCELLED with reason ``by 0``.
+    """
+    rows: List[JobRow] = []
+    for job_id, state_text, exit_text in _fields(text, 3, "sacct"):
+        state, _, by = state_text.partition(" ")
+        _check_row(job_id, state, "|".join((job_id, state_text, exit_text)), "sacct")
+        if by and not re.fullmatch(r"by [0-9]{1,10}", by):
+            raise ParseError(f"malformed sacct state {state_text[:60]!r}")
+        code, sig = _exit(exit_text)
+        rows.append(JobRow(job_id=job_id, state=state, reason=by or None, exit_code=code,
+                           signal=sig))
+    return rows
+
+
+def index_rows(rows: Iterable[JobRow]) -> Dict[str, JobRow]:
+    """Rows keyed by every job id they cover: ``12``, or ``12_N`` for each array task.
+
+    Later rows win (sacct prints the newest record of a requeued job last). A pending
+    range row is indexed under each of its tasks; step rows (``12.batch``) are skipped.
+    """
+    index: Dict[str, JobRow] = {}
+    for row in rows:
+        job, tasks = split_job_id(row.job_id)
+        if not job.isdigit():
             continue
-        parts = line.split("|")
-        if len(parts) != 3 or not parts[0] or not parts[1]:
-            raise ParseError(f"malformed sacct line {line[:120]!r}")
-        state_words = parts[1].split(" ", 1)
-        code, sig = _exit(parts[2])
-        rows[parts[0]] = JobRow(job_id=parts[0], state=state_words[0],
-                                reason=state_words[1] if len(state_words) > 1 else None,
-                                exit_code=code, signal=sig)
-    return rows
+        if tasks is None:
+            index[job] = row
+        else:
+            for task in tasks:
+                index[f"{job}_{task}"] = row
+    return index
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition as ``sinfo -h -o '%P|%a|%D|%t'`` reports it (one row per state)."""
+
+    name: str
+    default: bool
+    available: bool
+    nodes: int
+    state: str
+
+
+def parse_sinfo(text: str) -> List[Partition]:
+    """Rows of ``sinfo -h -o '%P|%a|%D|%t'``."""
+    found: List[Partition] = []
+    for name, avail, nodes, state in _fields(text, 4, "sinfo"):
+        if not nodes.isdigit() or avail not in ("up", "down", "drain", "inact"):
+            raise ParseError(f"malformed sinfo line {'|'.join((name, avail, nodes, state))!r}")
+        found.append(Partition(name=name.rstrip("*"), default=name.endswith("*"),
+                               available=avail == "up", nodes=int(nodes), state=state))
+    return found

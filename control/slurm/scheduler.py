@@ -1,15 +1,35 @@
-"""The typed Slurm client: every call is an argv list through one runner."""
+"""The typed Slurm client: every call is an argv list through one runner.
+
+Errors say what is known: SchedulerRejected (Slurm answered no: nothing happened),
+SchedulerUncertain (no or a garbled answer to a command that changes state: it may have
+happened), SchedulerUnavailable (a query could not be answered; retry later).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, TypeVar
 
-from control.errors import SchedulerRejected, SchedulerUnavailable
-from control.slurm.parsers import JobRow, ParseError, parse_sacct, parse_sbatch_id, parse_squeue
-from control.slurm.runner import CommandResult, CommandTimeout, Runner, binary, run_command
+from control.errors import SchedulerRejected, SchedulerUnavailable, SchedulerUncertain
+from control.slurm.parsers import (
+    JobRow,
+    ParseError,
+    Partition,
+    parse_sacct,
+    parse_sbatch_id,
+    parse_sinfo,
+    parse_squeue,
+)
+from control.slurm.runner import CommandResult, Runner, binary, run_command
 
 ACCOUNTING_DISABLED = "accounting storage is disabled"
+INVALID_JOB_ID = "Invalid job id specified"
+ALREADY_DONE = "already completing or completed"
+SQUEUE_FORMAT = "%i|%T|%r"
+SACCT_FORMAT = "JobID,State,ExitCode"
+SINFO_FORMAT = "%P|%a|%D|%t"
+
+T = TypeVar("T")
 
 
 def array_spec(indices: Sequence[int], throttle: int) -> str:
@@ -32,7 +52,7 @@ def array_spec(indices: Sequence[int], throttle: int) -> str:
 
 @dataclass
 class Scheduler:
-    """sbatch / scontrol / squeue / sacct / scancel for one cluster."""
+    """sbatch / scontrol / squeue / sacct / scancel / sinfo for one cluster."""
 
     slurm_bin: Optional[str] = None
     timeout_s: float = 30.0
@@ -42,63 +62,91 @@ class Scheduler:
         return self.runner([binary(name, self.slurm_bin), *args], self.timeout_s)
 
     def _checked(self, name: str, *args: str) -> CommandResult:
+        """Run a state-changing command: a refusal is definite, a busy cluster is not."""
         result = self._run(name, *args)
         if result.returncode != 0:
+            if result.transient:
+                raise SchedulerUncertain(f"{name} failed: {result.error_line()} "
+                                         f"(it may have taken effect)")
             raise SchedulerRejected(f"{name} failed: {result.error_line()}")
+        return result
+
+    def _query(self, name: str, *args: str) -> CommandResult:
+        result = self._run(name, *args)
+        if result.returncode != 0 and INVALID_JOB_ID not in result.stderr:
+            raise SchedulerUnavailable(f"{name} failed: {result.error_line()}")
         return result
 
     def submit_held_array(self, script: str, indices: Sequence[int], throttle: int,
                           job_name: str) -> tuple[str, List[str]]:
-        """``sbatch --parsable --hold --array=...``; return the job id and the argv used."""
+        """``sbatch --parsable --hold --array=...``; return the job id and the argv used.
+
+        Raises SchedulerUncertain when a job may exist although no id came back.
+        """
         argv = ["--parsable", "--hold", f"--array={array_spec(indices, throttle)}",
                 f"--job-name={job_name}", script]
         result = self._checked("sbatch", *argv)
         try:
             return parse_sbatch_id(result.stdout), [binary("sbatch", self.slurm_bin), *argv]
         except ParseError as err:
-            raise CommandTimeout(f"{err} (the job may exist)") from err
+            raise SchedulerUncertain(f"{err} (the job may exist)") from err
 
     def release(self, job_id: str) -> None:
-        """``scontrol release JOB``."""
+        """``scontrol release JOB`` (all tasks of an array)."""
         self._checked("scontrol", "release", job_id)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
-        """``scancel`` the given jobs (unknown ids are not an error)."""
-        if job_ids:
-            result = self._run("scancel", *job_ids)
-            if result.returncode != 0 and "Invalid job id" not in result.stderr:
-                raise SchedulerRejected(f"scancel failed: {result.error_line()}")
-
-    def jobs_named(self, job_name: str) -> List[str]:
-        """Raw job ids of queued jobs with ``job_name`` (finds unrecorded submissions)."""
-        result = self._checked("squeue", "-h", "-n", job_name, "-o", "%A")
-        return sorted({line.strip() for line in result.stdout.splitlines() if line.strip()})
-
-    def queue(self, job_ids: Sequence[str]) -> Dict[str, JobRow]:
-        """One ``squeue`` call for all ``job_ids`` (array tasks expanded)."""
+        """``scancel`` the given jobs; ids that are unknown or already ended are fine."""
         if not job_ids:
-            return {}
-        result = self._run("squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T|%r")
-        if result.returncode != 0:
-            if "Invalid job id" in result.stderr:
-                return {}
-            raise SchedulerUnavailable(f"squeue failed: {result.error_line()}")
+            return
+        result = self._run("scancel", *job_ids)
+        if result.returncode == 0:
+            return
+        errors = [line for line in result.stderr.splitlines()
+                  if line.strip() and INVALID_JOB_ID not in line and ALREADY_DONE not in line]
+        if errors:
+            cls = SchedulerUncertain if result.transient else SchedulerRejected
+            raise cls(f"scancel failed: {result.error_line()}")
+
+    def jobs_named(self, job_name: str) -> List[JobRow]:
+        """Queued or running jobs called ``job_name`` (finds unrecorded submissions)."""
+        result = self._query("squeue", "-h", "-n", job_name, "-o", SQUEUE_FORMAT)
         return self._parse(parse_squeue, result)
 
-    def accounting(self, job_ids: Sequence[str]) -> Optional[Dict[str, JobRow]]:
-        """One ``sacct`` call for all ``job_ids``; None when accounting is disabled."""
+    def queue(self, job_ids: Sequence[str] = (), name: Optional[str] = None) -> List[JobRow]:
+        """One ``squeue -t all`` call for ``job_ids`` and/or jobs called ``name``.
+
+        Pending array tasks stay one compact row (``12_[4-9%2]``); ``-t all`` keeps jobs
+        that ended less than MinJobAge ago; unknown ids are simply absent.
+        """
+        if not job_ids and not name:
+            return []
+        args = ["-h", "-t", "all"]
+        if job_ids:
+            args += ["-j", ",".join(job_ids)]
+        if name:
+            args += ["-n", name]
+        result = self._query("squeue", *args, "-o", SQUEUE_FORMAT)
+        return self._parse(parse_squeue, result)
+
+    def accounting(self, job_ids: Sequence[str]) -> Optional[List[JobRow]]:
+        """One ``sacct`` call for ``job_ids``; None when the cluster keeps no accounting."""
         if not job_ids:
-            return {}
+            return []
         result = self._run("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids),
-                           "--format=JobID,State,ExitCode")
+                           f"--format={SACCT_FORMAT}")
         if result.returncode != 0:
-            if ACCOUNTING_DISABLED in result.stderr:
+            if ACCOUNTING_DISABLED in result.stderr + result.stdout:
                 return None
             raise SchedulerUnavailable(f"sacct failed: {result.error_line()}")
         return self._parse(parse_sacct, result)
 
+    def partitions(self) -> List[Partition]:
+        """``sinfo``: partitions, their availability and node states."""
+        return self._parse(parse_sinfo, self._query("sinfo", "-h", "-o", SINFO_FORMAT))
+
     @staticmethod
-    def _parse(parser, result: CommandResult) -> Dict[str, JobRow]:  # type: ignore[no-untyped-def]
+    def _parse(parser: Callable[[str], T], result: CommandResult) -> T:
         try:
             return parser(result.stdout)
         except ParseError as err:

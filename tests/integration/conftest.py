@@ -22,6 +22,9 @@ from typing import Optional, Sequence
 import pytest
 
 DEFAULT_DIR = "/tmp/synthbatch-testbed"
+# A second testbed without slurmdbd (`make testbed` starts it; see the Makefile).
+NOACCT_DIR = "/tmp/synthbatch-testbed-noacct"
+CLUSTER_FIXTURES = ("slurm_cluster", "slurm_cluster_noacct")
 TERMINAL_STATES = frozenset(
     {
         "BOOT_FAIL",
@@ -176,10 +179,34 @@ def slurm_cluster():
         yield cluster
 
 
+def _noacct_conf() -> str:
+    tb_dir = os.environ.get("SYNTHBATCH_TESTBED_NOACCT_DIR") or NOACCT_DIR
+    return str(Path(tb_dir, "etc", "slurm.conf"))
+
+
+@pytest.fixture
+def slurm_cluster_noacct(monkeypatch):
+    """The second testbed, without accounting; SLURM_CONF points at it for one test."""
+    conf = _noacct_conf()
+    reason = _ping(conf)
+    if reason is not None:
+        msg = (f"no running no-accounting testbed ({reason}). Start it with: "
+               f"SYNTHBATCH_TESTBED_ACCOUNTING=0 SYNTHBATCH_TESTBED_PORT=6917 "
+               f"scripts/slurm-testbed up {NOACCT_DIR}  (or: make testbed)")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    cluster = SlurmCluster(conf=conf, dir=str(Path(conf).parent.parent),
+                           accounting=_accounting(conf))
+    assert not cluster.accounting, f"{conf} keeps accounting; it must not"
+    monkeypatch.setenv("SLURM_CONF", conf)
+    return cluster
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark every test under tests/integration that uses ``slurm_cluster`` with ``slurm``."""
+    """Mark every test under tests/integration that uses a testbed fixture with ``slurm``."""
     for item in items:
-        if "slurm_cluster" not in getattr(item, "fixturenames", ()):
+        if not set(CLUSTER_FIXTURES) & set(getattr(item, "fixturenames", ())):
             continue
         try:
             Path(str(item.path)).resolve().relative_to(_HERE)

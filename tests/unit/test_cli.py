@@ -326,6 +326,143 @@ def test_runs_lists_committed(profile_file: Path, workspace: Path) -> None:
     assert result.exit_code == 0, result.stderr
     runs = json.loads(result.stdout)["runs"]
     assert [r["run_id"] for r in runs] == [RUN_ID]
-    assert runs[0]["shards"] == 3
+    assert runs[0]["shards"] == 3 and runs[0]["counts"] == {"unknown": 3}  # no attempts
 
 
+
+
+# ----------------------------------------------------------------------------- observation
+
+from tests.unit.test_observe import Shard, make_run  # noqa: E402
+
+
+def fake_slurm_bin(tmp_path: Path, **scripts: str) -> Path:
+    """A slurm_bin folder whose commands are small shell scripts."""
+    folder = tmp_path / "fakebin"
+    folder.mkdir()
+    for name, body in scripts.items():
+        path = folder / name
+        path.write_text("#!/bin/sh\n" + body + "\n")
+        path.chmod(0o755)
+    return folder
+
+
+def profile_with_bin(profile_file: Path, folder: Path) -> str:
+    profile_file.write_text(profile_file.read_text() + f'slurm_bin = "{folder}"\n')
+    return str(profile_file)
+
+
+def test_help_lists_every_command() -> None:
+    result = invoke("--help")
+    for command in ("status", "runs", "logs", "cancel", "merge", "plan", "submit"):
+        assert f"  {command} " in result.stdout
+
+
+@pytest.mark.parametrize("command", ["logs", "cancel"])
+def test_new_commands_have_common_options(command: str) -> None:
+    result = invoke(command, "--help")
+    assert result.exit_code == 0
+    for option in ("--profile", "--json", "--debug", "--shard"):
+        assert option in result.stdout
+
+
+def test_usage_error_with_json_is_a_json_error(profile_file: Path) -> None:
+    result = invoke("status", "--json", "--no-such-option", "x")
+    assert result.exit_code == 2
+    error = json_error(result)
+    assert error["code"] == "invalid_input" and "no-such-option" in error["message"]
+
+
+def test_error_messages_are_redacted(profile_file: Path) -> None:
+    result = invoke("status", "http://user:hunter2@host", "--profile", str(profile_file),
+                    "--json")
+    assert result.exit_code == 2
+    message = json_error(result)["message"]
+    assert "hunter2" not in message and "***@host" in message
+
+
+def test_status_of_many_shards_lists_failures_not_every_shard(profile_file: Path,
+                                                             workspace: Path) -> None:
+    shards = [Shard("winner")] * 58 + [Shard("failed", "client exited with status 3")] * 2
+    make_run(workspace, shards)
+    result = invoke("status", "obs-20240101-000000-abcdef", "--profile", str(profile_file))
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("run obs-20240101-000000-abcdef: failed  records 580/600")
+    assert "failures (2):" in lines and not any(" succeeded " in line for line in lines[2:])
+    assert sum("client exited with status 3" in line for line in lines) == 2
+
+
+def test_status_watch_plain_lines_until_the_run_ends(tmp_path: Path, profile_file: Path,
+                                                     workspace: Path) -> None:
+    make_run(workspace, [Shard("winner"), Shard("running")])
+    counter = tmp_path / "calls"
+    folder = fake_slurm_bin(
+        tmp_path,
+        squeue=f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}\n'
+               'if [ "$n" = 0 ]; then echo "500_1|RUNNING|None"; '
+               'else echo "500_1|FAILED|NonZeroExitCode"; fi',
+        sacct='echo "500_1|FAILED|3:0"')
+    profile = profile_with_bin(profile_file, folder)
+    started = time.monotonic()
+    result = invoke("status", "obs-20240101-000000-abcdef", "--watch", "--interval", "1",
+                    "--profile", profile)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and "\x1b[" not in result.stdout
+    assert ": running " in lines[0] and ": failed " in lines[1]
+    assert 1.0 <= time.monotonic() - started < 10
+
+
+def test_status_watch_json_prints_one_object_at_the_end(tmp_path: Path, profile_file: Path,
+                                                        workspace: Path) -> None:
+    make_run(workspace, [Shard("running")])
+    folder = fake_slurm_bin(tmp_path, squeue='echo "500_0|CANCELLED|None"',
+                            sacct='echo "500_0|CANCELLED by 0|0:0"')
+    result = invoke("status", "obs-20240101-000000-abcdef", "--watch", "--json", "--profile",
+                    profile_with_bin(profile_file, folder))
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["state"] == "cancelled"
+    assert data["shards"][0]["reason"] == "job cancelled by uid 0 outside synthbatch"
+
+
+def test_runs_newest_first_with_state(profile_file: Path, workspace: Path) -> None:
+    make_run(workspace, [Shard("winner"), Shard("running")])
+    result = invoke("runs", "--profile", str(profile_file), "--json")
+    (run,) = json.loads(result.stdout)["runs"]
+    assert run["state"] == "running" and run["counts"] == {"running": 1, "succeeded": 1}
+    text = invoke("runs", "--profile", str(profile_file))
+    assert text.stdout.startswith("obs-20240101-000000-abcdef  running")
+
+
+def test_logs_prints_and_json_tails(profile_file: Path, workspace: Path) -> None:
+    layout = make_run(workspace, [Shard("running")])
+    folder = ensure_dir(layout.attempt(0, 1).execution_logs(1))
+    (folder / "client.log").write_text("hello from the client\n")
+    result = invoke("logs", "obs-20240101-000000-abcdef", "--profile", str(profile_file))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "hello from the client\n"
+    assert "shard 0 attempt 1 execution 1: client" in result.stderr
+    data = json.loads(invoke("logs", "obs-20240101-000000-abcdef", "--json", "--profile",
+                             str(profile_file)).stdout)
+    assert data["text"] == "hello from the client\n" and data["steps"] == ["client"]
+    missing = invoke("logs", "obs-20240101-000000-abcdef", "--step", "proxy-x", "--profile",
+                     str(profile_file))
+    assert missing.exit_code == 3 and "steps with logs: client" in one_error_line(missing)
+
+
+def test_cancel_through_the_cli(tmp_path: Path, profile_file: Path, workspace: Path) -> None:
+    layout = make_run(workspace, [Shard("winner"), Shard("submitted")])
+    argv_log = tmp_path / "scancel.argv"
+    folder = fake_slurm_bin(tmp_path, scancel=f'echo "$@" >> {argv_log}',
+                            squeue='echo "500_1|CANCELLED|None"')
+    profile = profile_with_bin(profile_file, folder)
+    result = invoke("cancel", "obs-20240101-000000-abcdef", "--profile", profile)
+    assert result.exit_code == 0, result.stderr
+    assert argv_log.read_text() == "500_1\n"
+    assert "1 cancelled, 1 succeeded" in result.stdout
+    again = invoke("cancel", "obs-20240101-000000-abcdef", "--profile", profile, "--json")
+    assert json.loads(again.stdout)["scancelled"] == []
+    assert argv_log.read_text() == "500_1\n"
+    assert json.loads(layout.attempt(1, 1).attempt_json.read_text())["state"] == "cancelled"

@@ -11,10 +11,10 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 import pytest
 
-from control.errors import SchedulerRejected, SchedulerUnavailable
+from control.errors import SchedulerRejected, SchedulerUnavailable, SchedulerUncertain
 from control.slurm.parsers import JobRow
 from control.slurm.runner import CommandResult, CommandTimeout, binary, run_command
-from control.slurm.scheduler import ACCOUNTING_DISABLED, Scheduler, array_spec
+from control.slurm.scheduler import ACCOUNTING_DISABLED, SQUEUE_FORMAT, Scheduler, array_spec
 
 # ----------------------------------------------------------------------------- array_spec
 
@@ -61,7 +61,8 @@ FLAGS: Dict[str, Dict[str, bool]] = {
     "sbatch": {"--parsable": False, "--hold": False, "--array": True, "--job-name": True},
     "scontrol": {},
     "scancel": {},
-    "squeue": {"-h": False, "-r": False, "-j": True, "-o": True, "-n": True},
+    "sinfo": {"-h": False, "-o": True},
+    "squeue": {"-h": False, "-t": True, "-j": True, "-o": True, "-n": True},
     "sacct": {"-n": False, "-P": False, "-X": False, "-j": True, "--format": True},
 }
 
@@ -170,9 +171,21 @@ def test_submit_rejected_without_stderr(fake: FakeSlurm, sched: Scheduler) -> No
 @pytest.mark.parametrize("stdout", ["", "Submitted batch job 5\n", f"{2**32}\n"])
 def test_submit_unparsable_id(fake: FakeSlurm, sched: Scheduler, stdout: str) -> None:
     fake.on("sbatch", stdout=stdout)
-    # sbatch exited 0, so a job may exist; either error class leaves it to reconciliation
-    with pytest.raises((SchedulerRejected, SchedulerUnavailable), match="not a job id"):
+    # sbatch exited 0, so a job may exist: uncertain, never "rejected"
+    with pytest.raises(SchedulerUncertain, match="not a job id.*may exist"):
         sched.submit_held_array("/s", [0], 0, "n")
+
+
+@pytest.mark.parametrize("stderr", [
+    "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n",
+    "sbatch: error: Batch job submission failed: Unable to contact slurm controller\n",
+])
+def test_submit_transient_failure_is_uncertain(fake: FakeSlurm, sched: Scheduler,
+                                               stderr: str) -> None:
+    fake.on("sbatch", code=1, stderr=stderr)
+    with pytest.raises(SchedulerUncertain, match="may have taken effect") as info:
+        sched.submit_held_array("/s", [0], 0, "n")
+    assert not isinstance(info.value, SchedulerRejected) and info.value.exit_code == 5
 
 
 def test_submit_timeout_propagates(sched: Scheduler, fake: FakeSlurm) -> None:
@@ -216,6 +229,25 @@ def test_cancel_invalid_job_id_tolerated(fake: FakeSlurm, sched: Scheduler) -> N
     sched.cancel(["99"])
 
 
+def test_cancel_already_completed_tolerated(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("scancel", code=1, stderr="scancel: error: Kill job error on job id 5: "
+                                      "Job/step already completing or completed\n")
+    sched.cancel(["5"])
+
+
+def test_cancel_transient_error_is_uncertain(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("scancel", code=1, stderr="scancel: error: Unable to contact slurm controller\n")
+    with pytest.raises(SchedulerUncertain):
+        sched.cancel(["5"])
+
+
+def test_release_transient_error_is_uncertain(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("scontrol", code=1, stderr="slurm_release_job error: Socket timed out on "
+                                       "send/recv operation\n")
+    with pytest.raises(SchedulerUncertain):
+        sched.release("9")
+
+
 def test_cancel_other_error(fake: FakeSlurm, sched: Scheduler) -> None:
     fake.on("scancel", code=1, stderr="scancel: error: Access/permission denied\n")
     with pytest.raises(SchedulerRejected, match="permission denied"):
@@ -225,22 +257,30 @@ def test_cancel_other_error(fake: FakeSlurm, sched: Scheduler) -> None:
 # ----------------------------------------------------------------------------- squeue
 
 
-def test_queue(fake: FakeSlurm, sched: Scheduler) -> None:
+def test_queue_by_name(fake: FakeSlurm, sched: Scheduler) -> None:
     fake.on("squeue", stdout="12_3|RUNNING|None\n12_[4-9%2]|PENDING|JobArrayTaskLimit\n")
-    rows = sched.queue(["12", "15"])
-    assert fake.only_call() == ["squeue", "-h", "-r", "-j", "12,15", "-o", "%i|%T|%r"]
-    assert rows["12_3"].state == "RUNNING"
-    assert rows["12_[4-9%2]"] == JobRow("12_[4-9%2]", "PENDING", "JobArrayTaskLimit")
+    rows = sched.queue(name="synthbatch-r")
+    assert fake.only_call() == ["squeue", "-h", "-t", "all", "-n", "synthbatch-r", "-o",
+                                SQUEUE_FORMAT]
+    assert rows == [JobRow("12_3", "RUNNING"), JobRow("12_[4-9%2]", "PENDING",
+                                                      "JobArrayTaskLimit")]
 
 
-def test_queue_empty_ids(fake: FakeSlurm, sched: Scheduler) -> None:
-    assert sched.queue([]) == {}
+def test_queue_by_ids(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("squeue", stdout="15|COMPLETED|None\n")
+    assert sched.queue(["12", "15"])[0].state == "COMPLETED"
+    assert fake.only_call() == ["squeue", "-h", "-t", "all", "-j", "12,15", "-o",
+                                SQUEUE_FORMAT]
+
+
+def test_queue_nothing_asked(fake: FakeSlurm, sched: Scheduler) -> None:
+    assert sched.queue([]) == []
     assert fake.calls == []
 
 
 def test_queue_invalid_job_id_means_gone(fake: FakeSlurm, sched: Scheduler) -> None:
     fake.on("squeue", code=1, stderr="slurm_load_jobs error: Invalid job id specified\n")
-    assert sched.queue(["12"]) == {}
+    assert sched.queue(["12"]) == []
 
 
 def test_queue_unavailable(fake: FakeSlurm, sched: Scheduler) -> None:
@@ -256,13 +296,22 @@ def test_queue_garbage_is_unavailable(fake: FakeSlurm, sched: Scheduler) -> None
         sched.queue(["12"])
     assert not isinstance(info.value, SchedulerRejected)
     assert "malformed squeue line" in info.value.message
-    assert info.value.message.startswith("squeue -h -r -j 12 -o '%i|%T|%r': ")
+    assert info.value.message.startswith("squeue -h -t all -j 12 -o '%i|%T|%r': ")
 
 
 def test_jobs_named(fake: FakeSlurm, sched: Scheduler) -> None:
-    fake.on("squeue", stdout="31\n30\n\n31\n")
-    assert sched.jobs_named("synthbatch-r") == ["30", "31"]
-    assert fake.only_call() == ["squeue", "-h", "-n", "synthbatch-r", "-o", "%A"]
+    fake.on("squeue", stdout="31_[0-3]|PENDING|JobHeldUser\n30|RUNNING|None\n")
+    rows = sched.jobs_named("synthbatch-r")
+    assert [r.job_id for r in rows] == ["31_[0-3]", "30"]
+    assert fake.only_call() == ["squeue", "-h", "-n", "synthbatch-r", "-o", SQUEUE_FORMAT]
+
+
+def test_partitions(fake: FakeSlurm, sched: Scheduler) -> None:
+    fake.on("sinfo", stdout="debug*|up|1|mix\ngpu|down|4|down\n")
+    parts = sched.partitions()
+    assert fake.only_call() == ["sinfo", "-h", "-o", "%P|%a|%D|%t"]
+    assert [(p.name, p.default, p.available, p.nodes) for p in parts] == [
+        ("debug", True, True, 1), ("gpu", False, False, 4)]
 
 
 # ----------------------------------------------------------------------------- sacct
@@ -274,17 +323,17 @@ def test_accounting(fake: FakeSlurm, sched: Scheduler) -> None:
     assert fake.only_call() == ["sacct", "-n", "-P", "-X", "-j", "12",
                                 "--format=JobID,State,ExitCode"]
     assert rows is not None
-    assert rows["12_1"] == JobRow("12_1", "CANCELLED", "by 0", 0, 15)
+    assert rows[1] == JobRow("12_1", "CANCELLED", "by 0", 0, 15)
 
 
 def test_accounting_batches_ids(fake: FakeSlurm, sched: Scheduler) -> None:
     fake.on("sacct")
-    assert sched.accounting(["1", "2", "3"]) == {}
+    assert sched.accounting(["1", "2", "3"]) == []
     assert fake.only_call()[5] == "1,2,3"
 
 
 def test_accounting_empty_ids(fake: FakeSlurm, sched: Scheduler) -> None:
-    assert sched.accounting([]) == {}
+    assert sched.accounting([]) == []
     assert fake.calls == []
 
 
@@ -392,7 +441,15 @@ def test_command_result_describe() -> None:
 
 def test_error_line_is_bounded() -> None:
     result = CommandResult(argv=["x"], returncode=1, stdout="", stderr="  \n" + "e" * 1000)
-    assert result.error_line() == "e" * 300
+    assert result.error_line() == "e" * 299 + "…"
+
+
+def test_describe_redacts_secrets() -> None:
+    result = CommandResult(argv=["srun", "serve", "--api-key", "s3cret",
+                                 "http://user:pw@host/x"], returncode=1, stdout="",
+                           stderr="boom Bearer abc.def\n")
+    assert "s3cret" not in result.describe() and "pw@" not in result.describe()
+    assert result.error_line() == "boom Bearer ***"
 
 
 def test_default_runner_is_run_command() -> None:

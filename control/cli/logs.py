@@ -1,0 +1,47 @@
+"""``synthbatch logs``: the right log of a shard's latest execution."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from control.cli.common import common
+
+
+@click.command("logs")
+@click.argument("run_id")
+@click.option("--shard", type=click.IntRange(min=0), default=None,
+              help="Shard index (default: the first failed, else the first running, else 0).")
+@click.option("--step", default=None,
+              help="client, server-<alias>-<replica>, proxy-<alias> or slurm "
+                   "(default: the log a failure names, else client, else slurm).")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the shard ends.")
+@common
+def logs_cmd(run_id: str, shard: Optional[int], step: Optional[str], follow: bool,
+             profile: Optional[str], as_json: bool) -> Any:
+    """Print a log of RUN_ID without knowing the run directory's layout.
+
+    With --json: the file's path, the steps that have logs, and the last 64 KiB.
+    """
+    from control import api
+    from control.runs import logs
+
+    data = api.logs(run_id, shard, step, profile)
+    path = Path(data["path"])
+    if as_json:
+        return {"data": {**data, "text": logs.read_tail(path)}, "text": ""}
+    click.echo(f"==> shard {data['shard']} attempt {data['attempt']} execution "
+               f"{data['execution']}: {data['step']} ({path}) <==", err=True)
+    out = sys.stdout.buffer
+    if not follow:
+        logs.copy_from(path, out, 0)
+        return None
+    layout = api.run_dir(run_id, profile)
+    try:
+        logs.follow(path, out, lambda: logs.shard_ended(layout, data["shard"]))
+    except KeyboardInterrupt:
+        pass
+    return None

@@ -1,0 +1,36 @@
+"""``synthbatch plan`` and ``synthbatch submit``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from control.cli.common import common
+
+
+@click.command("plan")
+@click.argument("run_file", type=click.Path(path_type=Path))
+@common
+def plan_cmd(run_file: Path, profile: Optional[str]) -> Any:
+    """Validate and resolve RUN_FILE; print the plan summary and the batch script."""
+    from control import api
+
+    data = api.plan(run_file, profile)
+    shards = data["plan"]["shards"]
+    text = (f"run {data['plan']['name']}: {data['records']} records in {data['shards']} "
+            f"shards ({shards[0]['num_records']} per shard at most)\n"
+            f"--- batch script ---\n{data['script']}")
+    return {"data": data, "text": text}
+
+
+@click.command("submit")
+@click.argument("run_file", type=click.Path(path_type=Path))
+@common
+def submit_cmd(run_file: Path, profile: Optional[str]) -> Any:
+    """Submit RUN_FILE as one Slurm job array; print the run id."""
+    from control import api
+
+    data = api.submit(run_file, profile)
+    return {"data": data, "text": data["run_id"]}

@@ -1,0 +1,78 @@
+"""``synthbatch status`` (with ``--watch``) and ``synthbatch runs``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional
+
+import click
+
+from control.cli.common import common
+from control.cli.output import emit_json, is_tty
+from control.cli.render import frame, plain_line, runs_text, status_text
+
+
+class Screen:
+    """Draws watch frames: redrawn in place on a terminal, else a line per change."""
+
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+        self.drawn = 0
+        self.last: Optional[str] = None
+
+    def show(self, data: Dict[str, Any]) -> None:
+        """Draw one refresh."""
+        if not self.tty:
+            line = plain_line(data)
+            if line != self.last:
+                click.echo(f"{time.strftime('%H:%M:%S')} {line}")
+            self.last = line
+            return
+        lines: List[str] = frame(data)
+        if self.drawn:
+            click.echo(f"\x1b[{self.drawn}F\x1b[J", nl=False)  # up N lines, clear below
+        click.echo("\n".join(lines))
+        self.drawn = len(lines)
+
+
+@click.command("status")
+@click.argument("run_id")
+@click.option("--watch", is_flag=True,
+              help="Refresh until the run ends (backing off while nothing changes).")
+@click.option("--interval", type=click.FloatRange(1.0, 600.0), default=2.0, show_default=True,
+              help="First refresh interval of --watch, seconds.")
+@common
+def status_cmd(run_id: str, watch: bool, interval: float, profile: Optional[str],
+               as_json: bool) -> Any:
+    """Show the shards of RUN_ID by state, records, tokens, rate, ETA and failures.
+
+    With --json --watch, one JSON object is printed when the run ends.
+    """
+    from control import api
+
+    if not watch:
+        data = api.status(run_id, profile)
+        return {"data": data, "text": status_text(data)}
+    from control.runs.watch import Backoff
+    from control.runs.watch import watch as watch_loop
+
+    screen = Screen(is_tty() and not as_json)
+    show = (lambda data: None) if as_json else screen.show
+    try:
+        last = watch_loop(lambda: api.status(run_id, profile), show,
+                          Backoff(base_s=interval))
+    except KeyboardInterrupt:
+        return None
+    if as_json:
+        emit_json(last)
+    return None
+
+
+@click.command("runs")
+@common
+def runs_cmd(profile: Optional[str]) -> Any:
+    """List the runs of the workspace, newest first, with their state."""
+    from control import api
+
+    data = api.runs(profile)
+    return {"data": data, "text": runs_text(data["runs"])}

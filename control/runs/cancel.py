@@ -1,0 +1,123 @@
+"""Cancel: scancel only the jobs this run recorded, then converge the records.
+
+Idempotent: shards with a winner or a terminal attempt are left alone, ids Slurm no longer
+knows are fine, and a second call finds nothing left to do. Attempts that never ran
+(``created``) are cancelled at once; the others once Slurm confirms their job ended (no
+agent can write them any more), unless the agent recorded its own outcome first.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+
+from agent_stdlib import states
+from agent_stdlib.attempts import advance_attempt, load_attempt
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import StateError
+from control.errors import InvalidInput
+from control.runs.ledger import record_cancel
+from control.runs.observe import base_id
+from control.runs.store import ShardView, load_plan_view, load_submissions, scan_shard
+from control.runs.submit import job_name
+from control.runs.watch import Backoff
+from control.slurm.parsers import index_rows
+from control.slurm.scheduler import Scheduler
+
+BY_CANCEL = "cancelled by `synthbatch cancel`"
+
+
+def select_shards(count: int, shards: Optional[Sequence[int]]) -> List[int]:
+    """The shards to act on (all when ``shards`` is empty); InvalidInput names a bad one."""
+    if not shards:
+        return list(range(count))
+    for index in shards:
+        if not 0 <= index < count:
+            raise InvalidInput(f"--shard {index}: the run has {count} shards (0-{count - 1})")
+    return sorted(set(shards))
+
+
+def _open(view: ShardView) -> bool:
+    attempt = view.attempt
+    return not view.winner and attempt is not None and attempt.state not in states.TERMINAL
+
+
+def scancel_targets(layout: RunLayout, job_ids: Set[str]) -> List[str]:
+    """Task ids to scancel, folded into the array id where a whole submission goes."""
+    targets: List[str] = []
+    remaining = set(job_ids)
+    for record in load_submissions(layout):
+        if record.job_id is None:
+            continue
+        tasks = {f"{record.job_id}_{shard}" for shard in record.attempts}
+        if tasks and tasks <= remaining:
+            targets.append(record.job_id)
+            remaining -= tasks
+    return sorted(targets) + sorted(remaining)
+
+
+def _settle(layout: RunLayout, view: ShardView, reason: str) -> None:
+    """Record ``cancelled`` unless the attempt reached a terminal state by itself."""
+    attempt = view.attempt
+    assert attempt is not None
+    path = layout.attempt(view.index, attempt.number).attempt_json
+    try:
+        current = load_attempt(path)
+        if current is not None and current.state not in states.TERMINAL:
+            advance_attempt(path, states.CANCELLED, reason=reason)
+    except (StateError, states.TransitionError):
+        pass  # a concurrent writer finished it; its record stands
+
+
+def _ended(scheduler: Scheduler, name: str, job_ids: Set[str]) -> Set[str]:
+    rows = index_rows(scheduler.queue(name=name))
+    return {j for j in job_ids if j not in rows or rows[j].terminal}
+
+
+def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequence[int]] = None,
+               wait_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+    """Cancel the selected shards of a run; wait up to ``wait_s`` for Slurm to confirm."""
+    plan = load_plan_view(layout)
+    selected = select_shards(len(plan.shard_records), shards)
+    views = [v for v in (scan_shard(layout, i) for i in selected) if _open(v)]
+    jobs = {v.attempt.job_id for v in views if v.attempt and v.attempt.job_id}
+    targets = scancel_targets(layout, jobs)
+    if views:
+        record_cancel(layout, selected, targets)
+    scheduler.cancel(targets)
+    for view in views:
+        if view.attempt and not view.attempt.job_id:
+            _settle(layout, view, f"{BY_CANCEL} before submission")
+    ended = _wait(scheduler, job_name(plan.run_id), jobs, wait_s, clock, sleep)
+    for view in views:
+        if view.attempt and view.attempt.job_id in ended:
+            _settle(layout, view, BY_CANCEL)
+    after = [scan_shard(layout, i) for i in selected]
+    return {"run_id": plan.run_id, "shards": selected, "scancelled": targets,
+            "converged": ended >= jobs, "waiting_for": sorted(jobs - ended, key=_task_key),
+            "states": {str(v.index): _state(v) for v in after}}
+
+
+def _wait(scheduler: Scheduler, name: str, jobs: Set[str], wait_s: float,
+          clock: Callable[[], float], sleep: Callable[[float], None]) -> Set[str]:
+    """Poll squeue (backing off) until every job ended or ``wait_s`` passed."""
+    if not jobs:
+        return set()
+    deadline, backoff = clock() + wait_s, Backoff(base_s=1.0, cap_s=10.0)
+    while True:
+        ended = _ended(scheduler, name, jobs)
+        if ended >= jobs or clock() >= deadline:
+            return ended
+        sleep(min(backoff.next(changed=False), max(deadline - clock(), 0.0)))
+
+
+def _state(view: ShardView) -> str:
+    if view.winner:
+        return states.SUCCEEDED
+    return view.attempt.state if view.attempt else "unknown"
+
+
+def _task_key(job_id: str) -> tuple:
+    job, _, task = job_id.partition("_")
+    return (int(base_id(job)), int(task) if task.isdigit() else -1)

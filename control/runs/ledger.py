@@ -1,0 +1,89 @@
+"""Control-plane records inside a run directory that the agent never reads.
+
+* ``observer/lag.json``: when status first saw each job missing from both squeue and
+  sacct. The deadline after which such a job is ``lost`` is persisted here, so every
+  fresh ``status`` process agrees on it.
+* ``cancels/NNNN.json``: one record per ``synthbatch cancel`` call (which shards, which job
+  ids were scancelled), so a cancelled job can be told apart from one killed by hand.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Set
+
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
+
+LAG_GRACE_S = 600.0
+
+
+def lag_path(layout: RunLayout) -> Path:
+    """``<run>/observer/lag.json``."""
+    return layout.root / "observer" / "lag.json"
+
+
+def cancels_dir(layout: RunLayout) -> Path:
+    """``<run>/cancels/``."""
+    return layout.root / "cancels"
+
+
+def _first_missing(layout: RunLayout) -> Dict[str, float]:
+    try:
+        data = read_json(lag_path(layout)) or {}
+    except StateError:
+        return {}
+    seen = data.get("first_missing", {})
+    if not isinstance(seen, dict):
+        return {}
+    return {str(k): float(v) for k, v in seen.items() if isinstance(v, (int, float))}
+
+
+def expired_missing(layout: RunLayout, missing: Iterable[str], present: Iterable[str],
+                    now: float, grace_s: float = LAG_GRACE_S) -> Set[str]:
+    """Job ids missing for longer than ``grace_s``; persists first sightings.
+
+    ``missing`` are ids now in neither squeue nor sacct; ``present`` are ids seen again
+    (their entry is dropped). If the run directory is read-only nothing is persisted and
+    a new sighting never expires.
+    """
+    known = _first_missing(layout)
+    seen_again = set(present)
+    updated = {k: v for k, v in known.items() if k not in seen_again}
+    missing = list(missing)
+    for job_id in missing:
+        updated.setdefault(job_id, now)
+    if updated != known:
+        try:
+            ensure_dir(lag_path(layout).parent)
+            write_json_atomic(lag_path(layout), {"schema_version": 1,
+                                                 "first_missing": updated})
+        except (OSError, StateError):
+            updated = known
+    return {j for j in missing if j in updated and now - updated[j] >= grace_s}
+
+
+def record_cancel(layout: RunLayout, shards: List[int], job_ids: List[str]) -> Path:
+    """Write the next ``cancels/NNNN.json`` (before scancel runs)."""
+    folder = ensure_dir(cancels_dir(layout))
+    number = len(list(folder.glob("[0-9][0-9][0-9][0-9].json"))) + 1
+    path = folder / f"{number:04d}.json"
+    write_json_atomic(path, {"schema_version": 1, "requested_at": time.time(),
+                             "shards": sorted(shards), "job_ids": sorted(job_ids)})
+    return path
+
+
+def cancel_requested(layout: RunLayout) -> Set[int]:
+    """Shards that any ``synthbatch cancel`` call asked to cancel."""
+    folder = cancels_dir(layout)
+    if not folder.is_dir():
+        return set()
+    shards: Set[int] = set()
+    for path in folder.glob("[0-9][0-9][0-9][0-9].json"):
+        try:
+            data = read_json(path) or {}
+        except StateError:
+            continue
+        shards.update(s for s in data.get("shards", []) if isinstance(s, int))
+    return shards

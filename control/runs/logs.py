@@ -1,0 +1,146 @@
+"""Logs: find the right file of a shard's latest execution, print it, or follow it.
+
+Step names: ``server-<alias>-<replica>``, ``proxy-<alias>``, ``client`` (files in
+``attempts/attempt-NNNN/logs/execution-N/``) and ``slurm`` (Slurm's output of the batch
+script, ``logs/slurm-<job>_<task>.out``, where the agent's own messages go).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, List, Optional
+
+from agent_stdlib import states
+from agent_stdlib.layout import RunLayout
+from control.errors import NotFound
+from control.runs.observe import LOG_IN_REASON
+from control.runs.store import ShardView, load_plan_view, scan_shard
+from control.runs.watch import Backoff
+
+SLURM_STEP = "slurm"
+EXECUTION = re.compile(r"^execution-(\d+)$")
+TAIL_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    """The file ``logs`` shows and where it sits."""
+
+    shard: int
+    attempt: Optional[int]
+    execution: Optional[int]
+    step: str
+    path: Path
+    steps: List[str]  # every step with a log in this execution
+
+
+def latest_execution(attempt_dir: Path) -> Optional[Path]:
+    """The newest ``logs/execution-N`` folder of an attempt."""
+    try:
+        names = [n for n in os.listdir(attempt_dir / "logs") if EXECUTION.match(n)]
+    except FileNotFoundError:
+        return None
+    if not names:
+        return None
+    return attempt_dir / "logs" / max(names, key=lambda n: int(n.split("-", 1)[1]))
+
+
+def step_files(execution: Optional[Path]) -> dict:
+    """Step name -> log file in one execution folder."""
+    if execution is None:
+        return {}
+    return {p.name[:-4]: p for p in sorted(execution.glob("*.log"))}
+
+
+def default_shard(layout: RunLayout, count: int) -> int:
+    """The shard a user most likely means: the first failed, else the first running, else 0."""
+    views = [scan_shard(layout, i) for i in range(count)]
+    for wanted in (states.FAILED, states.RUNNING):
+        for view in views:
+            if not view.winner and view.attempt and view.attempt.state == wanted:
+                return view.index
+    return 0
+
+
+def _default_step(view: ShardView, files: dict, slurm_log: Path) -> str:
+    match = LOG_IN_REASON.search(view.attempt.reason or "") if view.attempt else None
+    if match:
+        for step, path in files.items():
+            if str(path) == match.group(1):
+                return step
+    if "client" in files:
+        return "client"
+    return SLURM_STEP if slurm_log.exists() or not files else sorted(files)[0]
+
+
+def locate(layout: RunLayout, shard: Optional[int] = None,
+           step: Optional[str] = None) -> LogTarget:
+    """The log to show; NotFound lists the steps that exist when ``step`` is not one."""
+    count = len(load_plan_view(layout).shard_records)
+    index = default_shard(layout, count) if shard is None else shard
+    if not 0 <= index < count:
+        raise NotFound(f"shard {index}: the run has {count} shards (0-{count - 1})")
+    view = scan_shard(layout, index)
+    attempt = view.attempt
+    attempt_dir = layout.attempt(index, attempt.number).root if attempt else None
+    execution = latest_execution(attempt_dir) if attempt_dir else None
+    files = step_files(execution)
+    slurm_log = layout.slurm_logs / f"slurm-{attempt.job_id if attempt else 'none'}.out"
+    steps = sorted(files) + ([SLURM_STEP] if slurm_log.exists() else [])
+    chosen = step or _default_step(view, files, slurm_log)
+    path = slurm_log if chosen == SLURM_STEP else files.get(chosen)
+    if path is None or not path.exists():
+        have = ", ".join(steps) or "none yet"
+        raise NotFound(f"shard {index}: no log for step {chosen!r} (steps with logs: {have})")
+    number = int(execution.name.split("-", 1)[1]) if execution else None
+    return LogTarget(shard=index, attempt=attempt.number if attempt else None,
+                     execution=number, step=chosen, path=path, steps=steps)
+
+
+def shard_ended(layout: RunLayout, shard: int) -> bool:
+    """True once the shard has a winner or its latest attempt is terminal."""
+    view = scan_shard(layout, shard)
+    return view.winner or (view.attempt is not None and view.attempt.state in states.TERMINAL)
+
+
+def read_tail(path: Path, limit: int = TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of a log as text (for ``--json``)."""
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, size - limit))
+        return handle.read().decode("utf-8", "replace")
+
+
+def copy_from(path: Path, out: BinaryIO, offset: int) -> int:
+    """Write ``path`` from ``offset`` to ``out``; return the new offset."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        while True:
+            chunk = handle.read(1 << 16)
+            if not chunk:
+                break
+            out.write(chunk)
+            offset += len(chunk)
+    out.flush()
+    return offset
+
+
+def follow(path: Path, out: BinaryIO, done: Callable[[], bool],
+           sleep: Callable[[float], None] = time.sleep,
+           backoff: Optional[Backoff] = None) -> int:
+    """Print ``path`` and keep printing what is appended until ``done()`` and quiet.
+
+    Polls the file (never the scheduler), from 0.2 s backing off to 2 s while idle.
+    """
+    backoff = backoff or Backoff(base_s=0.2, cap_s=2.0, floor_s=0.2)
+    offset = copy_from(path, out, 0)
+    while True:
+        grown = os.path.getsize(path) > offset
+        if not grown and done():
+            return copy_from(path, out, offset)
+        offset = copy_from(path, out, offset)
+        sleep(backoff.next(changed=grown))

@@ -1,0 +1,187 @@
+"""The one table from durable records + scheduler evidence to a shard's state (pure).
+
+Precedence, first match wins:
+
+1. ``winner.json`` exists                          -> succeeded (the durable truth)
+2. no readable attempt record                      -> unknown
+3. squeue and sacct both terminal and different    -> EvidenceConflict (names both)
+4. attempt record terminal                         -> that state (Slurm's word added to
+   the reason); failed/cancelled vs. a COMPLETED job -> EvidenceConflict
+5. attempt ``created`` (no job)                    -> created
+6. terminal accounting or a terminal queue row     -> cancelled / failed (accounting beats
+   a stale queue row: RUNNING in squeue + COMPLETED in sacct is over)
+7. an active row                                   -> pending / running / cancelling
+8. no row anywhere: scheduler not asked            -> unknown (scheduler unavailable)
+                    before the persisted deadline  -> unknown (accounting lag)
+                    after it                       -> lost
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from control.errors import EvidenceConflict, one_line
+from control.slurm.parsers import ACTIVE_STATES, JobRow
+
+CREATED, PENDING, RUNNING, CANCELLING = "created", "pending", "running", "cancelling"
+SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
+UNKNOWN, LOST = "unknown", "lost"
+SHARD_STATES = (CREATED, PENDING, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED,
+                UNKNOWN, LOST)
+FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, LOST})
+ATTEMPT_TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+RUNNING_ROWS = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT",
+                          "RESIZING", "SUSPENDED", "STOPPED", "UPDATE_DB"})
+FAILURE_TEXT = {
+    "FAILED": "job failed",
+    "TIMEOUT": "job hit its time limit (TIMEOUT)",
+    "NODE_FAIL": "a node of the job failed (NODE_FAIL)",
+    "OUT_OF_MEMORY": "job ran out of memory (OUT_OF_MEMORY)",
+    "PREEMPTED": "job was preempted (PREEMPTED)",
+    "BOOT_FAIL": "nodes failed to boot (BOOT_FAIL)",
+    "DEADLINE": "job missed its deadline (DEADLINE)",
+    "COMPLETED": "job completed",
+}
+LAG = "accounting lag"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything known about one shard's latest attempt."""
+
+    winner: bool = False
+    attempt_state: Optional[str] = None  # None: no readable attempt record
+    attempt_reason: Optional[str] = None
+    queue: Optional[JobRow] = None  # the squeue row covering the job, if any
+    acct: Optional[JobRow] = None  # the sacct row of the job, if any
+    asked: bool = True  # the scheduler answered this refresh
+    accounting: bool = True  # the cluster keeps accounting (sacct works)
+    lag_expired: bool = False  # missing from squeue and sacct past the persisted deadline
+    cancel_requested: bool = False  # `synthbatch cancel` asked for this shard
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A shard's state, a one-line reason and which evidence decided it."""
+
+    state: str
+    reason: Optional[str]
+    source: str  # winner | attempt | sacct | squeue | none
+
+
+def describe_row(row: JobRow, source: str) -> str:
+    """``sacct says CANCELLED by 0 (exit 0:15)`` — one row, for reasons and conflicts."""
+    text = f"{source} says {row.state}" + (f" {row.reason}" if row.reason else "")
+    if row.exit_code is not None:
+        text += f" (exit {row.exit_code}:{row.signal or 0})"
+    return text
+
+
+def _terminal_row(ev: Evidence) -> Optional[tuple[JobRow, str]]:
+    queue = ev.queue if ev.queue is not None and ev.queue.terminal else None
+    acct = ev.acct if ev.acct is not None and ev.acct.terminal else None
+    if queue and acct and queue.state != acct.state:
+        raise EvidenceConflict(f"conflicting terminal evidence: {describe_row(queue, 'squeue')}"
+                               f", {describe_row(acct, 'sacct')}")
+    if acct:
+        return acct, "sacct"
+    return (queue, "squeue") if queue else None
+
+
+def _ended(row: JobRow, source: str, ev: Evidence) -> Verdict:
+    """A job that ended without the agent recording an outcome."""
+    if row.state in ("CANCELLED", "REVOKED"):
+        who = f" {row.reason.replace('by ', 'by uid ')}" if row.reason else ""
+        origin = "by `synthbatch cancel`" if ev.cancel_requested else "outside synthbatch"
+        return Verdict(CANCELLED, f"job cancelled{who} {origin}", source)
+    text = FAILURE_TEXT.get(row.state, f"job ended {row.state}")
+    if row.exit_code is not None and (row.exit_code or row.signal):
+        text += f" (exit {row.exit_code}" + (f", signal {row.signal})" if row.signal else ")")
+    elif row.reason and source == "squeue":
+        text += f" ({row.reason})"
+    return Verdict(FAILED, f"{text} before the agent recorded an outcome", source)
+
+
+def _from_attempt(ev: Evidence, ended: Optional[tuple[JobRow, str]]) -> Verdict:
+    state, reason = ev.attempt_state or UNKNOWN, ev.attempt_reason
+    if ended is None:
+        return Verdict(state, reason, "attempt")
+    row, source = ended
+    if state in (FAILED, CANCELLED) and row.state == "COMPLETED" and not row.exit_code:
+        raise EvidenceConflict(f"conflicting terminal evidence: attempt record says {state}, "
+                               f"{describe_row(row, source)}")
+    if state == CANCELLED and row.state == "CANCELLED" and row.reason \
+            and "synthbatch cancel" not in (reason or ""):
+        origin = "by `synthbatch cancel`" if ev.cancel_requested else "outside synthbatch"
+        extra = f"job cancelled {row.reason.replace('by ', 'by uid ')} {origin}"
+        reason = f"{extra}; agent: {reason}" if reason else extra
+    return Verdict(state, reason, "attempt")
+
+
+def _active(row: JobRow, source: str, ev: Evidence) -> Verdict:
+    if ev.cancel_requested:
+        return Verdict(CANCELLING, f"cancel requested; {source} says {row.state}", source)
+    if row.state in RUNNING_ROWS:
+        reason = None if row.state == "RUNNING" else f"{source} says {row.state}"
+        return Verdict(RUNNING, reason, source)
+    return Verdict(PENDING, row.reason or f"{source} says {row.state}", source)
+
+
+def _missing(ev: Evidence) -> Verdict:
+    if not ev.asked:
+        return Verdict(UNKNOWN, "scheduler unavailable", "none")
+    where = "squeue and sacct" if ev.accounting else "squeue (no accounting on this cluster)"
+    if ev.lag_expired:
+        return Verdict(LOST, f"job is in neither {where} and the agent recorded no outcome",
+                       "none")
+    return Verdict(UNKNOWN, f"{LAG}: job not in {where} yet", "none")
+
+
+def decide(ev: Evidence) -> Verdict:
+    """The shard's state from its evidence; EvidenceConflict when terminal evidence clashes."""
+    if ev.winner:
+        return Verdict(SUCCEEDED, None, "winner")
+    if ev.attempt_state is None:
+        return Verdict(UNKNOWN, ev.attempt_reason or "no attempt record", "none")
+    ended = _terminal_row(ev)
+    if ev.attempt_state in ATTEMPT_TERMINAL:
+        return _from_attempt(ev, ended)
+    if ev.attempt_state == CREATED:
+        return Verdict(CREATED, ev.attempt_reason or "not submitted", "attempt")
+    if ended is not None:
+        return _ended(ended[0], ended[1], ev)
+    for row, source in ((ev.queue, "squeue"), (ev.acct, "sacct")):
+        if row is not None and row.state in ACTIVE_STATES:
+            return _active(row, source, ev)
+        if row is not None:
+            return Verdict(UNKNOWN, f"{source} reports state {row.state!r}, not understood",
+                           source)
+    return _missing(ev)
+
+
+def normalize(ev: Evidence) -> Verdict:
+    """``decide`` for status: a conflict becomes ``unknown`` with the conflict as reason."""
+    try:
+        verdict = decide(ev)
+    except EvidenceConflict as err:
+        return Verdict(UNKNOWN, one_line(err.message, 300), "conflict")
+    if verdict.reason:
+        return Verdict(verdict.state, one_line(verdict.reason, 300), verdict.source)
+    return verdict
+
+
+def run_state(counts: dict, committed: bool = True) -> str:
+    """The run's state from its shard counts (state -> number).
+
+    ``succeeded`` / ``failed`` / ``cancelled`` once every shard is final (failed wins over
+    cancelled), ``running`` while any shard is not (the counts say pending, unknown, ...).
+    """
+    seen = {state for state, n in counts.items() if n}
+    if not committed:
+        return "uncommitted"
+    if not seen or not seen <= FINAL:
+        return RUNNING
+    if seen == {SUCCEEDED}:
+        return SUCCEEDED
+    return FAILED if seen & {FAILED, LOST} else CANCELLED

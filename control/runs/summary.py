@@ -1,0 +1,38 @@
+"""A run's state from its directory alone (for ``runs``; ``status`` also asks Slurm)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from agent_stdlib import states
+from agent_stdlib.layout import RunLayout
+from control.runs import normalize as norm
+from control.runs.store import ShardView, scan_shard
+
+DURABLE = {
+    states.CREATED: norm.CREATED,
+    states.SUBMITTED: norm.PENDING,
+    states.PENDING: norm.PENDING,
+    states.RUNNING: norm.RUNNING,
+    states.SUCCEEDED: norm.SUCCEEDED,
+    states.FAILED: norm.FAILED,
+    states.CANCELLED: norm.CANCELLED,
+}
+
+
+def durable_shard_state(view: ShardView) -> str:
+    """What the records alone say about one shard."""
+    if view.winner:
+        return norm.SUCCEEDED
+    if view.attempt is None:
+        return norm.UNKNOWN
+    return DURABLE.get(view.attempt.state, norm.UNKNOWN)
+
+
+def durable_state(layout: RunLayout, shard_count: int) -> Dict[str, Any]:
+    """``{"state", "counts"}`` of a run from its shard records, without Slurm."""
+    counts: Dict[str, int] = {}
+    for index in range(shard_count):
+        state = durable_shard_state(scan_shard(layout, index))
+        counts[state] = counts.get(state, 0) + 1
+    return {"state": norm.run_state(counts, True), "counts": dict(sorted(counts.items()))}

@@ -1,0 +1,95 @@
+"""Logs: the right file of the latest execution, and following it until the shard ends."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from agent_stdlib.statefile import ensure_dir
+from control.errors import NotFound
+from control.runs.logs import copy_from, follow, locate, read_tail
+from control.runs.watch import Backoff
+from tests.unit.test_observe import Shard, make_run
+
+
+def add_logs(layout, shard: int, execution: int, *steps: str) -> Path:  # type: ignore[no-untyped-def]
+    folder = ensure_dir(layout.attempt(shard, 1).execution_logs(execution))
+    for step in steps:
+        (folder / f"{step}.log").write_text(f"{step} of execution {execution}\n")
+    return folder
+
+
+def test_default_is_the_client_log_of_the_latest_execution(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    add_logs(layout, 0, 1, "client", "server-tiny-0")
+    latest = add_logs(layout, 0, 2, "client", "server-tiny-0", "proxy-tiny")
+    target = locate(layout)
+    assert (target.shard, target.attempt, target.execution, target.step) == (0, 1, 2, "client")
+    assert target.path == latest / "client.log"
+    assert target.steps == ["client", "proxy-tiny", "server-tiny-0"]
+
+
+def test_the_log_a_failure_names_wins(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("winner"), Shard("failed", "placeholder")])
+    folder = add_logs(layout, 1, 1, "client", "server-tiny-0")
+    path = layout.attempt(1, 1).attempt_json
+    path.write_text(path.read_text().replace(
+        "placeholder", f"server-tiny-0 exited with status 1 (log {folder}/server-tiny-0.log: x)"))
+    target = locate(layout)  # no --shard: the first failed shard
+    assert (target.shard, target.step) == (1, "server-tiny-0")
+
+
+def test_slurm_step_and_explicit_step(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("submitted"), Shard("running")])
+    (layout.slurm_logs / "slurm-500_0.out").write_text("queued\n")
+    target = locate(layout, 0)
+    assert target.step == "slurm" and target.steps == ["slurm"]
+    add_logs(layout, 1, 1, "client", "proxy-tiny")
+    assert locate(layout, 1, "proxy-tiny").path.name == "proxy-tiny.log"
+
+
+def test_unknown_step_lists_the_ones_there(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    add_logs(layout, 0, 1, "client")
+    with pytest.raises(NotFound, match=r"no log for step 'server-x-0' \(steps with logs: client"):
+        locate(layout, 0, "server-x-0")
+    with pytest.raises(NotFound, match="the run has 1 shards"):
+        locate(layout, 4)
+
+
+def test_no_logs_yet(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("submitted")])
+    with pytest.raises(NotFound, match="steps with logs: none yet"):
+        locate(layout, 0)
+
+
+def test_read_tail_and_copy(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    path.write_bytes(b"a" * 10 + b"tail")
+    assert read_tail(path, 4) == "tail"
+    out = io.BytesIO()
+    assert copy_from(path, out, 10) == 14 and out.getvalue() == b"tail"
+
+
+def test_follow_prints_appends_until_done(tmp_path: Path) -> None:
+    path = tmp_path / "client.log"
+    path.write_text("one\n")
+    out = io.BytesIO()
+    chunks = ["two\n", "three\n"]
+    sleeps: List[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if chunks:
+            with open(path, "a") as handle:
+                handle.write(chunks.pop(0))
+
+    def done() -> bool:
+        return not chunks and len(sleeps) >= 4
+
+    follow(path, out, done, sleep, Backoff(base_s=0.2, cap_s=2.0, floor_s=0.2))
+    assert out.getvalue() == b"one\ntwo\nthree\n"
+    assert all(0.2 <= s <= 2.0 for s in sleeps) and sleeps[-1] > sleeps[1]

@@ -1,0 +1,543 @@
+"""Status: the normalisation table (property tests) and observe() over real run records."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from agent_stdlib import states
+from agent_stdlib.attempts import advance_attempt, create_attempt
+from agent_stdlib.contracts import (
+    ProgressRecord,
+    RunRecord,
+    ShardSpec,
+    SubmissionRecord,
+    WinnerRecord,
+)
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import (
+    ensure_dir,
+    publish_immutable,
+    publish_json_immutable,
+    write_json_atomic,
+)
+from control.config.loader import load_model
+from control.config.profile import Profile
+from control.config.run import RunConfig
+from control.errors import EvidenceConflict
+from control.planning.planner import make_plan
+from control.runs import normalize as norm
+from control.runs.ledger import lag_path
+from control.runs.observe import observe
+from control.slurm.parsers import ACTIVE_STATES, TERMINAL_STATES, JobRow
+from control.slurm.scheduler import Scheduler
+from tests.unit.test_scheduler import FakeSlurm
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "examples" / "quickstart.toml"
+TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
+RUN_ID = "obs-20240101-000000-abcdef"
+NOW = 1_700_000_000.0
+
+# ============================================================================= the table
+
+QUEUE_ROWS = [None, JobRow("5_1", "PENDING", "Priority"), JobRow("5_1", "PENDING", "BeginTime"),
+              JobRow("5_1", "RUNNING"), JobRow("5_1", "COMPLETING"),
+              JobRow("5_1", "SUSPENDED"), JobRow("5_1", "REQUEUE_HOLD", "JobHeldAdmin"),
+              JobRow("5_1", "COMPLETED"), JobRow("5_1", "FAILED", "NonZeroExitCode"),
+              JobRow("5_1", "CANCELLED"), JobRow("5_1", "TIMEOUT", "TimeLimit"),
+              JobRow("5_1", "NODE_FAIL"), JobRow("5_1", "WEIRD_NEW")]
+ACCT_ROWS = [None, JobRow("5_1", "PENDING", None, 0, 0), JobRow("5_1", "RUNNING", None, 0, 0),
+             JobRow("5_1", "REQUEUED", None, 0, 0), JobRow("5_1", "COMPLETED", None, 0, 0),
+             JobRow("5_1", "FAILED", None, 3, 0), JobRow("5_1", "FAILED", None, 0, 9),
+             JobRow("5_1", "CANCELLED", "by 0", 0, 0), JobRow("5_1", "OUT_OF_MEMORY", None, 0, 125),
+             JobRow("5_1", "PREEMPTED", None, 0, 0), JobRow("5_1", "BOOT_FAIL", None, 0, 0),
+             JobRow("5_1", "DEADLINE", None, 1, 0)]
+ATTEMPTS = [None, *states.ATTEMPT_STATES]
+NON_TERMINAL_SCHEDULED = (states.SUBMITTED, states.PENDING, states.RUNNING)
+
+
+def all_evidence(seed: int = 7):
+    """Every (winner, attempt, queue row, accounting row) with random remaining flags."""
+    rng = random.Random(seed)
+    for winner, attempt, queue, acct in itertools.product(
+            (False, True), ATTEMPTS, QUEUE_ROWS, ACCT_ROWS):
+        yield norm.Evidence(winner=winner, attempt_state=attempt,
+                            attempt_reason=rng.choice([None, "agent said so"]), queue=queue,
+                            acct=acct, asked=rng.random() < 0.8,
+                            accounting=rng.random() < 0.7, lag_expired=rng.random() < 0.5,
+                            cancel_requested=rng.random() < 0.3)
+
+
+def both_terminal_and_different(ev: norm.Evidence) -> bool:
+    return bool(ev.queue and ev.acct and ev.queue.terminal and ev.acct.terminal
+                and ev.queue.state != ev.acct.state)
+
+
+def test_table_is_total() -> None:
+    count = 0
+    for ev in all_evidence():
+        verdict = norm.normalize(ev)
+        assert verdict.state in norm.SHARD_STATES, (ev, verdict)
+        assert verdict.reason is None or ("\n" not in verdict.reason
+                                          and len(verdict.reason) <= 300)
+        count += 1
+    assert count == 2 * len(ATTEMPTS) * len(QUEUE_ROWS) * len(ACCT_ROWS)
+
+
+def test_winner_beats_everything() -> None:
+    for ev in all_evidence():
+        if ev.winner:
+            assert norm.decide(ev) == norm.Verdict(norm.SUCCEEDED, None, "winner")
+
+
+def test_conflicting_terminal_evidence_is_an_error_naming_both() -> None:
+    seen = 0
+    for ev in all_evidence():
+        if ev.winner or ev.attempt_state is None or not both_terminal_and_different(ev):
+            continue
+        with pytest.raises(EvidenceConflict) as info:
+            norm.decide(ev)
+        message = info.value.message
+        assert f"squeue says {ev.queue.state}" in message
+        assert f"sacct says {ev.acct.state}" in message
+        assert norm.normalize(ev).state == norm.UNKNOWN
+        assert norm.normalize(ev).reason.startswith("conflicting terminal evidence")
+        seen += 1
+    assert seen > 100
+
+
+def test_terminal_attempt_records_are_final() -> None:
+    for ev in all_evidence():
+        if ev.winner or ev.attempt_state not in norm.ATTEMPT_TERMINAL:
+            continue
+        try:
+            verdict = norm.decide(ev)
+        except EvidenceConflict as err:
+            ended = ev.acct if ev.acct and ev.acct.terminal else ev.queue
+            assert both_terminal_and_different(ev) or (
+                ev.attempt_state in (norm.FAILED, norm.CANCELLED) and ended is not None
+                and ended.state == "COMPLETED")
+            assert ev.attempt_state in err.message or both_terminal_and_different(ev)
+            continue
+        assert verdict.state == ev.attempt_state and verdict.source == "attempt"
+
+
+def test_terminal_accounting_beats_a_stale_queue_row() -> None:
+    seen = 0
+    for ev in all_evidence():
+        if ev.winner or ev.attempt_state not in NON_TERMINAL_SCHEDULED:
+            continue
+        if ev.queue is None or ev.queue.terminal or ev.acct is None or not ev.acct.terminal:
+            continue
+        verdict = norm.decide(ev)
+        assert verdict.state in (norm.FAILED, norm.CANCELLED) and verdict.source == "sacct"
+        seen += 1
+    assert seen > 50
+
+
+def test_active_evidence_never_ends_a_shard() -> None:
+    for ev in all_evidence():
+        if ev.winner or ev.attempt_state not in NON_TERMINAL_SCHEDULED:
+            continue
+        rows = [r for r in (ev.queue, ev.acct) if r is not None]
+        if not rows or any(r.terminal for r in rows) or not all(r.known for r in rows):
+            continue
+        verdict = norm.decide(ev)
+        assert verdict.state in (norm.PENDING, norm.RUNNING, norm.CANCELLING), (ev, verdict)
+        assert (verdict.state == norm.CANCELLING) == ev.cancel_requested
+
+
+def test_missing_everywhere_is_lag_then_lost() -> None:
+    for ev in all_evidence():
+        if ev.winner or ev.attempt_state not in NON_TERMINAL_SCHEDULED or ev.queue or ev.acct:
+            continue
+        verdict = norm.decide(ev)
+        if not ev.asked:
+            assert verdict == norm.Verdict(norm.UNKNOWN, "scheduler unavailable", "none")
+        elif ev.lag_expired:
+            assert verdict.state == norm.LOST
+        else:
+            assert verdict.state == norm.UNKNOWN and verdict.reason.startswith("accounting lag")
+        assert ("no accounting" in (verdict.reason or "")) == (ev.asked and not ev.accounting)
+
+
+def test_lost_needs_every_condition() -> None:
+    for ev in all_evidence():
+        if norm.normalize(ev).state == norm.LOST:
+            assert ev.lag_expired and ev.asked and not ev.winner
+            assert ev.queue is None and ev.acct is None
+            assert ev.attempt_state in NON_TERMINAL_SCHEDULED
+
+
+def test_state_tables_cover_every_row_state() -> None:
+    for row in QUEUE_ROWS + ACCT_ROWS:
+        if row is not None and row.known:
+            assert (row.state in ACTIVE_STATES) != (row.state in TERMINAL_STATES)
+
+
+@pytest.mark.parametrize("row,state,words", [
+    (JobRow("5_1", "CANCELLED", "by 0", 0, 0), "cancelled",
+     "job cancelled by uid 0 outside synthbatch"),
+    (JobRow("5_1", "FAILED", None, 3, 0), "failed", "job failed (exit 3) before the agent"),
+    (JobRow("5_1", "FAILED", None, 0, 9), "failed", "(exit 0, signal 9)"),
+    (JobRow("5_1", "TIMEOUT", None, 0, 0), "failed", "time limit (TIMEOUT)"),
+    (JobRow("5_1", "NODE_FAIL", None, 0, 0), "failed", "(NODE_FAIL)"),
+    (JobRow("5_1", "OUT_OF_MEMORY", None, 0, 125), "failed", "out of memory"),
+    (JobRow("5_1", "PREEMPTED", None, 0, 0), "failed", "preempted"),
+    (JobRow("5_1", "BOOT_FAIL", None, 0, 0), "failed", "BOOT_FAIL"),
+    (JobRow("5_1", "DEADLINE", None, 1, 0), "failed", "deadline"),
+    (JobRow("5_1", "COMPLETED", None, 0, 0), "failed", "job completed before the agent"),
+])
+def test_job_ended_without_agent_outcome(row: JobRow, state: str, words: str) -> None:
+    verdict = norm.decide(norm.Evidence(attempt_state="submitted", acct=row))
+    assert verdict.state == state and words in verdict.reason
+
+
+def test_cancel_by_synthbatch_and_agent_reason() -> None:
+    row = JobRow("5_1", "CANCELLED", "by 1000", 0, 0)
+    mine = norm.decide(norm.Evidence(attempt_state="pending", acct=row, cancel_requested=True))
+    assert mine.reason == "job cancelled by uid 1000 by `synthbatch cancel`"
+    agent = norm.decide(norm.Evidence(attempt_state="cancelled", attempt_reason="received "
+                                      "SIGTERM", acct=row))
+    assert agent.state == "cancelled"
+    assert agent.reason == ("job cancelled by uid 1000 outside synthbatch; agent: received "
+                            "SIGTERM")
+
+
+def test_requeued_job_is_pending_again() -> None:
+    verdict = norm.decide(norm.Evidence(attempt_state="running",
+                                        queue=JobRow("5_1", "PENDING", "BeginTime"),
+                                        acct=JobRow("5_1", "REQUEUED", None, 0, 0)))
+    assert verdict == norm.Verdict(norm.PENDING, "BeginTime", "squeue")
+
+
+@pytest.mark.parametrize("counts,committed,expected", [
+    ({"succeeded": 3}, True, "succeeded"),
+    ({"succeeded": 2, "failed": 1}, True, "failed"),
+    ({"succeeded": 2, "lost": 1}, True, "failed"),
+    ({"succeeded": 2, "cancelled": 1}, True, "cancelled"),
+    ({"succeeded": 1, "running": 1, "pending": 1}, True, "running"),
+    ({"pending": 3}, True, "running"),
+    ({"succeeded": 1, "pending": 2}, True, "running"),
+    ({"unknown": 2}, True, "running"),
+    ({}, True, "running"),
+    ({"created": 3}, False, "uncommitted"),
+])
+def test_run_state(counts: Dict[str, int], committed: bool, expected: str) -> None:
+    assert norm.run_state(counts, committed) == expected
+
+
+# ============================================================================= observe()
+
+
+@dataclass
+class Shard:
+    """How a test shard should look on disk."""
+
+    state: str = "submitted"  # latest attempt state; "winner" publishes a winner
+    reason: Optional[str] = None
+    progress: Optional[int] = None  # records done
+    updated_at: float = NOW
+
+
+def make_run(workspace: Path, shards: List[Shard], job_id: Optional[str] = "500",
+             committed: bool = True, released: bool = True,
+             submitted_at: float = NOW - 3600, per_shard: int = 10) -> RunLayout:
+    """A run directory written with the real record writers."""
+    base = make_plan(load_model(QUICKSTART, RunConfig), load_model(TESTBED, Profile), RUN_ID,
+                     QUICKSTART.parent)
+    plan = replace(base, shards=tuple(ShardSpec(i, i * per_shard, per_shard)
+                                      for i in range(len(shards))),
+                   total_records=per_shard * len(shards))
+    layout = RunLayout(ensure_dir(workspace / "runs" / RUN_ID))
+    publish_immutable(layout.plan_json, plan.to_json().encode(), mode=0o400)
+    ensure_dir(layout.submissions)
+    ensure_dir(layout.slurm_logs)
+    for index, shard in enumerate(shards):
+        write_shard(layout, index, shard, job_id, per_shard)
+    record = SubmissionRecord(number=1, argv=("sbatch",), job_id=job_id,
+                              attempts={str(i): 1 for i in range(len(shards))},
+                              submitted_at=submitted_at, released=released)
+    write_json_atomic(layout.submission_json(1), record.to_dict())
+    if committed:
+        run = RunRecord(run_id=RUN_ID, name=plan.name, created_at=NOW, plan_sha256="0" * 64,
+                        agent_pyz="agent-x.pyz", agent_sha256="0" * 64, backend="slurm",
+                        job_name=f"synthbatch-{RUN_ID}", shard_count=len(shards))
+        publish_immutable(layout.run_json, run.to_json().encode())
+    return layout
+
+
+PATHS = {"submitted": ["submitted"], "pending": ["submitted", "pending"],
+         "running": ["submitted", "running"], "winner": ["submitted", "running", "succeeded"],
+         "succeeded": ["submitted", "running", "succeeded"],
+         "failed": ["submitted", "running", "failed"],
+         "cancelled": ["submitted", "running", "cancelled"], "created": []}
+
+
+def write_shard(layout: RunLayout, index: int, shard: Shard, job_id: Optional[str],
+                per_shard: int) -> None:
+    paths = layout.attempt(index, 1)
+    ensure_dir(paths.root)
+    create_attempt(paths.attempt_json, RUN_ID, index, 1)
+    for step in PATHS[shard.state]:
+        extra = {"job_id": f"{job_id}_{index}", "submission": 1} if step == "submitted" else {}
+        reason = shard.reason if step in states.TERMINAL else None
+        advance_attempt(paths.attempt_json, step, reason=reason, **extra)
+    if shard.updated_at != NOW or shard.state in states.TERMINAL or shard.state == "winner":
+        data = json.loads(paths.attempt_json.read_text())
+        data["updated_at"] = shard.updated_at
+        write_json_atomic(paths.attempt_json, data)
+    if shard.progress is not None:
+        write_json_atomic(paths.progress_json, ProgressRecord(
+            records_done=shard.progress, records_total=per_shard, tokens=7 * shard.progress,
+            requests_per_s=2.5, updated_at=NOW - 5).to_dict())
+    if shard.state == "winner":
+        publish_json_immutable(layout.winner_json(index), WinnerRecord(
+            shard=index, attempt=1, records=per_shard, result_sha256="0" * 64, files=(),
+            created_at=NOW).to_dict())
+
+
+def squeue_cmd(fake: FakeSlurm, stdout: str) -> None:
+    fake.on("squeue", stdout=stdout)
+
+
+def calls_of(fake: FakeSlurm, name: str) -> List[List[str]]:
+    return [c for c in fake.calls if c[0] == name]
+
+
+@pytest.fixture
+def fake() -> FakeSlurm:
+    return FakeSlurm()
+
+
+def test_settled_run_asks_slurm_nothing(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("winner"), Shard("failed", "boom",
+                                                        updated_at=NOW - 7200)])
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert fake.calls == []
+    assert data["state"] == "failed" and data["counts"] == {"failed": 1, "succeeded": 1}
+    assert data["failures"] == [{"shard": 1, "state": "failed", "reason": "boom", "log": None}]
+    assert data["records_done"] == 10
+
+
+def test_pending_running_finished_in_one_squeue_call(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("winner", progress=10), Shard("running", progress=4),
+                                 Shard("submitted"), Shard("submitted")])
+    squeue_cmd(fake, "500_1|RUNNING|None\n500_[2-3]|PENDING|Priority\n500_0|COMPLETED|None\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert [c[0] for c in fake.calls] == ["squeue"]
+    assert fake.calls[0][4:6] == ["-n", f"synthbatch-{RUN_ID}"]
+    assert [s["state"] for s in data["shards"]] == ["succeeded", "running", "pending", "pending"]
+    assert data["shards"][2]["reason"] == "Priority"
+    assert data["state"] == "running" and data["records_done"] == 14
+    assert data["tokens"] == 7 * 14 and data["rate"] == 2.5
+    assert data["eta_s"] == pytest.approx((40 - 14) / 2.5)
+    assert data["accounting"] is None  # sacct was not needed
+
+
+def test_sacct_only_for_jobs_squeue_forgot(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("running"), Shard("submitted")])
+    squeue_cmd(fake, "500_0|RUNNING|None\n")
+    fake.on("sacct", stdout="500_0|RUNNING|0:0\n500_1|CANCELLED by 0|0:0\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert [c[0] for c in fake.calls] == ["squeue", "sacct"]
+    assert calls_of(fake, "sacct")[0][5] == "500"
+    shard = data["shards"][1]
+    assert shard["state"] == "cancelled"
+    assert shard["reason"] == "job cancelled by uid 0 outside synthbatch"
+    assert data["accounting"] is True
+
+
+def test_log_path_of_a_failure(tmp_path: Path, fake: FakeSlurm) -> None:
+    log = tmp_path / "client.log"
+    layout = make_run(tmp_path, [Shard("failed", f"client exited with status 3 (log {log}: "
+                                                 "boom)"), Shard("submitted")])
+    squeue_cmd(fake, "500_1|FAILED|NonZeroExitCode\n")
+    fake.on("sacct", stdout="")  # shard 0 failed recently: Slurm's word is asked for
+    (layout.slurm_logs / "slurm-500_1.out").write_text("agent: failed\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["shards"][0]["log"] == str(log)
+    assert data["shards"][1]["log"] == str(layout.slurm_logs / "slurm-500_1.out")
+    assert data["shards"][1]["reason"].startswith("job failed (NonZeroExitCode)")
+
+
+def test_accounting_disabled_lag_then_lost_after_persisted_deadline(tmp_path: Path,
+                                                                    fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("running", progress=3)])
+    squeue_cmd(fake, "")
+    fake.on("sacct", code=1, stderr="Slurm accounting storage is disabled\n")
+    first = observe(layout, Scheduler(runner=fake), now=NOW, lag_grace_s=300)
+    assert first["accounting"] is False
+    assert first["shards"][0]["state"] == "unknown"
+    assert first["shards"][0]["reason"].startswith("accounting lag")
+    assert json.loads(lag_path(layout).read_text())["first_missing"] == {"500_0": NOW}
+    again = observe(layout, Scheduler(runner=fake), now=NOW + 299, lag_grace_s=300)
+    assert again["shards"][0]["state"] == "unknown"
+    later = observe(layout, Scheduler(runner=fake), now=NOW + 301, lag_grace_s=300)
+    assert later["shards"][0]["state"] == "lost" and later["state"] == "failed"
+    assert "no accounting" in later["shards"][0]["reason"]
+
+
+def test_job_seen_again_resets_the_deadline(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("submitted")])
+    squeue_cmd(fake, "")
+    fake.on("sacct", stdout="")
+    observe(layout, Scheduler(runner=fake), now=NOW, lag_grace_s=10)
+    squeue_cmd(fake, "500_0|PENDING|Priority\n")
+    observe(layout, Scheduler(runner=fake), now=NOW + 5, lag_grace_s=10)
+    squeue_cmd(fake, "")
+    data = observe(layout, Scheduler(runner=fake), now=NOW + 20, lag_grace_s=10)
+    assert data["shards"][0]["state"] == "unknown"
+
+
+def test_scheduler_unavailable_keeps_durable_truth(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("winner"), Shard("running")])
+    fake.on("squeue", code=1, stderr="slurm_load_jobs error: Unable to contact slurm "
+                                     "controller (connect failure)\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert "Unable to contact" in data["scheduler_error"]
+    assert [s["state"] for s in data["shards"]] == ["succeeded", "unknown"]
+    assert data["shards"][1]["reason"] == "scheduler unavailable"
+    assert not lag_path(layout).exists()
+
+
+def test_malformed_records_are_reported_per_shard(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("running"), Shard("running")])
+    layout.attempt(1, 1).attempt_json.write_text("{half")
+    squeue_cmd(fake, "500_0|RUNNING|None\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["shards"][0]["state"] == "running"
+    assert data["shards"][1]["state"] == "unknown"
+    assert "not valid JSON" in data["shards"][1]["reason"]
+
+
+def test_conflicting_evidence_is_reported(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    squeue_cmd(fake, "500_0|COMPLETED|None\n")
+    fake.on("sacct", stdout="")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["shards"][0]["state"] == "failed"  # squeue alone: ended without an outcome
+    layout2 = make_run(tmp_path / "b", [Shard("failed", "agent failed")])
+    squeue_cmd(fake, "500_0|COMPLETED|None\n")
+    data = observe(layout2, Scheduler(runner=fake), now=NOW)
+    assert data["shards"][0]["state"] == "unknown"
+    assert "attempt record says failed" in data["shards"][0]["reason"]
+    assert "squeue says COMPLETED" in data["shards"][0]["reason"]
+
+
+# ----------------------------------------------------------------------------- lost submissions
+
+
+def test_held_job_of_a_committed_run_is_released(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("submitted"), Shard("submitted")], released=False)
+    squeue_cmd(fake, "500_[0-1]|PENDING|JobHeldUser\n")
+    fake.on("scontrol")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert calls_of(fake, "scontrol") == [["scontrol", "release", "500"]]
+    assert data["notes"] == ["submission 1: job 500 released"]
+    assert json.loads(layout.submission_json(1).read_text())["released"] is True
+
+
+def test_unrecorded_job_is_adopted(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("created"), Shard("created")], job_id=None,
+                      released=False)
+    squeue_cmd(fake, "612_[0-1]|PENDING|JobHeldUser\n")
+    fake.on("scontrol")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["notes"] == ["submission 1: adopted job 612", "submission 1: job 612 released"]
+    record = json.loads(layout.submission_json(1).read_text())
+    assert record["job_id"] == "612" and record["released"] is True
+    attempt = json.loads(layout.attempt(1, 1).attempt_json.read_text())
+    assert (attempt["state"], attempt["job_id"]) == ("submitted", "612_1")
+    assert calls_of(fake, "scontrol") == [["scontrol", "release", "612"]]
+
+
+def test_duplicate_unrecorded_job_is_cancelled(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("submitted")], released=False)
+    squeue_cmd(fake, "500_0|RUNNING|None\n777_[0]|PENDING|JobHeldUser\n")
+    fake.on("scontrol")
+    fake.on("scancel")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert calls_of(fake, "scancel") == [["scancel", "777"]]
+    assert calls_of(fake, "scontrol") == []  # 500 is not held any more
+    assert "cancelled unrecorded job(s) 777 (duplicate submission)" in data["notes"]
+
+
+def test_uncommitted_run_job_is_cancelled(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("created")], job_id=None, committed=False,
+                      released=False)
+    squeue_cmd(fake, "612_[0]|PENDING|JobHeldUser\n")
+    fake.on("scancel")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert calls_of(fake, "scancel") == [["scancel", "612"]]
+    assert data["state"] == "uncommitted"
+    assert json.loads(layout.submission_json(1).read_text())["job_id"] is None
+
+
+def test_young_submission_is_left_alone(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("created")], job_id=None, released=False,
+                      submitted_at=NOW - 5)
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert fake.calls == [] and data["notes"] == []
+
+
+def test_observe_on_a_real_clock(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("winner")], submitted_at=time.time() - 3600)
+    assert observe(layout, Scheduler(runner=fake))["state"] == "succeeded"
+
+
+def test_both_terminal_and_agreeing_prefers_accounting_detail() -> None:
+    verdict = norm.decide(norm.Evidence(attempt_state="running",
+                                        queue=JobRow("5_1", "FAILED", "NonZeroExitCode"),
+                                        acct=JobRow("5_1", "FAILED", None, 3, 0)))
+    assert verdict.source == "sacct" and "(exit 3)" in verdict.reason
+
+
+# ============================================================================= polling
+
+from control.runs.watch import Backoff, watch  # noqa: E402
+
+
+def test_backoff_grows_to_the_cap_and_resets_on_change() -> None:
+    backoff = Backoff(base_s=2, cap_s=30, factor=1.5)
+    waits = [backoff.next(changed=False) for _ in range(12)]
+    assert waits[:3] == [2, 3, 4.5] and waits[-1] == 30 and waits == sorted(waits)
+    assert backoff.next(changed=True) == 2
+    assert backoff.next(changed=False, failed=True) == 4  # an error doubles
+
+
+def test_backoff_never_tight() -> None:
+    backoff = Backoff(base_s=0.0001, cap_s=0.001, floor_s=1.0)
+    assert all(backoff.next(changed=i % 2 == 0) >= 1.0 for i in range(20))
+
+
+def test_watch_refreshes_until_the_run_ends() -> None:
+    snapshots = iter([{"state": "running", "counts": {"running": 1}, "records_done": 1},
+                      {"state": "running", "counts": {"running": 1}, "records_done": 1},
+                      {"state": "running", "counts": {"running": 1}, "records_done": 2,
+                       "scheduler_error": "down"},
+                      {"state": "succeeded", "counts": {"succeeded": 1}, "records_done": 3}])
+    shown, sleeps = [], []
+    last = watch(lambda: next(snapshots), shown.append, Backoff(base_s=2), clock=lambda: 0.0,
+                 sleep=sleeps.append)
+    assert last["state"] == "succeeded" and len(shown) == 4
+    assert sleeps == [2, 3, 6]  # first, unchanged (x1.5), scheduler error (x2)
+
+
+def test_watch_stops_at_max_s() -> None:
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    last = watch(lambda: {"state": "running", "counts": {}}, lambda _: None, Backoff(),
+                 max_s=10, clock=lambda: now[0], sleep=sleep)
+    assert last["state"] == "running" and now[0] == pytest.approx(10)
