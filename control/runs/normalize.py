@@ -27,6 +27,7 @@ from control.slurm.parsers import ACTIVE_STATES, JobRow
 CREATED, PENDING, RUNNING, CANCELLING = "created", "pending", "running", "cancelling"
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
 UNKNOWN, LOST = "unknown", "lost"
+LOST_REASON = "lost: "  # reason prefix of attempts status recorded as lost
 SHARD_STATES = (CREATED, PENDING, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED,
                 UNKNOWN, LOST)
 FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, LOST})
@@ -105,6 +106,8 @@ def _ended(row: JobRow, source: str, ev: Evidence) -> Verdict:
 
 def _from_attempt(ev: Evidence, ended: Optional[tuple[JobRow, str]]) -> Verdict:
     state, reason = ev.attempt_state or UNKNOWN, ev.attempt_reason
+    if state == FAILED and (reason or "").startswith(LOST_REASON):
+        state = LOST  # persisted by status when the agent vanished without an outcome
     if ended is None:
         return Verdict(state, reason, "attempt")
     row, source = ended
@@ -112,7 +115,8 @@ def _from_attempt(ev: Evidence, ended: Optional[tuple[JobRow, str]]) -> Verdict:
         raise EvidenceConflict(f"conflicting terminal evidence: attempt record says {state}, "
                                f"{describe_row(row, source)}")
     if state == CANCELLED and row.state == "CANCELLED" and row.reason \
-            and "synthbatch cancel" not in (reason or ""):
+            and "synthbatch cancel" not in (reason or "") \
+            and not (reason or "").startswith("job cancelled"):  # persisted by status
         origin = "by `synthbatch cancel`" if ev.cancel_requested else "outside synthbatch"
         extra = f"job cancelled {row.reason.replace('by ', 'by uid ')} {origin}"
         reason = f"{extra}; agent: {reason}" if reason else extra

@@ -13,9 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set
 
+from agent_stdlib import states
 from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import StateError
 from control.errors import SchedulerUnavailable, one_line
 from control.runs import normalize as norm
+from control.runs import reconcile
 from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
 from control.runs.store import ShardView, load_plan_view, load_submissions, scan_shard
 from control.slurm.parsers import JobRow, index_rows
@@ -151,13 +154,52 @@ def observe(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
                                            now)
         shards = _scan(layout, len(plan.shard_records)) if notes else shards
     verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
-    # >>> RECONCILE CALL SITE: the lead wires control.runs.reconcile in here (complete a
-    # missing winner, persist `lost` for dead agents) using `shards` and `verdicts`, then
-    # re-scans the shards it changed. Nothing else in this module writes shard records.
+    if _reconcile(layout, shards, verdicts, sched):
+        shards = _scan(layout, len(plan.shard_records))
+        verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
     rows = [_shard_row(layout, s, plan.shard_records[s.index], v)
             for s, v in zip(shards, verdicts)]
     return summarize(plan.run_id, plan.name, plan.total_records, committed, rows,
                      _rate(shards, rows, now), sched, notes)
+
+
+# Scheduler verdicts on a ``running`` attempt whose agent is gone -> what gets persisted.
+ENDED = {norm.LOST: (states.FAILED, reconcile.LOST_PREFIX),
+         norm.FAILED: (states.FAILED, ""),
+         norm.CANCELLED: (states.CANCELLED, "")}
+
+
+def _completed(sched: SchedulerView, job_id: Optional[str]) -> bool:
+    """True when Slurm says the job COMPLETED: odd for a running attempt, not persisted."""
+    row = sched.acct.get(job_id or "") or sched.queue.get(job_id or "")
+    return row is not None and row.state == "COMPLETED"
+
+
+def _reconcile(layout: RunLayout, shards: List[ShardView], verdicts: List[norm.Verdict],
+               sched: SchedulerView) -> List[int]:
+    """Repair what durable state proves: a missing winner, an attempt whose agent died.
+
+    The only writes status makes to shard records; returns the shards it changed.
+    """
+    changed = []
+    for shard, verdict in zip(shards, verdicts):
+        attempt = shard.attempt
+        if attempt is None or shard.winner:
+            continue
+        try:
+            if attempt.state == states.SUCCEEDED:
+                reconcile.complete_missing_winner(layout, shard.index, attempt.number)
+            elif attempt.state == states.RUNNING and verdict.source != "attempt" \
+                    and verdict.state in ENDED and not _completed(sched, attempt.job_id):
+                state, prefix = ENDED[verdict.state]
+                reconcile.mark_ended(layout, shard.index, attempt.number, state,
+                                     f"{prefix}{verdict.reason}")
+            else:
+                continue
+        except (StateError, OSError):
+            continue  # shown as it is; the record names the problem on the next read
+        changed.append(shard.index)
+    return changed
 
 
 def _verdicts(layout: RunLayout, shards: List[ShardView], sched: SchedulerView, now: float,

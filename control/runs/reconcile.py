@@ -33,10 +33,11 @@ from agent_stdlib.contracts import AttemptRecord, WinnerRecord
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import complete_winner
 from agent_stdlib.statefile import StateError
+from control.runs.normalize import LOST_REASON
 from control.slurm.parsers import JobRow
 
 LOST_GRACE_S = 120.0  # a running attempt the scheduler does not know is lost after this
-LOST_PREFIX = "lost: "
+LOST_PREFIX = LOST_REASON
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,13 @@ def lost_reason(attempt: AttemptRecord, row: Optional[JobRow], now: float,
 
 
 def mark_lost(layout: RunLayout, shard: int, attempt: int, reason: str) -> AttemptRecord:
-    """Record the attempt ``failed`` with ``reason`` unless it has meanwhile moved on.
+    """Record the attempt ``failed`` with ``reason`` unless it has meanwhile moved on."""
+    return mark_ended(layout, shard, attempt, states.FAILED, reason)
+
+
+def mark_ended(layout: RunLayout, shard: int, attempt: int, state: str,
+               reason: str) -> AttemptRecord:
+    """Record a ``running`` attempt whose agent is gone as ``state`` with ``reason``.
 
     Re-reads the attempt first: if the agent wrote a terminal record after the caller
     looked, that record is returned unchanged.
@@ -100,7 +107,7 @@ def mark_lost(layout: RunLayout, shard: int, attempt: int, reason: str) -> Attem
     if current.state != states.RUNNING:
         return current
     try:
-        return advance_attempt(path, states.FAILED, reason=reason)
+        return advance_attempt(path, state, reason=reason)
     except states.TransitionError:  # a concurrent writer finished it first
         latest = load_attempt(path)
         return latest if latest is not None else current

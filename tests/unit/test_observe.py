@@ -541,3 +541,38 @@ def test_watch_stops_at_max_s() -> None:
     last = watch(lambda: {"state": "running", "counts": {}}, lambda _: None, Backoff(),
                  max_s=10, clock=lambda: now[0], sleep=sleep)
     assert last["state"] == "running" and now[0] == pytest.approx(10)
+
+
+# ----------------------------------------------------------------------------- reconciliation
+
+
+def test_status_persists_failed_for_a_running_attempt_whose_job_failed(tmp_path: Path,
+                                                                        fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    squeue_cmd(fake, "")
+    fake.on("sacct", stdout="500_0|FAILED|0:9\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["shards"][0]["state"] == "failed"
+    record = json.loads(layout.attempt(0, 1).attempt_json.read_text())
+    assert record["state"] == "failed" and "signal 9" in record["reason"]
+    again = observe(layout, Scheduler(runner=fake), now=NOW + 1)
+    assert again["shards"][0]["state"] == "failed"  # settled: the record answers now
+
+
+def test_status_persists_cancelled_for_a_job_cancelled_by_hand(tmp_path: Path,
+                                                               fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    squeue_cmd(fake, "")
+    fake.on("sacct", stdout="500_0|CANCELLED by 0|0:0\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["shards"][0]["state"] == "cancelled"
+    assert json.loads(layout.attempt(0, 1).attempt_json.read_text())["state"] == "cancelled"
+
+
+def test_a_running_attempt_whose_job_completed_is_not_rewritten(tmp_path: Path,
+                                                                fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    squeue_cmd(fake, "500_0|COMPLETED|None\n")
+    fake.on("sacct", stdout="500_0|COMPLETED|0:0\n")
+    observe(layout, Scheduler(runner=fake), now=NOW)
+    assert json.loads(layout.attempt(0, 1).attempt_json.read_text())["state"] == "running"
