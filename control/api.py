@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from agent_stdlib.layout import RunLayout
-from control.errors import InvalidInput, SynthbatchError
+from control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
 from control.runs.store import load_run, run_layout, runs_root
 from control.slurm.scheduler import Scheduler
 
@@ -47,57 +47,54 @@ def run_dir(run_id: str, profile: Optional[str] = None) -> RunLayout:
     return _run(run_id, profile)[1]
 
 
-def plan(run_file: Path, profile: Optional[str] = None) -> Dict[str, Any]:
-    """Dry run: validate and resolve the run, render the batch script, submit nothing."""
-    from agent_stdlib.contracts import sha256_bytes
-    from control.planning.planner import make_plan, new_run_id
-    from control.runs import submit as submitting
-    from control.slurm.renderer import BatchScript, render_batch_script
+def _max_array_size(prof: Profile, scheduler: Optional[Scheduler]) -> Optional[int]:
+    try:
+        return (scheduler or scheduler_for(prof)).max_array_size()
+    except SchedulerUnavailable:
+        return None  # plan without the cluster: one array, as large as the run
 
-    prof = _profile(profile)
-    config = _load_run_config(run_file)
-    resolved = make_plan(config, prof, new_run_id(config.name), run_file.resolve().parent)
-    run_dir = runs_root(Path(prof.workspace)) / resolved.run_id
-    script = render_batch_script(BatchScript(
-        job_name=submitting.job_name(resolved.run_id), run_dir=str(run_dir),
-        agent_pyz="agent-<sha256>.pyz", agent_sha256="<sha256>",
-        plan_sha256=sha256_bytes(resolved.to_json().encode("utf-8")), submission=1,
-        python=prof.python, resources=resolved.resources, signal_lead_s=prof.signal_lead_s,
-        slurm_bin=prof.slurm_bin))
-    return {"plan": resolved.to_dict(), "script": script,
-            "shards": len(resolved.shards), "records": resolved.total_records}
+
+def plan(run_file: Path, profile: Optional[str] = None,
+         scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
+    """Dry run: validate and resolve the run, render the batch script, submit nothing."""
+    from control.planning.dryrun import dry_run
+
+    return dry_run(run_file, profile,
+                   max_array_size=_max_array_size(_profile(profile), scheduler))
 
 
 def submit(run_file: Path, profile: Optional[str] = None,
            scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
     """Plan, stage, commit and submit a run; return its id and job id."""
     from control import bundle
-    from control.config.profile import load_profile
-    from control.planning.planner import make_plan, new_run_id
+    from control.planning.dryrun import resolve
     from control.runs import submit as submitting
 
-    prof, profile_path = load_profile(profile)
-    config = _load_run_config(run_file)
+    prof = _profile(profile)
     workspace = Path(prof.workspace)
-    resolved = make_plan(config, prof, new_run_id(config.name), run_file.resolve().parent)
     try:
         pyz = bundle.locate_agent_bundle(workspace / ".cache" / "bundles")
     except bundle.BundleError as err:
         raise InvalidInput(f"agent bundle: {err}") from err
+    agent_sha256 = bundle.sha256_file(pyz)
+    sched = scheduler or scheduler_for(prof)
+    resolved = resolve(run_file, profile, max_array_size=sched.max_array_size(),
+                       agent_sha256=agent_sha256)
+    plan = resolved.plan
     staged = submitting.stage_run(
-        workspace, resolved,
-        {"run" + run_file.suffix: run_file, "profile" + profile_path.suffix: profile_path},
-        pyz, bundle.sha256_file(pyz))
+        workspace, plan,
+        {"run" + run_file.suffix: run_file,
+         "profile" + resolved.profile_path.suffix: resolved.profile_path},
+        pyz, agent_sha256)
     try:
         submitting.commit_run(staged, prof.backend)
     except BaseException:
         submitting.remove_uncommitted(staged.layout)
         raise
-    sched = scheduler or scheduler_for(prof)
-    attempts = {shard.index: 1 for shard in resolved.shards}
-    record = submitting.submit_attempts(staged, prof, sched, attempts, 1, [])
-    return {"run_id": resolved.run_id, "run_dir": str(staged.layout.root),
-            "job_id": record.job_id, "shards": len(resolved.shards)}
+    records = submitting.submit_all(staged, prof, sched, {s.index: 1 for s in plan.shards})
+    return {"run_id": plan.run_id, "run_dir": str(staged.layout.root),
+            "job_id": records[0].job_id, "job_ids": [r.job_id for r in records],
+            "shards": len(plan.shards)}
 
 
 def status(run_id: str, profile: Optional[str] = None,

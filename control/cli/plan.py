@@ -18,10 +18,7 @@ def plan_cmd(run_file: Path, profile: Optional[str]) -> Any:
     from control import api
 
     data = api.plan(run_file, profile)
-    shards = data["plan"]["shards"]
-    text = (f"run {data['plan']['name']}: {data['records']} records in {data['shards']} "
-            f"shards ({shards[0]['num_records']} per shard at most)\n"
-            f"--- batch script ---\n{data['script']}")
+    text = f"{data['summary'].rstrip()}\n--- batch script ---\n{data['script']}"
     return {"data": data, "text": text}
 
 

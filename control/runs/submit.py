@@ -11,7 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 from agent_stdlib import states
 from agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt
@@ -24,7 +24,8 @@ from agent_stdlib.statefile import (
     write_json_atomic,
 )
 from control.errors import SchedulerUncertain
-from control.runs.store import runs_root
+from control.planning.arrays import task_ids
+from control.runs.store import load_submissions, runs_root
 from control.slurm.parsers import JobRow, split_job_id
 from control.slurm.renderer import BatchScript, render_batch_script
 from control.slurm.scheduler import Scheduler
@@ -88,28 +89,63 @@ def commit_run(staged: Staged, backend: str) -> RunRecord:
     return record
 
 
+def array_groups(plan: Plan, shards: List[int]) -> List[Tuple[Optional[int], Dict[int, int]]]:
+    """``(array index, {shard: task id})`` per Slurm array the shards belong to (pure)."""
+    if not plan.arrays:
+        return [(None, {shard: shard for shard in sorted(shards)})]
+    groups = []
+    for index, tasks in task_ids(plan.arrays, sorted(shards)):
+        first = plan.arrays[index].first_shard
+        groups.append((index, {first + task: task for task in tasks}))
+    return groups
+
+
+def submit_all(staged: Staged, profile: Profile, scheduler: Scheduler,
+               attempts: Dict[int, int]) -> List[SubmissionRecord]:
+    """Submit ``attempts`` (shard -> attempt) as one held array per array of the plan."""
+    existing = load_submissions(staged.layout)
+    recorded = [r.job_id for r in existing if r.job_id]
+    number = max((r.number for r in existing), default=0) + 1
+    records = []
+    for array_index, tasks in array_groups(staged.plan, sorted(attempts)):
+        record = submit_attempts(staged, profile, scheduler,
+                                 {shard: attempts[shard] for shard in tasks}, number, recorded,
+                                 array_index=array_index, tasks=tasks)
+        records.append(record)
+        recorded.append(record.job_id or "")
+        number += 1
+    return records
+
+
 def submit_attempts(staged: Staged, profile: Profile, scheduler: Scheduler,
-                    attempts: Dict[int, int], number: int,
-                    recorded: List[str]) -> SubmissionRecord:
-    """One held sparse array for ``attempts`` (shard -> attempt), recorded, then released."""
+                    attempts: Dict[int, int], number: int, recorded: List[str],
+                    array_index: Optional[int] = None,
+                    tasks: Optional[Dict[int, int]] = None) -> SubmissionRecord:
+    """One held sparse array for ``attempts`` (shard -> attempt), recorded, then released.
+
+    ``tasks`` maps each shard to its array task id (the shard itself when the plan has one
+    array); ``array_index`` tells the agent which of the plan's arrays this job is.
+    """
     layout, plan = staged.layout, staged.plan
+    tasks = tasks or {shard: shard for shard in attempts}
     script = layout.submission_script(number)
     write_bytes_atomic(script, render_batch_script(BatchScript(
         job_name=job_name(plan.run_id), run_dir=str(layout.root), agent_pyz=staged.agent_name,
         agent_sha256=staged.agent_sha256, plan_sha256=staged.plan_sha256, submission=number,
         python=profile.python, resources=plan.resources, signal_lead_s=profile.signal_lead_s,
-        slurm_bin=profile.slurm_bin)).encode("utf-8"), mode=0o700)
+        slurm_bin=profile.slurm_bin, array_index=array_index)).encode("utf-8"), mode=0o700)
     record = SubmissionRecord(number=number, argv=(), job_id=None,
                               attempts={str(k): v for k, v in sorted(attempts.items())},
                               submitted_at=time.time(), released=False)
     write_json_atomic(layout.submission_json(number), record.to_dict())
-    job_id, argv = _sbatch(scheduler, str(script), sorted(attempts), profile.array_throttle,
+    throttle = plan.array_throttle or profile.array_throttle
+    job_id, argv = _sbatch(scheduler, str(script), sorted(tasks.values()), throttle,
                            job_name(plan.run_id), recorded)
     record = record.replace(argv=tuple(argv), job_id=job_id)
     write_json_atomic(layout.submission_json(number), record.to_dict())
     for shard, attempt in sorted(attempts.items()):
         advance_attempt(layout.attempt(shard, attempt).attempt_json, states.SUBMITTED,
-                        job_id=f"{job_id}_{shard}", submission=number)
+                        job_id=f"{job_id}_{tasks[shard]}", submission=number)
     scheduler.release(job_id)
     record = record.replace(released=True)
     write_json_atomic(layout.submission_json(number), record.to_dict())

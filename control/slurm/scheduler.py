@@ -141,6 +141,12 @@ class Scheduler:
             raise SchedulerUnavailable(f"sacct failed: {result.error_line()}")
         return self._parse(parse_sacct, result)
 
+    def max_array_size(self) -> Optional[int]:
+        """``MaxArraySize`` from ``scontrol show config`` (None if Slurm does not say)."""
+        from control.planning.arrays import parse_max_array_size
+
+        return parse_max_array_size(self._query("scontrol", "show", "config").stdout)
+
     def partitions(self) -> List[Partition]:
         """``sinfo``: partitions, their availability and node states."""
         return self._parse(parse_sinfo, self._query("sinfo", "-h", "-o", SINFO_FORMAT))

@@ -150,7 +150,7 @@ def test_plan_json_is_one_object() -> None:
     assert result.stdout.count("\n") == 1 and result.stdout.endswith("\n")
     data = json.loads(result.stdout)
     assert isinstance(data, dict)
-    assert set(data) == {"plan", "script", "shards", "records"}
+    assert set(data) == {"plan", "plan_sha256", "script", "shards", "records", "summary"}
     assert (data["shards"], data["records"]) == (3, 30)
     assert data["plan"]["name"] == "quickstart"
     assert data["plan"]["deployments"][0]["command"][1] == str(

@@ -15,7 +15,6 @@ from click.testing import CliRunner
 
 from control.cli.main import cli
 from control.images import registry
-from control.planning.dryrun import dry_run
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -196,16 +195,6 @@ CASES = [
 def test_table_is_large_enough() -> None:
     assert len(CASES) >= 40
     assert len({c.id for c in CASES}) == len(CASES)
-
-
-@pytest.fixture(autouse=True)
-def plan_through_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    # control.api.plan is wired to control.planning.dryrun.dry_run by the lead; until then
-    # this stands in for it so that the CLI path under test is the final one.
-    import control.api
-
-    monkeypatch.setattr(control.api, "plan",
-                        lambda run_file, profile=None, *a, **k: dry_run(run_file, profile))
 
 
 def write_inputs(tmp_path: Path, case: Case) -> Dict[str, Path]:

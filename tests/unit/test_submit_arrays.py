@@ -1,0 +1,72 @@
+"""Submit splits a run into one held array per MaxArraySize chunk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List
+
+from agent_stdlib.attempts import load_attempt
+from control.config.loader import load_model
+from control.config.profile import Profile
+from control.config.run import RunConfig
+from control.planning.planner import make_plan
+from control.runs.submit import array_groups, commit_run, stage_run, submit_all
+from control.slurm.runner import CommandResult
+from control.slurm.scheduler import Scheduler
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Recorder:
+    """A fake runner: sbatch answers increasing ids, every call is recorded."""
+
+    def __init__(self) -> None:
+        self.calls: List[List[str]] = []
+        self.next_id = 700
+
+    def __call__(self, argv, timeout):  # noqa: ANN001 - the Runner protocol
+        self.calls.append(list(argv))
+        name = argv[0].rsplit("/", 1)[-1]
+        if name == "sbatch":
+            self.next_id += 1
+            return CommandResult(argv, 0, f"{self.next_id}\n", "")
+        assert name == "scontrol" and argv[1] == "release", argv
+        return CommandResult(argv, 0, "", "")
+
+
+def _plan(tmp_path: Path, max_array_size: int):
+    run = load_model(REPO / "examples" / "quickstart.toml", RunConfig)
+    run = run.model_copy(update={"records": 50, "shards": run.shards.model_copy(
+        update={"count": 5})})
+    profile = load_model(REPO / "examples" / "profiles" / "testbed.toml", Profile)
+    profile = profile.model_copy(update={"workspace": str(tmp_path / "ws")})
+    return make_plan(run, profile, "arr-1", REPO / "examples",
+                     max_array_size=max_array_size), profile
+
+
+def test_array_groups_map_shards_to_task_ids(tmp_path: Path) -> None:
+    plan, _ = _plan(tmp_path, 2)
+    assert array_groups(plan, [0, 1, 2, 3, 4]) == [(0, {0: 0, 1: 1}), (1, {2: 0, 3: 1}),
+                                                    (2, {4: 0})]
+    assert array_groups(plan, [3]) == [(1, {3: 1})]
+
+
+def test_submit_all_sends_one_held_array_per_chunk(tmp_path: Path, agent_pyz: Path) -> None:
+    plan, profile = _plan(tmp_path, 2)
+    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
+    commit_run(staged, "slurm")
+    runner = Recorder()
+    records = submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
+    sbatch = [c for c in runner.calls if c[0].endswith("sbatch")]
+    assert [c[3] for c in sbatch] == ["--array=0-1", "--array=0-1", "--array=0"]
+    assert [r.job_id for r in records] == ["701", "702", "703"]
+    assert [r.number for r in records] == [1, 2, 3]
+    scripts = [staged.layout.submission_script(n).read_text() for n in (1, 2, 3)]
+    assert [("--array-index 0" in s, "--array-index 1" in s, "--array-index 2" in s)
+            for s in scripts] == [(True, False, False), (False, True, False),
+                                  (False, False, True)]
+    jobs = [load_attempt(staged.layout.attempt(i, 1).attempt_json).job_id for i in range(5)]
+    assert jobs == ["701_0", "701_1", "702_0", "702_1", "703_0"]
+    second = json.loads(staged.layout.submission_json(2).read_text())
+    assert second["attempts"] == {"2": 1, "3": 1} and second["released"] is True
