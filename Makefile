@@ -4,7 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install testbed demo test test-fast test-slurm lint bundle clean
+.PHONY: install testbed testbeds serving-llamacpp serving-vllm demo test test-fast lint bundle \
+	clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -17,16 +18,25 @@ install: $(STAMP)  ## create .venv with synthbatch (editable) and the test tools
 NOACCT_DIR  ?= /tmp/synthbatch-testbed-noacct
 NOACCT_PORT ?= 6917
 
-testbed:  ## start the local Slurm testbeds: the main one, and one without accounting
+testbed:  ## start the local Slurm testbed (installs Slurm, munge, MariaDB if missing)
 	scripts/slurm-testbed up >/dev/null
+
+testbeds: testbed  ## the main testbed and a second one without accounting (for tests)
 	SYNTHBATCH_TESTBED_ACCOUNTING=0 SYNTHBATCH_TESTBED_PORT=$(NOACCT_PORT) \
 		scripts/slurm-testbed up $(NOACCT_DIR) >/dev/null
 
-demo: install testbed  ## run examples/quickstart.toml end to end on the local testbed
+serving-llamacpp:  ## serving environment: llama.cpp (xllamacpp) + SmolLM2-135M GGUF (~8 s)
+	scripts/serving-env llamacpp >/dev/null
+
+serving-vllm:  ## serving environment: vLLM CPU + SmolLM2 as safetensors (~3.5 GB, ~2 min)
+	scripts/serving-env vllm >/dev/null
+
+demo: install testbed serving-llamacpp  ## examples/quickstart.toml end to end: real text
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
 
-test: install testbed  ## every test: fast suite, then real-Slurm and slow suites
-	. scripts/testbed-env && $(BIN)/python -m pytest -m "not slurm and not slow"
+test: install  ## every test: fast suite, then real-Slurm and real-engine suites
+	$(BIN)/python -m pytest -m "not slurm and not slow"
+	$(MAKE) --no-print-directory testbeds serving-llamacpp serving-vllm
 	. scripts/testbed-env && $(BIN)/python -m pytest -m "slurm or slow"
 
 test-fast: install  ## unit, contract and packaging tests (no Slurm)

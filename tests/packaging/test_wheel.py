@@ -158,7 +158,7 @@ def test_console_script_help(installed: Installed, tmp_path: Path) -> None:
 
 def test_console_script_plans_the_quickstart(installed: Installed) -> None:
     src = installed.built.src
-    proc = run([installed.venv / "bin" / "synthbatch", "plan", "examples/quickstart.toml",
+    proc = run([installed.venv / "bin" / "synthbatch", "plan", "examples/fake-server.toml",
                 "--profile", "examples/profiles/testbed.toml"], cwd=src)
     assert "30 records in 3 shards" in proc.stdout
     assert "#SBATCH --array" not in proc.stdout  # the array goes on the sbatch command line

@@ -21,7 +21,7 @@ from control.config.run import RunConfig
 from control.planning.planner import make_plan
 
 REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = REPO / "examples" / "quickstart.toml"
+QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 RUN_ID = "quickstart-20240101-000000-abcdef"
 
@@ -127,7 +127,7 @@ def test_plan_prints_summary_and_script() -> None:
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
     out = result.stdout
-    assert out.startswith("run quickstart: 30 records in 3 shards (10 per shard at most)\n")
+    assert out.startswith("run fake-server: 30 records in 3 shards (10 per shard at most)\n")
     assert "--- batch script ---\n#!/bin/bash\n" in out
     for line in ("#SBATCH --gres=gpu:1", "#SBATCH --partition=debug", "#SBATCH --time=00:10:00",
                  "#SBATCH --signal=B:USR1@30", "#SBATCH --requeue"):
@@ -137,10 +137,10 @@ def test_plan_prints_summary_and_script() -> None:
 
 def test_plan_with_relative_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
-    result = invoke("plan", "examples/quickstart.toml", "--profile",
+    result = invoke("plan", "examples/fake-server.toml", "--profile",
                     "examples/profiles/testbed.toml")
     assert result.exit_code == 0, result.stderr
-    assert "run quickstart" in result.stdout
+    assert "run fake-server" in result.stdout
 
 
 def test_plan_json_is_one_object() -> None:
@@ -152,7 +152,7 @@ def test_plan_json_is_one_object() -> None:
     assert isinstance(data, dict)
     assert set(data) == {"plan", "plan_sha256", "script", "shards", "records", "summary"}
     assert (data["shards"], data["records"]) == (3, 30)
-    assert data["plan"]["name"] == "quickstart"
+    assert data["plan"]["name"] == "fake-server"
     assert data["plan"]["deployments"][0]["command"][1] == str(
         REPO / "fixtures" / "fake_openai_server.py")
     assert data["script"].startswith("#!/bin/bash\n")

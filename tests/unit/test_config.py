@@ -22,7 +22,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = REPO / "examples" / "quickstart.toml"
+QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 
 
@@ -72,7 +72,7 @@ def invalid(path: Path, model: Type[BaseModel], *fragments: str) -> str:
 
 def test_quickstart_example_validates() -> None:
     run = load_model(QUICKSTART, RunConfig)
-    assert run.name == "quickstart"
+    assert run.name == "fake-server"
     assert run.records == 30
     assert run.shards.count == 3 and run.shards.records_per_shard is None
     assert run.client.model == "tiny"
@@ -176,7 +176,7 @@ def test_duplicate_nested_key_json(tmp_path: Path) -> None:
 
 def test_duplicate_key_toml(tmp_path: Path) -> None:
     path = write_toml(tmp_path, quickstart_with("records = 30", "records = 30\nrecords = 31"))
-    invalid(path, RunConfig, "line 6")
+    invalid(path, RunConfig, "line 7")
 
 
 def test_duplicate_key_toml_names_the_key(tmp_path: Path) -> None:
@@ -530,7 +530,7 @@ def test_gpu_request_mode(tmp_path: Path) -> None:
 
 def test_non_utf8_file(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
-    path.write_bytes(QUICKSTART.read_bytes().replace(b"quickstart", b"quick\xffstart", 1))
+    path.write_bytes(QUICKSTART.read_bytes().replace(b"fake-server", b"fake\xffserver", 1))
     invalid(path, RunConfig, "not UTF-8")
 
 

@@ -287,7 +287,7 @@ def test_records_are_not_confused() -> None:
 
 def golden_plan() -> Plan:
     run = RunConfig.model_validate(tomllib.loads(
-        (REPO / "examples" / "quickstart.toml").read_text(encoding="utf-8")))
+        (REPO / "examples" / "fake-server.toml").read_text(encoding="utf-8")))
     profile = Profile.model_validate(tomllib.loads(
         (REPO / "examples" / "profiles" / "testbed.toml").read_text(encoding="utf-8")))
     # a fixed config dir keeps the golden independent of where the checkout lives

@@ -41,7 +41,7 @@ from control.slurm.scheduler import Scheduler
 from tests.unit.test_scheduler import FakeSlurm
 
 REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = REPO / "examples" / "quickstart.toml"
+QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 RUN_ID = "obs-20240101-000000-abcdef"
 NOW = 1_700_000_000.0

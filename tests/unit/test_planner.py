@@ -34,7 +34,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = REPO / "examples" / "quickstart.toml"
+QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 RUN_ID = "quickstart-20240101-000000-abcdef"
 
@@ -178,7 +178,7 @@ def test_values_are_not_formatted_again() -> None:
 
 def test_make_plan_quickstart() -> None:
     plan = make_plan(run_config(), profile(), RUN_ID, QUICKSTART.parent)
-    assert plan.run_id == RUN_ID and plan.name == "quickstart"
+    assert plan.run_id == RUN_ID and plan.name == "fake-server"
     assert plan.total_records == 30
     assert [s.num_records for s in plan.shards] == [10, 10, 10]
     dep = plan.deployment("tiny")
@@ -533,7 +533,7 @@ def test_command_client_in_an_image(images: Dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- dry run
 
 
-@pytest.mark.parametrize("example", ["quickstart.toml", "vllm-multigpu.toml",
+@pytest.mark.parametrize("example", ["fake-server.toml", "vllm-multigpu.toml",
                                      "multi-deployment.toml"])
 def test_examples_plan_on_the_testbed_profile(example: str, tmp_path: Path) -> None:
     prof = tmp_path / "p.toml"

@@ -22,7 +22,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = REPO / "examples" / "quickstart.toml"
+QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 HF = "hf_" + "A1b2C3d4E5f6G7h8I9j0K1l2"
 SK = "sk-" + "proj1234567890abcdefXYZ"

@@ -36,7 +36,7 @@ class Recorder:
 
 
 def _plan(tmp_path: Path, max_array_size: int):
-    run = load_model(REPO / "examples" / "quickstart.toml", RunConfig)
+    run = load_model(REPO / "examples" / "fake-server.toml", RunConfig)
     run = run.model_copy(update={"records": 50, "shards": run.shards.model_copy(
         update={"count": 5})})
     profile = load_model(REPO / "examples" / "profiles" / "testbed.toml", Profile)
