@@ -16,8 +16,6 @@ cancels it.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import signal
 import sys
@@ -29,42 +27,24 @@ from typing import Dict, List, Optional
 from agent_stdlib import slurmjob, states
 from agent_stdlib.attempts import advance_attempt, load_attempt, publish_readiness
 from agent_stdlib.candidate import CandidateError, count_records
-from agent_stdlib.contracts import (
-    SCHEMA_VERSION,
-    AttemptRecord,
-    ContractError,
-    Plan,
-    ResultManifest,
-    SubmissionRecord,
-    sha256_bytes,
-)
-from agent_stdlib.layout import AttemptLayout, RunLayout
+from agent_stdlib.contracts import AttemptRecord, ContractError, ResultManifest
+from agent_stdlib.invocation import Invocation, invocation, load_verified_plan, parse_args
+from agent_stdlib.launch import ClientPaths, LaunchError, Site, client_launch
+from agent_stdlib.layout import AttemptLayout
 from agent_stdlib.preflight import Context, PreflightError, check_identity, run_preflight
 from agent_stdlib.publish import complete_winner, publish_result
 from agent_stdlib.serving import AllocationFailure, Services, fail_on_exit
 from agent_stdlib.signals import Interrupted, SignalCoordinator
 from agent_stdlib.slurmjob import JobIdentity
-from agent_stdlib.statefile import StateError, ensure_dir, read_bytes, read_json
-from agent_stdlib.steps import current_env, step_argv, step_control, step_env
+from agent_stdlib.statefile import StateError, ensure_dir
+from agent_stdlib.steps import current_env, step_control
 from agent_stdlib.supervisor import Managed, Supervisor, tail
 
 POLL_S = 0.2
 KNOWN_ERRORS = (AllocationFailure, CandidateError, StateError, ContractError,
-                states.TransitionError)
+                LaunchError, states.TransitionError)
 
 __all__ = ["AllocationFailure", "Allocation", "Invocation", "load_verified_plan", "main"]
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """What the batch script told the agent."""
-
-    layout: RunLayout
-    plan: Plan
-    shard: int
-    attempt: int
-    agent_pyz: Path
-    max_requeues: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,21 +54,6 @@ class Outcome:
     state: Optional[str]
     reason: Optional[str] = None
     requeue: bool = False  # the agent asks Slurm to requeue the job after cleanup
-
-
-def load_verified_plan(path: Path, expected_sha256: str) -> Plan:
-    """Read the plan, check its sha256 and schema, and return it."""
-    raw = read_bytes(path)
-    if raw is None:
-        raise AllocationFailure(f"{path}: plan is missing")
-    digest = sha256_bytes(raw)
-    if digest != expected_sha256:
-        raise AllocationFailure(f"{path}: sha256 {digest} does not match {expected_sha256}")
-    data = read_json(path) or {}
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise AllocationFailure(f"{path}: unknown plan schema_version "
-                                f"{data.get('schema_version')!r}")
-    return Plan.from_dict(data)
 
 
 @dataclass
@@ -102,7 +67,7 @@ class Allocation:
     services: Optional[Services] = None
     client: Optional[Managed] = None
     execution: int = 0
-    ports: List[int] = field(default_factory=list)
+    sites: Dict[str, List[Site]] = field(default_factory=dict)
     manifest: Optional[ResultManifest] = None
 
     def __post_init__(self) -> None:
@@ -150,7 +115,7 @@ class Allocation:
     def _attempt(self, record: AttemptRecord) -> Outcome:
         try:
             record = self._begin(record)
-            self.ports = run_preflight(self._context(record))
+            self.sites = run_preflight(self._context(record))
             self._serve()
             self._run_client()
             shard = self.inv.plan.shard(self.inv.shard)
@@ -171,7 +136,8 @@ class Allocation:
                        ident=self.ident, env=current_env(), plan_json=self.inv.layout.plan_json,
                        agent_pyz=self.inv.agent_pyz,
                        writable=[self.inv.layout.shard_dir(self.inv.shard), self.paths.root,
-                                 self.paths.output, self.logs])
+                                 self.paths.output, self.logs],
+                       array_task=self.inv.array_task)
 
     def _begin(self, record: AttemptRecord) -> AttemptRecord:
         restarts = max(self.ident.restart_count, record.restarts)
@@ -198,7 +164,7 @@ class Allocation:
 
     def _serve(self) -> None:
         services = self._services
-        services.start_servers(self.ports)
+        services.start_servers(self.sites)
         services.wait_ready()
         services.start_proxies()
         self.readiness("ready", endpoints=dict(services.endpoints),
@@ -210,29 +176,16 @@ class Allocation:
             raise AllocationFailure("internal error: services used before the execution began")
         return self.services
 
-    def _client_env(self) -> Dict[str, str]:
-        shard = self.inv.plan.shard(self.inv.shard)
-        endpoints = self._services.endpoints
-        extra = {
-            "SYNTHBATCH_ENDPOINTS": json.dumps(endpoints, sort_keys=True),
-            "SYNTHBATCH_SHARD_INDEX": str(shard.index),
-            "SYNTHBATCH_SHARD_COUNT": str(len(self.inv.plan.shards)),
-            "SYNTHBATCH_RECORD_OFFSET": str(shard.record_offset),
-            "SYNTHBATCH_NUM_RECORDS": str(shard.num_records),
-            "SYNTHBATCH_OUTPUT_DIR": str(self.paths.output),
-            "SYNTHBATCH_PROGRESS_FILE": str(self.paths.progress_json),
-        }
-        if len(endpoints) == 1:
-            extra["SYNTHBATCH_OPENAI_BASE_URL"] = next(iter(endpoints.values())) + "/v1"
-        return step_env(self.inv.plan.runtime, current_env(), extra)
-
     def _run_client(self) -> None:
-        plan = self.inv.plan
-        argv = [plan.runtime.python, "-I", str(self.inv.agent_pyz), "generate",
-                "--plan", str(self.inv.layout.plan_json)]
-        wrapped = step_argv(plan.runtime, plan.resources, "client", argv, 0)
-        client = self.supervisor.start("client", wrapped, self._client_env(),
-                                 self.logs / "client.log", step=self.srun)
+        shard = self.inv.plan.shard(self.inv.shard)
+        paths = ClientPaths(agent_pyz=str(self.inv.agent_pyz),
+                            plan_json=str(self.inv.layout.plan_json),
+                            output=str(self.paths.output),
+                            progress_json=str(self.paths.progress_json), shard=shard.index,
+                            record_offset=shard.record_offset, num_records=shard.num_records)
+        launch = client_launch(self.inv.plan, paths, self._services.endpoints, current_env())
+        client = self.supervisor.start("client", launch.argv, launch.env,
+                                       self.logs / "client.log", step=self.srun)
         self.client = client
         servers = self._services.all_servers()
         while client.exit_code() is None:
@@ -336,46 +289,13 @@ def _say(message: str, status: int) -> int:
     return status
 
 
-def _parse(argv: List[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="agent allocation")
-    parser.add_argument("--run-dir", required=True, type=Path)
-    parser.add_argument("--plan-sha256", required=True)
-    parser.add_argument("--submission", required=True, type=int)
-    parser.add_argument("--agent-pyz", required=True, type=Path)
-    parser.add_argument("--shard", type=int, default=None,
-                        help="shard index (default: SLURM_ARRAY_TASK_ID)")
-    parser.add_argument("--max-requeues", type=int,
-                        default=int(os.environ.get("SYNTHBATCH_MAX_REQUEUES", "0") or 0),
-                        help="requeue the job on SIGUSR1 while SLURM_RESTART_COUNT is below "
-                             "(default: $SYNTHBATCH_MAX_REQUEUES, set by the batch script)")
-    return parser.parse_args(argv)
-
-
-def _invocation(args: argparse.Namespace) -> Invocation:
-    layout = RunLayout(args.run_dir)
-    plan = load_verified_plan(layout.plan_json, args.plan_sha256)
-    shard = args.shard
-    if shard is None:
-        shard = int(os.environ.get("SLURM_ARRAY_TASK_ID", "-1"))
-    plan.shard(shard)
-    data = read_json(layout.submission_json(args.submission))
-    if data is None:
-        raise AllocationFailure(f"{layout.submission_json(args.submission)}: missing")
-    submission = SubmissionRecord.from_dict(data)
-    if str(shard) not in submission.attempts:
-        raise AllocationFailure(f"submission {args.submission} carries no shard {shard}")
-    return Invocation(layout=layout, plan=plan, shard=shard,
-                      attempt=submission.attempts[str(shard)], agent_pyz=args.agent_pyz,
-                      max_requeues=max(0, args.max_requeues))
-
-
 def main(argv: List[str]) -> int:
     """``python agent.pyz allocation ...``: run one shard attempt inside an allocation."""
     coordinator = SignalCoordinator()
     coordinator.install()
-    args = _parse(argv)
+    args = parse_args(argv)
     try:
-        inv = _invocation(args)
+        inv = invocation(args, os.environ)
     except (AllocationFailure, ContractError, StateError, ValueError) as err:
         return _say(str(err), 2)
     return Allocation(inv=inv, signals=coordinator).run()

@@ -3,7 +3,15 @@
 Each check raises :class:`PreflightError` with one line naming what is wrong, so the
 attempt fails within a second instead of after a server has spent minutes loading a
 model. Checks: scheduler identity, node list and count, GPU shape, controller Python,
-every path the plan names, and the ports the servers will listen on.
+every path the plan names, secrets (by name), container images (sha256), the address of
+every node that runs a replica, and the ports the servers will listen on.
+
+Ports (one rule, :func:`plan_sites`): replica *k* has the plan's offset
+``placement.port - port_base`` (its index in the allocation when the plan has no
+placement). In an ``exclusive`` allocation it listens on the plan's port exactly; on
+nodes that other jobs may share it listens on ``port_base + block(job key) + offset``,
+so that concurrent allocations on one node do not race for the same port. Either way a
+port that is taken fails preflight, naming it.
 """
 
 from __future__ import annotations
@@ -16,14 +24,19 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Mapping, Optional, Sequence
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from agent_stdlib.contracts import AttemptRecord, Plan
+from agent_stdlib import slurmjob
+from agent_stdlib.containers import DEFAULT_EXECUTABLE
+from agent_stdlib.contracts import AttemptRecord, ContainerSpec, Plan
+from agent_stdlib.launch import LOOPBACK, LaunchError, Site, in_container, secret_values
 from agent_stdlib.slurmjob import JobIdentity
 
 MIN_PYTHON = (3, 9)
 PORT_SLOTS = 512  # distinct port blocks per port_base
 PORT_STRIDE = 16  # ports per block (servers of one allocation)
+CONNECT_S = 0.5  # a remote port is taken when something accepts within this
+HASH_BLOCK = 1 << 20
 
 
 class PreflightError(Exception):
@@ -42,7 +55,8 @@ class Context:
     plan_json: Path
     agent_pyz: Path
     writable: Sequence[Path]
-    host: str = "127.0.0.1"
+    host: str = LOOPBACK
+    array_task: Optional[int] = None  # the array task id that runs ``shard``
 
 
 def server_count(plan: Plan) -> int:
@@ -75,9 +89,10 @@ def check_identity(ctx: Context) -> None:
     if record.job_id and record.job_id != ident.key and record.job_id != ident.job_id:
         raise PreflightError(f"identity: this allocation is job {ident.key}, the attempt "
                              f"record names job {record.job_id}")
-    if ident.array_task_id is not None and ident.array_task_id != ctx.shard:
+    task = ctx.shard if ctx.array_task is None else ctx.array_task
+    if ident.array_task_id is not None and ident.array_task_id != task:
         raise PreflightError(f"identity: array task {ident.array_task_id} was asked to run "
-                             f"shard {ctx.shard}")
+                             f"shard {ctx.shard} (array task {task})")
     if ident.restart_count < record.restarts:
         raise PreflightError(f"identity: SLURM_RESTART_COUNT={ident.restart_count} is behind "
                              f"the attempt's {record.restarts} restarts (stale allocation?)")
@@ -103,16 +118,26 @@ def visible_gpus(env: Mapping[str, str]) -> Optional[List[str]]:
 
 
 def check_gpus(ctx: Context) -> None:
-    """At least as many GPUs as the plan's steps need (a superset is fine)."""
-    wanted = sum(dep.gpus_per_replica * dep.replicas for dep in ctx.plan.deployments)
+    """At least as many GPUs as the plan's steps need on one node (a superset is fine).
+
+    The batch step sees its own node's GPUs only; Slurm grants every node of the job the
+    same per-node count, so this node stands for all of them.
+    """
+    per_node: Dict[int, int] = {}
+    for dep, row in zip(ctx.plan.deployments, replica_offsets(ctx.plan)):
+        for node, _ in row:
+            per_node[node] = per_node.get(node, 0) + dep.gpus_per_replica
+    wanted = max(per_node.values(), default=0)
     if wanted == 0:
         return
+    where = " per node" if len(per_node) > 1 else ""
     seen = visible_gpus(ctx.env)
     if seen is None:
-        raise PreflightError(f"gpus: the plan needs {wanted} GPU(s), the allocation shows "
-                             "none (neither SLURM_JOB_GPUS nor CUDA_VISIBLE_DEVICES is set)")
+        raise PreflightError(f"gpus: the plan needs {wanted} GPU(s){where}, the allocation "
+                             "shows none (neither SLURM_JOB_GPUS nor CUDA_VISIBLE_DEVICES is "
+                             "set)")
     if len(seen) < wanted:
-        raise PreflightError(f"gpus: the plan needs {wanted} GPU(s), the allocation has "
+        raise PreflightError(f"gpus: the plan needs {wanted} GPU(s){where}, the allocation has "
                              f"{len(seen)} ({','.join(seen) or 'none'})")
 
 
@@ -142,8 +167,11 @@ def check_paths(ctx: Context) -> None:
     if ctx.plan.runtime.launcher == "srun":
         _executable("launcher", "srun")
     _executable("client python", ctx.plan.runtime.python)
+    command = ctx.plan.client_command
+    if command is not None and command.container is None and command.argv:
+        _executable("client command", command.argv[0])
     for dep in ctx.plan.deployments:
-        if dep.command:
+        if dep.command and dep.container is None:  # in an image it is the image's business
             _executable(f"deployment {dep.alias}: command", dep.command[0])
         if os.path.isabs(dep.model) and not os.access(dep.model, os.R_OK):
             raise PreflightError(f"paths: deployment {dep.alias}: model {dep.model} is "
@@ -163,26 +191,183 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def port_taken_remote(host: str, port: int) -> bool:
+    """True if something accepts connections on ``host:port`` (another node's port)."""
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_S):
+            return True
+    except OSError:
+        return False
+
+
 def check_ports(ctx: Context, ports: Sequence[int]) -> None:
-    """Every server port must be valid and free on this node."""
+    """Every port must be valid and free on this node."""
     for port in ports:
-        if not 1024 <= port <= 65535:
-            raise PreflightError(f"ports: {port} is outside 1024-65535 (port_base "
-                                 f"{ctx.plan.runtime.port_base} is too high)")
-        if not port_free(ctx.host, port):
-            node = ctx.ident.node or "this node"
-            raise PreflightError(f"ports: {ctx.host}:{port} is already in use on {node}")
+        _check_port(ctx, Site(node=0, host=ctx.host, port=port), ctx.ident.node, True)
 
 
-def run_preflight(ctx: Context) -> List[int]:
-    """Run every check in order; return the server ports. Raises PreflightError."""
+def _check_port(ctx: Context, site: Site, node: Optional[str], local: bool) -> None:
+    if not 1024 <= site.port <= 65535:
+        raise PreflightError(f"ports: {site.port} is outside 1024-65535 (port_base "
+                             f"{ctx.plan.runtime.port_base} is too high)")
+    taken = not port_free(site.host, site.port) if local else \
+        port_taken_remote(site.host, site.port)
+    if taken:
+        raise PreflightError(f"ports: {site.host}:{site.port} is already in use on "
+                             f"{node or 'this node'}")
+
+
+def check_secrets(ctx: Context) -> None:
+    """Every secret a step needs is set in the job's environment (named, never shown)."""
+    try:
+        for dep in ctx.plan.deployments:
+            secret_values(dep.secret_env, ctx.env, f"deployment {dep.alias}")
+        if ctx.plan.client_command is not None:
+            secret_values(ctx.plan.client_command.secret_env, ctx.env, "client")
+    except LaunchError as err:
+        raise PreflightError(f"secrets: {err}") from err
+
+
+def _containers(plan: Plan) -> Iterator[Tuple[str, ContainerSpec]]:
+    for dep in plan.deployments:
+        if dep.container is not None and dep.container.runtime != "none":
+            yield f"deployment {dep.alias}", dep.container
+    command = plan.client_command
+    if command is not None and command.container is not None \
+            and command.container.runtime != "none":
+        yield "client", command.container
+
+
+def file_sha256(path: str) -> str:
+    """Hex sha256 of a file, streamed."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(HASH_BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_images(ctx: Context, hashed: Optional[Dict[str, str]] = None) -> None:
+    """Each image exists and matches its pinned sha256 (each file hashed once); the
+    runtime's binary is executable; the run directory is visible inside the container."""
+    hashed = {} if hashed is None else hashed
+    for owner, box in _containers(ctx.plan):
+        where = f"images: {owner}: image {box.image} ({box.path})"
+        if not (os.path.isfile(box.path) and os.access(box.path, os.R_OK)):
+            raise PreflightError(f"{where} is missing or not readable")
+        if box.path not in hashed:
+            hashed[box.path] = file_sha256(box.path)
+        if hashed[box.path] != box.sha256:
+            raise PreflightError(f"{where}: sha256 {hashed[box.path]} does not match the "
+                                 f"pinned {box.sha256}")
+        if box.runtime in DEFAULT_EXECUTABLE:
+            _executable(f"{owner}: container runtime",
+                        box.executable or DEFAULT_EXECUTABLE[box.runtime])
+        try:
+            in_container(str(ctx.agent_pyz), box, f"{owner}: agent")
+            for folder in ctx.writable:
+                in_container(str(folder), box, f"{owner}: run path")
+        except LaunchError as err:
+            raise PreflightError(f"images: {err}") from err
+
+
+def _resolve(addr: str) -> Optional[str]:
+    try:
+        infos = socket.getaddrinfo(addr, None, socket.AF_INET, socket.SOCK_STREAM)
+    except OSError:
+        return None
+    return str(infos[0][4][0]) if infos else None
+
+
+def node_hosts(ctx: Context, needed: Sequence[int]) -> Dict[int, Tuple[str, str]]:
+    """Node index -> (node name, address servers there bind and the proxy reaches).
+
+    The node the agent runs on gets loopback. Any other node's address is its
+    ``NodeAddr`` from ``scontrol show node`` (the node name if none), resolved to IPv4;
+    the order of nodes is ``scontrol show hostnames $SLURM_JOB_NODELIST`` (``--relative``).
+    """
+    me = ctx.ident.node or "this node"
+    if ctx.plan.runtime.launcher != "srun" or set(needed) <= {0}:
+        return {index: (me, ctx.host) for index in {0, *needed}}  # local: one machine
+    names = slurmjob.allocation_nodes(ctx.ident.nodelist or "")
+    if not names:
+        raise PreflightError(f"hosts: cannot list the nodes of {ctx.ident.nodelist!r} "
+                             "(scontrol show hostnames)")
+    missing = [i for i in needed if i >= len(names)]
+    if missing:
+        raise PreflightError(f"hosts: the plan places replicas on node {missing[0]}, the "
+                             f"allocation has {len(names)} node(s)")
+    remote = [names[i] for i in needed if names[i] != ctx.ident.node]
+    addrs = slurmjob.node_addrs(remote)
+    out: Dict[int, Tuple[str, str]] = {}
+    for index in sorted(set(needed)):
+        name = names[index]
+        if name == ctx.ident.node:
+            out[index] = (name, ctx.host)
+            continue
+        addr = _resolve(addrs.get(name, name))
+        if addr is None:
+            raise PreflightError(f"hosts: cannot resolve node {name} (NodeAddr "
+                                 f"{addrs.get(name, 'unknown')})")
+        out[index] = (name, addr)
+    return out
+
+
+def replica_offsets(plan: Plan) -> List[List[Tuple[int, int]]]:
+    """Per deployment, per replica: (allocation node index, port offset from port_base)."""
+    out: List[List[Tuple[int, int]]] = []
+    running = 0
+    for dep in plan.deployments:
+        row = []
+        for replica in range(dep.replicas):
+            if replica < len(dep.placement):
+                spec = dep.placement[replica]
+                row.append((spec.node, spec.port - plan.runtime.port_base))
+            else:
+                row.append((0, running))
+            running += 1
+        out.append(row)
+    return out
+
+
+def port_block(plan: Plan, key: str) -> int:
+    """The first port of this allocation's block (see the module docstring)."""
+    base = plan.runtime.port_base
+    if "exclusive" in plan.resources.options:
+        return base
+    offsets = [o for row in replica_offsets(plan) for _, o in row]
+    return assign_ports(base, key, max(offsets, default=0) + 1)[0]
+
+
+def plan_sites(plan: Plan, key: str, hosts: Mapping[int, Tuple[str, str]]) -> Dict[str, List[Site]]:
+    """Alias -> the site of each replica, in replica order (pure)."""
+    block = port_block(plan, key)
+    return {dep.alias: [Site(node=node, host=hosts[node][1], port=block + offset)
+                        for node, offset in row]
+            for dep, row in zip(plan.deployments, replica_offsets(plan))}
+
+
+def check_sites(ctx: Context, sites: Mapping[str, Sequence[Site]],
+                hosts: Mapping[int, Tuple[str, str]]) -> None:
+    """Every replica's port is free: bound locally, connected to on other nodes."""
+    for group in sites.values():
+        for site in group:
+            name = hosts[site.node][0]
+            _check_port(ctx, site, name, local=site.node == 0 or name == ctx.ident.node)
+
+
+def run_preflight(ctx: Context) -> Dict[str, List[Site]]:
+    """Run every check in order; return each alias's replica sites. Raises PreflightError."""
     if ctx.plan.runtime.launcher == "srun":
         check_identity(ctx)
         check_nodes(ctx)
     check_gpus(ctx)
     check_python()
     check_paths(ctx)
-    ports = assign_ports(ctx.plan.runtime.port_base, allocation_key(ctx.ident),
-                         server_count(ctx.plan))
-    check_ports(ctx, ports)
-    return ports
+    check_secrets(ctx)
+    check_images(ctx)
+    needed = sorted({node for row in replica_offsets(ctx.plan) for node, _ in row})
+    hosts = node_hosts(ctx, needed)
+    sites = plan_sites(ctx.plan, allocation_key(ctx.ident), hosts)
+    check_sites(ctx, sites, hosts)
+    return sites

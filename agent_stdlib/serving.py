@@ -1,36 +1,37 @@
 """Server steps, readiness probes and proxies of one execution.
 
-Servers start as ``srun`` steps on the ports preflight checked; readiness is probed until
-each deployment's deadline and a server that exits fails the attempt at once with its
-exit status and the tail of its log. One proxy per model alias then fronts the replicas.
+Servers start as ``srun`` steps at the sites preflight checked (node, address, port; the
+argv comes from :mod:`agent_stdlib.launch`); readiness is probed until each deployment's
+deadline and a server that exits fails the attempt at once with its exit status and the
+tail of its log. One loopback proxy per model alias then fronts the replicas, wherever
+they run.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Sequence
+from typing import Dict, Iterable, List, Mapping, Sequence
 
 from agent_stdlib.contracts import BackendStatus, DeploymentSpec, Plan
+from agent_stdlib.launch import LOOPBACK, LaunchError, Site, fill_placeholders, server_launch
 from agent_stdlib.probes import http_ok
 from agent_stdlib.signals import SignalCoordinator
-from agent_stdlib.steps import current_env, step_argv, step_env
+from agent_stdlib.steps import current_env, step_env
 from agent_stdlib.supervisor import Managed, Supervisor, tail
 
 POLL_S = 0.2
 PROXY_START_S = 30.0
-HOST = "127.0.0.1"
+HOST = LOOPBACK
+
+__all__ = ["AllocationFailure", "Services", "fail_on_exit", "fill_placeholders"]
 
 
 class AllocationFailure(Exception):
     """The attempt failed for a reason worth one line in its record."""
-
-
-def fill_placeholders(argv: Sequence[str], host: str, port: int) -> List[str]:
-    """Replace ``{host}`` and ``{port}`` in a server argv (the planner did the rest)."""
-    return [a.replace("{host}", host).replace("{port}", str(port)) for a in argv]
 
 
 def fail_on_exit(children: Iterable[Managed]) -> None:
@@ -59,23 +60,23 @@ class Services:
         """Every server child, in start order."""
         return [c for group in self.servers.values() for c in group]
 
-    def start_servers(self, ports: Sequence[int]) -> None:
-        """Start every replica of every deployment as its own step, one port each."""
-        free = iter(ports)
+    def start_servers(self, sites: Mapping[str, Sequence[Site]]) -> None:
+        """Start every replica of every deployment as its own step at its site."""
         for dep in self.plan.deployments:
-            for replica in range(dep.replicas):
-                self._start_server(dep, replica, next(free))
+            for replica, site in enumerate(sites[dep.alias]):
+                self._start_server(dep, replica, site)
 
-    def _start_server(self, dep: DeploymentSpec, replica: int, port: int) -> None:
-        name = f"server-{dep.alias}-{replica}"
-        argv = fill_placeholders(dep.command, HOST, port)
-        wrapped = step_argv(self.plan.runtime, self.plan.resources, name, argv,
-                            dep.gpus_per_replica)
-        env = step_env(self.plan.runtime, current_env(), dep.env)
-        child = self.supervisor.start(name, wrapped, env, self.logs / f"{name}.log",
+    def _start_server(self, dep: DeploymentSpec, replica: int, site: Site) -> None:
+        try:
+            launch = server_launch(self.plan, dep, replica, site,
+                                   os.path.abspath(self.agent_pyz), current_env())
+        except LaunchError as err:
+            raise AllocationFailure(str(err)) from err
+        child = self.supervisor.start(launch.name, launch.argv, launch.env,
+                                      self.logs / f"{launch.name}.log",
                                       step=self.plan.runtime.launcher == "srun")
         self.servers.setdefault(dep.alias, []).append(child)
-        self.urls.setdefault(dep.alias, []).append(f"http://{HOST}:{port}")
+        self.urls.setdefault(dep.alias, []).append(site.url)
 
     def wait_ready(self) -> None:
         """Probe every replica until ready; fail at a deadline or on any server exit."""

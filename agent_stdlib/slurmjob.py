@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from agent_stdlib.steps import run_command
 
@@ -97,3 +97,32 @@ def requeue(ident: JobIdentity) -> bool:
     if not ident.job_id:
         return False
     return run_command(["scontrol", "requeue", ident.job_id], timeout_s=5.0) is not None
+
+
+def parse_hostnames(text: str) -> List[str]:
+    """``scontrol show hostnames`` output -> node names, in allocation order."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def parse_node_addrs(text: str) -> Dict[str, str]:
+    """``scontrol show node -o`` output -> node name -> ``NodeAddr`` (one line per node)."""
+    addrs: Dict[str, str] = {}
+    for line in text.splitlines():
+        fields = parse_show_job(line)
+        if fields.get("NodeName") and fields.get("NodeAddr"):
+            addrs[fields["NodeName"]] = fields["NodeAddr"]
+    return addrs
+
+
+def allocation_nodes(nodelist: str) -> Optional[List[str]]:
+    """The allocation's node names in ``srun --relative`` order; None if scontrol failed."""
+    out = run_command(["scontrol", "show", "hostnames", nodelist], timeout_s=5.0)
+    return None if out is None else parse_hostnames(out)
+
+
+def node_addrs(names: Sequence[str]) -> Dict[str, str]:
+    """``NodeAddr`` of each of ``names`` from slurmctld (empty if it cannot be asked)."""
+    if not names:
+        return {}
+    out = run_command(["scontrol", "show", "node", "-o", ",".join(names)], timeout_s=5.0)
+    return parse_node_addrs(out or "")

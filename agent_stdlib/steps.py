@@ -25,15 +25,28 @@ COMMAND_TIMEOUT_S = 10.0
 
 
 def gpu_flag(resources: ResourceSpec, gpus: int) -> str:
-    """The explicit GPU request of one step (``0`` asks for none, never "all")."""
+    """The explicit GPU request of one step (``0`` asks for none, never "all").
+
+    In a multi-node ``--gpus-per-node`` job a step's ``--gpus=N`` is overridden by the
+    inherited per-node count and ``--gres=none`` is refused (measured on 22.05), so such
+    steps ask with ``--gpus-per-node=N``.
+    """
     if resources.gpu_request == "gpus":
+        if resources.nodes > 1:
+            return f"--gpus-per-node={gpus}"
         return f"--gpus={gpus}"
     return f"--gres=gpu:{gpus}" if gpus else "--gres=none"
 
 
 def step_argv(runtime: RuntimeSpec, resources: ResourceSpec, name: str,
-              argv: Sequence[str], gpus: int) -> List[str]:
-    """Wrap ``argv`` so it runs as one step of the current allocation."""
+              argv: Sequence[str], gpus: int, relative: Optional[int] = None,
+              flags: Sequence[str] = ()) -> List[str]:
+    """Wrap ``argv`` so it runs as one single-task step of the current allocation.
+
+    ``relative`` pins the step to that node of the allocation (``srun --relative``, node 0
+    is the batch node); ``flags`` are extra srun flags (a container plugin's), placed
+    before ``--``. The local launcher runs ``argv`` as it is.
+    """
     if runtime.launcher == "local":
         return list(argv)
     cmd = [
@@ -46,9 +59,11 @@ def step_argv(runtime: RuntimeSpec, resources: ResourceSpec, name: str,
         f"--job-name={name}",
         "--kill-on-bad-exit=1",
     ]
+    if relative is not None:
+        cmd.append(f"--relative={relative}")
     if gpus > 0 or resources.gpus > 0:
         cmd.append(gpu_flag(resources, gpus))
-    return cmd + ["--", *argv]
+    return cmd + list(flags) + ["--", *argv]
 
 
 def step_env(runtime: RuntimeSpec, ambient: Mapping[str, str],
@@ -76,12 +91,16 @@ def run_command(argv: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S) -> Op
     return done.stdout if done.returncode == 0 else None
 
 
-def parse_steps(text: str) -> Dict[str, str]:
-    """``squeue -h -s -o %i|%j`` output -> step name -> step id (``12.3``)."""
+def parse_steps(text: str, job_id: str = "") -> Dict[str, str]:
+    """``squeue -h -s -o %i|%j`` output -> step name -> step id (``12.3``, ``12_4.0``).
+
+    Only steps of ``job_id`` count: for the last task of an array, whose raw id equals the
+    array's id, squeue also lists the steps of every sibling task.
+    """
     found: Dict[str, str] = {}
     for line in text.splitlines():
         step, _, name = line.strip().partition("|")
-        if step and name and "." in step:
+        if step and name and "." in step and (not job_id or step.startswith(f"{job_id}.")):
             found.setdefault(name, step)
     return found
 
@@ -90,12 +109,12 @@ def parse_steps(text: str) -> Dict[str, str]:
 class StepControl:
     """Signals the tasks of this job's named steps through slurmctld."""
 
-    job_id: str  # the raw SLURM_JOB_ID (array tasks have their own)
+    job_id: str  # "12" or, for an array task, "12_4" (never the raw id of a task)
 
     def steps(self) -> Optional[Dict[str, str]]:
-        """Live steps of the job by name; None if squeue could not be asked."""
+        """Live steps of this job (or array task) by name; None if squeue failed."""
         out = run_command(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"])
-        return None if out is None else parse_steps(out)
+        return None if out is None else parse_steps(out, self.job_id)
 
     def signal(self, names: Sequence[str], signame: str) -> List[str]:
         """Send ``signame`` to the tasks of the live steps called ``names``.
@@ -117,5 +136,6 @@ class StepControl:
 
 def step_control(runtime: RuntimeSpec) -> Optional[StepControl]:
     """The step controller of this allocation, or None for local launches."""
-    job = os.environ.get("SLURM_JOB_ID")
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    job = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
     return StepControl(job) if runtime.launcher == "srun" and job else None

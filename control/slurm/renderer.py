@@ -2,15 +2,20 @@
 
 The script checks the sha256 of the staged agent and the plan, picks node-local scratch
 for the agent's extraction, and ``exec``s the agent so that Slurm's signals reach it.
+Directives beyond the base set (reservation, the profile's allow-listed options, the
+multi-node shape) come from :func:`control.planning.directives.apply_directives`. A
+submission of one of several arrays (``plan.arrays``) passes ``--array-index K`` so the
+agent maps its array task id to the shard ``arrays[K].first_shard + task``.
 """
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from agent_stdlib.contracts import ResourceSpec
+from control.planning.directives import apply_directives
 
 PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
@@ -30,12 +35,13 @@ class BatchScript:
     signal_lead_s: int
     slurm_bin: Optional[str] = None
     max_requeues: int = 1  # on SIGUSR1 the agent requeues the job while restarts are below
+    array_index: Optional[int] = None  # ArraySpec.index of this submission's array, if any
 
 
 def sbatch_directives(spec: BatchScript) -> List[str]:
     """The ``#SBATCH`` lines, sorted by option name, values quoted."""
     res = spec.resources
-    options = {
+    options: Dict[str, Optional[str]] = {
         "job-name": spec.job_name,
         "output": f"{spec.run_dir}/logs/slurm-%A_%a.out",
         "open-mode": "append",
@@ -56,6 +62,7 @@ def sbatch_directives(spec: BatchScript) -> List[str]:
             options["gpus"] = str(res.gpus)
         else:
             options["gres"] = f"gpu:{res.gpus}"
+    options = apply_directives(options, res)
     lines = []
     for key in sorted(options):
         value = options[key]
@@ -94,7 +101,8 @@ def render_batch_script(spec: BatchScript) -> str:
         "SHIV_FORCE_EXTRACT",
         f"export SYNTHBATCH_MAX_REQUEUES={int(spec.max_requeues)}",
         f"exec {q(spec.python)} -I \"$agent\" allocation --run-dir \"$run_dir\" \\",
-        f"  --plan-sha256 \"$plan_sha256\" --submission {spec.submission} --agent-pyz \"$agent\"",
+        f"  --plan-sha256 \"$plan_sha256\" --submission {spec.submission} --agent-pyz \"$agent\""
+        + ("" if spec.array_index is None else f" \\\n  --array-index {int(spec.array_index)}"),
         "",
     ]
     return "\n".join(body)

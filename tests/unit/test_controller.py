@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -14,8 +16,17 @@ from typing import List
 import pytest
 
 from agent_stdlib.attempts import advance_attempt, load_attempt, load_readiness
-from agent_stdlib.contracts import ResultManifest, WinnerRecord
+from agent_stdlib.contracts import (
+    ArraySpec,
+    CommandClientSpec,
+    ContainerSpec,
+    MountSpec,
+    ResultManifest,
+    WinnerRecord,
+)
+from agent_stdlib.invocation import resolve_shard
 from agent_stdlib.layout import RunLayout
+from agent_stdlib.serving import AllocationFailure
 from agent_stdlib.statefile import read_json
 from fixtures.fake_openai_server import expected_completion
 from tests.agent_runs import local_plan, stage
@@ -226,3 +237,179 @@ def test_preflight_failure_happens_before_any_server_starts(tmp_path, agent_pyz,
     assert "missing-model is missing" in attempt.reason
     assert sorted(p.name for p in paths.execution_logs(1).iterdir()) == []
     assert load_readiness(paths.readiness_json).state == "stopped"
+
+
+# ----------------------------------------------------------------------------- arrays
+
+
+def test_resolve_shard_maps_array_tasks_to_shards():
+    plan = local_plan("/usr/bin/python3", ["x"], records=5, shards=5)
+    arrays = (ArraySpec(index=0, first_shard=0, count=3), ArraySpec(index=1, first_shard=3,
+                                                                    count=2))
+    chunked = plan.replace(arrays=arrays)
+    task = {"SLURM_ARRAY_TASK_ID": "1"}
+    assert resolve_shard(chunked, task, None, 1) == (4, 1)
+    assert resolve_shard(chunked, task, None, 0) == (1, 1)
+    assert resolve_shard(plan, task, None, None) == (1, 1)  # no arrays: task id == shard
+    single = plan.replace(arrays=(ArraySpec(index=0, first_shard=0, count=5),))
+    assert resolve_shard(single, task, None, None) == (1, 1)  # an old script, one array
+    assert resolve_shard(chunked, {}, 4, None) == (4, 1)  # --shard: its task in its array
+    for env, index, message in (
+            (task, None, "2 arrays and the batch script passed no --array-index"),
+            (task, 5, "no such array"),
+            ({"SLURM_ARRAY_TASK_ID": "2"}, 1, "array 1 has 2 task"),
+            ({}, 0, "SLURM_ARRAY_TASK_ID is not set")):
+        with pytest.raises(AllocationFailure, match=message):
+            resolve_shard(chunked, env, None, index)
+
+
+def test_array_index_selects_the_shard_end_to_end(tmp_path, agent_pyz, python_exe):
+    plan = local_plan(python_exe, _server(python_exe), records=8, shards=4)
+    plan = plan.replace(arrays=(ArraySpec(index=0, first_shard=0, count=2),
+                                ArraySpec(index=1, first_shard=2, count=2)))
+    args = stage(tmp_path / "run", plan)
+    argv = [python_exe, "-I", str(agent_pyz), "allocation", "--run-dir", args["run_dir"],
+            "--plan-sha256", args["plan_sha256"], "--submission", "1",
+            "--agent-pyz", str(agent_pyz), "--array-index", "1"]
+    env = dict(os.environ, SHIV_ROOT=str(tmp_path / ".shiv"), SLURM_ARRAY_TASK_ID="1")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    layout = RunLayout(tmp_path / "run")
+    assert WinnerRecord.from_dict(read_json(layout.winner_json(3))).records == 2
+    assert [load_attempt(layout.attempt(s, 1).attempt_json).state for s in range(3)] == \
+        ["submitted"] * 3
+
+
+# ----------------------------------------------------------------------------- containers
+
+FAKE_APPTAINER = '''#!{python}
+"""A stand-in for apptainer: strips its flags, maps bind targets back to host paths in
+argv and APPTAINERENV_* values (a poor man's mount namespace), logs what it got, execs."""
+import json, os, shutil, sys
+args = sys.argv[1:]
+assert args.pop(0) == "exec", sys.argv
+binds = []
+while args[0].startswith("--"):
+    flag = args.pop(0)
+    if flag == "--bind":
+        binds = [b.split(":")[:2] for b in args.pop(0).split(",")]
+image = args.pop(0)
+assert os.path.isfile(image), image
+def host(value):
+    for src, dst in sorted(binds, key=lambda b: -len(b[1])):
+        if value == dst or value.startswith(dst + "/"):
+            return src + value[len(dst):]
+    return value
+passed = {{k: v for k, v in os.environ.items() if k.startswith("APPTAINERENV_")}}
+with open({log!r}, "a") as log:
+    log.write(json.dumps({{"argv": sys.argv, "env": {{k: v for k, v in passed.items()
+                                                     if "SECRET" not in v}},
+                          "names": sorted(passed)}}) + "\\n")
+env = {{k[len("APPTAINERENV_"):]: host(v) for k, v in passed.items()}}
+env["PATH"] = "/usr/bin:/bin"
+argv = [host(a) for a in args]
+os.execve(argv[0] if "/" in argv[0] else shutil.which(argv[0]), argv, env)
+'''
+
+WRAP_SERVER = """\
+import json, os, runpy, sys
+out, agent = sys.argv[1], sys.argv[2]
+with open(out, "w") as handle:
+    json.dump({"env": dict(os.environ), "agent": agent}, handle)
+sys.argv = sys.argv[3:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+CLIENT = """\
+import json, os, urllib.request
+base = json.loads(os.environ["SYNTHBATCH_ENDPOINTS"])["tiny"]
+first = int(os.environ["SYNTHBATCH_RECORD_OFFSET"])
+count = int(os.environ["SYNTHBATCH_NUM_RECORDS"])
+with open(os.path.join(os.environ["SYNTHBATCH_OUTPUT_DIR"], "records.jsonl"), "w") as out:
+    for index in range(first, first + count):
+        body = json.dumps({"model": "fake-model", "max_tokens": 3,
+                           "messages": [{"role": "user", "content": f"item {index}"}]})
+        request = urllib.request.Request(base + "/v1/chat/completions", data=body.encode(),
+                                         headers={"Content-Type": "application/json"})
+        reply = json.load(urllib.request.urlopen(request, timeout=30))
+        out.write(json.dumps({"index": index, "text": reply["choices"][0]["message"]["content"],
+                              "key_ok": os.environ.get("API_KEY") == "client-SECRET"}) + "\\n")
+"""
+
+
+def test_fake_apptainer_wraps_server_and_command_client(tmp_path, agent_pyz, python_exe,
+                                                        repo_root):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "wrap_server.py").write_text(WRAP_SERVER)
+    (tools / "client.py").write_text(CLIENT)
+    log = tmp_path / "apptainer.log"
+    fake = tools / "apptainer"
+    fake.write_text(FAKE_APPTAINER.format(python=python_exe, log=str(log)))
+    fake.chmod(0o755)
+    image = tmp_path / "img.sif"
+    image.write_bytes(b"not really an image")
+    run = tmp_path / "run"
+    box = ContainerSpec(runtime="apptainer", image="img", path=str(image),
+                        sha256=hashlib.sha256(image.read_bytes()).hexdigest(),
+                        mounts=(MountSpec(str(repo_root), "/code", True),
+                                MountSpec(str(tools), "/opt/tools", True),
+                                MountSpec(str(run), "/synthbatch/run", False)),
+                        executable=str(fake))
+    command = [python_exe, "/opt/tools/wrap_server.py", "/synthbatch/run/server-env.json",
+               "{agent}", "/code/fixtures/fake_openai_server.py", "--host", "{host}",
+               "--port", "{port}", "--model", "fake-model"]
+    plan = local_plan(python_exe, command, records=4)
+    dep = dataclasses.replace(plan.deployments[0], container=box,
+                              secret_env={"MY_TOKEN": "SYNTHBATCH_TEST_SERVER_SECRET"})
+    client = CommandClientSpec(argv=(python_exe, "/opt/tools/client.py"), env={"MODE": "x"},
+                               secret_env={"API_KEY": "SYNTHBATCH_TEST_CLIENT_SECRET"},
+                               container=box)
+    args = stage(run, plan.replace(deployments=(dep,), client=None, client_command=client))
+    staged = run / "agent.pyz"
+    shutil.copyfile(agent_pyz, staged)
+    argv = [python_exe, "-I", str(staged), "allocation", "--run-dir", args["run_dir"],
+            "--plan-sha256", args["plan_sha256"], "--submission", "1",
+            "--agent-pyz", str(staged), "--shard", "0"]
+    env = dict(os.environ, SHIV_ROOT=str(tmp_path / ".shiv"),
+               SYNTHBATCH_TEST_SERVER_SECRET="server-SECRET",
+               SYNTHBATCH_TEST_CLIENT_SECRET="client-SECRET")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90,
+                          check=False)
+    paths = RunLayout(run).attempt(0, 1)
+    assert done.returncode == 0, (done.stderr, load_attempt(paths.attempt_json))
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    server_call, client_call = calls
+    assert server_call["argv"][1:6] == ["exec", "--cleanenv", "--no-home", "--bind",
+                                        f"{repo_root}:/code:ro,{tools}:/opt/tools:ro,"
+                                        f"{run}:/synthbatch/run"]
+    assert server_call["argv"][6] == str(image)
+    assert "/synthbatch/run/agent.pyz" in server_call["argv"]  # {agent}, translated
+    assert "APPTAINERENV_MY_TOKEN" in server_call["names"]
+    seen = json.loads((run / "server-env.json").read_text())
+    assert seen["env"]["MY_TOKEN"] == "server-SECRET" and seen["agent"] == str(staged)
+    assert client_call["env"]["APPTAINERENV_SYNTHBATCH_OUTPUT_DIR"] == \
+        "/synthbatch/run/shards/shard-00000/attempts/attempt-0001/output"
+    assert "APPTAINERENV_API_KEY" in client_call["names"]
+    records = [json.loads(line) for line in
+               (paths.output / "records.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2, 3] and all(r["key_ok"] for r in records)
+    assert load_attempt(paths.attempt_json).state == "succeeded"
+    for path in (paths.attempt_json, paths.readiness_json, paths.result_json):
+        assert "SECRET" not in path.read_text()
+
+
+def test_missing_secret_fails_preflight_before_any_step(tmp_path, agent_pyz, python_exe):
+    plan = local_plan(python_exe, _server(python_exe), records=3)
+    dep = dataclasses.replace(plan.deployments[0],
+                              secret_env={"TOKEN": "SYNTHBATCH_TEST_UNSET_SECRET"})
+    args = stage(tmp_path / "run", plan.replace(deployments=(dep,)))
+    result = _run(python_exe, agent_pyz, args)
+    assert result.returncode == 1
+    paths = RunLayout(tmp_path / "run").attempt(0, 1)
+    attempt = load_attempt(paths.attempt_json)
+    assert attempt.reason == ("preflight: secrets: deployment tiny: secret variable "
+                              "SYNTHBATCH_TEST_UNSET_SECRET (for TOKEN) is not set in the job "
+                              "environment")
+    assert list(paths.execution_logs(1).iterdir()) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import socket
 import sys
 from pathlib import Path
@@ -10,20 +11,34 @@ from typing import Any
 
 import pytest
 
-from agent_stdlib.contracts import AttemptRecord
+from agent_stdlib import preflight
+from agent_stdlib.contracts import (
+    AttemptRecord,
+    CommandClientSpec,
+    ContainerSpec,
+    MountSpec,
+    Plan,
+    ReplicaSpec,
+)
+from agent_stdlib.launch import Site
 from agent_stdlib.preflight import (
     Context,
     PreflightError,
     assign_ports,
     check_gpus,
     check_identity,
+    check_images,
     check_nodes,
     check_paths,
     check_ports,
+    check_secrets,
+    check_sites,
+    node_hosts,
+    plan_sites,
     run_preflight,
     visible_gpus,
 )
-from agent_stdlib.slurmjob import identity
+from agent_stdlib.slurmjob import identity, parse_hostnames, parse_node_addrs
 from tests.agent_runs import local_plan
 
 SLURM_ENV = {"SLURM_JOB_ID": "37", "SLURM_ARRAY_JOB_ID": "36", "SLURM_ARRAY_TASK_ID": "0",
@@ -50,8 +65,9 @@ def test_a_matching_allocation_passes_and_gets_its_ports(tmp_path):
     ctx = make_ctx(tmp_path)
     check_identity(ctx)
     check_nodes(ctx)
-    ports = run_preflight(ctx)
-    assert ports == assign_ports(20000, "36_0", 1)
+    sites = run_preflight(ctx)
+    assert sites == {"tiny": [Site(node=0, host="127.0.0.1",
+                                   port=assign_ports(20000, "36_0", 1)[0])]}
 
 
 @pytest.mark.parametrize("change, message", [
@@ -131,3 +147,215 @@ def test_ports_are_deterministic_per_job_and_distinct_within_it():
     ports = assign_ports(20000, "36_0", 3)
     assert len(set(ports)) == 3 and all(20000 <= p < 20000 + 512 * 16 for p in ports)
     assert assign_ports(20000, "36_0", 1) != assign_ports(20000, "36_1", 1)
+
+
+# ----------------------------------------------------------------------------- placement
+
+
+def two_node_plan(ctx: Context, exclusive: bool = False) -> Plan:
+    """Two replicas of ``tiny``, one on each allocation node, ports port_base + 0/1."""
+    dep = dataclasses.replace(
+        ctx.plan.deployments[0], replicas=2, nodes=2,
+        placement=(ReplicaSpec(index=0, node=0, gpus=(), port=20000),
+                   ReplicaSpec(index=1, node=1, gpus=(), port=20001)))
+    resources = dataclasses.replace(ctx.plan.resources, nodes=2,
+                                    options={"exclusive": ""} if exclusive else {})
+    runtime = dataclasses.replace(ctx.plan.runtime, launcher="srun")
+    return ctx.plan.replace(deployments=(dep,), resources=resources, runtime=runtime)
+
+
+HOSTS = {0: ("node1", "127.0.0.1"), 1: ("node2", "10.1.2.3")}
+
+
+def test_exclusive_allocation_listens_on_the_plan_ports(tmp_path):
+    plan = two_node_plan(make_ctx(tmp_path), exclusive=True)
+    assert plan_sites(plan, "36_0", HOSTS) == {"tiny": [Site(0, "127.0.0.1", 20000),
+                                                        Site(1, "10.1.2.3", 20001)]}
+
+
+def test_shared_nodes_keep_the_plan_offsets_inside_the_job_block(tmp_path):
+    plan = two_node_plan(make_ctx(tmp_path))
+    block = assign_ports(20000, "36_0", 2)
+    sites = plan_sites(plan, "36_0", HOSTS)["tiny"]
+    assert [s.port for s in sites] == block and [s.node for s in sites] == [0, 1]
+    assert plan_sites(plan, "36_1", HOSTS) != plan_sites(plan, "36_0", HOSTS)
+
+
+def test_no_placement_is_the_old_per_job_block(tmp_path):
+    ctx = make_ctx(tmp_path)
+    dep = dataclasses.replace(ctx.plan.deployments[0], replicas=3)
+    plan = ctx.plan.replace(deployments=(dep,))
+    sites = plan_sites(plan, "36_0", {0: ("node1", "127.0.0.1")})["tiny"]
+    assert [s.port for s in sites] == assign_ports(20000, "36_0", 3)
+
+
+TWO_NODES = {**SLURM_ENV, "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_NUM_NODES": "2"}
+
+
+def test_node_hosts_loopback_here_node_addr_elsewhere(tmp_path, monkeypatch):
+    ctx = make_ctx(tmp_path, env=TWO_NODES)
+    ctx = dataclasses.replace(ctx, plan=two_node_plan(ctx))
+    asked = []
+    monkeypatch.setattr(preflight.slurmjob, "allocation_nodes",
+                        lambda nodelist: asked.append(nodelist) or ["node1", "node2"])
+    monkeypatch.setattr(preflight.slurmjob, "node_addrs", lambda names: {"node2": "10.1.2.3"})
+    assert node_hosts(ctx, [0, 1]) == HOSTS
+    assert asked == ["node[1-2]"]
+
+
+def test_node_hosts_failures_name_the_node(tmp_path, monkeypatch):
+    ctx = make_ctx(tmp_path, env=TWO_NODES)
+    ctx = dataclasses.replace(ctx, plan=two_node_plan(ctx))
+    monkeypatch.setattr(preflight.slurmjob, "allocation_nodes", lambda n: ["node1", "node2"])
+    monkeypatch.setattr(preflight.slurmjob, "node_addrs",
+                        lambda names: {"node2": "no-such-host.invalid"})
+    with pytest.raises(PreflightError, match=r"^hosts: cannot resolve node node2 "
+                                             r"\(NodeAddr no-such-host.invalid\)$"):
+        node_hosts(ctx, [0, 1])
+    with pytest.raises(PreflightError, match="places replicas on node 2, the allocation has 2"):
+        node_hosts(ctx, [0, 2])
+    monkeypatch.setattr(preflight.slurmjob, "allocation_nodes", lambda n: None)
+    with pytest.raises(PreflightError, match="cannot list the nodes"):
+        node_hosts(ctx, [0, 1])
+
+
+def test_single_node_needs_no_scheduler_call(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight.slurmjob, "allocation_nodes",
+                        lambda n: pytest.fail("asked scontrol"))
+    assert node_hosts(make_ctx(tmp_path), [0]) == {0: ("node1", "127.0.0.1")}
+
+
+def test_taken_port_on_another_node_is_found_by_connecting(tmp_path):
+    ctx = make_ctx(tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        sites = {"tiny": [Site(1, "127.0.0.1", port)]}
+        with pytest.raises(PreflightError,
+                           match=f"^ports: 127.0.0.1:{port} is already in use on node2$"):
+            check_sites(ctx, sites, HOSTS)
+    check_sites(ctx, sites, HOSTS)  # closed again: free
+
+
+def test_scontrol_parsers():
+    assert parse_hostnames("node1\nnode2\n\n") == ["node1", "node2"]
+    text = ("NodeName=node1 Arch=x86_64 CoresPerSocket=1 NodeAddr=127.0.0.1 NodeHostName=node1\n"
+            "NodeName=node2 Arch=x86_64 NodeAddr=gpu-b.cluster NodeHostName=node2\n")
+    assert parse_node_addrs(text) == {"node1": "127.0.0.1", "node2": "gpu-b.cluster"}
+
+
+def test_array_task_identity(tmp_path):
+    env = {**SLURM_ENV, "SLURM_ARRAY_TASK_ID": "2"}
+    record = AttemptRecord(run_id="r", shard=0, attempt=1, state="submitted", revision=2,
+                           updated_at=0.0, job_id="36_2")
+    ctx = dataclasses.replace(make_ctx(tmp_path, env=env, record=record), shard=7,
+                              array_task=2)
+    check_identity(ctx)
+    with pytest.raises(PreflightError, match=r"array task 2 was asked to run shard 7 "
+                                             r"\(array task 3\)"):
+        check_identity(dataclasses.replace(ctx, array_task=3))
+
+
+# ----------------------------------------------------------------------------- secrets
+
+
+def with_secrets(ctx: Context, deployment: dict, client: dict = None) -> Context:
+    dep = dataclasses.replace(ctx.plan.deployments[0], secret_env=deployment)
+    plan = ctx.plan.replace(deployments=(dep,))
+    if client is not None:
+        plan = plan.replace(client=None, client_command=CommandClientSpec(
+            argv=(sys.executable, "-c", "pass"), env={}, secret_env=client))
+    return dataclasses.replace(ctx, plan=plan)
+
+
+def test_secrets_present_pass_and_missing_fail_by_name(tmp_path):
+    env = {**SLURM_ENV, "JOB_TOKEN": "s3cr3t-value", "EMPTY": ""}
+    ctx = make_ctx(tmp_path, env=env)
+    check_secrets(with_secrets(ctx, {"HF_TOKEN": "JOB_TOKEN"}))
+    for dep, client, name in (({"HF_TOKEN": "NOPE"}, None, "NOPE"),
+                              ({"HF_TOKEN": "EMPTY"}, None, "EMPTY"),
+                              ({}, {"API_KEY": "CLIENT_NOPE"}, "CLIENT_NOPE")):
+        with pytest.raises(PreflightError) as info:
+            check_secrets(with_secrets(ctx, dep, client))
+        message = str(info.value)
+        assert message.startswith("secrets: ") and f"secret variable {name} " in message
+        assert "\n" not in message and "s3cr3t" not in message
+
+
+def test_missing_secret_fails_the_whole_preflight(tmp_path):
+    ctx = with_secrets(make_ctx(tmp_path), {"HF_TOKEN": "SYNTHBATCH_TEST_NO_SUCH_VAR"})
+    with pytest.raises(PreflightError, match="deployment tiny: secret variable "
+                                             "SYNTHBATCH_TEST_NO_SUCH_VAR"):
+        run_preflight(ctx)
+
+
+# ----------------------------------------------------------------------------- images
+
+
+def image(tmp_path: Path, runtime: str = "apptainer", content: bytes = b"image bytes",
+          executable: str = "/bin/true", sha: str = None) -> ContainerSpec:
+    path = tmp_path / "img.sif"
+    path.write_bytes(content)
+    digest = sha or hashlib.sha256(content).hexdigest()
+    return ContainerSpec(runtime=runtime, image="vllm", path=str(path), sha256=digest,
+                         mounts=(MountSpec(str(tmp_path), "/synthbatch/run", False),),
+                         executable=executable)
+
+
+def with_image(ctx: Context, box: ContainerSpec, client: bool = False) -> Context:
+    dep = dataclasses.replace(ctx.plan.deployments[0], container=box)
+    plan = ctx.plan.replace(deployments=(dep,))
+    if client:
+        plan = plan.replace(client=None, client_command=CommandClientSpec(
+            argv=("/in/image/client",), env={}, container=box))
+    return dataclasses.replace(ctx, plan=plan)
+
+
+def test_image_that_matches_passes_and_is_hashed_once(tmp_path, monkeypatch):
+    ctx = with_image(make_ctx(tmp_path), image(tmp_path), client=True)
+    calls = []
+    real = preflight.file_sha256
+    monkeypatch.setattr(preflight, "file_sha256", lambda p: calls.append(p) or real(p))
+    check_images(ctx)
+    assert calls == [str(tmp_path / "img.sif")]  # deployment and client share one hash
+    check_paths(ctx)  # commands inside an image are not looked for on the host
+
+
+def test_image_failures(tmp_path):
+    ctx = make_ctx(tmp_path)
+    box = image(tmp_path, sha="0" * 64)
+    with pytest.raises(PreflightError, match=r"^images: deployment tiny: image vllm \(.*img.sif\)"
+                                             r": sha256 [0-9a-f]{64} does not match the "
+                                             r"pinned 0{64}$"):
+        check_images(with_image(ctx, box))
+    Path(box.path).unlink()
+    with pytest.raises(PreflightError, match="img.sif\\) is missing or not readable"):
+        check_images(with_image(ctx, box))
+    with pytest.raises(PreflightError, match="container runtime /no/apptainer is missing"):
+        check_images(with_image(ctx, image(tmp_path, executable="/no/apptainer")))
+    elsewhere = dataclasses.replace(image(tmp_path), mounts=(MountSpec("/srv", "/srv", True),))
+    with pytest.raises(PreflightError, match="is not under any mount of image vllm"):
+        check_images(with_image(ctx, elsewhere))
+
+
+def test_client_command_executable_is_checked_on_the_host(tmp_path):
+    ctx = make_ctx(tmp_path)
+    plan = ctx.plan.replace(client=None, client_command=CommandClientSpec(
+        argv=("/no/such/client",), env={}))
+    with pytest.raises(PreflightError, match="client command /no/such/client is missing"):
+        check_paths(dataclasses.replace(ctx, plan=plan))
+
+
+def test_gpus_are_counted_per_node_of_the_placement(tmp_path):
+    ctx = make_ctx(tmp_path, env={**TWO_NODES, "SLURM_JOB_GPUS": "0"}, gpus=1)
+    check_gpus(dataclasses.replace(ctx, plan=two_node_plan(ctx)))  # one GPU on each node
+    dep = ctx.plan.deployments[0]
+    both_on_0 = dataclasses.replace(dep, replicas=2, placement=(
+        ReplicaSpec(index=0, node=0, gpus=(0,), port=20000),
+        ReplicaSpec(index=1, node=0, gpus=(1,), port=20001)))
+    with pytest.raises(PreflightError, match=r"needs 2 GPU\(s\), the allocation has 1"):
+        check_gpus(dataclasses.replace(ctx, plan=ctx.plan.replace(deployments=(both_on_0,))))
+    with pytest.raises(PreflightError, match=r"needs 1 GPU\(s\) per node, the allocation "
+                                             r"shows none"):
+        check_gpus(dataclasses.replace(ctx, plan=two_node_plan(ctx), env=TWO_NODES))

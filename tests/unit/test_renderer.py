@@ -50,6 +50,11 @@ VARIANTS: Dict[str, BatchScript] = {
     "nogpu": spec(resources=resources(gpus=0, partition=None, account=None, qos=None,
                                       time_limit="30"), signal_lead_s=0),
     "slurm-bin": spec(slurm_bin="/opt/slurm/bin", resources=resources(gpus=1, qos=None)),
+    "multinode": spec(resources=resources(nodes=2, gpus=4, gpu_request="gpus",
+                                          reservation="maint-2024",
+                                          options={"exclusive": "", "constraint": "a100|h100",
+                                                   "mail-type": "END,FAIL"}),
+                      array_index=1, submission=2),
 }
 
 
@@ -125,6 +130,32 @@ def test_no_gpus_no_partition() -> None:
     joined = "\n".join(directives)
     for option in ("--gres", "--gpus", "--partition", "--account", "--qos"):
         assert option not in joined
+
+
+def test_multinode_directives() -> None:
+    directives = sbatch_directives(VARIANTS["multinode"])
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --reservation=maint-2024", "#SBATCH --exclusive",
+                 "#SBATCH --constraint='a100|h100'", "#SBATCH --mail-type=END,FAIL"):
+        assert line in directives, line
+    assert not any(d.startswith(("#SBATCH --ntasks=", "#SBATCH --gpus=")) for d in directives)
+
+
+def test_multinode_gres_stays_per_node() -> None:
+    directives = sbatch_directives(spec(resources=resources(nodes=3, gpus=2)))
+    assert "#SBATCH --gres=gpu:2" in directives and "#SBATCH --ntasks-per-node=1" in directives
+
+
+def test_single_node_directives_unchanged_by_empty_options() -> None:
+    assert sbatch_directives(spec(resources=resources(options={}, reservation=None))) == \
+        sbatch_directives(VARIANTS["gres"])
+
+
+def test_array_index_is_passed_only_when_set() -> None:
+    assert "--array-index" not in render_batch_script(VARIANTS["gres"])
+    script = render_batch_script(spec(array_index=3))
+    words = shlex.split(script.split("\nexec ", 1)[1].replace("\\\n", " "))
+    assert words[words.index("--array-index") + 1] == "3"
 
 
 def test_slurm_bin_first_on_path() -> None:
@@ -234,6 +265,22 @@ def run_script(tmp_path: Path, run_dir: Path, agent_sha: Optional[str] = None,
            "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     return subprocess.run([BASH, str(script)], env=env, capture_output=True, text=True,
                           check=False, timeout=30, cwd=tmp_path)
+
+
+def test_script_passes_array_index_to_the_agent(tmp_path: Path, run_dir: Path) -> None:
+    script_spec = spec(run_dir=str(run_dir), agent_pyz="agent-x.pyz",
+                       agent_sha256=sha256(run_dir / "agent-x.pyz"),
+                       plan_sha256=sha256(run_dir / "plan.json"), submission=2,
+                       python=sys.executable, array_index=4)
+    script = tmp_path / "batch.sh"
+    script.write_text(render_batch_script(script_spec))
+    env = {"SLURM_TMPDIR": str(tmp_path), "HOME": str(tmp_path),
+           "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    proc = subprocess.run([BASH, str(script)], env=env, capture_output=True, text=True,
+                          check=False, timeout=30, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    argv = json.loads((run_dir / "agent-ran.json").read_text())["argv"]
+    assert argv[-2:] == ["--array-index", "4"]
 
 
 def test_script_runs_agent(tmp_path: Path, run_dir: Path) -> None:

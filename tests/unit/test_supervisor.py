@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -92,6 +93,23 @@ def test_parse_steps_of_squeue():
     text = "129.0|server-tiny-0\n129.1|proxy\n129.batch|batch\n129.extern|extern\n\nbad\n"
     assert parse_steps(text) == {"server-tiny-0": "129.0", "proxy": "129.1",
                                  "batch": "129.batch", "extern": "129.extern"}
+
+
+def test_parse_steps_keeps_only_this_array_task():
+    # squeue -s -j <raw id of the last task> also lists the sibling tasks' steps (22.05)
+    text = "460_1.0|server-tiny-0\n460_1.batch|batch\n460_0.0|server-tiny-0\n"
+    assert parse_steps(text, "460_0") == {"server-tiny-0": "460_0.0"}
+    assert parse_steps(text, "460_1") == {"server-tiny-0": "460_1.0", "batch": "460_1.batch"}
+
+
+def test_step_control_names_the_array_task(monkeypatch):
+    from agent_stdlib.steps import step_control
+
+    monkeypatch.setenv("SLURM_JOB_ID", "461")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "460")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
+    runtime = SimpleNamespace(launcher="srun")
+    assert step_control(runtime).job_id == "460_0"
 
 
 def test_step_control_without_slurm_reports_it_cannot_ask(monkeypatch):

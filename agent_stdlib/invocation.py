@@ -1,0 +1,122 @@
+"""What the batch script told the agent: arguments, the verified plan, shard and attempt.
+
+The shard comes from ``--shard``, or from the array task: with ``plan.arrays`` the batch
+script passes ``--array-index K`` and task ``t`` of array ``K`` runs shard
+``arrays[K].first_shard + t``. Without ``--array-index`` (scripts rendered before arrays
+existed) a plan with one array behaves as before: task id == shard index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Mapping, Optional, Tuple
+
+from agent_stdlib.contracts import SCHEMA_VERSION, Plan, SubmissionRecord, sha256_bytes
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.serving import AllocationFailure
+from agent_stdlib.statefile import read_bytes, read_json
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What the batch script told the agent."""
+
+    layout: RunLayout
+    plan: Plan
+    shard: int
+    attempt: int
+    agent_pyz: Path
+    max_requeues: int = 0
+    array_task: Optional[int] = None  # the array task id that runs ``shard``
+
+
+def load_verified_plan(path: Path, expected_sha256: str) -> Plan:
+    """Read the plan, check its sha256 and schema, and return it."""
+    raw = read_bytes(path)
+    if raw is None:
+        raise AllocationFailure(f"{path}: plan is missing")
+    digest = sha256_bytes(raw)
+    if digest != expected_sha256:
+        raise AllocationFailure(f"{path}: sha256 {digest} does not match {expected_sha256}")
+    data = read_json(path) or {}
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise AllocationFailure(f"{path}: unknown plan schema_version "
+                                f"{data.get('schema_version')!r}")
+    return Plan.from_dict(data)
+
+
+def _task_of(plan: Plan, shard: int, array_index: Optional[int]) -> int:
+    for spec in plan.arrays:
+        if array_index is not None and spec.index != array_index:
+            continue
+        if spec.first_shard <= shard < spec.first_shard + spec.count:
+            return shard - spec.first_shard
+    if plan.arrays:
+        raise AllocationFailure(f"no array of the plan holds shard {shard}"
+                                + ("" if array_index is None else f" (--array-index "
+                                                                  f"{array_index})"))
+    return shard
+
+
+def resolve_shard(plan: Plan, env: Mapping[str, str], shard: Optional[int],
+                  array_index: Optional[int]) -> Tuple[int, int]:
+    """``(shard, array task id)`` of this execution; AllocationFailure names what is off."""
+    if shard is not None:
+        return shard, _task_of(plan, shard, array_index)
+    raw = env.get("SLURM_ARRAY_TASK_ID", "")
+    if not raw.isdigit():
+        raise AllocationFailure("SLURM_ARRAY_TASK_ID is not set (not an array task?); "
+                                "pass --shard")
+    task = int(raw)
+    if not plan.arrays:
+        return task, task
+    if array_index is None:
+        if len(plan.arrays) > 1:
+            raise AllocationFailure(f"the plan has {len(plan.arrays)} arrays and the batch "
+                                    "script passed no --array-index")
+        array_index = plan.arrays[0].index
+    spec = next((a for a in plan.arrays if a.index == array_index), None)
+    if spec is None:
+        raise AllocationFailure(f"--array-index {array_index}: the plan has no such array")
+    if not 0 <= task < spec.count:
+        raise AllocationFailure(f"array {array_index} has {spec.count} task(s), this is "
+                                f"task {task}")
+    return spec.first_shard + task, task
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    """The ``allocation`` role's arguments."""
+    parser = argparse.ArgumentParser(prog="agent allocation")
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--plan-sha256", required=True)
+    parser.add_argument("--submission", required=True, type=int)
+    parser.add_argument("--agent-pyz", required=True, type=Path)
+    parser.add_argument("--shard", type=int, default=None,
+                        help="shard index (default: from the array task)")
+    parser.add_argument("--array-index", type=int, default=None,
+                        help="which of plan.arrays this job is (default: the only one)")
+    parser.add_argument("--max-requeues", type=int,
+                        default=int(os.environ.get("SYNTHBATCH_MAX_REQUEUES", "0") or 0),
+                        help="requeue the job on SIGUSR1 while SLURM_RESTART_COUNT is below "
+                             "(default: $SYNTHBATCH_MAX_REQUEUES, set by the batch script)")
+    return parser.parse_args(argv)
+
+
+def invocation(args: argparse.Namespace, env: Mapping[str, str]) -> Invocation:
+    """Load and cross-check everything the arguments name."""
+    layout = RunLayout(args.run_dir)
+    plan = load_verified_plan(layout.plan_json, args.plan_sha256)
+    shard, task = resolve_shard(plan, env, args.shard, args.array_index)
+    plan.shard(shard)
+    data = read_json(layout.submission_json(args.submission))
+    if data is None:
+        raise AllocationFailure(f"{layout.submission_json(args.submission)}: missing")
+    submission = SubmissionRecord.from_dict(data)
+    if str(shard) not in submission.attempts:
+        raise AllocationFailure(f"submission {args.submission} carries no shard {shard}")
+    return Invocation(layout=layout, plan=plan, shard=shard,
+                      attempt=submission.attempts[str(shard)], agent_pyz=args.agent_pyz,
+                      max_requeues=max(0, args.max_requeues), array_task=task)

@@ -1,0 +1,172 @@
+"""Step launch specs: the argv and environment of every server and client step (pure).
+
+One builder per step kind, no I/O, so the exact command lines are golden-tested
+(``tests/unit/test_serving.py``):
+
+* a server replica runs ``dep.command`` with ``{host}``, ``{port}`` and ``{agent}`` filled,
+  on its placement node (``srun --relative``), wrapped for its container;
+* the client step runs the built-in ``generate`` role, or the run's own command
+  (``plan.client_command``) with its env, secrets and container;
+* secrets are copied by name from the agent's environment into the step's environment,
+  never into an argv; inside a container the ``SYNTHBATCH_*`` paths and ``{agent}`` are
+  translated to the container's view of the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from agent_stdlib.containers import container_env, translate, wrap
+from agent_stdlib.contracts import ContainerSpec, DeploymentSpec, Plan
+from agent_stdlib.steps import step_argv, step_env
+
+LOOPBACK = "127.0.0.1"
+_PLACEHOLDER = re.compile(r"\{(host|port|agent)\}")
+# SYNTHBATCH_* variables that hold host paths (translated inside a container).
+PATH_VARS = ("SYNTHBATCH_OUTPUT_DIR", "SYNTHBATCH_PROGRESS_FILE")
+
+
+class LaunchError(ValueError):
+    """A step cannot be built (a missing secret, a path outside every mount)."""
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where one replica serves: allocation node index, the address it binds, its port."""
+
+    node: int
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        """The replica's base URL as the proxy reaches it."""
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One step: its name, full argv (srun included) and environment."""
+
+    name: str
+    argv: Tuple[str, ...]
+    env: Dict[str, str]
+
+
+def fill_placeholders(argv: Sequence[str], host: str, port: int, agent: str = "") -> List[str]:
+    """Replace ``{host}``, ``{port}`` and ``{agent}`` in one pass (values are never rescanned)."""
+    values = {"host": host, "port": str(port), "agent": agent}
+    return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in argv]
+
+
+def secret_values(secret_env: Mapping[str, str], ambient: Mapping[str, str],
+                  owner: str) -> Dict[str, str]:
+    """Step variable -> value of the named job variable; LaunchError naming a missing one."""
+    out: Dict[str, str] = {}
+    for step_var, job_var in sorted(secret_env.items()):
+        value = ambient.get(job_var)
+        if not value:
+            raise LaunchError(f"{owner}: secret variable {job_var} (for {step_var}) is not "
+                              "set in the job environment")
+        out[step_var] = value
+    return out
+
+
+def in_container(path: str, container: Optional[ContainerSpec], what: str) -> str:
+    """``path`` as the step sees it: translated into ``container``'s mounts (if any)."""
+    if container is None or container.runtime == "none":
+        return path
+    moved = translate(path, container.mounts)
+    if moved is None:
+        raise LaunchError(f"{what} {path} is not under any mount of image {container.image}")
+    return moved
+
+
+def _step(plan: Plan, name: str, argv: Sequence[str], extra: Mapping[str, str],
+          ambient: Mapping[str, str], container: Optional[ContainerSpec], gpus: int,
+          relative: Optional[int]) -> Launch:
+    names = sorted(extra)
+    wrapped = wrap(container, argv, names, gpus)
+    if wrapped.srun_flags and plan.runtime.launcher != "srun":
+        raise LaunchError(f"{name}: a {container.runtime if container else ''} image needs the "
+                          "srun launcher")
+    cmd = step_argv(plan.runtime, plan.resources, name, wrapped.argv, gpus,
+                    relative=relative, flags=wrapped.srun_flags)
+    env = container_env(container, step_env(plan.runtime, ambient, extra), names)
+    return Launch(name=name, argv=tuple(cmd), env=env)
+
+
+def server_name(dep: DeploymentSpec, replica: int) -> str:
+    """The step (and log) name of one replica."""
+    return f"server-{dep.alias}-{replica}"
+
+
+def server_launch(plan: Plan, dep: DeploymentSpec, replica: int, site: Site, agent_pyz: str,
+                  ambient: Mapping[str, str]) -> Launch:
+    """Replica ``replica`` of ``dep`` serving at ``site``.
+
+    ``--relative`` is set when the plan places the replica (``dep.placement``); a replica
+    is one task on one node (the planner never splits one across nodes).
+    """
+    agent = in_container(agent_pyz, dep.container, f"deployment {dep.alias}: agent")
+    argv = fill_placeholders(dep.command, site.host, site.port, agent)
+    extra = dict(dep.env)
+    extra.update(secret_values(dep.secret_env, ambient, f"deployment {dep.alias}"))
+    relative = site.node if dep.placement else None
+    return _step(plan, server_name(dep, replica), argv, extra, ambient, dep.container,
+                 dep.gpus_per_replica, relative)
+
+
+@dataclass(frozen=True)
+class ClientPaths:
+    """Host paths and facts the client contract names."""
+
+    agent_pyz: str
+    plan_json: str
+    output: str
+    progress_json: str
+    shard: int
+    record_offset: int
+    num_records: int
+
+
+def client_contract(plan: Plan, paths: ClientPaths,
+                    endpoints: Mapping[str, str]) -> Dict[str, str]:
+    """The ``SYNTHBATCH_*`` variables of the client step (host paths)."""
+    env = {
+        "SYNTHBATCH_ENDPOINTS": json.dumps(dict(endpoints), sort_keys=True),
+        "SYNTHBATCH_SHARD_INDEX": str(paths.shard),
+        "SYNTHBATCH_SHARD_COUNT": str(len(plan.shards)),
+        "SYNTHBATCH_RECORD_OFFSET": str(paths.record_offset),
+        "SYNTHBATCH_NUM_RECORDS": str(paths.num_records),
+        "SYNTHBATCH_OUTPUT_DIR": paths.output,
+        "SYNTHBATCH_PROGRESS_FILE": paths.progress_json,
+    }
+    if len(endpoints) == 1:
+        env["SYNTHBATCH_OPENAI_BASE_URL"] = next(iter(endpoints.values())) + "/v1"
+    return env
+
+
+def client_launch(plan: Plan, paths: ClientPaths, endpoints: Mapping[str, str],
+                  ambient: Mapping[str, str]) -> Launch:
+    """The client step: built-in ``generate``, or ``plan.client_command`` when set.
+
+    It runs on the batch node (``--relative=0`` in multi-node allocations), where the
+    loopback proxies listen.
+    """
+    contract = client_contract(plan, paths, endpoints)
+    relative = 0 if plan.resources.nodes > 1 else None
+    command = plan.client_command
+    if command is None:
+        argv = [plan.runtime.python, "-I", paths.agent_pyz, "generate", "--plan",
+                paths.plan_json]
+        return _step(plan, "client", argv, contract, ambient, None, 0, relative)
+    for var in PATH_VARS:
+        contract[var] = in_container(contract[var], command.container, f"client: {var}")
+    extra = dict(command.env)
+    extra.update(secret_values(command.secret_env, ambient, "client"))
+    extra.update(contract)  # the contract wins over a same-named literal
+    return _step(plan, "client", command.argv, extra, ambient, command.container, 0, relative)

@@ -1,0 +1,177 @@
+"""Server and client step specs (argv + env): goldens per variant, placeholders, secrets."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Callable, Dict, Optional
+
+import pytest
+
+from agent_stdlib.contracts import (
+    CommandClientSpec,
+    ContainerSpec,
+    MountSpec,
+    Plan,
+    ReplicaSpec,
+)
+from agent_stdlib.launch import (
+    ClientPaths,
+    Launch,
+    LaunchError,
+    Site,
+    client_launch,
+    fill_placeholders,
+    server_launch,
+)
+from tests.agent_runs import local_plan
+
+RUN = "/ws/runs/r-1"
+AGENT = f"{RUN}/agent-{'a' * 64}.pyz"
+AMBIENT = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "SLURM_JOB_ID": "12",
+           "JOB_HF_TOKEN": "hf-secret-value", "JOB_API_KEY": "api-secret-value",
+           "UNRELATED": "dropped"}
+MOUNTS = (MountSpec("/shared/models", "/models", True), MountSpec(RUN, "/synthbatch/run", False))
+PYXIS = ContainerSpec(runtime="pyxis", image="vllm", path="/img/vllm.sqsh", sha256="b" * 64,
+                      mounts=MOUNTS)
+APPTAINER = dataclasses.replace(PYXIS, runtime="apptainer", path="/img/vllm.sif")
+PATHS = ClientPaths(agent_pyz=AGENT, plan_json=f"{RUN}/plan.json",
+                    output=f"{RUN}/shards/shard-00003/attempts/attempt-0001/output",
+                    progress_json=f"{RUN}/shards/shard-00003/attempts/attempt-0001/progress.json",
+                    shard=3, record_offset=30, num_records=10)
+ENDPOINTS = {"tiny": "http://127.0.0.1:41000"}
+
+
+def srun_plan(nodes: int = 2, gpu_request: str = "gres", **dep_changes: object) -> Plan:
+    plan = local_plan("/usr/bin/python3", ["serve", "--host", "{host}", "--port", "{port}"])
+    placement = (ReplicaSpec(index=0, node=0, gpus=(0, 1), port=20000),
+                 ReplicaSpec(index=1, node=1, gpus=(0, 1), port=20001))
+    dep = dataclasses.replace(plan.deployments[0], gpus_per_replica=2, replicas=2,
+                              nodes=nodes, placement=placement if nodes > 1 else (),
+                              env={"VLLM_LOGGING_LEVEL": "INFO"}, **dep_changes)
+    resources = dataclasses.replace(plan.resources, nodes=nodes, gpus=4 if nodes == 1 else 2,
+                                    gpu_request=gpu_request)
+    runtime = dataclasses.replace(plan.runtime, launcher="srun", env_allow=("HF_HOME",))
+    return plan.replace(deployments=(dep,), resources=resources, runtime=runtime)
+
+
+def dump(launch: Launch) -> str:
+    return json.dumps({"name": launch.name, "argv": list(launch.argv),
+                       "env": dict(sorted(launch.env.items()))}, indent=2) + "\n"
+
+
+def server(plan: Plan, replica: int, site: Site) -> Launch:
+    return server_launch(plan, plan.deployments[0], replica, site, AGENT, AMBIENT)
+
+
+VLLM = ("vllm", "serve", "/models/llama", "--host", "{host}", "--port", "{port}")
+SERVERS: Dict[str, Callable[[], Launch]] = {
+    "single-node": lambda: server(srun_plan(nodes=1), 1, Site(0, "127.0.0.1", 24001)),
+    "placed-node1": lambda: server(srun_plan(secret_env={"HF_TOKEN": "JOB_HF_TOKEN"}), 1,
+                                   Site(1, "10.0.0.2", 20001)),
+    "gpus-per-node": lambda: server(srun_plan(gpu_request="gpus"), 0,
+                                    Site(0, "127.0.0.1", 20000)),
+    "pyxis": lambda: server(srun_plan(container=PYXIS, command=VLLM,
+                                      secret_env={"HF_TOKEN": "JOB_HF_TOKEN"}), 1,
+                            Site(1, "10.0.0.2", 20001)),
+    "apptainer-agent": lambda: server(srun_plan(
+        container=APPTAINER, secret_env={"HF_TOKEN": "JOB_HF_TOKEN"},
+        command=("python3", "-I", "{agent}", "serve-llamacpp", "-m", "/models/x.gguf",
+                 "--host", "{host}", "--port", "{port}")), 0, Site(0, "127.0.0.1", 20000)),
+}
+
+
+def command_plan(container: Optional[ContainerSpec]) -> Plan:
+    command = CommandClientSpec(argv=("/opt/client/run", "--out", "/synthbatch/run/x"),
+                                env={"MODE": "fast"}, secret_env={"API_KEY": "JOB_API_KEY"},
+                                container=container)
+    return srun_plan().replace(client=None, client_command=command)
+
+
+CLIENTS: Dict[str, Callable[[], Launch]] = {
+    "builtin": lambda: client_launch(srun_plan(nodes=1), PATHS, ENDPOINTS, AMBIENT),
+    "command-host": lambda: client_launch(command_plan(None), PATHS, ENDPOINTS, AMBIENT),
+    "command-apptainer": lambda: client_launch(command_plan(APPTAINER), PATHS,
+                                               {**ENDPOINTS, "big": "http://127.0.0.1:41001"},
+                                               AMBIENT),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(SERVERS))
+def test_server_golden(variant: str, golden: Callable[[str, str], None]) -> None:
+    golden(f"server-{variant}.json", dump(SERVERS[variant]()))
+
+
+@pytest.mark.parametrize("variant", sorted(CLIENTS))
+def test_client_golden(variant: str, golden: Callable[[str, str], None]) -> None:
+    golden(f"client-{variant}.json", dump(CLIENTS[variant]()))
+
+
+def test_placed_replica_runs_on_its_node_as_one_task() -> None:
+    argv = SERVERS["placed-node1"]().argv
+    head = argv[:argv.index("--")]
+    assert "--relative=1" in head and "--nodes=1" in head and "--ntasks=1" in head
+    assert "--kill-on-bad-exit=1" in head and "--gres=gpu:2" in head
+    assert argv[argv.index("--") + 1:] == ("serve", "--host", "10.0.0.2", "--port", "20001")
+    assert "--relative" not in " ".join(SERVERS["single-node"]().argv)
+
+
+def test_secrets_reach_the_env_by_name_never_the_argv() -> None:
+    for variant in ("placed-node1", "pyxis", "apptainer-agent"):
+        launch = SERVERS[variant]()
+        assert launch.env["HF_TOKEN"] == "hf-secret-value"
+        assert not any("hf-secret-value" in a for a in launch.argv)
+        assert "JOB_HF_TOKEN" not in launch.env and "UNRELATED" not in launch.env
+    assert SERVERS["apptainer-agent"]().env["APPTAINERENV_HF_TOKEN"] == "hf-secret-value"
+    assert "--container-env=HF_TOKEN,VLLM_LOGGING_LEVEL" in SERVERS["pyxis"]().argv
+
+
+def test_pyxis_flags_go_before_the_separator() -> None:
+    argv = SERVERS["pyxis"]().argv
+    sep = argv.index("--")
+    assert "--container-image=/img/vllm.sqsh" in argv[:sep]
+    assert argv[sep + 1:] == ("vllm", "serve", "/models/llama", "--host", "10.0.0.2",
+                              "--port", "20001")
+
+
+def test_agent_placeholder_is_translated_inside_the_container() -> None:
+    argv = SERVERS["apptainer-agent"]().argv
+    assert f"/synthbatch/run/agent-{'a' * 64}.pyz" in argv and AGENT not in argv
+
+
+def test_missing_secret_names_the_variable() -> None:
+    plan = srun_plan(secret_env={"HF_TOKEN": "JOB_NOT_SET"})
+    with pytest.raises(LaunchError, match="secret variable JOB_NOT_SET \\(for HF_TOKEN\\)"):
+        server(plan, 0, Site(0, "127.0.0.1", 20000))
+
+
+def test_command_client_in_container_sees_translated_paths() -> None:
+    env = CLIENTS["command-apptainer"]().env
+    assert env["SYNTHBATCH_OUTPUT_DIR"] == \
+        "/synthbatch/run/shards/shard-00003/attempts/attempt-0001/output"
+    assert env["APPTAINERENV_SYNTHBATCH_OUTPUT_DIR"] == env["SYNTHBATCH_OUTPUT_DIR"]
+    assert env["APPTAINERENV_API_KEY"] == "api-secret-value"
+    assert "SYNTHBATCH_OPENAI_BASE_URL" not in env  # two models: no single-model shortcut
+    host = CLIENTS["command-host"]().env
+    assert host["SYNTHBATCH_OUTPUT_DIR"] == PATHS.output and host["MODE"] == "fast"
+    assert host["SYNTHBATCH_OPENAI_BASE_URL"] == "http://127.0.0.1:41000/v1"
+
+
+def test_client_runs_on_the_batch_node_of_a_multi_node_allocation() -> None:
+    assert "--relative=0" in CLIENTS["command-host"]().argv
+    assert "--relative=0" not in CLIENTS["builtin"]().argv  # one node: no pinning needed
+
+
+def test_fill_placeholders_is_one_pass() -> None:
+    assert fill_placeholders(["{host}:{port}", "--x={agent}", "{model}"], "{port}", 5, "/a") == \
+        ["{port}:5", "--x=/a", "{model}"]
+
+
+def test_pyxis_refuses_the_local_launcher() -> None:
+    plan = srun_plan(container=PYXIS)
+    local = plan.replace(runtime=dataclasses.replace(plan.runtime, launcher="local"))
+    with pytest.raises(LaunchError, match="a pyxis image needs the srun launcher"):
+        server(local, 0, Site(0, "127.0.0.1", 20000))
+    apptainer = srun_plan(container=APPTAINER)
+    argv = server(apptainer.replace(runtime=local.runtime), 0, Site(0, "127.0.0.1", 1)).argv
+    assert argv[:2] == ("apptainer", "exec")  # no srun: the wrapper runs as it is
