@@ -57,9 +57,31 @@ def scan_output(output: Path) -> Tuple[FileEntry, ...]:
     return tuple(_scan_file(path, rel) for path, rel in _walk(output))
 
 
+def _complete_records(path: Path, rel: str) -> int:
+    records = 0
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.endswith(b"\n"):
+                break  # a torn last line: the client was stopped while writing it
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+            except ValueError as err:
+                raise CandidateError(f"{rel}:{number}: not a JSON record ({err})") from err
+            records += 1
+    return records
+
+
 def count_records(output: Path) -> int:
-    """Records the client left in ``output`` (for a partial result); CandidateError if bad."""
-    return sum(f.records for f in scan_output(output))
+    """Complete records the client left in ``output`` (a partial result).
+
+    A torn last line (no newline: the client was killed mid-write) is not counted and does
+    not make the output unusable; a malformed complete line raises CandidateError.
+    """
+    if not output.is_dir() or output.is_symlink():
+        raise CandidateError("output/: missing or not a directory")
+    return sum(_complete_records(path, rel) for path, rel in _walk(output))
 
 
 def build_manifest(output: Path, shard: int, attempt: int, expected: int) -> ResultManifest:

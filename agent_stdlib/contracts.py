@@ -327,6 +327,7 @@ class AttemptRecord(Record):
     restarts: int = 0
     reason: Optional[str] = None
     partial_records: Optional[int] = None  # records kept in output/ by a stopped execution
+    resume_from: Optional[int] = None  # earlier attempt whose kept output this one continues
     schema_version: int = SCHEMA_VERSION
 
 

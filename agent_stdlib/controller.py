@@ -178,7 +178,10 @@ class Allocation:
 
     def _run_client(self) -> None:
         shard = self.inv.plan.shard(self.inv.shard)
-        paths = ClientPaths(agent_pyz=str(self.inv.agent_pyz),
+        record = load_attempt(self.paths.attempt_json)
+        source = record.resume_from if record is not None else None
+        resume = str(self.inv.layout.attempt(shard.index, source).output) if source else ""
+        paths = ClientPaths(agent_pyz=str(self.inv.agent_pyz), resume=resume,
                             plan_json=str(self.inv.layout.plan_json),
                             output=str(self.paths.output),
                             progress_json=str(self.paths.progress_json), shard=shard.index,

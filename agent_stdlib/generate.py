@@ -2,14 +2,17 @@
 
 Reads the client contract from the environment (``SYNTHBATCH_ENDPOINTS``,
 ``SYNTHBATCH_RECORD_OFFSET``, ``SYNTHBATCH_NUM_RECORDS``, ``SYNTHBATCH_OUTPUT_DIR``,
-``SYNTHBATCH_PROGRESS_FILE``) and the generation spec from the verified plan. Writes one
-JSONL file into the output directory, records in index order, and progress about once a
-second. Retries 429/503 and connection errors with back-off, honouring Retry-After.
+``SYNTHBATCH_PROGRESS_FILE``, ``SYNTHBATCH_RESUME_DIR``) and the generation spec from the
+verified plan. Writes one JSONL file into the output directory, records in index order, and
+progress about once a second. Retries 429/503 and connection errors with back-off,
+honouring Retry-After.
 
 SIGUSR1/SIGTERM/SIGINT stop generation gracefully: the records written so far (all
 complete lines, in index order) are fsynced and kept, and the process exits with
 ``EXIT_PARTIAL``. A later execution of the same attempt resumes after the last complete
-record of the file.
+record of the file. A retry (a new attempt) given ``SYNTHBATCH_RESUME_DIR`` copies the
+records an earlier attempt completed from there (``agent_stdlib/resume.py``, by record
+index) instead of requesting them again; its output still holds the shard's full range.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from agent_stdlib.contracts import GenerateSpec, Plan, ProgressRecord
+from agent_stdlib.resume import KeptRecords, scan_kept
 from agent_stdlib.statefile import read_json, write_json_atomic
 
 RETRYABLE = (429, 500, 502, 503, 504)
@@ -140,6 +144,11 @@ class Progress:
             if time.monotonic() - self._last_write >= 1.0:
                 self.write()
 
+    def skip(self, count: int) -> None:
+        """Count ``count`` records taken over from an earlier attempt."""
+        with self._lock:
+            self.done += count
+
     def write(self) -> None:
         """Publish the counters now."""
         if self.path is None:
@@ -174,40 +183,68 @@ def _result(future: Future, stop: threading.Event) -> Optional[Dict[str, Any]]:
 
 
 def generate(spec: GenerateSpec, target: Target, offset: int, count: int, out_file: Path,
-             progress: Progress, stop: Optional[threading.Event] = None) -> int:
+             progress: Progress, stop: Optional[threading.Event] = None,
+             kept: Optional[KeptRecords] = None) -> int:
     """Generate records ``offset .. offset+count-1`` into ``out_file`` in index order.
 
-    Records already in ``out_file`` (a stopped earlier execution) are kept and skipped.
+    Records already in ``out_file`` (a stopped earlier execution) are kept and skipped;
+    records in ``kept`` (an earlier attempt's output) are copied, not requested.
     Returns the number of records in the file: ``count`` unless ``stop`` was set.
     """
     stop = stop or threading.Event()
+    kept = kept if kept is not None else KeptRecords()
     done = resume_count(out_file)
     progress.done = done
+    end = offset + count
+    todo = iter(kept.missing(range(offset + done, end)))
     pool = ThreadPoolExecutor(max_workers=spec.concurrency)
     pending: Dict[int, Future] = {}
+    handles: Dict[int, BinaryIO] = {}
     try:
-        with open(out_file, "a", encoding="utf-8") as out:
-            indices = iter(range(offset + done, offset + count))
-            for index in indices:
+        with open(out_file, "ab") as out:
+            for index in todo:
                 pending[index] = pool.submit(complete, spec, target, index)
                 if len(pending) >= spec.concurrency * 2:
                     break
-            for index in range(offset + done, offset + count):
+            index = offset + done
+            while index < end:
+                copied = kept.copy_run(index, end, out, handles)
+                if copied:
+                    index, done = index + copied, done + copied
+                    progress.skip(copied)
+                    continue
                 record = _result(pending.pop(index), stop)
                 if record is None:
                     break
-                out.write(json.dumps(record, sort_keys=True) + "\n")
-                done += 1
+                out.write((json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
+                index, done = index + 1, done + 1
                 progress.add(record)
-                nxt = next(indices, None)
+                nxt = next(todo, None)
                 if nxt is not None:
                     pending[nxt] = pool.submit(complete, spec, target, nxt)
             out.flush()
             os.fsync(out.fileno())
     finally:
         pool.shutdown(wait=not stop.is_set(), cancel_futures=True)
+        for handle in handles.values():
+            handle.close()
     progress.write()
     return done
+
+
+def kept_records(resume_dir: Optional[str], output: Path, offset: int,
+                 count: int) -> KeptRecords:
+    """What ``SYNTHBATCH_RESUME_DIR`` already holds (nothing when unset or ``output``)."""
+    if not resume_dir:
+        return KeptRecords()
+    folder = Path(resume_dir)
+    if folder.resolve() == output.resolve():
+        return KeptRecords()
+    kept = scan_kept(folder, offset, count)
+    print(f"generate: resuming from {folder}: {len(kept)} of {count} records kept there"
+          + (f" ({kept.skipped} unusable line(s) ignored)" if kept.skipped else ""),
+          file=sys.stderr, flush=True)
+    return kept
 
 
 def stop_on_signals() -> threading.Event:
@@ -244,7 +281,8 @@ def main(argv: List[str]) -> int:
         progress_env = os.environ.get("SYNTHBATCH_PROGRESS_FILE")
         progress = Progress(Path(progress_env) if progress_env else None, count)
         out_file = output / f"records-{offset:012d}.jsonl"
-        written = generate(plan.client, target, offset, count, out_file, progress, stop)
+        kept = kept_records(os.environ.get("SYNTHBATCH_RESUME_DIR"), output, offset, count)
+        written = generate(plan.client, target, offset, count, out_file, progress, stop, kept)
     except (GenerateError, KeyError, ValueError, OSError) as err:
         print(f"generate: {err}", file=sys.stderr)
         return 1

@@ -26,7 +26,7 @@ from agent_stdlib.steps import step_argv, step_env
 LOOPBACK = "127.0.0.1"
 _PLACEHOLDER = re.compile(r"\{(host|port|agent)\}")
 # SYNTHBATCH_* variables that hold host paths (translated inside a container).
-PATH_VARS = ("SYNTHBATCH_OUTPUT_DIR", "SYNTHBATCH_PROGRESS_FILE")
+PATH_VARS = ("SYNTHBATCH_OUTPUT_DIR", "SYNTHBATCH_PROGRESS_FILE", "SYNTHBATCH_RESUME_DIR")
 
 
 class LaunchError(ValueError):
@@ -131,6 +131,7 @@ class ClientPaths:
     shard: int
     record_offset: int
     num_records: int
+    resume: str = ""  # an earlier attempt's output/ to continue from ("" = start clean)
 
 
 def client_contract(plan: Plan, paths: ClientPaths,
@@ -145,6 +146,8 @@ def client_contract(plan: Plan, paths: ClientPaths,
         "SYNTHBATCH_OUTPUT_DIR": paths.output,
         "SYNTHBATCH_PROGRESS_FILE": paths.progress_json,
     }
+    if paths.resume:
+        env["SYNTHBATCH_RESUME_DIR"] = paths.resume
     if len(endpoints) == 1:
         env["SYNTHBATCH_OPENAI_BASE_URL"] = next(iter(endpoints.values())) + "/v1"
     return env
@@ -164,7 +167,7 @@ def client_launch(plan: Plan, paths: ClientPaths, endpoints: Mapping[str, str],
         argv = [plan.runtime.python, "-I", paths.agent_pyz, "generate", "--plan",
                 paths.plan_json]
         return _step(plan, "client", argv, contract, ambient, None, 0, relative)
-    for var in PATH_VARS:
+    for var in (v for v in PATH_VARS if v in contract):
         contract[var] = in_container(contract[var], command.container, f"client: {var}")
     extra = dict(command.env)
     extra.update(secret_values(command.secret_env, ambient, "client"))

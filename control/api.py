@@ -98,12 +98,30 @@ def submit(run_file: Path, profile: Optional[str] = None,
 
 
 def status(run_id: str, profile: Optional[str] = None,
-           scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
-    """Shards by state, records done, tokens, rate, ETA, failures with reasons and logs."""
+           scheduler: Optional[Scheduler] = None, auto_retry: bool = False) -> Dict[str, Any]:
+    """Shards by state, records done, tokens, rate, ETA, failures with reasons and logs.
+
+    ``auto_retry`` also submits the next attempt of failed shards below the run's
+    ``max_attempts`` (as ``retry --auto``; skipped while another retry holds the lock) and
+    adds what it submitted as ``retried``.
+    """
     from control.runs.observe import observe
 
     prof, layout = _run(run_id, profile)
-    return observe(layout, scheduler or scheduler_for(prof))
+    sched = scheduler or scheduler_for(prof)
+    data = observe(layout, sched)
+    if not auto_retry or not data["counts"].get("failed"):
+        return data
+    from control.errors import Conflict
+    from control.runs.retry import retry_run
+
+    try:
+        done = retry_run(layout, prof, sched, auto=True, lock_wait_s=0.0)
+    except Conflict as err:
+        return {**data, "retried": [], "notes": [*data["notes"], err.message]}
+    if not done.submitted:
+        return {**data, "retried": []}
+    return {**observe(layout, sched), "retried": [c.to_dict() for c in done.submitted]}
 
 
 def cancel(run_id: str, shards: Sequence[int] = (), profile: Optional[str] = None,
@@ -128,12 +146,35 @@ def logs(run_id: str, shard: Optional[int] = None, step: Optional[str] = None,
 
 
 def merge(run_id: str, output: Optional[Path] = None, allow_partial: bool = False,
-          profile: Optional[str] = None) -> Dict[str, Any]:
-    """Concatenate the winners of a run in shard order; return the merge manifest."""
+          profile: Optional[str] = None, fmt: str = "jsonl") -> Dict[str, Any]:
+    """Verify and concatenate the winners of a run in shard order; return the manifest."""
     from control.runs.merge import merge_run
 
     _, layout = _run(run_id, profile)
-    return merge_run(layout, output.resolve() if output else None, allow_partial)
+    return merge_run(layout, output.resolve() if output else None, allow_partial, fmt)
+
+
+def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
+          dry_run: bool = False, auto: bool = False, profile: Optional[str] = None,
+          scheduler: Optional[Scheduler] = None, lock_wait_s: float = 60.0) -> Dict[str, Any]:
+    """Submit attempt N+1 for shards that ended without a winner (or the named ``shards``).
+
+    Reconciles first (the same refresh as ``status``: lost agents become ``failed``, a
+    missing winner is completed), then selects under the run's retry lock. ``auto`` takes
+    only failed shards below the plan's ``max_attempts``; ``resume`` overrides the plan's
+    resume policy. Returns what was (with ``dry_run``: would be) submitted.
+    """
+    from control.runs.observe import observe
+    from control.runs.retry import retry_run
+
+    prof, layout = _run(run_id, profile)
+    sched = scheduler or scheduler_for(prof)
+    observe(layout, sched)
+    done = retry_run(layout, prof, sched, list(shards), resume, dry_run, auto, lock_wait_s)
+    return {"run_id": run_id, "dry_run": dry_run, "auto": auto,
+            "shards": [c.to_dict() for c in done.submitted],
+            "submissions": done.submissions,
+            "exhausted": [done.selection.exhausted[s] for s in sorted(done.selection.exhausted)]}
 
 
 def runs(profile: Optional[str] = None) -> Dict[str, Any]:

@@ -28,6 +28,7 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "logs": ("control.cli.logs", "logs_cmd", "Print or follow a shard's log."),
     "cancel": ("control.cli.cancel", "cancel_cmd", "Cancel a run or some of its shards."),
     "merge": ("control.cli.merge", "merge_cmd", "Concatenate the verified winners of a run."),
+    "retry": ("control.cli.retry", "retry_cmd", "Submit the next attempt of failed shards."),
     "profile": ("control.cli.profile", "profile_group", "Create, check and show profiles."),
     "image": ("control.cli.image", "image_group", "Register sealed container images."),
 }

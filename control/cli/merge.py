@@ -13,14 +13,20 @@ from control.cli.common import common
 @click.command("merge")
 @click.argument("run_id")
 @click.option("--output", type=click.Path(path_type=Path), default=None,
-              help="Output JSONL file (default: <run>/merged/records.jsonl).")
-@click.option("--allow-partial", is_flag=True, help="Merge the shards that have winners.")
+              help="Output file (default: <run>/merged/records.<format>).")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "parquet"]), default="jsonl",
+              show_default=True, help="parquet needs the optional pyarrow extra.")
+@click.option("--allow-partial", is_flag=True,
+              help="Merge the shards that have winners; list the others in the manifest.")
 @common
-def merge_cmd(run_id: str, output: Optional[Path], allow_partial: bool,
+def merge_cmd(run_id: str, output: Optional[Path], fmt: str, allow_partial: bool,
               profile: Optional[str]) -> Any:
-    """Concatenate the verified winners of RUN_ID in shard order."""
+    """Concatenate the verified winners of RUN_ID in shard order; write a manifest."""
     from control import api
 
-    data = api.merge(run_id, output, allow_partial, profile)
-    return {"data": data,
-            "text": f"merged {data['records']} records into {data['output']}"}
+    data = api.merge(run_id, output, allow_partial, profile, fmt=fmt)
+    text = f"merged {data['records']} records into {data['output']}"
+    if data["missing_shards"]:
+        text += (f"\n  partial: {len(data['missing_shards'])} shard(s) without a winner were "
+                 f"left out: {', '.join(map(str, data['missing_shards'][:20]))}")
+    return {"data": data, "text": text}

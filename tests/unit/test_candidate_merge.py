@@ -263,7 +263,8 @@ def test_merge_in_shard_order(tmp_path: Path) -> None:
     assert [(s["shard"], s["attempt"]) for s in manifest["shards"]] == [(0, 1), (1, 3), (2, 1),
                                                                         (3, 2)]
     on_disk = json.loads((layout.merged / "manifest.json").read_text())
-    assert on_disk == manifest
+    assert on_disk == {k: v for k, v in manifest.items() if k != "manifest"}
+    assert manifest["manifest"] == str(layout.merged / "manifest.json")
     assert sorted(p.name for p in layout.merged.iterdir()) == ["manifest.json", "records.jsonl"]
 
 
@@ -358,3 +359,122 @@ def test_winner_record_carries_manifest(tmp_path: Path) -> None:
     result = layout.attempt(0, 1).result_json.read_bytes()
     assert winner.result_sha256 == sha256_bytes(result)
     assert replace(winner, created_at=0.0).files == winner.files
+
+
+# ----------------------------------------------------------------------------- merge (issue 8)
+
+
+def test_merge_manifest_is_deterministic_and_names_plan_and_files(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run", records=7, count=3)
+    first = merge_run(layout, None, False)
+    manifest_bytes = (layout.merged / "manifest.json").read_bytes()
+    second = merge_run(layout, None, False)
+    assert first == second
+    assert (layout.merged / "manifest.json").read_bytes() == manifest_bytes
+    assert first["plan_sha256"] == hashlib.sha256(layout.plan_json.read_bytes()).hexdigest()
+    assert first["format"] == "jsonl"
+    shard0 = first["shards"][0]
+    assert [f["path"] for f in shard0["files"]] == ["part-0.jsonl", "part-1.jsonl"]
+    on_disk = layout.attempt(0, 1).output / "part-0.jsonl"
+    assert shard0["files"][0]["sha256"] == hashlib.sha256(on_disk.read_bytes()).hexdigest()
+
+
+def test_merge_adds_a_missing_final_newline(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run", records=4, count=2)
+    out = layout.attempt(0, 1).output
+    # rewrite shard 0 as one file without a final newline, with a winner that says so
+    for path in out.iterdir():
+        path.unlink()
+    (out / "x.jsonl").write_bytes(b'{"i": 0}\n{"i": 1}')
+    manifest = build_manifest(out, 0, 1, 2)
+    winner = WinnerRecord(shard=0, attempt=1, records=2, result_sha256="0" * 64,
+                          files=manifest.files, created_at=1.0)
+    path = layout.winner_json(0)
+    path.chmod(0o600)
+    path.write_text(winner.to_json())
+    merge_run(layout, None, False)
+    assert merged_ids(layout.merged / "records.jsonl") == [0, 1, 2, 3]
+
+
+def test_merge_checks_sizes_before_reading_anything(tmp_path: Path) -> None:
+    layout = build_run(tmp_path / "run", records=6, count=3)
+    path = layout.attempt(2, 1).output / "part-1.jsonl"
+    path.write_bytes(path.read_bytes() + b'{"i": 99}\n')
+    with pytest.raises(Conflict, match=r"shard 2: .*part-1.jsonl: not the \d+-byte regular"):
+        merge_run(layout, None, False)
+    assert not layout.merged.exists()  # refused before the merge folder was even made
+
+
+def test_merge_rejects_an_output_in_a_missing_directory(tmp_path: Path) -> None:
+    from control.errors import InvalidInput
+
+    layout = build_run(tmp_path / "run")
+    with pytest.raises(InvalidInput, match="is not a directory"):
+        merge_run(layout, tmp_path / "nope" / "out.jsonl", False)
+
+
+def test_concurrent_merges_give_the_same_bytes(tmp_path: Path) -> None:
+    import threading
+
+    layout = build_run(tmp_path / "run", records=400, count=8)
+    target = tmp_path / "out.jsonl"
+    errors: List[BaseException] = []
+
+    def one() -> None:
+        try:
+            merge_run(layout, target, False)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert merged_ids(target) == list(range(400))
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_merge_of_many_blocks_streams_and_verifies(tmp_path: Path, monkeypatch) -> None:
+    from control.runs import merge as merging
+
+    monkeypatch.setattr(merging, "CHUNK", 64)  # many blocks per file, every buffer reused
+    layout = build_run(tmp_path / "run", records=300, count=3)
+    manifest = merge_run(layout, None, False)
+    data = (layout.merged / "records.jsonl").read_bytes()
+    assert merged_ids(layout.merged / "records.jsonl") == list(range(300))
+    assert manifest["sha256"] == hashlib.sha256(data).hexdigest()
+    path = layout.attempt(1, 1).output / "part-1.jsonl"
+    path.write_bytes(path.read_bytes().replace(b'"i": 150', b'"i": 951'))  # same size
+    with pytest.raises(Conflict, match="shard 1: .*does not match its winner's digest"):
+        merge_run(layout, None, False)
+    assert (layout.merged / "records.jsonl").read_bytes() == data  # the old merge stays
+
+
+def test_merge_parquet_without_pyarrow_says_how_to_install(tmp_path: Path,
+                                                           monkeypatch) -> None:
+    import sys
+
+    from control.errors import InvalidInput
+
+    layout = build_run(tmp_path / "run")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(InvalidInput, match="needs pyarrow") as info:
+        merge_run(layout, None, False, fmt="parquet")
+    assert "synthbatch[parquet]" in (info.value.hint or "")
+    with pytest.raises(InvalidInput, match="--format 'csv'"):
+        merge_run(layout, None, False, fmt="csv")
+
+
+def test_merge_parquet(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    layout = build_run(tmp_path / "run", records=9, count=3, winners={0: 1, 2: 1})
+    manifest = merge_run(layout, None, True, fmt="parquet")
+    target = layout.merged / "records.parquet"
+    assert manifest["output"] == str(target) and manifest["format"] == "parquet"
+    assert pq.read_table(target).column("i").to_pylist() == [0, 1, 2, 6, 7, 8]
+    data = target.read_bytes()
+    assert manifest["sha256"] == hashlib.sha256(data).hexdigest()
+    merge_run(layout, None, True, fmt="parquet")
+    assert target.read_bytes() == data

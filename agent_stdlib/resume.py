@@ -1,0 +1,126 @@
+"""Resume across attempts: which records an earlier attempt's kept output already holds.
+
+A retry (attempt N+1) gets the output folder of an earlier attempt as
+``SYNTHBATCH_RESUME_DIR``. :func:`scan_kept` reads it (never writes it) and indexes every
+*complete* record by its record index: a line that ends with a newline, parses as a JSON
+object and carries an integer ``index`` inside the shard's range. A torn last line, a
+malformed line, an out-of-range or duplicate index is skipped (the first copy wins).
+:class:`KeptRecords` then copies those lines, byte for byte, into the new attempt's output
+in index order, so the new attempt's manifest covers the full range while the earlier
+attempt's files stay untouched (a hard link would let the new attempt append to them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Dict, Iterable, List, Optional, Tuple
+
+Span = Tuple[int, int, int]  # (file number, byte offset, length) of one complete line
+
+
+@dataclass
+class KeptRecords:
+    """Complete records of an earlier attempt, by record index (see :func:`scan_kept`)."""
+
+    files: List[Path] = field(default_factory=list)
+    spans: Dict[int, Span] = field(default_factory=dict)
+    skipped: int = 0  # lines that were not usable records (torn, malformed, out of range)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __contains__(self, index: object) -> bool:
+        return index in self.spans
+
+    def missing(self, indices: Iterable[int]) -> Iterable[int]:
+        """The indices of ``indices`` that still have to be generated, in order."""
+        return (i for i in indices if i not in self.spans)
+
+    def copy_run(self, start: int, stop: int, out: BinaryIO,
+                 handles: Dict[int, BinaryIO]) -> int:
+        """Copy kept records ``start, start+1, ...`` (up to ``stop``) until one is missing.
+
+        Adjacent lines of one file are copied as one block. Returns how many were copied.
+        """
+        index = start
+        while index < stop and index in self.spans:
+            number, offset, length = self.spans[index]
+            end = index + 1
+            while end < stop and end in self.spans:
+                nxt = self.spans[end]
+                if nxt[0] != number or nxt[1] != offset + length:
+                    break
+                length += nxt[2]
+                end += 1
+            handle = handles.get(number)
+            if handle is None:
+                handle = handles[number] = open(self.files[number], "rb")
+            handle.seek(offset)
+            block = handle.read(length)
+            if len(block) != length:
+                raise OSError(f"{self.files[number]}: changed while resuming from it")
+            out.write(block)
+            index = end
+        return index - start
+
+
+def record_index(line: bytes) -> Optional[int]:
+    """The ``index`` of one complete JSONL line, or None when it is not a usable record."""
+    if not line.endswith(b"\n") or not line.strip():
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    index = data.get("index")
+    if not isinstance(index, int) or isinstance(index, bool):
+        return None
+    return index
+
+
+def _record_files(folder: Path) -> List[Path]:
+    """Regular, non-hidden files under ``folder`` in path order; symlinks are ignored."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if not name.startswith(".") and stat.S_ISREG(os.lstat(path).st_mode):
+                found.append(path)
+    return sorted(found, key=lambda p: p.relative_to(folder).as_posix())
+
+
+def scan_kept(folder: Path, offset: int, count: int) -> KeptRecords:
+    """Index the complete records of ``offset .. offset+count-1`` found under ``folder``.
+
+    A missing folder holds nothing. Reads line by line; memory grows with the number of
+    kept records (three integers each), not with their size.
+    """
+    kept = KeptRecords()
+    if not folder.is_dir() or folder.is_symlink():
+        return kept
+    for path in _record_files(folder):
+        number = len(kept.files)
+        kept.files.append(path)
+        position = 0
+        with open(path, "rb") as handle:
+            for line in handle:
+                index = record_index(line)
+                if index is None or not offset <= index < offset + count \
+                        or index in kept.spans:
+                    kept.skipped += 1 if line.strip() else 0
+                else:
+                    kept.spans[index] = (number, position, len(line))
+                position += len(line)
+    return kept
+
+
+def covered(folder: Path, offset: int, count: int) -> List[int]:
+    """The record indices (ascending) that ``folder`` already holds complete."""
+    return sorted(scan_kept(folder, offset, count).spans)

@@ -1,0 +1,314 @@
+"""Retry: attempt N+1 for shards that ended without a winner, as one held sparse array.
+
+Selection reads only durable records (``status`` reconciles first, see ``control.api``):
+
+* a shard is retried when it has no ``winner.json`` and its latest attempt is terminal and
+  not ``succeeded`` (``failed`` or ``cancelled``; ``--auto`` takes ``failed`` only, and
+  only while the latest attempt number is below the plan's ``max_attempts``);
+* a shard named with ``--shard`` that is running or has a winner is refused with a message;
+* a ``created`` attempt that no submission names (a retry that crashed before ``sbatch``)
+  is submitted as it is, not replaced.
+
+Everything after the selection happens under ``retry.lock`` in the run directory (an
+``flock``), and every write is idempotent: the attempt folder is created with ``mkdir``
+(exclusive), the record is ``created`` before the submission record names it. So two
+retries of the same run converge on one submission: the second one waits, then finds the
+shards ``submitted`` and has nothing to do. Requeues (same attempt, next restart epoch)
+never create attempts, so they never count against ``max_attempts``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
+
+from agent_stdlib import states
+from agent_stdlib.attempts import advance_attempt, load_attempt
+from agent_stdlib.contracts import AttemptRecord, Plan
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.resume import scan_kept
+from agent_stdlib.statefile import StateError, ensure_dir, write_json_atomic
+from control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
+from control.runs.store import attempt_numbers, load_plan, load_run, load_submissions
+
+if TYPE_CHECKING:
+    from control.config.profile import Profile
+    from control.slurm.scheduler import Scheduler
+
+POLICIES = ("auto", "always", "never")
+LOCK_NAME = "retry.lock"
+LOCK_WAIT_S = 60.0
+LOCK_POLL_S = 0.1
+ABANDONED_AFTER_S = 120.0  # a created, unsubmitted attempt this old lost its submitter
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One shard to submit: its new attempt and where that attempt resumes from."""
+
+    shard: int
+    attempt: int
+    previous: Optional[int]  # the latest attempt before this one
+    resume_from: Optional[int] = None
+    resume_records: int = 0  # complete records the resume source holds
+    existing: bool = False  # a ``created`` attempt a crashed retry left unsubmitted
+
+    def to_dict(self) -> Dict[str, object]:
+        """Plain data for ``--json``."""
+        return {"shard": self.shard, "attempt": self.attempt, "previous": self.previous,
+                "resume_from": self.resume_from, "resume_records": self.resume_records}
+
+
+@dataclass
+class Selection:
+    """What a retry would do: the choices, and why other shards are left alone."""
+
+    choices: List[Choice] = field(default_factory=list)
+    refused: Dict[int, str] = field(default_factory=dict)  # named shards that cannot be retried
+    exhausted: Dict[int, str] = field(default_factory=dict)  # --auto: max_attempts reached
+
+
+def _submitted_pairs(layout: RunLayout) -> Set[Tuple[int, int]]:
+    """``(shard, attempt)`` named by any submission record."""
+    pairs = set()
+    for record in load_submissions(layout):
+        pairs.update((int(shard), attempt) for shard, attempt in record.attempts.items())
+    return pairs
+
+
+def resume_source(layout: RunLayout, plan: Plan, shard: int, attempts: Sequence[int],
+                  policy: str) -> Tuple[Optional[int], int]:
+    """``(attempt, records)`` the next attempt of ``shard`` resumes from, or ``(None, 0)``.
+
+    ``auto`` trusts what the agent recorded (``partial_records`` of a terminal attempt);
+    ``always`` also scans attempts whose agent recorded nothing (killed, lost) for complete
+    records; ``never`` starts clean. The attempt holding the most records wins, the latest
+    on a tie (a resumed attempt holds everything its source held, plus its own work).
+    """
+    if policy == "never":
+        return None, 0
+    spec = plan.shard(shard)
+    best: Tuple[Optional[int], int] = (None, 0)
+    for number in sorted(attempts):
+        try:
+            record = load_attempt(layout.attempt(shard, number).attempt_json)
+        except StateError:
+            record = None
+        terminal = record is not None and record.state in states.TERMINAL
+        kept = (record.partial_records or 0) if record is not None and terminal else 0
+        if policy == "always" and not kept:
+            output = layout.attempt(shard, number).output
+            kept = len(scan_kept(output, spec.record_offset, spec.num_records))
+        if kept and kept >= best[1]:
+            best = (number, kept)
+    return best
+
+
+def _abandoned(layout: RunLayout, shard: int, number: int, record: Optional[AttemptRecord],
+               now: float) -> bool:
+    """True when an unsubmitted ``created`` attempt is old enough that no submit or retry
+    can still be about to submit it (its writer crashed)."""
+    try:
+        written = record.updated_at if record else \
+            layout.attempt(shard, number).root.stat().st_mtime
+    except OSError:
+        return False
+    return now - written >= ABANDONED_AFTER_S
+
+
+def _decide(layout: RunLayout, plan: Plan, shard: int, named: bool, policy: str, auto: bool,
+            submitted: Set[Tuple[int, int]], selection: Selection, now: float) -> None:
+    """Add ``shard``'s choice (or the reason it has none) to ``selection``."""
+    numbers = attempt_numbers(layout, shard)
+    try:
+        winner = layout.winner_json(shard).exists()
+        latest = load_attempt(layout.attempt(shard, numbers[-1]).attempt_json) \
+            if numbers else None
+    except (StateError, OSError) as err:
+        selection.refused[shard] = f"shard {shard}: {err}"
+        return
+    if winner:
+        if named:
+            selection.refused[shard] = f"shard {shard} already has a winner"
+        return
+    if not numbers:
+        selection.refused[shard] = f"shard {shard} has no attempt (was the run submitted?)"
+        return
+    number = numbers[-1]
+    if (latest is None or latest.state == states.CREATED) and (shard, number) not in submitted:
+        if not _abandoned(layout, shard, number, latest, now):
+            if named:
+                selection.refused[shard] = f"shard {shard}: attempt {number} is being submitted"
+            return
+        source = latest.resume_from if latest else None
+        selection.choices.append(Choice(shard, number, numbers[-2] if len(numbers) > 1 else None,
+                                        resume_from=source, existing=True))
+        return
+    state = latest.state if latest else "unrecorded"
+    if state not in states.TERMINAL:
+        if named:
+            selection.refused[shard] = f"shard {shard} is {state} (attempt {number})"
+        return
+    if state == states.SUCCEEDED:
+        if named:
+            selection.refused[shard] = (f"shard {shard}: attempt {number} succeeded and its "
+                                        "winner is being completed (run status)")
+        return
+    if auto and state != states.FAILED:
+        return
+    if auto and number >= plan.max_attempts:
+        selection.exhausted[shard] = (f"shard {shard}: {number} of {plan.max_attempts} "
+                                      "attempts used")
+        return
+    source, kept = resume_source(layout, plan, shard, numbers, policy)
+    selection.choices.append(Choice(shard, number + 1, number, source, kept))
+
+
+def select(layout: RunLayout, plan: Plan, shards: Sequence[int] = (), policy: str = "auto",
+           auto: bool = False, now: Optional[float] = None) -> Selection:
+    """Which shards a retry submits and from where they resume (reads records only)."""
+    if policy not in POLICIES:
+        raise InvalidInput(f"--resume {policy!r}: expected one of {', '.join(POLICIES)}")
+    unknown = sorted(s for s in shards if not 0 <= s < len(plan.shards))
+    if unknown:
+        raise NotFound(f"run {plan.run_id} has no shard {unknown[0]} "
+                       f"({len(plan.shards)} shards)")
+    named = bool(shards)
+    now = time.time() if now is None else now
+    submitted = _submitted_pairs(layout)
+    selection = Selection()
+    for shard in sorted(set(shards)) if named else range(len(plan.shards)):
+        _decide(layout, plan, shard, named, policy, auto, submitted, selection, now)
+    return selection
+
+
+class RetryLock:
+    """``flock`` on ``<run>/retry.lock``, waited for at most ``wait_s`` (0: try once)."""
+
+    def __init__(self, layout: RunLayout, wait_s: float = LOCK_WAIT_S) -> None:
+        self.path: Path = layout.root / LOCK_NAME
+        self.wait_s = wait_s
+        self.fd: Optional[int] = None
+
+    def __enter__(self) -> RetryLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+                    os.close(fd)
+                    raise Conflict(f"{self.path}: another retry of this run is in progress "
+                                   f"({holder or 'holder unknown'})",
+                                   hint="wait for it, then run status") from None
+                time.sleep(LOCK_POLL_S)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing releases the flock
+            self.fd = None
+
+
+def create_attempts(layout: RunLayout, run_id: str, choices: Sequence[Choice]) -> List[Choice]:
+    """Write the ``created`` record of every new attempt; return the choices now on disk.
+
+    ``mkdir`` is exclusive: a folder that already exists belongs to another writer, and
+    its shard is left out (it is never overwritten).
+    """
+    ready = []
+    for choice in choices:
+        paths = layout.attempt(choice.shard, choice.attempt)
+        if choice.existing:
+            if not paths.attempt_json.exists():
+                _write_created(paths.attempt_json, run_id, choice)
+            ready.append(choice)
+            continue
+        ensure_dir(paths.root.parent)
+        try:
+            paths.root.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        _write_created(paths.attempt_json, run_id, choice)
+        ready.append(choice)
+    return ready
+
+
+def _write_created(path: Path, run_id: str, choice: Choice) -> None:
+    record = AttemptRecord(run_id=run_id, shard=choice.shard, attempt=choice.attempt,
+                           state=states.CREATED, revision=1, updated_at=time.time(),
+                           resume_from=choice.resume_from)
+    write_json_atomic(path, record.to_dict())
+
+
+def _abandon(layout: RunLayout, choices: Sequence[Choice], reason: str) -> None:
+    """Mark attempts that Slurm definitely refused as ``failed`` (nothing will run them)."""
+    for choice in choices:
+        path = layout.attempt(choice.shard, choice.attempt).attempt_json
+        current = load_attempt(path)
+        if current is not None and current.state == states.CREATED:
+            advance_attempt(path, states.FAILED, reason=reason)
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    """What one retry did (or, with ``dry_run``, would do)."""
+
+    selection: Selection
+    submitted: List[Choice]
+    submissions: List[Dict[str, object]]
+
+
+def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
+              shards: Sequence[int] = (), policy: Optional[str] = None, dry_run: bool = False,
+              auto: bool = False, lock_wait_s: float = LOCK_WAIT_S) -> RetryResult:
+    """Select, create attempt N+1, submit one held sparse array per plan array, release.
+
+    Raises Conflict when a named shard cannot be retried (nothing is submitted then).
+    """
+    from control.runs.submit import Staged, submit_all
+
+    run = load_run(layout)
+    if run is None:
+        raise Conflict(f"run {layout.root.name} never committed (no run.json); nothing to retry")
+    plan = load_plan(layout)
+    policy = policy or plan.resume
+    if dry_run:
+        selection = select(layout, plan, shards, policy, auto)
+        _refuse(selection)
+        return RetryResult(selection, selection.choices, [])
+    with RetryLock(layout, lock_wait_s):
+        selection = select(layout, plan, shards, policy, auto)
+        _refuse(selection)
+        ready = create_attempts(layout, plan.run_id, selection.choices)
+        if not ready:
+            return RetryResult(selection, [], [])
+        staged = Staged(layout, plan, run.plan_sha256, run.agent_pyz, run.agent_sha256)
+        try:
+            records = submit_all(staged, profile, scheduler,
+                                 {c.shard: c.attempt for c in ready})
+        except SchedulerRejected as err:
+            _abandon(layout, ready, f"retry: sbatch was rejected: {err.message}")
+            raise
+    return RetryResult(selection, ready, [
+        {"number": r.number, "job_id": r.job_id,
+         "shards": sorted(int(s) for s in r.attempts)} for r in records])
+
+
+def _refuse(selection: Selection) -> None:
+    if selection.refused:
+        reasons = [selection.refused[s] for s in sorted(selection.refused)]
+        raise Conflict("; ".join(reasons), hint="retry takes shards whose latest attempt "
+                                                "failed or was cancelled, without a winner")

@@ -1,0 +1,249 @@
+"""Retry, resume and merge on the real Slurm testbed (issue 8).
+
+Six shards; the fake server crashes (``--exit-after``) in shards 1 and 4 on their first
+start only (a wrapper keeps a marker per array task). Then: status shows 4 succeeded and
+2 failed with reasons; merge refuses naming 1 and 4; ``--allow-partial`` merges the 4;
+``retry --yes`` submits attempt 2 of shards 1 and 4 (resuming attempt 1's kept output);
+all 6 succeed; a request log per array task shows that the records attempt 1 finished were
+never requested again; the merge holds every record exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+from click.testing import CliRunner
+
+from agent_stdlib.attempts import load_attempt
+from agent_stdlib.layout import RunLayout
+from control.cli.main import cli
+from fixtures.fake_openai_server import expected_completion
+from tests.conftest import FAKE_SERVER
+
+pytestmark = pytest.mark.slurm
+
+SHARDS, PER_SHARD, CRASHING = 6, 8, (1, 4)
+PROMPT = re.compile(r"Describe item (\d+)\.")
+WRAPPER = """\
+import os, sys
+task = os.environ.get("SLURM_ARRAY_TASK_ID", "none")
+state, crashing, args = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
+args += ["--request-log", os.path.join(state, "requests-%s.log" % task)]
+if task in crashing:
+    try:
+        os.close(os.open(os.path.join(state, "crashed-%s" % task), os.O_CREAT | os.O_EXCL))
+        args += ["--exit-after", "3"]
+    except FileExistsError:
+        pass
+os.execv(sys.executable, [sys.executable, FAKE_SERVER] + args)
+"""
+
+
+def _files(tmp_path: Path, python: str, model: str) -> Tuple[Path, Path, Path]:
+    state = tmp_path / "server-state"
+    state.mkdir()
+    wrapper = tmp_path / "serve.py"
+    wrapper.write_text(WRAPPER.replace("FAKE_SERVER", repr(str(FAKE_SERVER))))
+    profile = tmp_path / "profile.toml"
+    profile.write_text(
+        "schema_version = 1\n"
+        f'workspace = "{tmp_path / "workspace"}"\n'
+        'partition = "debug"\ngpus_per_node = 4\ncpus_per_task = 1\nmem_mb = 512\n'
+        f'python = "{python}"\ndefault_time_limit = "00:10:00"\ngrace_s = 5\n')
+    command = ["{python}", str(wrapper), str(state), ",".join(map(str, CRASHING)),
+               "--host", "{host}", "--port", "{port}", "--model", "{served_name}",
+               "--token-latency", "0.01"]
+    run = tmp_path / "run.toml"
+    run.write_text(
+        "schema_version = 1\nname = \"retry\"\nmax_attempts = 3\nresume = \"auto\"\n"
+        f"records = {SHARDS * PER_SHARD}\n[shards]\ncount = {SHARDS}\n"
+        '[client]\nmodel = "tiny"\nprompt_template = "Describe item {index}."\n'
+        "max_tokens = 12\ntemperature = 0.0\nconcurrency = 2\nmax_retries = 1\n"
+        f'[[deployments]]\nalias = "tiny"\nmodel = "{model}"\n'
+        f"command = {json.dumps(command)}\ngpus = 1\nstartup_timeout_s = 60\n")
+    return profile, run, state
+
+
+def _invoke(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def _cli(*args: str) -> Dict[str, Any]:
+    result = _invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _wait_final(run_id: str, profile: Path, timeout_s: float = 240) -> Dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = _cli("status", run_id, "--profile", str(profile))
+        if status["state"] != "running":
+            return status
+        if time.monotonic() > deadline:
+            pytest.fail(f"run {run_id} still running after {timeout_s}s: {status['counts']}")
+        time.sleep(1.0)
+
+
+def _requests(state: Path, shard: int) -> Counter:
+    """Record index -> how many completion requests the shard's servers received for it."""
+    counts: Counter = Counter()
+    path = state / f"requests-{shard}.log"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        match = PROMPT.search(json.dumps(json.loads(line).get("prompt")))
+        if match:
+            counts[int(match.group(1))] += 1
+    return counts
+
+
+def _kept_indices(layout: RunLayout, shard: int) -> List[int]:
+    out = layout.attempt(shard, 1).output
+    return [json.loads(line)["index"] for path in sorted(out.iterdir())
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def scenario(slurm_cluster, tmp_path_factory) -> Dict[str, Any]:
+    """Run the whole scenario once; the tests below check its parts."""
+    import sys
+
+    tmp_path = tmp_path_factory.mktemp("retry")
+    model = f"fake-{secrets.token_hex(4)}"
+    profile, run, state = _files(tmp_path, sys.executable, model)
+    run_id = _cli("submit", str(run), "--profile", str(profile))["run_id"]
+    first = _wait_final(run_id, profile)
+    layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
+    attempts1 = {s: load_attempt(layout.attempt(s, 1).attempt_json) for s in CRASHING}
+    kept = {s: _kept_indices(layout, s) for s in CRASHING}
+    refused = _invoke("merge", run_id, "--profile", str(profile))
+    partial_out = tmp_path / "partial.jsonl"
+    partial = _cli("merge", run_id, "--allow-partial", "--output", str(partial_out),
+                   "--profile", str(profile))
+    partial_ids = [json.loads(x)["index"] for x in partial_out.read_text().splitlines()]
+    retried = _cli("retry", run_id, "--yes", "--profile", str(profile))
+    named_running = _invoke("retry", run_id, "--shard", str(CRASHING[0]), "--yes",
+                            "--profile", str(profile))
+    final = _wait_final(run_id, profile)
+    merged = tmp_path / "merged.jsonl"
+    manifest = _cli("merge", run_id, "--output", str(merged), "--profile", str(profile))
+    again = tmp_path / "again.jsonl"
+    _cli("merge", run_id, "--output", str(again), "--profile", str(profile))
+    return {"run_id": run_id, "profile": profile, "layout": layout, "state": state,
+            "model": model, "first": first, "attempts1": attempts1, "kept": kept,
+            "refused": refused, "partial": partial, "partial_ids": partial_ids,
+            "retried": retried, "named_running": named_running, "final": final,
+            "merged": merged, "again": again, "manifest": manifest}
+
+
+def test_first_round_fails_two_shards_with_reasons(scenario):
+    first = scenario["first"]
+    assert first["state"] == "failed"
+    assert first["counts"] == {"failed": 2, "succeeded": 4}
+    failures = {f["shard"]: f for f in first["failures"]}
+    assert sorted(failures) == list(CRASHING)
+    for shard in CRASHING:
+        assert "exited with status" in failures[shard]["reason"]
+        record = scenario["attempts1"][shard]
+        assert record.state == "failed"
+        # the crash kept the complete records as partial output, in index order
+        assert record.partial_records and record.partial_records == len(scenario["kept"][shard])
+        assert f"{record.partial_records} of {PER_SHARD} records kept as partial" in record.reason
+        offset = shard * PER_SHARD
+        assert scenario["kept"][shard] == list(range(offset, offset + record.partial_records))
+
+
+def test_merge_refuses_then_merges_the_four(scenario):
+    refused = scenario["refused"]
+    assert refused.exit_code == 4
+    assert "shards without a winner: 1, 4" in refused.output
+    partial = scenario["partial"]
+    assert partial["complete"] is False and partial["missing_shards"] == list(CRASHING)
+    assert partial["records"] == 4 * PER_SHARD
+    wanted = [i for s in range(SHARDS) if s not in CRASHING
+              for i in range(s * PER_SHARD, (s + 1) * PER_SHARD)]
+    assert scenario["partial_ids"] == wanted
+
+
+def test_retry_submits_the_two_as_one_array_resuming(scenario):
+    retried = scenario["retried"]
+    assert [(s["shard"], s["attempt"]) for s in retried["shards"]] == [(1, 2), (4, 2)]
+    assert len(retried["submissions"]) == 1
+    assert retried["submissions"][0]["shards"] == list(CRASHING)
+    for item in retried["shards"]:
+        assert item["resume_from"] == 1
+        assert item["resume_records"] == scenario["attempts1"][item["shard"]].partial_records
+        record = load_attempt(scenario["layout"].attempt(item["shard"], 2).attempt_json)
+        assert record.resume_from == 1 and record.state == "succeeded"
+    named = scenario["named_running"]
+    assert named.exit_code == 4, named.output
+    assert "shard 1 is" in named.output or "already has a winner" in named.output
+
+
+def test_all_six_succeed_and_merge_exactly_once_in_order(scenario):
+    final = scenario["final"]
+    assert final["state"] == "succeeded" and final["counts"] == {"succeeded": SHARDS}
+    lines = scenario["merged"].read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["index"] for r in records] == list(range(SHARDS * PER_SHARD))
+    for record in records:
+        assert record["completion"] == expected_completion(scenario["model"],
+                                                           record["prompt"], 12)
+    manifest = scenario["manifest"]
+    assert manifest["records"] == SHARDS * PER_SHARD and manifest["complete"]
+    assert [(s["shard"], s["attempt"]) for s in manifest["shards"]] == [
+        (s, 2 if s in CRASHING else 1) for s in range(SHARDS)]
+    assert len(manifest["plan_sha256"]) == 64
+    assert scenario["again"].read_bytes() == scenario["merged"].read_bytes()
+    again = _cli("retry", scenario["run_id"], "--yes", "--profile", str(scenario["profile"]))
+    assert again["shards"] == [] and again["submissions"] == []
+
+
+def test_resumed_shards_did_not_regenerate_finished_records(scenario):
+    for shard in CRASHING:
+        counts = _requests(scenario["state"], shard)
+        kept = scenario["kept"][shard]
+        offset = shard * PER_SHARD
+        assert kept, "attempt 1 kept nothing: the scenario does not test resume"
+        assert all(counts[i] == 1 for i in kept), (shard, kept, dict(counts))
+        assert set(counts) == set(range(offset, offset + PER_SHARD))
+
+
+def test_concurrent_retries_converge_on_one_submission(slurm_cluster, tmp_path):
+    import sys
+
+    from control import api
+
+    model = f"fake-{secrets.token_hex(4)}"
+    profile, run, state = _files(tmp_path, sys.executable, model)
+    run_id = _cli("submit", str(run), "--profile", str(profile))["run_id"]
+    _wait_final(run_id, profile)
+    results: List[Dict[str, Any]] = []
+    errors: List[BaseException] = []
+
+    def one() -> None:
+        try:
+            results.append(api.retry(run_id, profile=str(profile)))
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors and len(results) == 3
+    submitted = [r for r in results if r["submissions"]]
+    assert len(submitted) == 1, results
+    layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
+    assert sorted(p.name for p in layout.submissions.glob("*.json")) == ["0001.json",
+                                                                           "0002.json"]
+    final = _wait_final(run_id, profile)
+    assert final["counts"] == {"succeeded": SHARDS}

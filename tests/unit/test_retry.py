@@ -1,0 +1,380 @@
+"""Retry: selection, resume source, idempotent attempts, the lock, one submission."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+from click.testing import CliRunner
+
+from agent_stdlib import states
+from agent_stdlib.attempts import advance_attempt, load_attempt
+from agent_stdlib.contracts import WinnerRecord
+from agent_stdlib.statefile import publish_json_immutable
+from control.config.loader import load_model
+from control.config.profile import Profile
+from control.config.run import RunConfig
+from control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
+from control.planning.planner import make_plan
+from control.runs import retry as retrying
+from control.runs.retry import RetryLock, resume_source, retry_run, select
+from control.runs.submit import Staged, commit_run, stage_run, submit_all
+from control.slurm.runner import CommandResult
+from control.slurm.scheduler import Scheduler
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class FakeSlurm:
+    """sbatch answers increasing ids (or refuses); sbatch/release calls are recorded."""
+
+    def __init__(self, refuse: bool = False, delay_s: float = 0.0) -> None:
+        self.calls: List[List[str]] = []
+        self.next_id = 900
+        self.refuse = refuse
+        self.delay_s = delay_s
+        self.lock = threading.Lock()
+
+    def __call__(self, argv, timeout):  # noqa: ANN001 - the Runner protocol
+        name = argv[0].rsplit("/", 1)[-1]
+        with self.lock:
+            self.calls.append(list(argv))
+        if name == "sbatch":
+            time.sleep(self.delay_s)
+            if self.refuse:
+                return CommandResult(argv, 1, "", "sbatch: error: invalid partition\n")
+            with self.lock:
+                self.next_id += 1
+                return CommandResult(argv, 0, f"{self.next_id}\n", "")
+        assert name == "scontrol" and argv[1] == "release", argv
+        return CommandResult(argv, 0, "", "")
+
+    def sbatch(self) -> List[List[str]]:
+        return [c for c in self.calls if c[0].endswith("sbatch")]
+
+
+def _run(tmp_path: Path, agent_pyz: Path, shards: int = 6, max_array_size: Optional[int] = None,
+         max_attempts: int = 3, resume: str = "auto"):
+    run = load_model(REPO / "examples" / "fake-server.toml", RunConfig)
+    run = run.model_copy(update={"records": shards * 4, "max_attempts": max_attempts,
+                                 "resume": resume,
+                                 "shards": run.shards.model_copy(update={"count": shards})})
+    profile = load_model(REPO / "examples" / "profiles" / "testbed.toml", Profile)
+    profile = profile.model_copy(update={"workspace": str(tmp_path / "ws")})
+    plan = make_plan(run, profile, "retry-1", REPO / "examples",
+                     max_array_size=max_array_size)
+    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
+    commit_run(staged, "slurm")
+    submit_all(staged, profile, Scheduler(runner=FakeSlurm()), {i: 1 for i in range(shards)})
+    return staged, profile
+
+
+def _end(staged: Staged, shard: int, attempt: int, state: str,
+         partial: Optional[int] = None, records: Optional[List[int]] = None) -> None:
+    """Drive an attempt to ``state`` as an agent would; write kept records when given."""
+    path = staged.layout.attempt(shard, attempt).attempt_json
+    if load_attempt(path).state == states.CREATED:
+        advance_attempt(path, states.SUBMITTED)
+    if load_attempt(path).state == states.SUBMITTED:
+        advance_attempt(path, states.RUNNING)
+    if records is not None:
+        out = staged.layout.attempt(shard, attempt).output
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "records.jsonl").write_text("".join(json.dumps({"index": i}) + "\n"
+                                                   for i in records))
+    advance_attempt(path, state, reason=f"test {state}", partial_records=partial)
+
+
+def _win(staged: Staged, shard: int, attempt: int = 1) -> None:
+    winner = WinnerRecord(shard=shard, attempt=attempt, records=0, result_sha256="0" * 64,
+                          files=(), created_at=1.0)
+    publish_json_immutable(staged.layout.winner_json(shard), winner.to_dict())
+
+
+@pytest.fixture
+def failed_run(tmp_path: Path, agent_pyz: Path):
+    """Six shards: 0, 2, 3, 5 won; 1 failed keeping 2 records; 4 failed keeping none."""
+    staged, profile = _run(tmp_path, agent_pyz)
+    for shard in (0, 2, 3, 5):
+        _end(staged, shard, 1, states.SUCCEEDED)
+        _win(staged, shard)
+    _end(staged, 1, 1, states.FAILED, partial=2, records=[4, 5])
+    _end(staged, 4, 1, states.FAILED)
+    return staged, profile
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+def test_select_takes_failed_and_cancelled_shards_without_winners(failed_run) -> None:
+    staged, _ = failed_run
+    selection = select(staged.layout, staged.plan)
+    assert [(c.shard, c.attempt, c.previous) for c in selection.choices] == [(1, 2, 1),
+                                                                             (4, 2, 1)]
+    assert [(c.resume_from, c.resume_records) for c in selection.choices] == [(1, 2), (None, 0)]
+    assert not selection.refused
+
+
+def test_select_refuses_named_shards_that_won_or_run(failed_run) -> None:
+    staged, _ = failed_run
+    selection = select(staged.layout, staged.plan, [0, 1])
+    assert selection.refused == {0: "shard 0 already has a winner"}
+    with pytest.raises(Conflict, match="shard 0 already has a winner"):
+        retry_run(staged.layout, failed_run[1], Scheduler(runner=FakeSlurm()), [0, 1])
+    with pytest.raises(NotFound, match="no shard 6"):
+        select(staged.layout, staged.plan, [6])
+    with pytest.raises(InvalidInput, match="--resume"):
+        select(staged.layout, staged.plan, policy="sometimes")
+
+
+def test_select_refuses_a_running_named_shard(tmp_path: Path, agent_pyz: Path) -> None:
+    staged, _ = _run(tmp_path, agent_pyz, shards=2)
+    advance_attempt(staged.layout.attempt(0, 1).attempt_json, states.RUNNING)
+    selection = select(staged.layout, staged.plan, [0, 1])
+    assert selection.refused == {0: "shard 0 is running (attempt 1)",
+                                 1: "shard 1 is submitted (attempt 1)"}
+    assert select(staged.layout, staged.plan).choices == []  # unnamed: just skipped
+
+
+def test_auto_takes_failed_only_and_stops_at_max_attempts(tmp_path: Path,
+                                                          agent_pyz: Path) -> None:
+    staged, profile = _run(tmp_path, agent_pyz, shards=3, max_attempts=2)
+    _end(staged, 0, 1, states.FAILED)
+    _end(staged, 1, 1, states.CANCELLED)
+    _end(staged, 2, 1, states.FAILED)
+    selection = select(staged.layout, staged.plan, auto=True)
+    assert [c.shard for c in selection.choices] == [0, 2]
+    slurm = FakeSlurm()
+    retry_run(staged.layout, profile, Scheduler(runner=slurm), auto=True)
+    _end(staged, 0, 2, states.FAILED)
+    _end(staged, 2, 2, states.SUCCEEDED)
+    _win(staged, 2, 2)
+    selection = select(staged.layout, staged.plan, auto=True)
+    assert selection.choices == []
+    assert selection.exhausted == {0: "shard 0: 2 of 2 attempts used"}
+    # a manual retry is the user's decision: not limited by max_attempts
+    assert [c.shard for c in select(staged.layout, staged.plan).choices] == [0, 1]
+
+
+def test_requeues_do_not_count_as_attempts(tmp_path: Path, agent_pyz: Path) -> None:
+    staged, _ = _run(tmp_path, agent_pyz, shards=1, max_attempts=2)
+    path = staged.layout.attempt(0, 1).attempt_json
+    advance_attempt(path, states.RUNNING)
+    for restart in (1, 2, 3):  # three requeues: same attempt, next restart epoch
+        advance_attempt(path, states.RUNNING, restarts=restart)
+    advance_attempt(path, states.FAILED, reason="x")
+    choice = select(staged.layout, staged.plan, auto=True).choices
+    assert [(c.shard, c.attempt) for c in choice] == [(0, 2)]
+
+
+# ----------------------------------------------------------------------------- resume source
+
+
+def test_resume_policies(tmp_path: Path, agent_pyz: Path) -> None:
+    staged, _ = _run(tmp_path, agent_pyz, shards=1)
+    layout, plan = staged.layout, staged.plan
+    _end(staged, 0, 1, states.FAILED, partial=3, records=[0, 1, 2])
+    assert resume_source(layout, plan, 0, [1], "auto") == (1, 3)
+    assert resume_source(layout, plan, 0, [1], "always") == (1, 3)
+    assert resume_source(layout, plan, 0, [1], "never") == (None, 0)
+    # attempt 2 was lost (killed; the agent recorded no partial) but left 2 records
+    (layout.attempt(0, 2).root).mkdir(parents=True)
+    retrying._write_created(layout.attempt(0, 2).attempt_json, plan.run_id,
+                            retrying.Choice(0, 2, 1, resume_from=1))
+    _end(staged, 0, 2, states.FAILED, partial=None, records=[0, 1, 2, 3])
+    assert resume_source(layout, plan, 0, [1, 2], "auto") == (1, 3)  # trusts the records
+    assert resume_source(layout, plan, 0, [1, 2], "always") == (2, 4)  # scans the output
+
+
+def test_resume_prefers_the_latest_attempt_on_a_tie(tmp_path: Path, agent_pyz: Path) -> None:
+    staged, _ = _run(tmp_path, agent_pyz, shards=1)
+    layout = staged.layout
+    _end(staged, 0, 1, states.FAILED, partial=2, records=[0, 1])
+    layout.attempt(0, 2).root.mkdir(parents=True)
+    retrying._write_created(layout.attempt(0, 2).attempt_json, "retry-1",
+                            retrying.Choice(0, 2, 1, resume_from=1))
+    _end(staged, 0, 2, states.FAILED, partial=2, records=[0, 1])
+    assert resume_source(layout, staged.plan, 0, [1, 2], "auto") == (2, 2)
+
+
+# ----------------------------------------------------------------------------- retry_run
+
+
+def test_retry_creates_attempt_two_and_submits_one_sparse_held_array(failed_run) -> None:
+    staged, profile = failed_run
+    slurm = FakeSlurm()
+    done = retry_run(staged.layout, profile, Scheduler(runner=slurm))
+    assert [(c.shard, c.attempt) for c in done.submitted] == [(1, 2), (4, 2)]
+    assert done.submissions == [{"number": 2, "job_id": "901", "shards": [1, 4]}]
+    (sbatch,) = slurm.sbatch()
+    assert "--array=1,4" in sbatch and "--hold" in sbatch
+    assert ["scontrol", "release", "901"] == [c for c in slurm.calls
+                                               if "release" in c][0][-3:]
+    one = load_attempt(staged.layout.attempt(1, 2).attempt_json)
+    four = load_attempt(staged.layout.attempt(4, 2).attempt_json)
+    assert (one.state, one.job_id, one.submission, one.resume_from) == \
+        ("submitted", "901_1", 2, 1)
+    assert (four.job_id, four.resume_from) == ("901_4", None)
+    record = json.loads(staged.layout.submission_json(2).read_text())
+    assert record["attempts"] == {"1": 2, "4": 2} and record["released"] is True
+    # nothing left: a second retry submits nothing
+    again = retry_run(staged.layout, profile, Scheduler(runner=slurm))
+    assert again.submitted == [] and len(slurm.sbatch()) == 1
+
+
+def test_dry_run_writes_nothing(failed_run) -> None:
+    staged, profile = failed_run
+    slurm = FakeSlurm()
+    done = retry_run(staged.layout, profile, Scheduler(runner=slurm), dry_run=True)
+    assert [c.shard for c in done.submitted] == [1, 4]
+    assert slurm.calls == []
+    assert not staged.layout.attempt(1, 2).root.exists()
+
+
+def test_retry_splits_by_plan_array(tmp_path: Path, agent_pyz: Path) -> None:
+    staged, profile = _run(tmp_path, agent_pyz, shards=5, max_array_size=2)
+    for shard in (1, 4):
+        _end(staged, shard, 1, states.FAILED)
+    slurm = FakeSlurm()
+    done = retry_run(staged.layout, profile, Scheduler(runner=slurm))
+    assert [s["shards"] for s in done.submissions] == [[1], [4]]
+    assert [next(a for a in c if a.startswith("--array=")) for c in slurm.sbatch()] == \
+        ["--array=1", "--array=0"]  # shard 4 is task 0 of the plan's third array
+    assert load_attempt(staged.layout.attempt(4, 2).attempt_json).job_id.endswith("_0")
+
+
+def test_concurrent_retries_converge_on_one_submission(failed_run) -> None:
+    staged, profile = failed_run
+    slurm = FakeSlurm(delay_s=0.3)  # sbatch is slow: the others must wait on the lock
+    results, errors = [], []
+
+    def one() -> None:
+        try:
+            results.append(retry_run(staged.layout, profile, Scheduler(runner=slurm)))
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors
+    assert sorted(len(r.submitted) for r in results) == [0, 0, 0, 2]
+    assert len(slurm.sbatch()) == 1
+    assert sorted(p.name for p in staged.layout.submissions.glob("*.json")) == \
+        ["0001.json", "0002.json"]
+    assert not staged.layout.attempt(1, 3).root.exists()
+
+
+def test_lock_wait_is_bounded(failed_run) -> None:
+    staged, profile = failed_run
+    with RetryLock(staged.layout):
+        started = time.monotonic()
+        with pytest.raises(Conflict, match="another retry of this run is in progress"):
+            retry_run(staged.layout, profile, Scheduler(runner=FakeSlurm()), lock_wait_s=0.3)
+        assert time.monotonic() - started < 5
+    assert "pid" in (staged.layout.root / "retry.lock").read_text()
+
+
+def test_a_created_attempt_left_by_a_crashed_retry_is_submitted_not_replaced(
+        failed_run, monkeypatch: pytest.MonkeyPatch) -> None:
+    staged, profile = failed_run
+    choice = select(staged.layout, staged.plan, [1]).choices
+    retrying.create_attempts(staged.layout, staged.plan.run_id, choice)  # then "crashed"
+    young = select(staged.layout, staged.plan)
+    assert [c.shard for c in young.choices] == [4]  # attempt 2 of shard 1 may be in flight
+    assert select(staged.layout, staged.plan, [1]).refused == {
+        1: "shard 1: attempt 2 is being submitted"}
+    later = time.time() + retrying.ABANDONED_AFTER_S + 1
+    old = select(staged.layout, staged.plan, now=later)
+    assert [(c.shard, c.attempt, c.existing) for c in old.choices] == [(1, 2, True),
+                                                                       (4, 2, False)]
+    monkeypatch.setattr(retrying.time, "time", lambda: later)
+    done = retry_run(staged.layout, profile, Scheduler(runner=FakeSlurm()))
+    assert [(c.shard, c.attempt) for c in done.submitted] == [(1, 2), (4, 2)]
+    assert load_attempt(staged.layout.attempt(1, 2).attempt_json).resume_from == 1
+    assert not staged.layout.attempt(1, 3).root.exists()
+
+
+def test_a_rejected_sbatch_fails_the_new_attempts(failed_run) -> None:
+    staged, profile = failed_run
+    with pytest.raises(SchedulerRejected):
+        retry_run(staged.layout, profile, Scheduler(runner=FakeSlurm(refuse=True)))
+    record = load_attempt(staged.layout.attempt(1, 2).attempt_json)
+    assert record.state == "failed" and "sbatch was rejected" in record.reason
+    # the next retry moves on to attempt 3 (attempt 2 never ran)
+    done = retry_run(staged.layout, profile, Scheduler(runner=FakeSlurm()))
+    assert [(c.shard, c.attempt, c.resume_from) for c in done.submitted] == [(1, 3, 1),
+                                                                             (4, 3, None)]
+
+
+def test_uncommitted_run_is_refused(tmp_path: Path, agent_pyz: Path) -> None:
+    staged, profile = _run(tmp_path, agent_pyz, shards=1)
+    os.chmod(staged.layout.run_json, 0o600)
+    staged.layout.run_json.unlink()
+    with pytest.raises(Conflict, match="never committed"):
+        retry_run(staged.layout, profile, Scheduler(runner=FakeSlurm()))
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def _cli_env(staged: Staged, profile: Profile, tmp_path: Path, monkeypatch) -> Path:
+    from control import api
+
+    path = tmp_path / "profile.toml"
+    path.write_text((REPO / "examples" / "profiles" / "testbed.toml").read_text()
+                    .replace(_workspace_line(), f'workspace = "{profile.workspace}"'))
+    slurm = FakeSlurm()
+    monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
+    monkeypatch.setattr("control.runs.observe.observe", lambda layout, sched: {})
+    return path
+
+
+def _workspace_line() -> str:
+    for text in (REPO / "examples" / "profiles" / "testbed.toml").read_text().splitlines():
+        if text.startswith("workspace"):
+            return text
+    raise AssertionError("no workspace line")
+
+
+def test_cli_needs_yes_when_not_interactive(failed_run, tmp_path: Path, monkeypatch) -> None:
+    from control.cli.main import cli
+
+    staged, profile = failed_run
+    prof = _cli_env(staged, profile, tmp_path, monkeypatch)
+    result = CliRunner().invoke(cli, ["retry", "retry-1", "--profile", str(prof)])
+    assert result.exit_code == 2 and "--yes" in result.output
+    assert not staged.layout.attempt(1, 2).root.exists()
+    dry = CliRunner().invoke(cli, ["retry", "retry-1", "--dry-run", "--profile", str(prof)])
+    assert dry.exit_code == 0 and "would submit" in dry.output and "shard 1: attempt 2, " \
+        "resumes 2 record(s) of attempt 1" in dry.output
+    done = CliRunner().invoke(cli, ["retry", "retry-1", "--yes", "--json", "--profile",
+                                    str(prof)])
+    assert done.exit_code == 0, done.output
+    data: Dict = json.loads(done.stdout)
+    assert [s["shard"] for s in data["shards"]] == [1, 4] and len(data["submissions"]) == 1
+    named = CliRunner().invoke(cli, ["retry", "retry-1", "--shard", "0", "--yes", "--profile",
+                                     str(prof)])
+    assert named.exit_code == 4 and "shard 0 already has a winner" in named.output
+
+
+def test_cli_prompts_on_a_terminal(failed_run, tmp_path: Path, monkeypatch) -> None:
+    from control.cli import retry as cli_retry
+    from control.cli.main import cli
+
+    staged, profile = failed_run
+    prof = _cli_env(staged, profile, tmp_path, monkeypatch)
+    monkeypatch.setattr(cli_retry, "interactive", lambda: True)
+    no = CliRunner().invoke(cli, ["retry", "retry-1", "--profile", str(prof)], input="n\n")
+    assert no.exit_code == 0 and "aborted" in no.output
+    assert not staged.layout.attempt(1, 2).root.exists()
+    yes = CliRunner().invoke(cli, ["retry", "retry-1", "--profile", str(prof)], input="y\n")
+    assert yes.exit_code == 0 and "submitted" in yes.output
+    assert staged.layout.attempt(1, 2).root.exists()
