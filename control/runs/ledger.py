@@ -3,6 +3,8 @@
 * ``observer/lag.json``: when status first saw each job missing from both squeue and
   sacct. The deadline after which such a job is ``lost`` is persisted here, so every
   fresh ``status`` process agrees on it.
+* ``observer/ended.json``: when status first saw a running attempt's job ended in Slurm
+  without an outcome from its agent; after a grace, status records the outcome itself.
 * ``cancels/NNNN.json``: one record per ``synthbatch cancel`` call (which shards, which job
   ids were scancelled), so a cancelled job can be told apart from one killed by hand.
 """
@@ -17,6 +19,7 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
 
 LAG_GRACE_S = 600.0
+ENDED_GRACE_S = 120.0
 
 
 def lag_path(layout: RunLayout) -> Path:
@@ -29,15 +32,38 @@ def cancels_dir(layout: RunLayout) -> Path:
     return layout.root / "cancels"
 
 
-def _first_missing(layout: RunLayout) -> Dict[str, float]:
+def ended_path(layout: RunLayout) -> Path:
+    """``<run>/observer/ended.json``."""
+    return layout.root / "observer" / "ended.json"
+
+
+def _first_seen(path: Path, key: str) -> Dict[str, float]:
     try:
-        data = read_json(lag_path(layout)) or {}
+        data = read_json(path) or {}
     except StateError:
         return {}
-    seen = data.get("first_missing", {})
+    seen = data.get(key, {})
     if not isinstance(seen, dict):
         return {}
     return {str(k): float(v) for k, v in seen.items() if isinstance(v, (int, float))}
+
+
+def _expired(path: Path, key: str, sighted: Iterable[str], present: Iterable[str],
+             now: float, grace_s: float) -> Set[str]:
+    """Persist first sightings of ``sighted`` ids; return those older than ``grace_s``."""
+    known = _first_seen(path, key)
+    gone = set(present)
+    updated = {k: v for k, v in known.items() if k not in gone}
+    sighted = list(sighted)
+    for job_id in sighted:
+        updated.setdefault(job_id, now)
+    if updated != known:
+        try:
+            ensure_dir(path.parent)
+            write_json_atomic(path, {"schema_version": 1, key: updated})
+        except (OSError, StateError):
+            updated = known
+    return {j for j in sighted if j in updated and now - updated[j] >= grace_s}
 
 
 def expired_missing(layout: RunLayout, missing: Iterable[str], present: Iterable[str],
@@ -48,20 +74,17 @@ def expired_missing(layout: RunLayout, missing: Iterable[str], present: Iterable
     (their entry is dropped). If the run directory is read-only nothing is persisted and
     a new sighting never expires.
     """
-    known = _first_missing(layout)
-    seen_again = set(present)
-    updated = {k: v for k, v in known.items() if k not in seen_again}
-    missing = list(missing)
-    for job_id in missing:
-        updated.setdefault(job_id, now)
-    if updated != known:
-        try:
-            ensure_dir(lag_path(layout).parent)
-            write_json_atomic(lag_path(layout), {"schema_version": 1,
-                                                 "first_missing": updated})
-        except (OSError, StateError):
-            updated = known
-    return {j for j in missing if j in updated and now - updated[j] >= grace_s}
+    return _expired(lag_path(layout), "first_missing", missing, present, now, grace_s)
+
+
+def expired_ended(layout: RunLayout, ended: Iterable[str], now: float,
+                  grace_s: float = ENDED_GRACE_S) -> Set[str]:
+    """Job ids Slurm has called ended (no agent outcome) for longer than ``grace_s``.
+
+    Slurm marks a cancelled or timed-out job ended while its agent is still cleaning up
+    (KillWait); only after this grace may status write the outcome for the agent.
+    """
+    return _expired(ended_path(layout), "first_ended", ended, (), now, grace_s)
 
 
 def record_cancel(layout: RunLayout, shards: List[int], job_ids: List[str]) -> Path:

@@ -19,7 +19,12 @@ from agent_stdlib.statefile import StateError
 from control.errors import SchedulerUnavailable, one_line
 from control.runs import normalize as norm
 from control.runs import reconcile
-from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
+from control.runs.ledger import (
+    LAG_GRACE_S,
+    cancel_requested,
+    expired_ended,
+    expired_missing,
+)
 from control.runs.store import ShardView, load_plan_view, load_submissions, scan_shard
 from control.slurm.parsers import JobRow, index_rows
 from control.slurm.scheduler import Scheduler
@@ -154,7 +159,7 @@ def observe(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
                                            now)
         shards = _scan(layout, len(plan.shard_records)) if notes else shards
     verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
-    if _reconcile(layout, shards, verdicts, sched):
+    if _reconcile(layout, shards, verdicts, sched, now):
         shards = _scan(layout, len(plan.shard_records))
         verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
     rows = [_shard_row(layout, s, plan.shard_records[s.index], v)
@@ -176,12 +181,19 @@ def _completed(sched: SchedulerView, job_id: Optional[str]) -> bool:
 
 
 def _reconcile(layout: RunLayout, shards: List[ShardView], verdicts: List[norm.Verdict],
-               sched: SchedulerView) -> List[int]:
+               sched: SchedulerView, now: float) -> List[int]:
     """Repair what durable state proves: a missing winner, an attempt whose agent died.
 
-    The only writes status makes to shard records; returns the shards it changed.
+    A job Slurm calls ended is given ``ENDED_GRACE_S`` (persisted) for its agent to write
+    its own outcome before status writes one. The only writes status makes to shard
+    records; returns the shards it changed.
     """
     changed = []
+    ended = {s.attempt.job_id or "" for s, v in zip(shards, verdicts)
+             if s.attempt and not s.winner and s.attempt.state == states.RUNNING
+             and v.source != "attempt" and v.state in ENDED
+             and not _completed(sched, s.attempt.job_id)}
+    due = expired_ended(layout, ended, now) if ended else set()
     for shard, verdict in zip(shards, verdicts):
         attempt = shard.attempt
         if attempt is None or shard.winner:
@@ -189,8 +201,7 @@ def _reconcile(layout: RunLayout, shards: List[ShardView], verdicts: List[norm.V
         try:
             if attempt.state == states.SUCCEEDED:
                 reconcile.complete_missing_winner(layout, shard.index, attempt.number)
-            elif attempt.state == states.RUNNING and verdict.source != "attempt" \
-                    and verdict.state in ENDED and not _completed(sched, attempt.job_id):
+            elif attempt.state == states.RUNNING and (attempt.job_id or "") in due:
                 state, prefix = ENDED[verdict.state]
                 reconcile.mark_ended(layout, shard.index, attempt.number, state,
                                      f"{prefix}{verdict.reason}")

@@ -34,7 +34,7 @@ from control.config.run import RunConfig
 from control.errors import EvidenceConflict
 from control.planning.planner import make_plan
 from control.runs import normalize as norm
-from control.runs.ledger import lag_path
+from control.runs.ledger import ENDED_GRACE_S, lag_path
 from control.runs.observe import observe
 from control.slurm.parsers import ACTIVE_STATES, TERMINAL_STATES, JobRow
 from control.slurm.scheduler import Scheduler
@@ -552,11 +552,12 @@ def test_status_persists_failed_for_a_running_attempt_whose_job_failed(tmp_path:
     squeue_cmd(fake, "")
     fake.on("sacct", stdout="500_0|FAILED|0:9\n")
     data = observe(layout, Scheduler(runner=fake), now=NOW)
-    assert data["shards"][0]["state"] == "failed"
-    record = json.loads(layout.attempt(0, 1).attempt_json.read_text())
+    assert data["shards"][0]["state"] == "failed"  # shown at once, not yet written
+    path = layout.attempt(0, 1).attempt_json
+    assert json.loads(path.read_text())["state"] == "running"  # the agent may be cleaning up
+    observe(layout, Scheduler(runner=fake), now=NOW + ENDED_GRACE_S + 1)
+    record = json.loads(path.read_text())
     assert record["state"] == "failed" and "signal 9" in record["reason"]
-    again = observe(layout, Scheduler(runner=fake), now=NOW + 1)
-    assert again["shards"][0]["state"] == "failed"  # settled: the record answers now
 
 
 def test_status_persists_cancelled_for_a_job_cancelled_by_hand(tmp_path: Path,
@@ -564,7 +565,8 @@ def test_status_persists_cancelled_for_a_job_cancelled_by_hand(tmp_path: Path,
     layout = make_run(tmp_path, [Shard("running")])
     squeue_cmd(fake, "")
     fake.on("sacct", stdout="500_0|CANCELLED by 0|0:0\n")
-    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert observe(layout, Scheduler(runner=fake), now=NOW)["shards"][0]["state"] == "cancelled"
+    data = observe(layout, Scheduler(runner=fake), now=NOW + ENDED_GRACE_S + 1)
     assert data["shards"][0]["state"] == "cancelled"
     assert json.loads(layout.attempt(0, 1).attempt_json.read_text())["state"] == "cancelled"
 
@@ -574,5 +576,5 @@ def test_a_running_attempt_whose_job_completed_is_not_rewritten(tmp_path: Path,
     layout = make_run(tmp_path, [Shard("running")])
     squeue_cmd(fake, "500_0|COMPLETED|None\n")
     fake.on("sacct", stdout="500_0|COMPLETED|0:0\n")
-    observe(layout, Scheduler(runner=fake), now=NOW)
+    observe(layout, Scheduler(runner=fake), now=NOW + ENDED_GRACE_S + 1)
     assert json.loads(layout.attempt(0, 1).attempt_json.read_text())["state"] == "running"
