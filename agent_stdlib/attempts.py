@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from agent_stdlib import states
 from agent_stdlib.contracts import AttemptRecord, ReadinessRecord
-from agent_stdlib.statefile import StateError, read_json, write_json_atomic
+from agent_stdlib.statefile import StateError, read_json, write_json_atomic, write_many_json
 
 
 def load_attempt(path: Path) -> Optional[AttemptRecord]:
@@ -34,6 +34,32 @@ def create_attempt(path: Path, run_id: str, shard: int, attempt: int) -> Attempt
     )
     write_json_atomic(path, record.to_dict())
     return record
+
+
+def create_attempts(items: Sequence[Tuple[Path, str, int, int]]) -> List[AttemptRecord]:
+    """``create_attempt`` for many ``(path, run_id, shard, attempt)`` with one sync."""
+    now = time.time()
+    records = [AttemptRecord(run_id=run_id, shard=shard, attempt=attempt,
+                             state=states.CREATED, revision=1, updated_at=now)
+               for _, run_id, shard, attempt in items]
+    write_many_json((item[0], r.to_dict()) for item, r in zip(items, records))
+    return records
+
+
+def advance_attempts(items: Sequence[Tuple[Path, Dict[str, Any]]],
+                     state: str) -> List[AttemptRecord]:
+    """``advance_attempt`` for many ``(path, fields)`` with one sync; all edges checked first."""
+    now = time.time()
+    updated = []
+    for path, fields in items:
+        current = load_attempt(path)
+        if current is None:
+            raise StateError(f"{path}: attempt record is missing")
+        states.check_transition(current.state, state)
+        updated.append(current.replace(state=state, revision=current.revision + 1,
+                                       updated_at=now, **fields))
+    write_many_json((item[0], r.to_dict()) for item, r in zip(items, updated))
+    return updated
 
 
 def advance_attempt(path: Path, state: str, **fields: Any) -> AttemptRecord:

@@ -9,6 +9,7 @@ unknown keys, missing keys, wrong types and unknown schema versions.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import typing
@@ -55,8 +56,14 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
     raise ContractError(f"{where}: unsupported type {hint!r}")  # pragma: no cover
 
 
+@functools.cache
+def _hints(cls: Any) -> Dict[str, Any]:
+    """Resolved field types of a record class (evaluating them is the slow part)."""
+    return typing.get_type_hints(cls)
+
+
 def _from_fields(cls: Any, data: Dict[str, Any], where: str) -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:

@@ -10,7 +10,7 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -78,6 +78,26 @@ def write_bytes_atomic(path: Path, payload: bytes, mode: int = FILE_MODE) -> Non
 def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
     """Replace the mutable record at ``path`` atomically."""
     write_bytes_atomic(path, dumps(data))
+
+
+def write_many_json(records: Iterable[Tuple[Path, Dict[str, Any]]]) -> None:
+    """Replace many mutable records, then make them all durable with one ``sync``.
+
+    For bulk state written before a commit marker (thousands of attempt records at submit):
+    each file is still written to a temp and renamed, so a reader sees old or new, never
+    half; durability comes from one ``os.sync()`` at the end instead of an fsync per file
+    and per directory. Return only after everything is on disk.
+    """
+    for path, data in records:
+        temp = path.parent / f".tmp-{secrets.token_hex(8)}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(str(temp), flags, FILE_MODE)
+        try:
+            os.write(fd, dumps(data))
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    os.sync()
 
 
 def publish_immutable(path: Path, payload: bytes, mode: int = FILE_MODE) -> bool:

@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt
+from agent_stdlib.attempts import (
+    advance_attempt,
+    advance_attempts,
+    create_attempts,
+    load_attempt,
+)
 from agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord, sha256_bytes
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import (
@@ -71,10 +76,12 @@ def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: P
     publish_immutable(layout.plan_json, plan_bytes, mode=0o400)
     agent_name = f"agent-{agent_sha256}.pyz"
     _copy_private(agent_pyz, root / agent_name, 0o400)
+    items = []
     for shard in plan.shards:
         paths = layout.attempt(shard.index, 1)
         ensure_dir(paths.root)
-        create_attempt(paths.attempt_json, plan.run_id, shard.index, 1)
+        items.append((paths.attempt_json, plan.run_id, shard.index, 1))
+    create_attempts(items)  # one sync for all, before run.json commits the run
     return Staged(layout, plan, sha256_bytes(plan_bytes), agent_name, agent_sha256)
 
 
@@ -143,9 +150,9 @@ def submit_attempts(staged: Staged, profile: Profile, scheduler: Scheduler,
                            job_name(plan.run_id), recorded)
     record = record.replace(argv=tuple(argv), job_id=job_id)
     write_json_atomic(layout.submission_json(number), record.to_dict())
-    for shard, attempt in sorted(attempts.items()):
-        advance_attempt(layout.attempt(shard, attempt).attempt_json, states.SUBMITTED,
-                        job_id=f"{job_id}_{tasks[shard]}", submission=number)
+    advance_attempts([(layout.attempt(shard, attempt).attempt_json,
+                       {"job_id": f"{job_id}_{tasks[shard]}", "submission": number})
+                      for shard, attempt in sorted(attempts.items())], states.SUBMITTED)
     scheduler.release(job_id)
     record = record.replace(released=True)
     write_json_atomic(layout.submission_json(number), record.to_dict())
