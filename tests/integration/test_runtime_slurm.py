@@ -278,11 +278,13 @@ def test_usr1_stops_gracefully_requeues_and_resumes(launch, slurm_cluster):
 
 
 def test_time_limit_with_usr1_lead_fails_with_partial_kept(launch, slurm_cluster):
-    job = launch(["--token-latency", "0.2"], records=200, time_limit="00:01:00", lead=55)
+    # Records complete every fraction of a second, so whenever Slurm sends the lead signal
+    # (it may come as early as 5 s in) some are done and the run is far from finished.
+    job = launch(["--token-latency", "0.02"], records=2000, time_limit="00:01:00", lead=55)
     job.wait_done(timeout=150)
     attempt = assert_stopped_and_clean(job, "failed")
     assert "SIGUSR1" in attempt.reason and "kept as partial" in attempt.reason, attempt
-    assert attempt.partial_records and 0 < attempt.partial_records < 200
+    assert attempt.partial_records and 0 < attempt.partial_records < 2000
 
 
 def test_scontrol_requeue_while_ready_restarts_and_succeeds(launch, slurm_cluster):
