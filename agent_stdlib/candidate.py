@@ -17,6 +17,17 @@ class CandidateError(Exception):
     """The client's output is not an acceptable result for the shard."""
 
 
+def _is_record(line: bytes, rel: str, number: int) -> bool:
+    """True for a JSON record, False for a blank line; CandidateError naming file:line else."""
+    if not line.strip():
+        return False
+    try:
+        json.loads(line)
+    except ValueError as err:
+        raise CandidateError(f"{rel}:{number}: not a JSON record ({err})") from err
+    return True
+
+
 def _scan_file(path: Path, rel: str) -> FileEntry:
     digest = hashlib.sha256()
     size = records = 0
@@ -24,13 +35,7 @@ def _scan_file(path: Path, rel: str) -> FileEntry:
         for number, line in enumerate(handle, start=1):
             digest.update(line)
             size += len(line)
-            if not line.strip():
-                continue
-            try:
-                json.loads(line)
-            except ValueError as err:
-                raise CandidateError(f"{rel}:{number}: not a JSON record ({err})") from err
-            records += 1
+            records += _is_record(line, rel, number)
     return FileEntry(path=rel, sha256=digest.hexdigest(), bytes=size, records=records)
 
 
@@ -63,13 +68,7 @@ def _complete_records(path: Path, rel: str) -> int:
         for number, line in enumerate(handle, start=1):
             if not line.endswith(b"\n"):
                 break  # a torn last line: the client was stopped while writing it
-            if not line.strip():
-                continue
-            try:
-                json.loads(line)
-            except ValueError as err:
-                raise CandidateError(f"{rel}:{number}: not a JSON record ({err})") from err
-            records += 1
+            records += _is_record(line, rel, number)
     return records
 
 
