@@ -7,7 +7,7 @@ import secrets
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import List
 
 import pytest
 from click.testing import CliRunner
@@ -15,24 +15,9 @@ from click.testing import CliRunner
 from control.cli.main import cli
 from fixtures.fake_openai_server import expected_completion
 from tests.conftest import FAKE_SERVER
+from tests.integration.runs import cli_json, processes_mentioning, wait_final, write_profile
 
 pytestmark = pytest.mark.slurm
-
-
-def _write_profile(tmp_path: Path, python: str) -> Path:
-    path = tmp_path / "profile.toml"
-    path.write_text(
-        "schema_version = 1\n"
-        f'workspace = "{tmp_path / "workspace"}"\n'
-        'partition = "debug"\n'
-        "gpus_per_node = 4\n"
-        "cpus_per_task = 1\n"
-        "mem_mb = 512\n"
-        f'python = "{python}"\n'
-        'default_time_limit = "00:10:00"\n'
-        "grace_s = 5\n"
-    )
-    return path
 
 
 def _write_run(tmp_path: Path, model: str, records: int, shards: int,
@@ -55,23 +40,6 @@ def _write_run(tmp_path: Path, model: str, records: int, shards: int,
     return path
 
 
-def _cli(*args: str) -> Dict[str, Any]:
-    result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
-
-
-def _wait_terminal(run_id: str, profile: Path, timeout_s: float = 180) -> Dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        status = _cli("status", run_id, "--profile", str(profile))
-        if status["state"] != "running":
-            return status
-        if time.monotonic() > deadline:
-            pytest.fail(f"run {run_id} still running after {timeout_s}s: {status}")
-        time.sleep(1.0)
-
-
 def _wait_jobs_gone(job_id: str, timeout_s: float = 60) -> None:
     """Winners are published before cleanup: wait for Slurm to see the jobs end."""
     deadline = time.monotonic() + timeout_s
@@ -84,28 +52,14 @@ def _wait_jobs_gone(job_id: str, timeout_s: float = 60) -> None:
     pytest.fail(f"job {job_id} still in squeue after {timeout_s}s")
 
 
-def _processes_mentioning(*needles: str) -> List[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if any(n in cmd for n in needles):
-            found.append(cmd)
-    return found
-
-
 def test_three_shard_run_succeeds_and_merges_exactly(slurm_cluster, tmp_path, python_exe):
     model = f"fake-{secrets.token_hex(4)}"
-    profile = _write_profile(tmp_path, python_exe)
+    profile = write_profile(tmp_path, python_exe)
     run_file = _write_run(tmp_path, model, records=15, shards=3, server_flags=[])
     started = time.monotonic()
-    submitted = _cli("submit", str(run_file), "--profile", str(profile))
+    submitted = cli_json("submit", str(run_file), "--profile", str(profile))
     run_id = submitted["run_id"]
-    status = _wait_terminal(run_id, profile)
+    status = wait_final(run_id, profile)
     wall = time.monotonic() - started
     assert status["state"] == "succeeded", status
     assert status["counts"] == {"succeeded": 3}
@@ -114,7 +68,7 @@ def test_three_shard_run_succeeds_and_merges_exactly(slurm_cluster, tmp_path, py
         f"{submitted['job_id']}_{i}" for i in range(3)}
 
     output = tmp_path / "merged.jsonl"
-    manifest = _cli("merge", run_id, "--output", str(output), "--profile", str(profile))
+    manifest = cli_json("merge", run_id, "--output", str(output), "--profile", str(profile))
     lines = output.read_text().splitlines()
     assert len(lines) == 15 == manifest["records"] and manifest["complete"]
     records = [json.loads(line) for line in lines]
@@ -123,22 +77,22 @@ def test_three_shard_run_succeeds_and_merges_exactly(slurm_cluster, tmp_path, py
         assert record["prompt"] == f"Describe item {record['index']}."
         assert record["completion"] == expected_completion(model, record["prompt"], 12)
     again = tmp_path / "again.jsonl"
-    _cli("merge", run_id, "--output", str(again), "--profile", str(profile))
+    cli_json("merge", run_id, "--output", str(again), "--profile", str(profile))
     assert again.read_bytes() == output.read_bytes()
 
     _wait_jobs_gone(submitted["job_id"])
-    assert not _processes_mentioning(run_id, model), "processes of the run were left behind"
+    assert not processes_mentioning(run_id, model), "processes of the run were left behind"
     print(f"e2e 3-shard wall time: {wall:.1f}s")
 
 
 def test_crashing_server_fails_the_shard_with_a_reason(slurm_cluster, tmp_path, python_exe):
     model = f"fake-{secrets.token_hex(4)}"
-    profile = _write_profile(tmp_path, python_exe)
+    profile = write_profile(tmp_path, python_exe)
     run_file = _write_run(tmp_path, model, records=6, shards=1,
                           server_flags=["--exit-after", "1"])
-    submitted = _cli("submit", str(run_file), "--profile", str(profile))
+    submitted = cli_json("submit", str(run_file), "--profile", str(profile))
     run_id = submitted["run_id"]
-    status = _wait_terminal(run_id, profile)
+    status = wait_final(run_id, profile)
     assert status["state"] == "failed"
     shard = status["shards"][0]
     assert shard["state"] == "failed"
@@ -146,4 +100,4 @@ def test_crashing_server_fails_the_shard_with_a_reason(slurm_cluster, tmp_path, 
     result = CliRunner().invoke(cli, ["merge", run_id, "--profile", str(profile)])
     assert result.exit_code == 4 and "shards without a winner: 0" in result.output
     _wait_jobs_gone(submitted["job_id"])
-    assert not _processes_mentioning(run_id, model)
+    assert not processes_mentioning(run_id, model)

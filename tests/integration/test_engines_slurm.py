@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from click.testing import CliRunner
 
-from control.cli.main import cli
 from tests.conftest import REPO
+from tests.integration.runs import cli_json, wait_final, write_profile
 
 pytestmark = pytest.mark.slurm
 SERVING = REPO / ".work" / "serving"
@@ -33,40 +31,14 @@ def _serving_env(engine: str) -> Path:
     return env
 
 
-def _profile(tmp_path: Path, python: str, mem_mb: int) -> Path:
-    path = tmp_path / "profile.toml"
-    path.write_text(
-        "schema_version = 1\n"
-        f'workspace = "{tmp_path / "workspace"}"\n'
-        'partition = "debug"\ngpus_per_node = 4\ncpus_per_task = 2\n'
-        f"mem_mb = {mem_mb}\n"
-        f'python = "{python}"\n'
-        'default_time_limit = "00:15:00"\ngrace_s = 10\n'
-    )
-    return path
-
-
-def _cli(*args: str) -> Dict[str, Any]:
-    result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
-
-
 def _run_to_end(run_file: Path, profile: Path, timeout_s: float) -> Dict[str, Any]:
-    run_id = _cli("submit", str(run_file), "--profile", str(profile))["run_id"]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        status = _cli("status", run_id, "--profile", str(profile))
-        if status["state"] in ("succeeded", "failed", "cancelled"):
-            return status
-        if time.monotonic() > deadline:
-            pytest.fail(f"run {run_id} not finished after {timeout_s}s: {status}")
-        time.sleep(2.0)
+    run_id = cli_json("submit", str(run_file), "--profile", str(profile))["run_id"]
+    return wait_final(run_id, profile, timeout_s, interval_s=2.0)
 
 
 def _records(tmp_path: Path, run_id: str, profile: Path) -> List[Dict[str, Any]]:
     out = tmp_path / "merged.jsonl"
-    _cli("merge", run_id, "--output", str(out), "--profile", str(profile))
+    cli_json("merge", run_id, "--output", str(out), "--profile", str(profile))
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
@@ -88,7 +60,8 @@ def test_llamacpp_generates_real_text_through_slurm(slurm_cluster, tmp_path, pyt
         'served_name = "smollm2"\nextra_args = ["-t", "1", "-np", "2", "-c", "1024"]\n'
         "startup_timeout_s = 120\n"
     )
-    profile = _profile(tmp_path, python_exe, 1024)
+    profile = write_profile(tmp_path, python_exe, mem_mb=1024, cpus_per_task=2,
+                            default_time_limit="00:15:00", grace_s=10)
     status = _run_to_end(run_file, profile, 300)
     assert status["state"] == "succeeded", status
     records = _records(tmp_path, status["run_id"], profile)
@@ -119,7 +92,8 @@ def test_vllm_cpu_serves_a_shard_and_the_proxy_reads_its_metrics(slurm_cluster, 
         'VLLM_CPU_OMP_THREADS_BIND = "nobind"\n'
         "[resources]\nmem_mb = 3500\n"
     )
-    profile = _profile(tmp_path, python_exe, 3500)
+    profile = write_profile(tmp_path, python_exe, mem_mb=3500, cpus_per_task=2,
+                            default_time_limit="00:15:00", grace_s=10)
     status = _run_to_end(run_file, profile, 900)
     assert status["state"] == "succeeded", status
     records = _records(tmp_path, status["run_id"], profile)

@@ -10,29 +10,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 import pytest
-from click.testing import CliRunner, Result
 
-from control.cli.main import cli
 from tests.conftest import FAKE_SERVER
+from tests.integration.runs import cli_json, invoke, write_profile
 
 pytestmark = pytest.mark.slurm
-
-
-def write_profile(tmp_path: Path, python: str, throttle: int = 0) -> Path:
-    path = tmp_path / "profile.toml"
-    path.write_text(
-        "schema_version = 1\n"
-        f'workspace = "{tmp_path / "workspace"}"\n'
-        'partition = "debug"\n'
-        "gpus_per_node = 4\n"
-        "cpus_per_task = 1\n"
-        "mem_mb = 512\n"
-        f'python = "{python}"\n'
-        'default_time_limit = "00:10:00"\n'
-        "grace_s = 5\n"
-        f"array_throttle = {throttle}\n"
-    )
-    return path
 
 
 def write_run(tmp_path: Path, records: int, shards: int, latency: float) -> Path:
@@ -54,16 +36,6 @@ def write_run(tmp_path: Path, records: int, shards: int, latency: float) -> Path
     return path
 
 
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def cli_json(*args: str) -> Dict[str, Any]:
-    result = invoke(*args, "--json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
-
-
 def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 90) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -80,7 +52,7 @@ def shard_states(status: Dict[str, Any]) -> List[str]:
 
 
 def test_status_cancel_and_hand_scancel_of_a_live_run(slurm_cluster, tmp_path, python_exe):
-    profile = str(write_profile(tmp_path, python_exe, throttle=2))
+    profile = str(write_profile(tmp_path, python_exe, array_throttle=2))
     run_file = write_run(tmp_path, records=12, shards=3, latency=0.4)
     submitted = cli_json("submit", str(run_file), "--profile", profile)
     run_id, job = submitted["run_id"], submitted["job_id"]

@@ -14,19 +14,17 @@ import json
 import re
 import secrets
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from click.testing import CliRunner
 
 from agent_stdlib.attempts import load_attempt
 from agent_stdlib.layout import RunLayout
-from control.cli.main import cli
 from fixtures.fake_openai_server import expected_completion
 from tests.conftest import FAKE_SERVER
+from tests.integration.runs import cli_json, invoke, wait_final, write_profile
 
 pytestmark = pytest.mark.slurm
 
@@ -52,12 +50,7 @@ def _files(tmp_path: Path, python: str, model: str) -> Tuple[Path, Path, Path]:
     state.mkdir()
     wrapper = tmp_path / "serve.py"
     wrapper.write_text(WRAPPER.replace("FAKE_SERVER", repr(str(FAKE_SERVER))))
-    profile = tmp_path / "profile.toml"
-    profile.write_text(
-        "schema_version = 1\n"
-        f'workspace = "{tmp_path / "workspace"}"\n'
-        'partition = "debug"\ngpus_per_node = 4\ncpus_per_task = 1\nmem_mb = 512\n'
-        f'python = "{python}"\ndefault_time_limit = "00:10:00"\ngrace_s = 5\n')
+    profile = write_profile(tmp_path, python)
     command = ["{python}", str(wrapper), str(state), ",".join(map(str, CRASHING)),
                "--host", "{host}", "--port", "{port}", "--model", "{served_name}",
                "--token-latency", "0.01"]
@@ -70,27 +63,6 @@ def _files(tmp_path: Path, python: str, model: str) -> Tuple[Path, Path, Path]:
         f'[[deployments]]\nalias = "tiny"\nmodel = "{model}"\n'
         f"command = {json.dumps(command)}\ngpus = 1\nstartup_timeout_s = 60\n")
     return profile, run, state
-
-
-def _invoke(*args: str) -> Any:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def _cli(*args: str) -> Dict[str, Any]:
-    result = _invoke(*args, "--json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
-
-
-def _wait_final(run_id: str, profile: Path, timeout_s: float = 240) -> Dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        status = _cli("status", run_id, "--profile", str(profile))
-        if status["state"] != "running":
-            return status
-        if time.monotonic() > deadline:
-            pytest.fail(f"run {run_id} still running after {timeout_s}s: {status['counts']}")
-        time.sleep(1.0)
 
 
 def _requests(state: Path, shard: int) -> Counter:
@@ -118,24 +90,24 @@ def scenario(slurm_cluster, tmp_path_factory) -> Dict[str, Any]:
     tmp_path = tmp_path_factory.mktemp("retry")
     model = f"fake-{secrets.token_hex(4)}"
     profile, run, state = _files(tmp_path, sys.executable, model)
-    run_id = _cli("submit", str(run), "--profile", str(profile))["run_id"]
-    first = _wait_final(run_id, profile)
+    run_id = cli_json("submit", str(run), "--profile", str(profile))["run_id"]
+    first = wait_final(run_id, profile)
     layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
     attempts1 = {s: load_attempt(layout.attempt(s, 1).attempt_json) for s in CRASHING}
     kept = {s: _kept_indices(layout, s) for s in CRASHING}
-    refused = _invoke("merge", run_id, "--profile", str(profile))
+    refused = invoke("merge", run_id, "--profile", str(profile))
     partial_out = tmp_path / "partial.jsonl"
-    partial = _cli("merge", run_id, "--allow-partial", "--output", str(partial_out),
+    partial = cli_json("merge", run_id, "--allow-partial", "--output", str(partial_out),
                    "--profile", str(profile))
     partial_ids = [json.loads(x)["index"] for x in partial_out.read_text().splitlines()]
-    retried = _cli("retry", run_id, "--yes", "--profile", str(profile))
-    named_running = _invoke("retry", run_id, "--shard", str(CRASHING[0]), "--yes",
+    retried = cli_json("retry", run_id, "--yes", "--profile", str(profile))
+    named_running = invoke("retry", run_id, "--shard", str(CRASHING[0]), "--yes",
                             "--profile", str(profile))
-    final = _wait_final(run_id, profile)
+    final = wait_final(run_id, profile)
     merged = tmp_path / "merged.jsonl"
-    manifest = _cli("merge", run_id, "--output", str(merged), "--profile", str(profile))
+    manifest = cli_json("merge", run_id, "--output", str(merged), "--profile", str(profile))
     again = tmp_path / "again.jsonl"
-    _cli("merge", run_id, "--output", str(again), "--profile", str(profile))
+    cli_json("merge", run_id, "--output", str(again), "--profile", str(profile))
     return {"run_id": run_id, "profile": profile, "layout": layout, "state": state,
             "model": model, "first": first, "attempts1": attempts1, "kept": kept,
             "refused": refused, "partial": partial, "partial_ids": partial_ids,
@@ -202,7 +174,7 @@ def test_all_six_succeed_and_merge_exactly_once_in_order(scenario):
         (s, 2 if s in CRASHING else 1) for s in range(SHARDS)]
     assert len(manifest["plan_sha256"]) == 64
     assert scenario["again"].read_bytes() == scenario["merged"].read_bytes()
-    again = _cli("retry", scenario["run_id"], "--yes", "--profile", str(scenario["profile"]))
+    again = cli_json("retry", scenario["run_id"], "--yes", "--profile", str(scenario["profile"]))
     assert again["shards"] == [] and again["submissions"] == []
 
 
@@ -223,8 +195,8 @@ def test_concurrent_retries_converge_on_one_submission(slurm_cluster, tmp_path):
 
     model = f"fake-{secrets.token_hex(4)}"
     profile, run, state = _files(tmp_path, sys.executable, model)
-    run_id = _cli("submit", str(run), "--profile", str(profile))["run_id"]
-    _wait_final(run_id, profile)
+    run_id = cli_json("submit", str(run), "--profile", str(profile))["run_id"]
+    wait_final(run_id, profile)
     results: List[Dict[str, Any]] = []
     errors: List[BaseException] = []
 
@@ -245,5 +217,5 @@ def test_concurrent_retries_converge_on_one_submission(slurm_cluster, tmp_path):
     layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
     assert sorted(p.name for p in layout.submissions.glob("*.json")) == ["0001.json",
                                                                            "0002.json"]
-    final = _wait_final(run_id, profile)
+    final = wait_final(run_id, profile)
     assert final["counts"] == {"succeeded": SHARDS}
