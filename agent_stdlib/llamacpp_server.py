@@ -10,6 +10,7 @@ import happens only at start-up so the agent bundle stays standard-library only.
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 from typing import Any, List, Optional
@@ -48,7 +49,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Start the server and block until SIGTERM or SIGINT; return the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        import xllamacpp  # type: ignore[import-not-found]
+        # The engine belongs to the serving environment, not to the agent: it is looked up
+        # by name at start-up, so the bundle itself stays standard-library only.
+        xllamacpp = importlib.import_module("xllamacpp")
     except ImportError:
         print("serve-llamacpp: the xllamacpp package is not installed in this Python "
               f"({sys.executable})", file=sys.stderr)
