@@ -14,6 +14,7 @@ ROLES: Dict[str, str] = {
     "proxy": "agent_stdlib.proxy",
     "generate": "agent_stdlib.generate",
     "serve-llamacpp": "agent_stdlib.llamacpp_server",
+    "check": "agent_stdlib.nodecheck",
 }
 
 USAGE = "usage: python agent.pyz {" + "|".join(ROLES) + "} [options]"

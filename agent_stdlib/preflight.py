@@ -3,8 +3,9 @@
 Each check raises :class:`PreflightError` with one line naming what is wrong, so the
 attempt fails within a second instead of after a server has spent minutes loading a
 model. Checks: scheduler identity, node list and count, GPU shape, controller Python,
-every path the plan names, secrets (by name), container images (sha256), the address of
-every node that runs a replica, and the ports the servers will listen on.
+every path the plan names (on the batch node here, on every other replica node through
+:mod:`agent_stdlib.nodecheck`), secrets (by name), container images (sha256), the address
+of every node that runs a replica, and the ports the servers will listen on.
 
 Ports (one rule, :func:`plan_sites`): replica *k* has the plan's offset
 ``placement.port - port_base`` (its index in the allocation when the plan has no
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from agent_stdlib import slurmjob
+from agent_stdlib import nodecheck, slurmjob
 from agent_stdlib.containers import DEFAULT_EXECUTABLE
 from agent_stdlib.contracts import AttemptRecord, ContainerSpec, Plan
 from agent_stdlib.launch import LOOPBACK, LaunchError, Site, in_container, secret_values
@@ -368,6 +369,11 @@ def run_preflight(ctx: Context) -> Dict[str, List[Site]]:
     check_images(ctx)
     needed = sorted({node for row in replica_offsets(ctx.plan) for node, _ in row})
     hosts = node_hosts(ctx, needed)
+    if ctx.plan.runtime.launcher == "srun":
+        problem = nodecheck.check_remote(ctx.plan, str(ctx.agent_pyz), ctx.env,
+                                         {i: name for i, (name, _) in hosts.items()})
+        if problem:
+            raise PreflightError(problem)
     sites = plan_sites(ctx.plan, allocation_key(ctx.ident), hosts)
     check_sites(ctx, sites, hosts)
     return sites

@@ -87,6 +87,9 @@ def test_two_replicas_on_two_nodes_serve_and_share_the_load(slurm_cluster, tmp_p
     job.wait_done()
     assert_stopped_and_clean(job, "succeeded")
     assert load_winner(job.layout, 0).records == 24
+    checks = job.cluster.run("sacct", "-n", "-P", "-j", job.key, "--format=JobName,NodeList,State",
+                             check=False).stdout
+    assert "preflight-paths|node2|COMPLETED" in checks, checks  # paths checked on node2 too
     counts = request_counts(requests, [s.port for s in expected["tiny"]])
     assert sum(counts) >= 24 and min(counts) > 0, counts  # both replicas answered
     script = job.layout.submission_script(1).read_text()

@@ -1,0 +1,52 @@
+"""Paths checked on the other nodes of an allocation (the ``check`` role)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+from agent_stdlib.contracts import ReplicaSpec
+from agent_stdlib.nodecheck import _verdict, check_command, remote_paths
+from tests.agent_runs import local_plan
+
+
+def _placed(tmp_path, nodes=(0, 1)):
+    plan = local_plan(sys.executable, [sys.executable, "/srv/server.py", "{port}"])
+    dep = dataclasses.replace(plan.deployments[0], model=str(tmp_path / "model.gguf"),
+                              replicas=len(nodes),
+                              placement=tuple(ReplicaSpec(i, n, (), 20000 + i)
+                                              for i, n in enumerate(nodes)))
+    runtime = dataclasses.replace(plan.runtime, launcher="srun")
+    return dataclasses.replace(plan, deployments=(dep,), runtime=runtime)
+
+
+def test_only_other_nodes_are_checked_with_model_and_executable(tmp_path):
+    plan = _placed(tmp_path, nodes=(0, 1, 1))
+    assert remote_paths(plan) == {1: [str(tmp_path / "model.gguf"), sys.executable]}
+    assert remote_paths(_placed(tmp_path, nodes=(0, 0))) == {}
+
+
+def test_check_step_runs_on_the_node_without_gpus_and_little_memory(tmp_path):
+    argv = check_command(_placed(tmp_path), "/run/agent.pyz", 1, ["/m"])
+    assert argv[0] == "srun" and "--relative=1" in argv and "--mem=64" in argv
+    assert not any(a.startswith(("--gres", "--gpus")) for a in argv)
+    assert argv[argv.index("--") + 1:] == [sys.executable, "-I", "/run/agent.pyz", "check",
+                                           "--path", "/m"]
+
+
+def test_check_role_reports_missing_paths(agent_pyz, tmp_path):
+    present = tmp_path / "here"
+    present.write_text("x")
+    proc = subprocess.run([sys.executable, "-I", str(agent_pyz), "check", "--path",
+                           str(present), "--path", str(tmp_path / "gone")],
+                          capture_output=True, text=True, timeout=60,
+                          env={"SHIV_ROOT": str(tmp_path / "shiv"), "SLURMD_NODENAME": "n2"})
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {"node": "n2", "missing": [str(tmp_path / "gone")]}
+    expected = f"{tmp_path / 'gone'} is missing or not readable"
+    assert _verdict(proc.stdout, proc.returncode) == expected
+    assert _verdict('{"node": "n2", "missing": []}\n', 0) is None
+    assert _verdict("srun: error: Unable to create step\n", 1) == ""
