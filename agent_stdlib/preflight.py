@@ -10,7 +10,7 @@ of every node that runs a replica, and the ports the servers will listen on.
 Ports (one rule, :func:`plan_sites`): replica *k* has the plan's offset
 ``placement.port - port_base`` (its index in the allocation when the plan has no
 placement). In an ``exclusive`` allocation it listens on the plan's port exactly; on
-nodes that other jobs may share it listens on ``port_base + block(job key) + offset``,
+nodes that other jobs may share it listens on ``port_base + block(raw job id) + offset``,
 so that concurrent allocations on one node do not race for the same port. Either way a
 port that is taken fails preflight, naming it.
 """
@@ -68,18 +68,26 @@ def server_count(plan: Plan) -> int:
 def assign_ports(base: int, key: str, count: int) -> List[int]:
     """The ports of ``count`` servers of the allocation ``key`` (deterministic per job).
 
-    Allocations sharing a node get different blocks unless their keys collide; a
-    collision is caught by the port check and fails the attempt with a clear reason.
+    A numeric key (a raw job id) picks block ``id % PORT_SLOTS``, so concurrent jobs get
+    different blocks; any other key is hashed. A collision left is caught by the port
+    check and fails the attempt with a clear reason.
     """
     stride = max(PORT_STRIDE, count)
-    slot = int(hashlib.sha256(key.encode("utf-8")).hexdigest()[:8], 16) % PORT_SLOTS
+    if key.isdigit():
+        slot = int(key) % PORT_SLOTS
+    else:
+        slot = int(hashlib.sha256(key.encode("utf-8")).hexdigest()[:8], 16) % PORT_SLOTS
     first = base + slot * stride
     return list(range(first, first + count))
 
 
 def allocation_key(ident: JobIdentity) -> str:
-    """What distinguishes this allocation's ports: the job key, or the pid outside Slurm."""
-    return ident.key or f"local-{os.getpid()}"
+    """What distinguishes this allocation's ports: the raw job id, or the pid outside Slurm.
+
+    Raw ids of jobs that run at the same time are distinct and mostly consecutive, so
+    their port blocks (:func:`assign_ports`) differ unless the ids are 512 apart.
+    """
+    return ident.job_id or ident.key or f"local-{os.getpid()}"
 
 
 def check_identity(ctx: Context) -> None:

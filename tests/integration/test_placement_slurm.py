@@ -78,7 +78,8 @@ def test_two_replicas_on_two_nodes_serve_and_share_the_load(slurm_cluster, tmp_p
     launched.append(job)
     ready = job.wait_readiness("ready", timeout=60)
     backends = [b.url for b in ready.backends["tiny"]]
-    expected = plan_sites(plan, job.key, {0: ("node1", "127.0.0.1"), 1: ("node2", "127.0.0.1")})
+    expected = plan_sites(plan, job.array_id,  # a 1-task array: its raw job id
+                          {0: ("node1", "127.0.0.1"), 1: ("node2", "127.0.0.1")})
     assert backends == [s.url for s in expected["tiny"]], (backends, expected)
     nodes = slurm_cluster.wait_for(lambda: (n := step_nodes(job)).get("server-tiny-1") and n,
                                    what="server steps")

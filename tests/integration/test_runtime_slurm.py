@@ -351,7 +351,7 @@ def test_preflight_missing_model_path(launch, slurm_cluster, tmp_path):
 
 def test_preflight_port_taken(launch, slurm_cluster):
     job = launch([], hold=True)
-    port = assign_ports(job.plan.runtime.port_base, job.key, 1)[0]
+    port = assign_ports(job.plan.runtime.port_base, job.array_id, 1)[0]  # 1 task: raw id
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))

@@ -66,8 +66,9 @@ def test_a_matching_allocation_passes_and_gets_its_ports(tmp_path):
     check_identity(ctx)
     check_nodes(ctx)
     sites = run_preflight(ctx)
-    assert sites == {"tiny": [Site(node=0, host="127.0.0.1",
-                                   port=assign_ports(20000, "36_0", 1)[0])]}
+    # the block comes from the raw job id (37): concurrent jobs get distinct blocks
+    assert sites == {"tiny": [Site(node=0, host="127.0.0.1", port=20000 + 37 * 16)]}
+    assert sites["tiny"][0].port == assign_ports(20000, "37", 1)[0]
 
 
 @pytest.mark.parametrize("change, message", [
@@ -140,6 +141,11 @@ def test_port_taken_is_reported_with_the_node(tmp_path):
             check_ports(ctx, [port])
     with pytest.raises(PreflightError, match="outside 1024-65535"):
         check_ports(ctx, [70000])
+
+
+def test_consecutive_raw_job_ids_get_distinct_port_blocks():
+    blocks = {assign_ports(20000, str(job), 1)[0] for job in range(1000, 1512)}
+    assert len(blocks) == 512  # no two of 512 consecutive jobs share a block
 
 
 def test_ports_are_deterministic_per_job_and_distinct_within_it():
