@@ -73,7 +73,11 @@ def ask_scheduler(scheduler: Scheduler, name: str, job_ids: Set[str]) -> Schedul
         if absent:
             rows = scheduler.accounting(sorted({base_id(j) for j in absent}, key=int))
             view.accounting = rows is not None
-            view.acct = index_rows(rows or [])
+            # Only for the jobs sacct was asked about: just after a cancel, slurmdbd may
+            # still hold the whole array as one range record (``12_[0-2%2] CANCELLED``),
+            # which must not override squeue's rows of sibling tasks that are running.
+            view.acct = {job: row for job, row in index_rows(rows or []).items()
+                         if job in absent}
     except SchedulerUnavailable as err:
         view.error = one_line(err.message, 300)
         return view

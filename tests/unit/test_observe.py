@@ -578,3 +578,15 @@ def test_a_running_attempt_whose_job_completed_is_not_rewritten(tmp_path: Path,
     fake.on("sacct", stdout="500_0|COMPLETED|0:0\n")
     observe(layout, Scheduler(runner=fake), now=NOW + ENDED_GRACE_S + 1)
     assert json.loads(layout.attempt(0, 1).attempt_json.read_text())["state"] == "running"
+
+
+def test_an_early_sacct_range_record_does_not_override_running_tasks(tmp_path: Path,
+                                                                     fake: FakeSlurm) -> None:
+    # Right after `scancel 500_2`, slurmdbd can still hold the array as one range record.
+    layout = make_run(tmp_path, [Shard("running"), Shard("running"),
+                                 Shard("cancelled", "cancelled by `synthbatch cancel`")])
+    squeue_cmd(fake, "500_2|CANCELLED|JobArrayTaskLimit\n500_0|RUNNING|None\n"
+                     "500_1|RUNNING|None\n")
+    fake.on("sacct", stdout="500_[0-2%2]|CANCELLED by 0|0:0\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert [s["state"] for s in data["shards"]] == ["running", "running", "cancelled"]
