@@ -8,18 +8,17 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from agent_stdlib import states
 from agent_stdlib.contracts import AttemptRecord, ReadinessRecord
-from agent_stdlib.statefile import StateError, read_json, write_json_atomic, write_many_json
+from agent_stdlib.statefile import (
+    StateError,
+    load_record,
+    write_json_atomic,
+    write_many_json,
+)
 
 
 def load_attempt(path: Path) -> Optional[AttemptRecord]:
     """Load an attempt record; None if missing; StateError if malformed."""
-    data = read_json(path)
-    if data is None:
-        return None
-    try:
-        return AttemptRecord.from_dict(data)
-    except ValueError as err:
-        raise StateError(f"{path}: {err}") from err
+    return load_record(path, AttemptRecord)
 
 
 def create_attempt(path: Path, run_id: str, shard: int, attempt: int) -> AttemptRecord:
@@ -77,13 +76,7 @@ def advance_attempt(path: Path, state: str, **fields: Any) -> AttemptRecord:
 
 def load_readiness(path: Path) -> Optional[ReadinessRecord]:
     """Load a readiness record; None if missing; StateError if malformed."""
-    data = read_json(path)
-    if data is None:
-        return None
-    try:
-        return ReadinessRecord.from_dict(data)
-    except ValueError as err:
-        raise StateError(f"{path}: {err}") from err
+    return load_record(path, ReadinessRecord)
 
 
 def publish_readiness(path: Path, shard: int, attempt: int, execution: int, state: str,

@@ -17,9 +17,9 @@ from typing import Optional
 from agent_stdlib import states
 from agent_stdlib.attempts import load_attempt
 from agent_stdlib.candidate import CandidateError, build_manifest, verify_files
-from agent_stdlib.contracts import ContractError, ResultManifest, WinnerRecord, sha256_bytes
+from agent_stdlib.contracts import ResultManifest, WinnerRecord, sha256_bytes
 from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import StateError, publish_immutable, read_bytes, read_json
+from agent_stdlib.statefile import StateError, load_record, publish_immutable, read_bytes
 
 
 def publish_result(output: Path, result_json: Path, shard: int, attempt: int,
@@ -33,24 +33,15 @@ def publish_result(output: Path, result_json: Path, shard: int, attempt: int,
 
 def load_result(path: Path) -> ResultManifest:
     """Read a published result manifest; StateError if missing or malformed."""
-    data = read_json(path)
-    if data is None:
+    manifest = load_record(path, ResultManifest)
+    if manifest is None:
         raise StateError(f"{path}: result manifest is missing")
-    try:
-        return ResultManifest.from_dict(data)
-    except ContractError as err:
-        raise StateError(f"{path}: {err}") from err
+    return manifest
 
 
 def load_winner(layout: RunLayout, shard: int) -> Optional[WinnerRecord]:
     """The shard's winner, or None if none has been published."""
-    data = read_json(layout.winner_json(shard))
-    if data is None:
-        return None
-    try:
-        return WinnerRecord.from_dict(data)
-    except ContractError as err:
-        raise StateError(f"{layout.winner_json(shard)}: {err}") from err
+    return load_record(layout.winner_json(shard), WinnerRecord)
 
 
 def complete_winner(layout: RunLayout, shard: int, attempt: int,

@@ -10,7 +10,7 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple, Type, TypeVar
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -132,6 +132,24 @@ def read_bytes(path: Path) -> Optional[bytes]:
             return handle.read()
     except OSError as err:
         raise StateError(f"{path}: cannot read ({err.strerror})") from err
+
+
+R = TypeVar("R")
+
+
+def load_record(path: Path, cls: Type[R]) -> Optional[R]:
+    """Read a contract record of type ``cls`` (anything with ``from_dict``).
+
+    None if the file is missing; StateError naming the file if it is half-published,
+    malformed or off-contract (the contracts raise ValueError subclasses).
+    """
+    data = read_json(path)
+    if data is None:
+        return None
+    try:
+        return cls.from_dict(data)  # type: ignore[attr-defined, no-any-return]
+    except ValueError as err:
+        raise StateError(f"{path}: {err}") from err
 
 
 def read_json(path: Path) -> Optional[Dict[str, Any]]:

@@ -25,9 +25,15 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from agent_stdlib.contracts import WinnerRecord
 from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import StateError, ensure_dir, read_bytes, write_json_atomic
+from agent_stdlib.statefile import (
+    StateError,
+    ensure_dir,
+    load_record,
+    read_bytes,
+    write_json_atomic,
+)
 from control.errors import Conflict, InvalidInput
-from control.runs.store import load_plan_view, load_record
+from control.runs.store import load_plan_view
 
 CHUNK = 1 << 20
 DEPTH = 4  # read buffers in flight while their blocks are hashed

@@ -12,7 +12,6 @@ from typing import Any, Dict, List, Optional, Tuple
 from agent_stdlib.attempts import load_attempt
 from agent_stdlib.contracts import (
     AttemptRecord,
-    ContractError,
     Plan,
     ProgressRecord,
     RunRecord,
@@ -20,7 +19,7 @@ from agent_stdlib.contracts import (
     WinnerRecord,
 )
 from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import StateError, read_json
+from agent_stdlib.statefile import StateError, load_record
 from control.errors import InvalidInput, NotFound
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -40,17 +39,6 @@ def run_layout(workspace: Path, run_id: str) -> RunLayout:
     if not root.is_dir():
         raise NotFound(f"run {run_id}: no such run in {runs_root(workspace)}")
     return RunLayout(root)
-
-
-def load_record(path: Path, cls):  # type: ignore[no-untyped-def]
-    """Load a contract record of type ``cls``; None if missing; StateError if malformed."""
-    data = read_json(path)
-    if data is None:
-        return None
-    try:
-        return cls.from_dict(data)
-    except ContractError as err:
-        raise StateError(f"{path}: {err}") from err
 
 
 def load_run(layout: RunLayout) -> Optional[RunRecord]:

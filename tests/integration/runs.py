@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import pytest
 from click.testing import CliRunner, Result
@@ -56,18 +56,3 @@ def wait_final(run_id: str, profile: Path, timeout_s: float = 240,
         if time.monotonic() > deadline:
             pytest.fail(f"run {run_id} still running after {timeout_s}s: {status['counts']}")
         time.sleep(interval_s)
-
-
-def processes_mentioning(*needles: str) -> List[str]:
-    """Command lines of live processes that contain any of ``needles``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if any(n in cmd for n in needles):
-            found.append(cmd)
-    return found

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from control.cli.main import cli
 from fixtures.fake_openai_server import expected_completion
 from tests.conftest import FAKE_SERVER
-from tests.integration.runs import cli_json, processes_mentioning, wait_final, write_profile
+from tests.integration.runs import cli_json, wait_final, write_profile
+from tests.processes import processes_mentioning
 
 pytestmark = pytest.mark.slurm
 

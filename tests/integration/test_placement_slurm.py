@@ -23,10 +23,10 @@ from tests.integration.test_runtime_slurm import (
     assert_failed_in_preflight,
     assert_stopped_and_clean,
     make_plan,
-    processes_mentioning,
     slurm_log,
     submit,
 )
+from tests.processes import processes_mentioning
 
 pytestmark = pytest.mark.slurm
 PORT_BASE = 21000

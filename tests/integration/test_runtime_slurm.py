@@ -32,6 +32,7 @@ from control.slurm.parsers import parse_sacct
 from control.slurm.renderer import BatchScript, render_batch_script
 from tests.agent_runs import local_plan
 from tests.conftest import FAKE_SERVER
+from tests.processes import processes_mentioning
 
 pytestmark = pytest.mark.slurm
 
@@ -89,18 +90,7 @@ class Job:
         return processes_mentioning(str(self.root), self.model)
 
 
-def processes_mentioning(*needles: str) -> List[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if any(n in cmd for n in needles):
-            found.append(f"{entry.name}: {cmd}")
-    return found
+
 
 
 def wait_no_leftovers(job: Job, timeout: float = 15) -> None:

@@ -31,6 +31,7 @@ from agent_stdlib.statefile import read_json
 from fixtures.fake_openai_server import expected_completion
 from tests.agent_runs import local_plan, stage
 from tests.conftest import FAKE_SERVER
+from tests.processes import processes_mentioning
 
 
 def _server(python: str, *extra: str) -> List[str]:
@@ -51,20 +52,6 @@ def _run(python: str, pyz: Path, args: dict, timeout: float = 60) -> subprocess.
     proc = _allocation(python, pyz, args)
     out, err = proc.communicate(timeout=timeout)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _descendants_alive(marker: str) -> List[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if marker in cmd:
-            found.append(cmd)
-    return found
 
 
 def test_successful_attempt_publishes_winner_and_stops_everything(tmp_path, agent_pyz,
@@ -88,7 +75,7 @@ def test_successful_attempt_publishes_winner_and_stops_everything(tmp_path, agen
     for record in records:
         assert record["prompt"] == f"Tell me about {record['index']}."
         assert record["completion"] == expected_completion("fake-model", record["prompt"], 8)
-    assert not _descendants_alive(str(tmp_path / "run"))
+    assert not processes_mentioning(str(tmp_path / "run"))
 
 
 def test_server_that_exits_fails_the_attempt_fast_with_its_status(tmp_path, agent_pyz,
@@ -114,7 +101,7 @@ def test_server_never_ready_fails_at_the_deadline(tmp_path, agent_pyz, python_ex
     assert result.returncode == 1
     attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
     assert attempt.state == "failed" and "not ready after 1.5s" in attempt.reason
-    assert not _descendants_alive("time.sleep(60)")
+    assert not processes_mentioning("time.sleep(60)")
 
 
 def test_server_crash_during_generation_fails_the_attempt(tmp_path, agent_pyz, python_exe):
@@ -147,7 +134,7 @@ def test_sigterm_cancels_cleans_up_and_records_cancelled(tmp_path, agent_pyz, py
     attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
     assert attempt.state == "cancelled" and "SIGTERM" in attempt.reason
     assert load_readiness(readiness).state == "stopped"
-    assert not _descendants_alive(str(FAKE_SERVER))
+    assert not processes_mentioning(str(FAKE_SERVER))
 
 
 def test_wrong_plan_digest_is_refused_before_anything_starts(tmp_path, agent_pyz, python_exe):
@@ -192,7 +179,7 @@ def test_usr1_stops_generation_gracefully_and_keeps_partial_output(tmp_path, age
     assert len(lines) == attempt.partial_records
     assert "stopped by a signal" in (paths.execution_logs(1) / "client.log").read_text()
     assert load_readiness(paths.readiness_json).state == "stopped"
-    assert not _descendants_alive(str(tmp_path / "run"))
+    assert not processes_mentioning(str(tmp_path / "run"))
 
 
 def test_persisted_running_attempt_restarts_at_the_next_revision(tmp_path, agent_pyz,
