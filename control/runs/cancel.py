@@ -18,8 +18,13 @@ from agent_stdlib.statefile import StateError
 from control.errors import InvalidInput
 from control.runs.ledger import record_cancel
 from control.runs.observe import base_id
-from control.runs.store import ShardView, load_plan_view, load_submissions, scan_shard
-from control.runs.submit import job_name
+from control.runs.store import (
+    ShardView,
+    job_name,
+    load_plan_view,
+    load_submissions,
+    scan_shard,
+)
 from control.runs.watch import Backoff
 from control.slurm.parsers import index_rows
 from control.slurm.scheduler import Scheduler

@@ -18,14 +18,21 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError
 from control.errors import SchedulerUnavailable, one_line
 from control.runs import normalize as norm
-from control.runs import reconcile
 from control.runs.ledger import (
     LAG_GRACE_S,
     cancel_requested,
     expired_ended,
     expired_missing,
 )
-from control.runs.store import ShardView, load_plan_view, load_submissions, scan_shard
+from control.runs.store import (
+    ShardView,
+    expected_attempts,
+    job_name,
+    load_plan_view,
+    needs_recovery,
+    scan_shard,
+    submission_views,
+)
 from control.slurm.parsers import JobRow, index_rows
 from control.slurm.scheduler import Scheduler
 
@@ -139,28 +146,32 @@ def _rate(shards: List[ShardView], rows: List[Dict[str, Any]], now: float) -> fl
 
 
 def _scan(layout: RunLayout, count: int) -> List[ShardView]:
-    return [scan_shard(layout, index) for index in range(count)]
+    """Every shard, each read at the attempt the submission records name (no listing)."""
+    expected = expected_attempts(submission_views(layout)).get
+    return [scan_shard(layout, index, expected(index)) for index in range(count)]
 
 
 def observe(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None,
             lag_grace_s: float = LAG_GRACE_S) -> Dict[str, Any]:
     """The full status of a run as plain data (what ``status --json`` prints)."""
-    from control.runs import submit
-
     now = time.time() if now is None else now
     plan = load_plan_view(layout)
     committed = layout.run_json.exists()
-    shards = _scan(layout, len(plan.shard_records))
+    submissions = submission_views(layout)
+    expected = expected_attempts(submissions).get
+    shards = [scan_shard(layout, index, expected(index))
+              for index in range(len(plan.shard_records))]
     wanted = {s.attempt.job_id for s in shards if needs_scheduler(s, now) and s.attempt
               and s.attempt.job_id}
-    records = load_submissions(layout)
-    recover = submit.needs_recovery(records, committed, now)
-    sched = ask_scheduler(scheduler, submit.job_name(plan.run_id), wanted) \
+    recover = needs_recovery(submissions, committed, now)
+    sched = ask_scheduler(scheduler, job_name(plan.run_id), wanted) \
         if wanted or recover else SchedulerView()
     notes: List[str] = []
     if recover and sched.rows is not None:
-        notes = submit.recover_submissions(layout, scheduler, committed, records, sched.rows,
-                                           now)
+        from control.runs import submit  # rare: a submit crashed; needs the full records
+
+        notes = submit.recover_submissions(layout, scheduler, committed,
+                                           submit.load_submissions(layout), sched.rows, now)
         shards = _scan(layout, len(plan.shard_records)) if notes else shards
     verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
     if _reconcile(layout, shards, verdicts, sched, now):
@@ -173,7 +184,7 @@ def observe(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
 
 
 # Scheduler verdicts on a ``running`` attempt whose agent is gone -> what gets persisted.
-ENDED = {norm.LOST: (states.FAILED, reconcile.LOST_PREFIX),
+ENDED = {norm.LOST: (states.FAILED, norm.LOST_REASON),
          norm.FAILED: (states.FAILED, ""),
          norm.CANCELLED: (states.CANCELLED, "")}
 
@@ -204,8 +215,12 @@ def _reconcile(layout: RunLayout, shards: List[ShardView], verdicts: List[norm.V
             continue
         try:
             if attempt.state == states.SUCCEEDED:
+                from control.runs import reconcile  # imported only when there is work
+
                 reconcile.complete_missing_winner(layout, shard.index, attempt.number)
             elif attempt.state == states.RUNNING and (attempt.job_id or "") in due:
+                from control.runs import reconcile
+
                 state, prefix = ENDED[verdict.state]
                 reconcile.mark_ended(layout, shard.index, attempt.number, state,
                                      f"{prefix}{verdict.reason}")

@@ -30,7 +30,12 @@ from agent_stdlib.statefile import (
 )
 from control.errors import SchedulerUncertain
 from control.planning.arrays import task_ids
-from control.runs.store import load_submissions, runs_root
+from control.runs.store import (
+    RECOVERY_GRACE_S,
+    job_name,
+    load_submissions,
+    runs_root,
+)
 from control.slurm.parsers import JobRow, split_job_id
 from control.slurm.renderer import BatchScript, render_batch_script
 from control.slurm.scheduler import Scheduler
@@ -38,7 +43,6 @@ from control.slurm.scheduler import Scheduler
 if TYPE_CHECKING:
     from control.config.profile import Profile
 
-RECOVERY_GRACE_S = 120.0  # a submission younger than this may still be in flight
 HELD = "JobHeldUser"
 
 
@@ -51,11 +55,6 @@ class Staged:
     plan_sha256: str
     agent_name: str
     agent_sha256: str
-
-
-def job_name(run_id: str) -> str:
-    """The Slurm job name of every job of a run (used to find unrecorded submissions)."""
-    return f"synthbatch-{run_id}"
 
 
 def _copy_private(source: Path, target: Path, mode: int) -> None:
@@ -203,13 +202,6 @@ def _release(layout: RunLayout, scheduler: Scheduler, record: SubmissionRecord,
     write_json_atomic(layout.submission_json(record.number),
                       record.replace(released=True).to_dict())
     return f"submission {record.number}: job {record.job_id} released"
-
-
-def needs_recovery(records: List[SubmissionRecord], committed: bool, now: float) -> bool:
-    """True when a submission lacks its job id or release, or the run never committed."""
-    settled = all(now - r.submitted_at >= RECOVERY_GRACE_S for r in records)
-    unfinished = any(r.job_id is None or not r.released for r in records)
-    return settled and bool(records) and (unfinished or not committed)
 
 
 def recover_submissions(layout: RunLayout, scheduler: Scheduler, committed: bool,

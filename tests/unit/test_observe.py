@@ -23,6 +23,7 @@ from agent_stdlib.contracts import (
 )
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import (
+    StateError,
     ensure_dir,
     publish_immutable,
     publish_json_immutable,
@@ -34,8 +35,16 @@ from control.config.run import RunConfig
 from control.errors import EvidenceConflict
 from control.planning.planner import make_plan
 from control.runs import normalize as norm
+from control.runs import store
 from control.runs.ledger import ENDED_GRACE_S, lag_path
 from control.runs.observe import observe
+from control.runs.store import (
+    expected_attempts,
+    load_plan_view,
+    needs_recovery,
+    scan_shard,
+    submission_views,
+)
 from control.slurm.parsers import ACTIVE_STATES, TERMINAL_STATES, JobRow
 from control.slurm.scheduler import Scheduler
 from tests.unit.test_scheduler import FakeSlurm
@@ -590,3 +599,71 @@ def test_an_early_sacct_range_record_does_not_override_running_tasks(tmp_path: P
     fake.on("sacct", stdout="500_[0-2%2]|CANCELLED by 0|0:0\n")
     data = observe(layout, Scheduler(runner=fake), now=NOW)
     assert [s["state"] for s in data["shards"]] == ["running", "running", "cancelled"]
+
+
+# ======================================================== reading shards without listing
+
+
+def listed(layout: RunLayout, count: int) -> list:
+    """What the listing path (no submission hint) reads for every shard."""
+    return [scan_shard(layout, index) for index in range(count)]
+
+
+def test_hinted_scan_reads_what_listing_reads(tmp_path: Path) -> None:
+    shards = [Shard("winner", progress=10), Shard("running", progress=4), Shard("submitted"),
+              Shard("failed", "boom"), Shard("cancelled"), Shard("created")]
+    layout = make_run(tmp_path, shards)
+    (layout.attempt(2, 1).attempt_json).write_text("{not json")
+    hints = expected_attempts(submission_views(layout))
+    assert hints == {i: 1 for i in range(len(shards))}
+    assert [scan_shard(layout, i, hints[i]) for i in range(len(shards))] == \
+        listed(layout, len(shards))
+
+
+def test_no_listing_when_the_submission_names_the_latest_attempt(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = make_run(tmp_path, [Shard("winner", progress=10), Shard("running", progress=4)])
+    monkeypatch.setattr(store.os, "listdir", lambda *a: pytest.fail("listed a folder"))
+    views = [scan_shard(layout, i, 1) for i in range(2)]
+    assert views[0].winner and views[0].attempt.state == "succeeded"
+    assert views[1].progress.records_done == 4
+
+
+def test_a_retry_attempt_no_submission_names_yet_is_found(tmp_path: Path,
+                                                          fake: FakeSlurm) -> None:
+    # retry created attempt 2 (``created``) and crashed before its submission record
+    layout = make_run(tmp_path, [Shard("failed", "boom", updated_at=NOW - 7200),
+                                 Shard("winner")])
+    ensure_dir(layout.attempt(0, 2).root)
+    create_attempt(layout.attempt(0, 2).attempt_json, RUN_ID, 0, 2)
+    assert scan_shard(layout, 0, 1) == listed(layout, 1)[0]
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert (data["shards"][0]["state"], data["shards"][0]["attempt"]) == ("created", 2)
+
+
+def test_a_missing_hinted_record_falls_back_to_listing(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    assert scan_shard(layout, 0, 3) == listed(layout, 1)[0]  # attempt 3 does not exist
+    assert scan_shard(layout, 0, 3).attempt.number == 1
+
+
+def test_submission_views_and_recovery(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("running")], released=False)
+    (view,) = submission_views(layout)
+    assert (view.number, view.job_id, view.attempts, view.released) == (1, "500", {"0": 1},
+                                                                         False)
+    assert needs_recovery([view], True, NOW) and not needs_recovery([], True, NOW)
+    layout.submission_json(1).write_text(json.dumps(
+        {"schema_version": 1, "number": 1, "job_id": 5, "attempts": {}, "released": True,
+         "submitted_at": 1.0}))
+    with pytest.raises(StateError, match="0001.json: job_id have the wrong type"):
+        submission_views(layout)
+
+
+def test_a_plan_over_one_mebibyte_is_read(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("winner")])
+    data = json.loads(layout.plan_json.read_text())
+    data["padding"] = "x" * (1 << 21)
+    layout.plan_json.chmod(0o600)
+    layout.plan_json.write_text(json.dumps(data))
+    assert load_plan_view(layout).shard_records == (10,)
