@@ -1,6 +1,6 @@
-"""Client side of the endpoint proxy: one ``asyncio.Protocol`` per client connection.
+"""Client side of the endpoint proxy: one protocol object per client connection.
 
-The protocol parses request heads straight from ``buffer_updated`` (no StreamReader), reads
+The protocol parses request heads straight from ``data_received`` (no stream reader), reads
 the request body (Content-Length or chunked, forwarded as it arrives and recorded for a
 possible failover), hands the request to the :class:`~agent_stdlib.proxy_core.Core` and
 writes whatever the upstream side produces. One request is in flight per connection;
@@ -9,9 +9,7 @@ pipelined requests wait in the buffer.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 import time
 from typing import TYPE_CHECKING, List, Optional
 
@@ -27,6 +25,7 @@ from agent_stdlib.proxy_http import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from agent_stdlib.proxy_core import Core
+    from agent_stdlib.proxy_loop import Stream
     from agent_stdlib.proxy_route import Backend
     from agent_stdlib.proxy_upstream import Upstream
 
@@ -88,12 +87,12 @@ class Exchange:
         return head + b"".join(self.parts) if self.parts else head
 
 
-class Client(asyncio.BufferedProtocol):
+class Client:
     """One client connection (HTTP/1.1 keep-alive, one request in flight at a time)."""
 
     def __init__(self, core: Core) -> None:
         self.core = core
-        self.transport: Optional[asyncio.Transport] = None
+        self.transport: Optional[Stream] = None
         self.buf = b""
         self.state = HEAD
         self.deadline = 0.0
@@ -104,32 +103,22 @@ class Client(asyncio.BufferedProtocol):
         self.processing = False
         self.lingered = 0
 
-    # ---- asyncio callbacks ----------------------------------------------------------
+    # ---- transport callbacks --------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
-        self.transport = transport  # type: ignore[assignment]
+    def connection_made(self, transport: Stream) -> None:
+        """A client connected (the listener accepted it)."""
+        self.transport = transport
         core = self.core
         if core.stopping or len(core.clients) >= core.config.max_connections:
             self.state = CLOSED
-            transport.write(error_response(503, "too many client connections", True, "1"))  # type: ignore[attr-defined]
+            transport.write(error_response(503, "too many client connections", True, "1"))
             transport.close()
             return
         core.clients.add(self)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
         self.deadline = time.monotonic() + core.config.header_timeout
 
-    def get_buffer(self, sizehint: int) -> memoryview:  # noqa: D102
-        return self.core.rbuf  # one receive buffer per event loop; copied out right away
-
-    def buffer_updated(self, nbytes: int) -> None:  # noqa: D102
-        core = self.core
-        data = bytes(core.rbuf[:nbytes])
-        core.stats.bytes_in += nbytes
+    def data_received(self, data: bytes) -> None:  # noqa: D102
+        self.core.stats.bytes_in += len(data)
         state = self.state
         if state == HEAD:
             self.buf = self.buf + data if self.buf else data
@@ -216,7 +205,7 @@ class Client(asyncio.BufferedProtocol):
         path = target.split(b"?", 1)[0]
         if method in (b"GET", b"HEAD") and path in (b"/health", b"/metrics"):
             ex.local = path[1:].decode()
-        elif core.router.all_over_limit(core.now):
+        elif core.router.all_over_limit(core.loop.now):
             ex.local = "429"
         if head.framing == "length":
             length = head.length
@@ -237,7 +226,7 @@ class Client(asyncio.BufferedProtocol):
             ex.body_done = True
         if ex.body_done:
             self.state = WAIT
-            self.deadline = core.now + core.config.read_timeout
+            self.deadline = core.loop.now + core.config.read_timeout
         else:
             self.state = BODY
             self.deadline = time.monotonic() + core.config.header_timeout
@@ -282,7 +271,7 @@ class Client(asyncio.BufferedProtocol):
             ex.parts.append(data)
             up = ex.up
             if up is not None:
-                self.core.send(up.transport, data)  # type: ignore[arg-type]
+                up.transport.write(data)  # type: ignore[union-attr]
         self.deadline = time.monotonic() + self.core.config.header_timeout
         if done:
             ex.body_done = True
@@ -298,7 +287,7 @@ class Client(asyncio.BufferedProtocol):
     def write(self, data: bytes) -> None:
         """Write bytes to the client."""
         self.core.stats.bytes_out += len(data)
-        self.core.send(self.transport, data)  # type: ignore[arg-type]
+        self.transport.write(data)  # type: ignore[union-attr]
 
     def _answer_local(self, ex: Exchange) -> None:
         """Answer /health, /metrics or the backpressure 429 from the proxy itself."""
@@ -330,7 +319,7 @@ class Client(asyncio.BufferedProtocol):
             self.linger()
             return
         self.state = HEAD
-        self.deadline = self.core.now + self.core.config.idle_timeout
+        self.deadline = self.core.loop.now + self.core.config.idle_timeout
         if self.paused:
             self._pause(PAUSE_PIPELINE | PAUSE_UPSTREAM, False)
         if self.buf:
@@ -370,11 +359,7 @@ class Client(asyncio.BufferedProtocol):
             self._pause(PAUSE_PIPELINE | PAUSE_UPSTREAM, False)
         transport = self.transport
         assert transport is not None
-        self.core.flush()  # queued answer bytes go before the EOF
-        if transport.can_write_eof():
-            transport.write_eof()
-        else:
-            transport.close()
+        transport.write_eof()  # after the buffered answer bytes
 
     def _pause(self, reason: int, on: bool) -> None:
         """Pause/resume reading from the client for a reason (flag bits)."""
@@ -393,7 +378,6 @@ class Client(asyncio.BufferedProtocol):
 
     def on_timeout(self, now: float) -> None:
         """The connection's deadline passed (called by the core's sweeper)."""
-        self.core.flush()
         state = self.state
         if state == HEAD:
             if self.buf:

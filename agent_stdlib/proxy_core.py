@@ -1,24 +1,28 @@
 """Event-loop side of the endpoint proxy: listener, attempts/failover, pools, sweeper.
 
-All methods run on the proxy's single event loop thread.
+All methods run on the proxy's single event loop thread (:mod:`agent_stdlib.proxy_loop`).
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
 import socket
-import time
-from typing import TYPE_CHECKING, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
-from agent_stdlib.proxy_client import Client, Exchange
+from agent_stdlib.proxy_client import Client
+from agent_stdlib.proxy_loop import READ, Connecting, Loop, Stream, Timer, connect, set_nodelay
 from agent_stdlib.proxy_route import Backend, Router, Sampler, Stats
 from agent_stdlib.proxy_upstream import Upstream
 
 if TYPE_CHECKING:  # pragma: no cover
     from agent_stdlib.proxy import ProxyConfig
+    from agent_stdlib.proxy_client import Exchange
 
+LOG = logging.getLogger("synthbatch.proxy")
 POOL_MAX = 256
 RECV_SIZE = 65536
+ACCEPT_BURST = 64
+ACCEPT_PAUSE_S = 1.0
 
 
 class Core:
@@ -30,70 +34,85 @@ class Core:
         self.stats = Stats()
         self.clients: Set[Client] = set()
         self.upstreams: Set[Upstream] = set()
-        self.tasks: Set[asyncio.Future] = set()
+        self.connecting: Set[Connecting] = set()
         self.stopping = False
-        self.loop: Optional[asyncio.AbstractEventLoop] = None
-        self.server: Optional[asyncio.AbstractServer] = None
-        self.sweep_handle: Optional[asyncio.TimerHandle] = None
+        self.loop = Loop()
+        self.listener: Optional[socket.socket] = None
+        self.sampler: Optional[Sampler] = None
+        self.sweep_timer: Optional[Timer] = None
         shortest = min(config.header_timeout, config.idle_timeout, config.pool_idle_timeout)
         self.sweep_interval = min(1.0, max(0.02, shortest / 4))
         self.next_reap = 0.0
-        self.out: List[Tuple[asyncio.Transport, bytes]] = []
-        # Loop-iteration clock for hot-path deadlines: refreshed by flush() (every busy
-        # iteration) and sweep(), so it is never older than one sweep interval.
-        self.now = time.monotonic()
-        # asyncio's plain Protocol path calls recv(256 KiB) per read, which costs far more
-        # than the read itself; BufferedProtocols read into this buffer instead.
+        # One receive buffer for every connection: data is copied out right away.
         self.rbuf = memoryview(bytearray(RECV_SIZE))
+        self.addrs: Dict[int, Tuple[int, Tuple[Any, ...]]] = {}
 
     # ---- lifecycle ------------------------------------------------------------------
 
-    async def open(self) -> int:
-        """Bind the listener and start the sweeper (and sampler); return the port."""
-        loop = self.loop = asyncio.get_running_loop()
+    def open(self) -> int:
+        """Bind the listener, schedule the sweeper, start the sampler; return the port."""
         host = self.config.host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, self.config.port))
+            sock.listen(min(self.config.max_connections, 1024))
             sock.setblocking(False)
-            backlog = min(self.config.max_connections, 1024)
-            self.server = await loop.create_server(lambda: Client(self), sock=sock, backlog=backlog)
         except BaseException:
             sock.close()
             raise
-        self.sweep_handle = loop.call_later(self.sweep_interval, self.sweep)
+        self.listener = sock
+        self.loop.add(sock.fileno(), READ, self._accept)
+        self.sweep_timer = self.loop.call_later(self.sweep_interval, self.sweep)
         if self.config.max_queued is not None:
-            self._spawn(Sampler(self.router).run())
+            self.sampler = Sampler(self.router, self.loop.call_threadsafe)
+            self.sampler.start()
         return int(sock.getsockname()[1])
 
-    async def close(self) -> None:
-        """Stop listening and drop every connection."""
+    def _accept(self, events: int) -> None:
+        """Accept a burst of client connections."""
+        listener = self.listener
+        assert listener is not None
+        for _ in range(ACCEPT_BURST):
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. out of file descriptors: back off, keep serving
+                LOG.warning("accept failed (%s); pausing accepts for %gs", exc, ACCEPT_PAUSE_S)
+                self.loop.remove(listener.fileno())
+                self.loop.call_later(ACCEPT_PAUSE_S, self._resume_accept)
+                return
+            sock.setblocking(False)
+            set_nodelay(sock)
+            client = Client(self)
+            client.connection_made(Stream(self.loop, sock, client, self.rbuf))
+
+    def _resume_accept(self) -> None:
+        if self.listener is not None and not self.stopping:
+            self.loop.add(self.listener.fileno(), READ, self._accept)
+
+    def close(self) -> None:
+        """Stop listening and drop every connection (on the loop thread)."""
         self.stopping = True
-        if self.server is not None:
-            self.server.close()
-        if self.sweep_handle is not None:
-            self.sweep_handle.cancel()
-        tasks = list(self.tasks)
-        for task in tasks:
-            task.cancel()
+        if self.listener is not None:
+            self.loop.remove(self.listener.fileno())
+            self.listener.close()
+            self.listener = None
+        if self.sweep_timer is not None:
+            self.sweep_timer.cancel()
+        if self.sampler is not None:
+            self.sampler.stop()
+        for pending in list(self.connecting):
+            pending.cancel()
+        self.connecting.clear()
         for client in list(self.clients):
             client.abort()
         for up in list(self.upstreams):
             up.transport.abort()  # type: ignore[union-attr]
         for b in self.router.backends:
             b.pool.clear()
-        if tasks:
-            await asyncio.wait(tasks, timeout=2.0)
-        for _ in range(3):  # let connection_lost callbacks run
-            await asyncio.sleep(0)
-
-    def _spawn(self, coro: object) -> None:
-        """Run a coroutine as a task owned by the core."""
-        task = self.loop.create_task(coro)  # type: ignore[union-attr,arg-type]
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
 
     # ---- attempts and failover ------------------------------------------------------
 
@@ -101,7 +120,7 @@ class Core:
         """Send ``ex`` to the best untried backend, or give up."""
         if ex.dead:
             return
-        b = self.router.pick(ex.tried, self.now)
+        b = self.router.pick(ex.tried, self.loop.now)
         if b is None:
             self.give_up(ex)
             return
@@ -115,31 +134,59 @@ class Core:
             if up.alive:
                 up.attach(ex, reused=True)
                 return
-        self._spawn(self._connect(ex, b))
+        self.connect(ex, b)
 
     def reconnect(self, ex: Exchange, b: Backend) -> None:
         """Retry ``ex`` on a new connection to the same backend (a pooled one went stale)."""
-        self._spawn(self._connect(ex, b))
+        self.connect(ex, b)
 
-    async def _connect(self, ex: Exchange, b: Backend) -> None:
+    def connect(self, ex: Exchange, b: Backend) -> None:
         """Open a new backend connection for ``ex`` (connect errors fail over)."""
-        loop = self.loop
-        assert loop is not None
         try:
-            _, up = await asyncio.wait_for(
-                loop.create_connection(lambda: Upstream(self, b), b.host, b.port),
-                self.config.connect_timeout,
-            )
-        except (OSError, asyncio.TimeoutError) as exc:
-            self.router.note_failure(b, f"connect: {exc or type(exc).__name__}")
+            family, addr = self.address(b)
+        except OSError as exc:
+            self.loop.call_soon(self._connected, ex, b, None, exc, None)
+            return
+        pending: List[Connecting] = []
+
+        def done(sock: Optional[socket.socket], error: Optional[OSError]) -> None:
+            self._connected(ex, b, sock, error, pending[0] if pending else None)
+
+        pending.append(connect(self.loop, addr, family, self.config.connect_timeout, done))
+        self.connecting.add(pending[0])
+
+    def address(self, b: Backend) -> Tuple[int, Tuple[Any, ...]]:
+        """The backend's socket address, resolved once (OSError when it cannot be)."""
+        found = self.addrs.get(b.index)
+        if found is None:
+            info = socket.getaddrinfo(b.host, b.port, type=socket.SOCK_STREAM)[0]
+            found = self.addrs[b.index] = (info[0], info[4])
+        return found
+
+    def _connected(
+        self,
+        ex: Exchange,
+        b: Backend,
+        sock: Optional[socket.socket],
+        error: Optional[OSError],
+        pending: Optional[Connecting],
+    ) -> None:
+        """A backend connect finished: attach the exchange, or fail over."""
+        if pending is not None:
+            self.connecting.discard(pending)
+        if sock is None:
+            why = error.strerror if error is not None and error.strerror else str(error)
+            self.router.note_failure(b, f"connect: {why}")
             if not ex.dead and ex.backend is b and ex.up is None:
-                self.attempt_failed(ex, f"connect to {b.url} failed: {exc}", retriable=True)
+                self.attempt_failed(ex, f"connect to {b.url} failed: {why}", retriable=True)
             return
         self.router.note_success(b)
+        up = Upstream(self, b)
+        up.connection_made(Stream(self.loop, sock, up, self.rbuf))
         if ex.dead or ex.backend is not b or self.stopping:
-            self.pool_put(up)  # type: ignore[arg-type]
+            self.pool_put(up)
             return
-        up.attach(ex, reused=False)  # type: ignore[attr-defined]
+        up.attach(ex, reused=False)
 
     def release(self, ex: Exchange) -> None:
         """Give back the in-flight slot of the current attempt."""
@@ -185,25 +232,6 @@ class Core:
             up.transport.abort()  # type: ignore[union-attr]
         self.release(ex)
 
-    # ---- batched writes -------------------------------------------------------------
-
-    def send(self, transport: asyncio.Transport, data: bytes) -> None:
-        """Queue a write; all queued writes go out together once the ready callbacks of this
-        loop iteration have run (peers get woken once per burst instead of once per send)."""
-        if not self.out:
-            self.loop.call_soon(self.flush)  # type: ignore[union-attr]
-        self.out.append((transport, data))
-
-    def flush(self) -> None:
-        """Write out queued data (also called before closing a transport)."""
-        self.now = time.monotonic()
-        out = self.out
-        if out:
-            self.out = []
-            for transport, data in out:
-                if not transport.is_closing():
-                    transport.write(data)
-
     # ---- pools and timeouts ---------------------------------------------------------
 
     def pool_put(self, up: Upstream) -> None:
@@ -212,12 +240,12 @@ class Core:
         if self.stopping or not up.alive or len(pool) >= POOL_MAX:
             up.transport.close()  # type: ignore[union-attr]
             return
-        up.idle_since = self.now
+        up.idle_since = self.loop.now
         pool.append(up)
 
     def sweep(self) -> None:
         """Expire client deadlines; close pooled connections idle too long."""
-        now = self.now = time.monotonic()
+        now = self.loop.now
         for client in [c for c in self.clients if now > c.deadline]:
             client.on_timeout(now)
         if now >= self.next_reap:
@@ -228,7 +256,7 @@ class Core:
                 for up in stale:
                     b.pool.remove(up)
                     up.transport.close()  # type: ignore[union-attr]
-        self.sweep_handle = self.loop.call_later(self.sweep_interval, self.sweep)  # type: ignore[union-attr]
+        self.sweep_timer = self.loop.call_later(self.sweep_interval, self.sweep)
 
     def count_error(self, status: int) -> None:
         """Count an error answer of the proxy itself."""

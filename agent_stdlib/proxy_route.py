@@ -1,17 +1,19 @@
 """Backends, routing, passive health, queue sampling and counters of the endpoint proxy.
 
-Everything here runs on the proxy's event loop thread; ``health()`` and ``metrics_text()``
-may also be called from other threads (they only read plain attributes).
+Everything here runs on the proxy's event loop thread except the sampler threads (which
+only store samples and post health notes to the loop); ``health()`` and
+``metrics_text()`` may also be called from other threads (they only read plain attributes).
 """
 
 from __future__ import annotations
 
-import asyncio
+import http.client
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from agent_stdlib.proxy_http import parse_queue_metric
@@ -222,102 +224,73 @@ class Router:
 
 
 # --------------------------------------------------------------------------------------
-# Queue sampler (not on the hot path: plain asyncio streams, one connection per backend)
+# Queue sampler (not on the hot path: one thread per backend, blocking http.client)
 
 
 class Sampler:
     """Polls every backend's ``/metrics`` about every ``metrics_interval`` seconds.
 
-    A failed sample leaves the previous value, which turns "unknown" (fail open) once it is
-    older than the router's ``stale_after``; errors never stop the sampler.
+    One daemon thread per backend, each with a kept-alive connection, so a slow backend
+    never delays the others or the event loop. Samples are plain attribute stores on the
+    backend; passive-health notes go to the loop thread through ``call`` (the loop's
+    ``call_threadsafe``). A failed sample leaves the previous value, which turns
+    "unknown" (fail open) once it is older than the router's ``stale_after``; errors never
+    stop the sampler.
     """
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, call: Callable[..., None]) -> None:
         self.router = router
-        interval = router.config.metrics_interval
-        self.interval = interval
-        self.timeout = min(1.0, max(0.2, 5 * interval))
-        self.streams: Dict[int, Tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+        self.call = call
+        self.interval = router.config.metrics_interval
+        self.timeout = min(1.0, max(0.2, 5 * self.interval))
+        self.stopped = threading.Event()
+        self.threads: List[threading.Thread] = []
 
-    async def run(self) -> None:
-        """Sample until cancelled."""
-        try:
-            while True:
-                await asyncio.sleep(self.interval)
-                await asyncio.gather(
-                    *(self._sample(b) for b in self.router.backends), return_exceptions=True
-                )
-        finally:
-            for _, writer in self.streams.values():
-                writer.close()
+    def start(self) -> None:
+        """Start one sampling thread per backend."""
+        for b in self.router.backends:
+            t = threading.Thread(target=self._run, args=(b,), name=f"sampler-{b.index}")
+            t.daemon = True
+            t.start()
+            self.threads.append(t)
 
-    async def _sample(self, b: Backend) -> None:
-        """Take one sample of one backend."""
-        try:
-            status, data = await asyncio.wait_for(self._fetch(b), self.timeout)
-        except ConnectionRefusedError as exc:
-            self._drop(b)
-            self.router.note_failure(b, f"metrics connect: {exc}")
-            return
-        except Exception as exc:  # never let the sampler die
-            self._drop(b)
-            LOG.debug("sampling %s failed: %s", b.url, exc)
-            return
-        b.sampled_waiting = (
-            parse_queue_metric(data.decode("utf-8", "replace")) if status == 200 else None
-        )
-        b.sample_ok_at = time.monotonic()
-        self.router.note_success(b)
+    def stop(self) -> None:
+        """Ask the threads to stop (they exit within one interval + timeout)."""
+        self.stopped.set()
 
-    def _drop(self, b: Backend) -> None:
-        """Forget (and close) the sampling connection of a backend."""
-        pair = self.streams.pop(b.index, None)
-        if pair is not None:
-            pair[1].close()
+    def _run(self, b: Backend) -> None:
+        """Sample one backend until stopped."""
+        conn: Optional[http.client.HTTPConnection] = None
+        while not self.stopped.wait(self.interval):
+            if conn is None:
+                conn = http.client.HTTPConnection(b.host, b.port, timeout=self.timeout)
+            try:
+                waiting = self._sample(conn, b)
+            except ConnectionRefusedError as exc:
+                conn.close()
+                conn = None
+                self.call(self.router.note_failure, b, f"metrics connect: {exc}")
+                continue
+            except Exception as exc:  # never let the sampler die
+                conn.close()
+                conn = None
+                LOG.debug("sampling %s failed: %s", b.url, exc)
+                continue
+            b.sampled_waiting = waiting
+            b.sample_ok_at = time.monotonic()
+            self.call(self.router.note_success, b)
+        if conn is not None:
+            conn.close()
 
-    async def _fetch(self, b: Backend) -> Tuple[int, bytes]:
-        """GET /metrics on a kept-alive connection; return (status, body)."""
-        pair = self.streams.get(b.index)
-        if pair is None:
-            pair = await asyncio.open_connection(b.host, b.port, limit=65536)
-            self.streams[b.index] = pair
-        reader, writer = pair
-        writer.write(
-            f"GET {b.prefix}/metrics HTTP/1.1{b.host_line.decode('latin-1')}\r\n"
-            "Accept: text/plain\r\n\r\n".encode("latin-1")
-        )
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head[:-4].split(b"\r\n")
-        status = int(lines[0].split(b" ")[1])
-        fields = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            fields[name.strip().lower()] = value.strip().lower()
-        if fields.get(b"transfer-encoding", b"").endswith(b"chunked"):
-            body = b""
-            while True:
-                size = int((await reader.readline()).split(b";")[0], 16)
-                if size == 0:
-                    while (await reader.readline()) not in (b"\r\n", b""):
-                        pass
-                    break
-                if len(body) + size > MAX_METRICS_BYTES:
-                    raise ValueError("metrics too large")
-                body += await reader.readexactly(size + 2)
-                body = body[:-2]
-        elif b"content-length" in fields:
-            size = int(fields[b"content-length"])
-            if size > MAX_METRICS_BYTES:
-                raise ValueError("metrics too large")
-            body = await reader.readexactly(size)
-        else:
-            body = await reader.read(MAX_METRICS_BYTES)
-            while body and len(body) < MAX_METRICS_BYTES:
-                more = await reader.read(MAX_METRICS_BYTES - len(body))
-                if not more:
-                    break
-                body += more
-            self._drop(b)
-        if fields.get(b"connection") == b"close":
-            self._drop(b)
-        return status, body
+    def _sample(self, conn: http.client.HTTPConnection, b: Backend) -> Optional[float]:
+        """GET /metrics once; the queue length (None: no queue metric or not 200)."""
+        conn.request("GET", f"{b.prefix}/metrics", headers={"Accept": "text/plain"})
+        response = conn.getresponse()
+        body = response.read(MAX_METRICS_BYTES + 1)
+        if len(body) > MAX_METRICS_BYTES:
+            raise ValueError("metrics too large")
+        if response.will_close:
+            conn.close()
+        if response.status != 200:
+            return None
+        return parse_queue_metric(body.decode("utf-8", "replace"))

@@ -1,4 +1,4 @@
-"""Backend side of the endpoint proxy: one ``asyncio.Protocol`` per backend connection.
+"""Backend side of the endpoint proxy: one protocol object per backend connection.
 
 A connection serves one exchange at a time and goes back to its backend's idle pool when
 the response was read completely. Response bodies are passed to the client as they
@@ -9,7 +9,6 @@ bounded) so that the request can fail over to another backend.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING, List, Optional
 
@@ -18,6 +17,7 @@ from agent_stdlib.proxy_http import ChunkScanner, Head, chunk, parse_head, parse
 if TYPE_CHECKING:  # pragma: no cover
     from agent_stdlib.proxy_client import Exchange
     from agent_stdlib.proxy_core import Core
+    from agent_stdlib.proxy_loop import Stream
     from agent_stdlib.proxy_route import Backend
 
 RETRIABLE_STATUS = (429, 503)
@@ -25,13 +25,13 @@ MAX_ERROR_BODY = 65536
 _HEAD, _BODY = 0, 1
 
 
-class Upstream(asyncio.BufferedProtocol):
+class Upstream:
     """One kept-alive connection to a backend."""
 
     def __init__(self, core: Core, backend: Backend) -> None:
         self.core = core
         self.backend = backend
-        self.transport: Optional[asyncio.Transport] = None
+        self.transport: Optional[Stream] = None
         self.ex: Optional[Exchange] = None
         self.alive = True
         self.reused = False
@@ -53,8 +53,9 @@ class Upstream(asyncio.BufferedProtocol):
 
     # ---- lifecycle ------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
-        self.transport = transport  # type: ignore[assignment]
+    def connection_made(self, transport: Stream) -> None:
+        """The connection to the backend is open."""
+        self.transport = transport
         self.core.upstreams.add(self)
 
     def attach(self, ex: Exchange, reused: bool) -> None:
@@ -68,7 +69,7 @@ class Upstream(asyncio.BufferedProtocol):
         self.buffering = False
         if ex.client.write_paused:
             self.pause_reading(True)
-        self.core.send(self.transport, ex.upstream_head(self.backend))  # type: ignore[arg-type]
+        self.transport.write(ex.upstream_head(self.backend))  # type: ignore[union-attr]
 
     def pause_reading(self, on: bool) -> None:
         """Stop/restart reading from the backend (the client is slow to take the data)."""
@@ -120,11 +121,7 @@ class Upstream(asyncio.BufferedProtocol):
 
     # ---- reading the response -------------------------------------------------------
 
-    def get_buffer(self, sizehint: int) -> memoryview:  # noqa: D102
-        return self.core.rbuf
-
-    def buffer_updated(self, nbytes: int) -> None:  # noqa: D102
-        data = bytes(self.core.rbuf[:nbytes])
+    def data_received(self, data: bytes) -> None:  # noqa: D102
         ex = self.ex
         if ex is None:  # nothing asked: a stray byte means the connection is unusable
             self.transport.close()  # type: ignore[union-attr]
@@ -282,7 +279,7 @@ class Upstream(asyncio.BufferedProtocol):
             if data:
                 self.pending = b""
                 core.stats.bytes_out += len(data)
-                core.send(ex.client.transport, data)  # type: ignore[arg-type]
+                ex.client.transport.write(data)  # type: ignore[union-attr]
             b = ex.backend
             if b is not None:
                 b.in_flight -= 1

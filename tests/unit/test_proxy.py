@@ -957,8 +957,8 @@ def test_tcp_nodelay_on_client_and_backend_sockets(backends, proxy) -> None:
     conn.request("POST", "/v1/x", body=b"x")
     assert conn.getresponse().read() == b"x"
     wait_for(lambda: len(p.backends[0].pool) == 1)
-    socks = [c.transport.get_extra_info("socket") for c in list(p.core.clients)]
-    socks += [u.transport.get_extra_info("socket") for u in list(p.core.upstreams)]
+    socks = [c.transport.sock for c in list(p.core.clients)]
+    socks += [u.transport.sock for u in list(p.core.upstreams)]
     assert len(socks) == 2
     for sock in socks:
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
