@@ -1,15 +1,18 @@
 """The Python API behind every CLI command; each returns what ``--json`` prints.
 
 Imports of the planner, bundle builder and renderer happen inside the functions that need
-them, so that ``status``, ``runs``, ``logs`` and ``cancel`` start quickly.
+them, so that ``status``, ``runs``, ``logs`` and ``cancel`` start quickly. Those commands
+(and ``merge``) read the profile with ``control.config.workspace`` (the three fields they
+use, no pydantic); ``plan``, ``submit`` and ``retry`` validate the whole profile.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
 from agent_stdlib.layout import RunLayout
+from control.config.workspace import WorkspaceProfile, load_workspace_profile
 from control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
 from control.runs.store import load_run, run_layout, runs_root
 from control.slurm.scheduler import Scheduler
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
     from control.config.run import RunConfig
 
 
-def scheduler_for(profile: Profile) -> Scheduler:
+def scheduler_for(profile: Union[Profile, WorkspaceProfile]) -> Scheduler:
     """The Slurm client configured by a profile."""
     return Scheduler(slurm_bin=profile.slurm_bin, timeout_s=profile.scheduler_timeout_s)
 
@@ -37,8 +40,8 @@ def _load_run_config(run_file: Path) -> RunConfig:
     return load_model(run_file, RunConfig)
 
 
-def _run(run_id: str, profile: Optional[str]) -> tuple[Profile, RunLayout]:
-    prof = _profile(profile)
+def _run(run_id: str, profile: Optional[str]) -> tuple[WorkspaceProfile, RunLayout]:
+    prof = load_workspace_profile(profile)
     return prof, run_layout(Path(prof.workspace), run_id)
 
 
@@ -116,7 +119,7 @@ def status(run_id: str, profile: Optional[str] = None,
     from control.runs.retry import retry_run
 
     try:
-        done = retry_run(layout, prof, sched, auto=True, lock_wait_s=0.0)
+        done = retry_run(layout, _profile(profile), sched, auto=True, lock_wait_s=0.0)
     except Conflict as err:
         return {**data, "retried": [], "notes": [*data["notes"], err.message]}
     if not done.submitted:
@@ -167,7 +170,8 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
     from control.runs.observe import observe
     from control.runs.retry import retry_run
 
-    prof, layout = _run(run_id, profile)
+    prof = _profile(profile)
+    layout = run_layout(Path(prof.workspace), run_id)
     sched = scheduler or scheduler_for(prof)
     observe(layout, sched)
     done = retry_run(layout, prof, sched, list(shards), resume, dry_run, auto, lock_wait_s)
@@ -181,7 +185,7 @@ def runs(profile: Optional[str] = None) -> Dict[str, Any]:
     """Runs in the workspace, newest first, with their state from the run directory alone."""
     from control.runs.summary import durable_state
 
-    prof = _profile(profile)
+    prof = load_workspace_profile(profile)
     root = runs_root(Path(prof.workspace))
     found: List[Dict[str, Any]] = []
     for folder in sorted(root.iterdir() if root.is_dir() else [], reverse=True):

@@ -8,14 +8,16 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
+from control.config.rules import CONTROL as CONTROL  # re-exported
+from control.config.rules import SAFE_PATH as SAFE_PATH  # re-exported
+from control.config.rules import check_abs_path as _abs_path
+from control.config.rules import check_safe_path as _safe_path
+from control.config.rules import check_text as _text
 from control.config.secrets import secret_value
 
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TIME_LIMIT = re.compile(r"([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}|[0-9]+")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Paths that end up in #SBATCH lines and scripts: no spaces, quotes, '%' or shell syntax.
-SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+@,=-]*$")
 # A model on a hub: "name" or "org/name".
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 # The name an engine serves a model under (what clients put in "model").
@@ -28,33 +30,10 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-def _text(value: str) -> str:
-    if CONTROL.search(value):
-        raise ValueError("control characters are not allowed")
-    return value
-
-
 def _name(value: str) -> str:
     _text(value)
     if not NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not a name (letters, digits, '.', '_', '-'; max 64)")
-    return value
-
-
-def _abs_path(value: str) -> str:
-    _text(value)
-    path = PurePosixPath(value)
-    if not path.is_absolute():
-        raise ValueError(f"{value!r} must be an absolute path")
-    if ".." in path.parts:
-        raise ValueError(f"{value!r} must not contain '..'")
-    return value
-
-
-def _safe_path(value: str) -> str:
-    _abs_path(value)
-    if not SAFE_PATH.fullmatch(value):
-        raise ValueError(f"{value!r} may only contain letters, digits and ._/+@,=-")
     return value
 
 

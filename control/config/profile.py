@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Dict, List, Literal, Optional, Tuple
@@ -20,7 +19,12 @@ from control.config.fields import (
     under,
 )
 from control.config.loader import load_model
-from control.errors import NotFound
+from control.config.workspace import (
+    MAX_SCHEDULER_TIMEOUT_S,
+    SCHEDULER_TIMEOUT_S,
+    resolve_profile_path,
+)
+from control.config.workspace import default_profile_path as default_profile_path  # re-exported
 
 # Extra #SBATCH options a profile may set; everything else is synthbatch's to decide.
 SBATCH_ALLOWED = ("comment", "constraint", "exclude", "exclusive", "gres-flags", "hint",
@@ -117,7 +121,8 @@ class Profile(Strict):
     array_throttle: int = Field(default=0, ge=0)
     signal_lead_s: int = Field(default=120, ge=0, le=3600)
     grace_s: float = Field(default=10.0, gt=0, le=600)
-    scheduler_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    scheduler_timeout_s: float = Field(default=SCHEDULER_TIMEOUT_S, gt=0,
+                                       le=MAX_SCHEDULER_TIMEOUT_S)
     sbatch_options: Dict[SbatchKey, SbatchValue] = {}
 
     @model_validator(mode="after")
@@ -130,28 +135,6 @@ class Profile(Strict):
             raise ValueError(f"secrets: {dupes[0]} is also in env_allow; list it once, "
                              f"under secrets")
         return self
-
-
-PROFILE_DIR = Path("~/.config/synthbatch/profiles")
-
-
-def default_profile_path(name: str = "default") -> Path:
-    """``~/.config/synthbatch/profiles/<name>.toml``."""
-    return PROFILE_DIR.expanduser() / f"{name}.toml"
-
-
-def resolve_profile_path(name_or_path: Optional[str]) -> Path:
-    """``--profile`` (name or path) -> ``SYNTHBATCH_PROFILE`` -> ``default.toml``."""
-    choice = name_or_path or os.environ.get("SYNTHBATCH_PROFILE") or "default"
-    if "/" in choice or choice.endswith((".toml", ".json")):
-        path = Path(choice).expanduser()
-    else:
-        path = default_profile_path(choice)
-    if not path.is_file():
-        raise NotFound(f"profile {path}: no such file",
-                       hint="pass --profile PATH, set SYNTHBATCH_PROFILE, or run "
-                            "'synthbatch profile init'")
-    return path
 
 
 def load_profile(name_or_path: Optional[str]) -> Tuple[Profile, Path]:

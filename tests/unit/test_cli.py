@@ -250,6 +250,19 @@ def test_status_invalid_run_id(profile_file: Path) -> None:
     assert "not a valid run id" in one_error_line(result)
 
 
+@pytest.mark.parametrize("command", [["status", RUN_ID], ["runs"], ["logs", RUN_ID],
+                                     ["cancel", RUN_ID], ["merge", RUN_ID]])
+def test_run_reading_commands_reject_a_bad_profile_field(profile_file: Path,
+                                                         command: List[str]) -> None:
+    profile_file.write_text(profile_file.read_text() + "scheduler_timeout_s = 0\n")
+    result = invoke(*command, "--profile", str(profile_file))
+    assert result.exit_code == 2
+    assert one_error_line(result) == (f"synthbatch: error: {profile_file}: scheduler_timeout_s:"
+                                      f" Input should be greater than 0")
+    result = invoke(*command, "--profile", str(profile_file), "--json")
+    assert json_error(result)["code"] == "invalid_input"
+
+
 def test_status_finished_run_needs_no_scheduler(profile_file: Path, workspace: Path) -> None:
     build_run(workspace, winners=[0, 1, 2])
     result = invoke("status", RUN_ID, "--profile", str(profile_file), "--json")

@@ -1,0 +1,40 @@
+"""Field rules that need no pydantic: the run-reading commands check profiles with them too.
+
+``control.config.fields`` wraps these checks into pydantic types; ``control.config.workspace``
+calls them directly, so both give the same message for the same value.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Paths that end up in #SBATCH lines and scripts: no spaces, quotes, '%' or shell syntax.
+SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+@,=-]*$")
+
+
+def check_text(value: str) -> str:
+    """``value`` unless it holds control characters (ValueError)."""
+    if CONTROL.search(value):
+        raise ValueError("control characters are not allowed")
+    return value
+
+
+def check_abs_path(value: str) -> str:
+    """``value`` if it is an absolute path without ``..`` (else ValueError)."""
+    check_text(value)
+    path = PurePosixPath(value)
+    if not path.is_absolute():
+        raise ValueError(f"{value!r} must be an absolute path")
+    if ".." in path.parts:
+        raise ValueError(f"{value!r} must not contain '..'")
+    return value
+
+
+def check_safe_path(value: str) -> str:
+    """``value`` if it is an absolute path safe in scripts (else ValueError)."""
+    check_abs_path(value)
+    if not SAFE_PATH.fullmatch(value):
+        raise ValueError(f"{value!r} may only contain letters, digits and ._/+@,=-")
+    return value

@@ -1,0 +1,135 @@
+"""The profile as the run-reading commands need it, without pydantic.
+
+``status``, ``runs``, ``logs``, ``cancel`` and ``merge`` use three fields of the profile:
+``workspace``, ``slurm_bin`` and ``scheduler_timeout_s``. Importing pydantic and building
+the profile models costs ~70 ms, most of what a ``status`` process spends outside its
+run's records, so these commands read the file here: the fields they use are checked with
+the same rules and messages as ``control.config.profile.Profile`` (one line naming the file
+and the field), ``schema_version``/``backend`` are checked, and an unknown top-level key is
+rejected. The other fields are not validated here; ``profile validate``, ``plan``,
+``submit`` and ``retry`` validate the whole profile.
+
+The single source of truth stays ``Profile``: its field names must equal ``FIELDS`` and
+its defaults and bounds are the constants below (asserted in tests/unit/test_config.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Dict, NamedTuple, Optional
+
+from control.config.document import read_document
+from control.config.rules import check_safe_path
+from control.config.secrets import redact, secret_name
+from control.errors import InvalidInput, NotFound
+
+# Every top-level field of Profile, in its order (tests assert they agree).
+FIELDS = ("schema_version", "backend", "workspace", "partition", "account", "qos",
+          "reservation", "default_time_limit", "gpus_per_node", "gpu_request", "cpus_per_task",
+          "mem_mb", "cpus_per_gpu", "mem_per_gpu_mb", "container", "python", "slurm_bin",
+          "env_allow", "secrets", "port_base", "array_throttle", "signal_lead_s", "grace_s",
+          "scheduler_timeout_s", "sbatch_options")
+BACKENDS = ("slurm",)
+SCHEDULER_TIMEOUT_S = 30.0  # default; Profile.scheduler_timeout_s uses these three
+MAX_SCHEDULER_TIMEOUT_S = 600.0
+
+PROFILE_DIR = Path("~/.config/synthbatch/profiles")
+
+
+class WorkspaceProfile(NamedTuple):
+    """Where runs live and how Slurm is called: what the run-reading commands need."""
+
+    path: Path
+    workspace: str
+    slurm_bin: Optional[str]
+    scheduler_timeout_s: float
+
+
+def default_profile_path(name: str = "default") -> Path:
+    """``~/.config/synthbatch/profiles/<name>.toml``."""
+    return PROFILE_DIR.expanduser() / f"{name}.toml"
+
+
+def resolve_profile_path(name_or_path: Optional[str]) -> Path:
+    """``--profile`` (name or path) -> ``SYNTHBATCH_PROFILE`` -> ``default.toml``."""
+    choice = name_or_path or os.environ.get("SYNTHBATCH_PROFILE") or "default"
+    if "/" in choice or choice.endswith((".toml", ".json")):
+        path = Path(choice).expanduser()
+    else:
+        path = default_profile_path(choice)
+    if not path.is_file():
+        raise NotFound(f"profile {path}: no such file",
+                       hint="pass --profile PATH, set SYNTHBATCH_PROFILE, or run "
+                            "'synthbatch profile init'")
+    return path
+
+
+class _Bad(ValueError):
+    """A field's value is not valid: ``field`` and the model's message for it."""
+
+    def __init__(self, field: str, message: str, value: Any = None) -> None:
+        super().__init__(message)
+        self.field, self.message, self.value = field, message, value
+
+
+def _string(data: Dict[str, Any], name: str, required: bool) -> Optional[str]:
+    if name not in data:
+        if required:
+            raise _Bad(name, "Field required")
+        return None
+    value = data[name]
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise _Bad(name, "Input should be a valid string", value)
+    try:
+        return check_safe_path(value)
+    except ValueError as err:
+        raise _Bad(name, str(err), value) from None
+
+
+def _timeout(data: Dict[str, Any]) -> float:
+    value = data.get("scheduler_timeout_s", SCHEDULER_TIMEOUT_S)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise _Bad("scheduler_timeout_s", "Input should be a valid number", value)
+    if math.isnan(value) or value > MAX_SCHEDULER_TIMEOUT_S:
+        raise _Bad("scheduler_timeout_s",
+                   f"Input should be less than or equal to {MAX_SCHEDULER_TIMEOUT_S:g}", value)
+    if value <= 0:
+        raise _Bad("scheduler_timeout_s", "Input should be greater than 0", value)
+    return float(value)
+
+
+def _check(data: Dict[str, Any], path: Path) -> WorkspaceProfile:
+    version = data.get("schema_version")
+    if "schema_version" not in data:
+        raise _Bad("schema_version", "Field required")
+    if version != 1:  # as Literal[1] compares (1.0 and true pass there too)
+        raise _Bad("schema_version", "Input should be 1", version)
+    backend = data.get("backend", BACKENDS[0])
+    if backend not in BACKENDS or not isinstance(backend, str):
+        raise _Bad("backend", "Input should be " + " or ".join(repr(b) for b in BACKENDS),
+                   backend)
+    workspace = _string(data, "workspace", required=True)
+    slurm_bin = _string(data, "slurm_bin", required=False)
+    timeout = _timeout(data)
+    for key, value in data.items():
+        if key not in FIELDS:
+            raise _Bad(key, "Extra inputs are not permitted", value)
+    return WorkspaceProfile(path, str(workspace), slurm_bin, timeout)
+
+
+def load_workspace_profile(name_or_path: Optional[str]) -> WorkspaceProfile:
+    """Find the profile and read the fields the run-reading commands use.
+
+    InvalidInput is one line naming the file and the field, worded as ``load_profile``
+    words it (secret-looking values redacted the same way).
+    """
+    path = resolve_profile_path(name_or_path)
+    try:
+        return _check(read_document(path), path)
+    except _Bad as bad:
+        message = redact(bad.message, bad.value, bool(secret_name(bad.field)))
+        raise InvalidInput(f"{path}: " + redact(f"{bad.field}: {message}")) from None
