@@ -142,10 +142,13 @@ def _missing(ev: Evidence) -> Verdict:
     return Verdict(UNKNOWN, f"{LAG}: job not in {where} yet", "none")
 
 
+WINNER = Verdict(SUCCEEDED, None, "winner")  # rule 1, whatever else is known
+
+
 def decide(ev: Evidence) -> Verdict:
     """The shard's state from its evidence; EvidenceConflict when terminal evidence clashes."""
     if ev.winner:
-        return Verdict(SUCCEEDED, None, "winner")
+        return WINNER
     if ev.attempt_state is None:
         return Verdict(UNKNOWN, ev.attempt_reason or "no attempt record", "none")
     ended = _terminal_row(ev)

@@ -240,7 +240,9 @@ def _verdicts(layout: RunLayout, shards: List[ShardView], sched: SchedulerView, 
     lost = expired_missing(layout, missing, sched.asked - missing, now, lag_grace_s) \
         if sched.asked else set()
     cancels = cancel_requested(layout)
-    return [norm.normalize(_evidence(s, sched, lost, cancels)) for s in shards]
+    # A winner decides alone (rule 1): no Evidence to build for most shards of a large run.
+    return [norm.WINNER if s.winner else norm.normalize(_evidence(s, sched, lost, cancels))
+            for s in shards]
 
 
 def summarize(run_id: str, name: str, total: int, committed: bool,

@@ -128,6 +128,9 @@ READ_CHUNK = 1 << 16  # os.read(fd, n) allocates n bytes first: 1 MiB per call c
 MAX_RECORD = 1 << 20
 MAX_PLAN = 1 << 28  # plan.json grows ~90 bytes a shard: 10,000 shards are ~0.9 MiB
 RETRIED_STATES = frozenset({"failed", "cancelled"})  # retry adds an attempt only after these
+# The agent records ``running`` before its client can write progress, and states never move
+# back: an attempt read in one of these states has no progress file to read.
+NOT_STARTED = frozenset({"created", "submitted", "pending"})
 _decode = json.JSONDecoder().decode
 
 
@@ -339,7 +342,8 @@ def _scan_expected(folder: str, shard: int, expected: int) -> Optional[ShardView
     if attempt.state in RETRIED_STATES and \
             _exists(f"{folder}/attempts/attempt-{expected + 1:04d}"):
         return None
-    return ShardView(shard, winner, attempt, _progress_view(f"{base}/progress.json"))
+    progress = None if attempt.state in NOT_STARTED else _progress_view(f"{base}/progress.json")
+    return ShardView(shard, winner, attempt, progress)
 
 
 def scan_shard(layout: RunLayout, shard: int, expected: Optional[int] = None) -> ShardView:
