@@ -9,7 +9,8 @@ half-close, close, abort); :func:`connect` opens a non-blocking client connectio
 
 Semantics follow asyncio where the proxy relies on them: ``connection_lost`` is always
 called from the loop, never from inside ``close()``/``abort()``; ``pause_writing`` /
-``resume_writing`` are called around a high/low water mark of buffered output.
+``resume_writing`` are called around a high/low water mark of buffered output. Writes are
+corked until the end of the loop iteration (see :meth:`Loop._uncork`).
 
 Standard library only (Python 3.9+); all methods except :meth:`Loop.call_threadsafe` and
 :meth:`Loop.stop` must be called on the loop's thread.
@@ -68,6 +69,7 @@ class Loop:
         self.add(self._wake_r.fileno(), READ, self._drain_wakeups)
         self.running = False
         self.now = time.monotonic()  # refreshed once per iteration: the hot-path clock
+        self.corked: List[Stream] = []  # streams with writes to send at the iteration's end
 
     # ---- registration -----------------------------------------------------------------
 
@@ -132,7 +134,7 @@ class Loop:
         scale = 1.0 if self._epoll else 1000.0
         monotonic = time.monotonic
         while self.running:
-            if self._soon:
+            if self._soon or self.corked:
                 timeout = 0.0
             elif timers:
                 timeout = max(0.0, timers[0][0] - monotonic())
@@ -153,6 +155,21 @@ class Loop:
                 soon, self._soon = self._soon, []
                 for fn, args in soon:
                     fn(*args)
+            if self.corked:
+                self._uncork()
+
+    def _uncork(self) -> None:
+        """Send what every stream was given during this iteration (one send per stream).
+
+        Sending at the end of the iteration rather than inside ``write()`` means a peer
+        process that gets several messages is woken once per burst, not once per message,
+        which costs the sender less kernel time than the sends themselves.
+        """
+        corked, self.corked = self.corked, []
+        for stream in corked:
+            stream.corked = False
+            if not stream.lost:
+                stream._write_ready()
 
     def _run_timers(self) -> None:
         """Run every timer that is due."""
@@ -188,7 +205,7 @@ class Stream:
 
     __slots__ = (
         "loop", "sock", "fd", "protocol", "mask", "wbuf", "wsize", "reading", "closing",
-        "eof_pending", "write_paused", "lost", "rbuf",
+        "eof_pending", "write_paused", "lost", "rbuf", "corked",
     )  # fmt: skip
 
     def __init__(self, loop: Loop, sock: socket.socket, protocol: Any, rbuf: memoryview) -> None:
@@ -204,6 +221,7 @@ class Stream:
         self.eof_pending = False
         self.write_paused = False
         self.lost = False
+        self.corked = False
         self.mask = READ
         loop.add(self.fd, READ, self._on_event)
 
@@ -231,23 +249,35 @@ class Stream:
             self._set_reading(False)
 
     def _write_ready(self) -> None:
-        data = b"".join(self.wbuf)
+        """Send the buffered data; watch for writability while some of it is left."""
+        wbuf = self.wbuf
+        data = wbuf[0] if len(wbuf) == 1 else b"".join(wbuf)
         try:
             n = self.sock.send(data)
         except _RETRY:
-            return
+            n = 0
         except OSError as exc:
             self._force_close(exc)
             return
-        rest = data[n:]
-        self.wbuf = [rest] if rest else []
-        self.wsize = len(rest)
-        if self.write_paused and self.wsize <= LOW_WATER:
+        if n < len(data):
+            rest = data[n:]
+            self.wbuf = [rest]
+            self.wsize = len(rest)
+            if self.write_paused and self.wsize <= LOW_WATER:
+                self.write_paused = False
+                self.protocol.resume_writing()
+            if not self.mask & WRITE:
+                self._update_mask()
+            return
+        self.wbuf = []
+        self.wsize = 0
+        if self.write_paused:
             self.write_paused = False
             self.protocol.resume_writing()
-        if self.wbuf:
-            return
-        self._update_mask()
+            if self.wbuf:  # written again from the callback: corked, sent later
+                return
+        if self.mask & WRITE:
+            self._update_mask()
         if self.eof_pending:
             self.eof_pending = False
             self._shutdown_write()
@@ -257,26 +287,16 @@ class Stream:
     # ---- transport operations ---------------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        """Send ``data`` now if the socket takes it, else buffer it (and watch for write)."""
+        """Queue ``data``; it is sent at the end of this loop iteration (or when the socket
+        can take more, if earlier data is still waiting)."""
         if self.closing or self.lost or not data:
             return
-        if not self.wbuf:
-            try:
-                n = self.sock.send(data)
-            except _RETRY:
-                n = 0
-            except OSError as exc:
-                self._force_close(exc)
-                return
-            if n == len(data):
-                return
-            data = data[n:]
-            self.wbuf.append(data)
-            self.wsize = len(data)
-            self._update_mask()
-        else:
-            self.wbuf.append(data)
-            self.wsize += len(data)
+        wbuf = self.wbuf
+        if not wbuf and not self.corked:
+            self.corked = True
+            self.loop.corked.append(self)
+        wbuf.append(data)
+        self.wsize += len(data)
         if self.wsize > HIGH_WATER and not self.write_paused:
             self.write_paused = True
             self.protocol.pause_writing()
