@@ -301,7 +301,8 @@ def needs_recovery(records: Iterable[Any], committed: bool, now: float) -> bool:
 def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[str]]:
     """(winner.json exists, the newest ``attempt-NNNN`` folder) of a shard, by listing.
 
-    Plain strings and two ``listdir`` calls: this runs once per shard of 10,000.
+    Plain strings and two ``listdir`` calls; ``scan_shard`` falls back to it when the
+    submission records do not name the shard's latest attempt.
     """
     folder = f"{layout.root}/shards/shard-{shard:05d}"
     try:

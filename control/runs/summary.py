@@ -6,8 +6,9 @@ from typing import Any, Dict
 
 from agent_stdlib import states
 from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import StateError
 from control.runs import normalize as norm
-from control.runs.store import ShardView, scan_shard
+from control.runs.store import ShardView, expected_attempts, scan_shard, submission_views
 
 DURABLE = {
     states.CREATED: norm.CREATED,
@@ -31,8 +32,12 @@ def durable_shard_state(view: ShardView) -> str:
 
 def durable_state(layout: RunLayout, shard_count: int) -> Dict[str, Any]:
     """``{"state", "counts"}`` of a run from its shard records, without Slurm."""
+    try:
+        expected = expected_attempts(submission_views(layout)).get
+    except StateError:  # a bad submission record: list every shard's folders instead
+        expected = {}.get
     counts: Dict[str, int] = {}
     for index in range(shard_count):
-        state = durable_shard_state(scan_shard(layout, index))
+        state = durable_shard_state(scan_shard(layout, index, expected(index)))
         counts[state] = counts.get(state, 0) + 1
     return {"state": norm.run_state(counts, True), "counts": dict(sorted(counts.items()))}
