@@ -20,7 +20,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LOG = logging.getLogger("synthbatch.proxy")
 POOL_MAX = 256
-RECV_SIZE = 65536
 ACCEPT_BURST = 64
 ACCEPT_PAUSE_S = 1.0
 
@@ -43,8 +42,6 @@ class Core:
         shortest = min(config.header_timeout, config.idle_timeout, config.pool_idle_timeout)
         self.sweep_interval = min(1.0, max(0.02, shortest / 4))
         self.next_reap = 0.0
-        # One receive buffer for every connection: data is copied out right away.
-        self.rbuf = memoryview(bytearray(RECV_SIZE))
         self.addrs: Dict[int, Tuple[int, Tuple[Any, ...]]] = {}
 
     # ---- lifecycle ------------------------------------------------------------------
@@ -87,7 +84,7 @@ class Core:
             sock.setblocking(False)
             set_nodelay(sock)
             client = Client(self)
-            client.connection_made(Stream(self.loop, sock, client, self.rbuf))
+            client.connection_made(Stream(self.loop, sock, client))
 
     def _resume_accept(self) -> None:
         if self.listener is not None and not self.stopping:
@@ -182,7 +179,7 @@ class Core:
             return
         self.router.note_success(b)
         up = Upstream(self, b)
-        up.connection_made(Stream(self.loop, sock, up, self.rbuf))
+        up.connection_made(Stream(self.loop, sock, up))
         if ex.dead or ex.backend is not b or self.stopping:
             self.pool_put(up)
             return

@@ -205,15 +205,14 @@ class Stream:
 
     __slots__ = (
         "loop", "sock", "fd", "protocol", "mask", "wbuf", "wsize", "reading", "closing",
-        "eof_pending", "write_paused", "lost", "rbuf", "corked",
+        "eof_pending", "write_paused", "lost", "corked",
     )  # fmt: skip
 
-    def __init__(self, loop: Loop, sock: socket.socket, protocol: Any, rbuf: memoryview) -> None:
+    def __init__(self, loop: Loop, sock: socket.socket, protocol: Any) -> None:
         self.loop = loop
         self.sock = sock
         self.fd = sock.fileno()
         self.protocol = protocol
-        self.rbuf = rbuf
         self.wbuf: List[bytes] = []
         self.wsize = 0
         self.reading = True
@@ -228,21 +227,20 @@ class Stream:
     # ---- events -----------------------------------------------------------------------
 
     def _on_event(self, events: int) -> None:
-        if events & WRITE or (events & _FAIL and self.wbuf):
-            self._write_ready()
-        if self.reading and events & (READ | _FAIL) and not self.lost:
-            self._read_ready()
-
-    def _read_ready(self) -> None:
+        if events != READ or not self.reading:
+            if events & WRITE or (events & _FAIL and self.wbuf):
+                self._write_ready()
+            if not self.reading or self.lost or not events & (READ | _FAIL):
+                return
         try:
-            n = self.sock.recv_into(self.rbuf)
+            data = self.sock.recv(RECV_SIZE)  # cheaper than recv_into + a copy out
         except _RETRY:
             return
         except OSError as exc:
             self._force_close(exc)
             return
-        if n:
-            self.protocol.data_received(bytes(self.rbuf[:n]))
+        if data:
+            self.protocol.data_received(data)
         elif not self.protocol.eof_received():
             self.close()
         else:

@@ -212,13 +212,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def cpu_seconds(pids: List[int]) -> float:
-    """utime + stime of processes (all threads) from /proc/<pid>/stat."""
-    total = 0
+def cpu_times(pids: List[int]) -> Tuple[float, float]:
+    """(utime, stime) seconds of processes (all threads) from /proc/<pid>/stat."""
+    user = system = 0
     for pid in pids:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / TICKS
+        user += int(fields[11])
+        system += int(fields[12])
+    return user / TICKS, system / TICKS
+
+
+def cpu_seconds(pids: List[int]) -> float:
+    """utime + stime of processes (all threads)."""
+    return sum(cpu_times(pids))
 
 
 class Procs:
@@ -439,13 +445,12 @@ def run(
     for conns in (32, 128):
         for _ in range(rounds):
             for name, (port, pids) in targets.items():
-                cpu0 = cpu_seconds(pids) if pids else 0.0
+                user0, sys0 = cpu_times(pids)
                 r = run_wrk(lcpu, port, conns, seconds, lua)
-                r["us_req"] = (
-                    (cpu_seconds(pids) - cpu0) / (r["rps"] * seconds) * 1e6
-                    if pids
-                    else float("nan")
-                )
+                user1, sys1 = cpu_times(pids)
+                count = r["rps"] * seconds / 1e6
+                r["user_req"] = (user1 - user0) / count if pids else float("nan")
+                r["us_req"] = r["user_req"] + (sys1 - sys0) / count if pids else float("nan")
                 short_rows.setdefault((name, conns), []).append(r)
     procs.stop(ours)
 
@@ -481,12 +486,15 @@ def report(short_rows: Dict, stream_rows: Dict) -> int:
         return kv[0][1], kv[0][0]
 
     print("\nshort requests (wrk, JSON POST), medians over rounds")
-    print(f"{'target':8} {'conns':>5} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu us/req':>10}")
+    print(
+        f"{'target':8} {'conns':>5} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu us/req':>10} "
+        f"{'of it user':>10}"
+    )
     for k, _ in sorted(short_rows.items(), key=order):
-        cells = [med(short_rows, k, f) for f in ("rps", "p50", "p99", "us_req")]
+        cells = [med(short_rows, k, f) for f in ("rps", "p50", "p99", "us_req", "user_req")]
         print(
             f"{k[0]:8} {k[1]:>5} {cells[0]:>9.0f} {cells[1]:>7.2f} {cells[2]:>7.2f} "
-            f"{cells[3]:>10.1f}"
+            f"{cells[3]:>10.1f} {cells[4]:>10.1f}"
         )
     print("\nstreaming (SSE), medians over rounds")
     print(

@@ -58,7 +58,7 @@ def loop():
 def pair(loop: Loop, proto: Recorder) -> Tuple[Stream, socket.socket]:
     a, b = socket.socketpair()
     a.setblocking(False)
-    return Stream(loop, a, proto, memoryview(bytearray(65536))), b
+    return Stream(loop, a, proto), b
 
 
 def test_data_eof_and_connection_lost_is_deferred(loop) -> None:
