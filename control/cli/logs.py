@@ -18,7 +18,9 @@ from control.cli.common import common
 @click.option("--step", default=None,
               help="client, server-<alias>-<replica>, proxy-<alias> or slurm "
                    "(default: the log a failure names, else client, else slurm).")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing until the shard ends.")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing until the shard ends (moving on to the next execution "
+                   "after a requeue, or to a retry's attempt).")
 @common
 def logs_cmd(run_id: str, shard: Optional[int], step: Optional[str], follow: bool,
              profile: Optional[str], as_json: bool) -> Any:
@@ -33,15 +35,34 @@ def logs_cmd(run_id: str, shard: Optional[int], step: Optional[str], follow: boo
     path = Path(data["path"])
     if as_json:
         return {"data": {**data, "text": logs.read_tail(path)}, "text": ""}
-    click.echo(f"==> shard {data['shard']} attempt {data['attempt']} execution "
-               f"{data['execution']}: {data['step']} ({path}) <==", err=True)
+    click.echo(_header(data["shard"], data["attempt"], data["execution"], data["step"], path),
+               err=True)
     out = sys.stdout.buffer
     if not follow:
         logs.copy_from(path, out, 0)
         return None
     layout = api.run_dir(run_id, profile)
+    current = [logs.LogTarget(shard=data["shard"], attempt=data["attempt"],
+                              execution=data["execution"], step=data["step"], path=path,
+                              steps=data["steps"])]
+
+    def newer() -> Optional[Path]:
+        target = logs.newer_target(layout, current[0])
+        if target is None:
+            return None
+        current[0] = target
+        click.echo(_header(target.shard, target.attempt, target.execution, target.step,
+                           target.path), err=True)
+        return target.path
+
     try:
-        logs.follow(path, out, lambda: logs.shard_ended(layout, data["shard"]))
+        logs.follow(path, out, lambda: logs.shard_ended(layout, data["shard"]), newer=newer)
     except KeyboardInterrupt:
         pass
     return None
+
+
+def _header(shard: int, attempt: Optional[int], execution: Optional[int], step: str,
+            path: Path) -> str:
+    """The ``==> ... <==`` line naming the file being printed (on stderr)."""
+    return f"==> shard {shard} attempt {attempt} execution {execution}: {step} ({path}) <=="

@@ -84,6 +84,11 @@ def locate(layout: RunLayout, shard: Optional[int] = None,
     index = default_shard(layout, count) if shard is None else shard
     if not 0 <= index < count:
         raise NotFound(f"shard {index}: the run has {count} shards (0-{count - 1})")
+    return shard_target(layout, index, step)
+
+
+def shard_target(layout: RunLayout, index: int, step: Optional[str] = None) -> LogTarget:
+    """``locate`` for a known, valid shard index (no plan read)."""
     view = scan_shard(layout, index)
     attempt = view.attempt
     attempt_dir = layout.attempt(index, attempt.number).root if attempt else None
@@ -99,6 +104,16 @@ def locate(layout: RunLayout, shard: Optional[int] = None,
     number = int(execution.name.split("-", 1)[1]) if execution else None
     return LogTarget(shard=index, attempt=attempt.number if attempt else None,
                      execution=number, step=chosen, path=path, steps=steps)
+
+
+def newer_target(layout: RunLayout, current: LogTarget) -> Optional[LogTarget]:
+    """The same step's log in a newer execution or attempt of the shard (requeue, retry),
+    or None while ``current`` is still the latest (or the new one has no such log yet)."""
+    try:
+        target = shard_target(layout, current.shard, current.step)
+    except NotFound:
+        return None
+    return None if target.path == current.path else target
 
 
 def shard_ended(layout: RunLayout, shard: int) -> bool:
@@ -131,16 +146,25 @@ def copy_from(path: Path, out: BinaryIO, offset: int) -> int:
 
 def follow(path: Path, out: BinaryIO, done: Callable[[], bool],
            sleep: Callable[[float], None] = time.sleep,
-           backoff: Optional[Backoff] = None) -> int:
+           backoff: Optional[Backoff] = None,
+           newer: Optional[Callable[[], Optional[Path]]] = None) -> int:
     """Print ``path`` and keep printing what is appended until ``done()`` and quiet.
 
-    Polls the file (never the scheduler), from 0.2 s backing off to 2 s while idle.
+    Polls the file (never the scheduler), from 0.2 s backing off to 2 s while idle. While
+    the file is quiet, ``newer()`` may name the log that replaced it (the next execution
+    after a requeue, or a retry's attempt): the rest of the old file is printed and
+    following goes on in the new one from its start.
     """
     backoff = backoff or Backoff(base_s=0.2, cap_s=2.0, floor_s=0.2)
     offset = copy_from(path, out, 0)
     while True:
         grown = os.path.getsize(path) > offset
-        if not grown and done():
-            return copy_from(path, out, offset)
+        if not grown:
+            switch = newer() if newer is not None else None
+            if switch is not None and switch != path:
+                copy_from(path, out, offset)
+                path, offset, grown = switch, 0, True
+            elif done():
+                return copy_from(path, out, offset)
         offset = copy_from(path, out, offset)
         sleep(backoff.next(changed=grown))

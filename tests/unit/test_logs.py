@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pytest
 
 from agent_stdlib.statefile import ensure_dir
 from control.errors import NotFound
-from control.runs.logs import copy_from, follow, locate, read_tail
+from control.runs.logs import copy_from, follow, locate, newer_target, read_tail
 from control.runs.watch import Backoff
 from tests.unit.test_observe import Shard, make_run
 
@@ -93,3 +93,55 @@ def test_follow_prints_appends_until_done(tmp_path: Path) -> None:
     follow(path, out, done, sleep, Backoff(base_s=0.2, cap_s=2.0, floor_s=0.2))
     assert out.getvalue() == b"one\ntwo\nthree\n"
     assert all(0.2 <= s <= 2.0 for s in sleeps) and sleeps[-1] > sleeps[1]
+
+
+def test_follow_moves_on_to_the_next_execution_after_a_requeue(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    first = add_logs(layout, 0, 1, "client", "server-tiny-0")
+    target = locate(layout, 0, "client")
+    assert target.path == first / "client.log"
+    assert newer_target(layout, target) is None
+    out = io.BytesIO()
+    polls: List[str] = []
+
+    def sleep(seconds: float) -> None:
+        polls.append("sleep")
+        if len(polls) == 1:  # the job is requeued: execution 2 starts, servers first
+            with open(first / "client.log", "a") as handle:
+                handle.write("last words of execution 1\n")
+            add_logs(layout, 0, 2, "server-tiny-0")
+        elif len(polls) == 3:  # then the client of execution 2
+            add_logs(layout, 0, 2, "client")
+
+    current = [target]
+
+    def newer() -> Optional[Path]:
+        found = newer_target(layout, current[0])
+        if found is None:
+            return None
+        current[0] = found
+        return found.path
+
+    def done() -> bool:
+        return current[0].execution == 2 and len(polls) >= 6
+
+    follow(target.path, out, done, sleep, Backoff(base_s=0.2, cap_s=2.0, floor_s=0.2), newer)
+    assert out.getvalue() == (b"client of execution 1\nlast words of execution 1\n"
+                              b"client of execution 2\n")
+    assert current[0].execution == 2 and current[0].step == "client"
+
+
+def test_follow_moves_on_to_a_retry_attempt(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("failed", "boom")])
+    add_logs(layout, 0, 1, "client")
+    target = locate(layout, 0, "client")
+    folder = ensure_dir(layout.attempt(0, 2).execution_logs(1))
+    (folder / "client.log").write_text("attempt 2\n")
+    assert newer_target(layout, target) is None  # attempt 2 has no attempt.json yet
+    record = layout.attempt(0, 1).attempt_json.read_text()
+    ensure_dir(layout.attempt(0, 2).root)
+    layout.attempt(0, 2).attempt_json.write_text(
+        record.replace('"attempt": 1', '"attempt": 2').replace('"failed"', '"running"'))
+    found = newer_target(layout, target)
+    assert found is not None and (found.attempt, found.execution) == (2, 1)
+    assert found.path == folder / "client.log"
