@@ -137,7 +137,8 @@ class Allocation:
                        agent_pyz=self.inv.agent_pyz,
                        writable=[self.inv.layout.shard_dir(self.inv.shard), self.paths.root,
                                  self.paths.output, self.logs],
-                       array_task=self.inv.array_task)
+                       array_task=self.inv.array_task,
+                       hash_cache=self.inv.layout.image_hashes)
 
     def _begin(self, record: AttemptRecord) -> AttemptRecord:
         restarts = max(self.ident.restart_count, record.restarts)

@@ -41,6 +41,11 @@ class RunLayout:
         return self.root / "logs"
 
     @property
+    def image_hashes(self) -> Path:
+        """Digests of container images, reused by later array tasks (agent_stdlib.imagehash)."""
+        return self.root / "image-hashes"
+
+    @property
     def merged(self) -> Path:
         """Merge output and manifest."""
         return self.root / "merged"

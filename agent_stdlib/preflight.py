@@ -30,6 +30,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from agent_stdlib import nodecheck, slurmjob
 from agent_stdlib.containers import DEFAULT_EXECUTABLE
 from agent_stdlib.contracts import AttemptRecord, ContainerSpec, Plan
+from agent_stdlib.imagehash import cached_sha256
 from agent_stdlib.launch import LOOPBACK, LaunchError, Site, in_container, secret_values
 from agent_stdlib.slurmjob import JobIdentity
 
@@ -37,7 +38,6 @@ MIN_PYTHON = (3, 9)
 PORT_SLOTS = 512  # distinct port blocks per port_base
 PORT_STRIDE = 16  # ports per block (servers of one allocation)
 CONNECT_S = 0.5  # a remote port is taken when something accepts within this
-HASH_BLOCK = 1 << 20
 
 
 class PreflightError(Exception):
@@ -58,6 +58,7 @@ class Context:
     writable: Sequence[Path]
     host: str = LOOPBACK
     array_task: Optional[int] = None  # the array task id that runs ``shard``
+    hash_cache: Optional[Path] = None  # the run's image-hashes/ folder (None: always hash)
 
 
 def server_count(plan: Plan) -> int:
@@ -247,15 +248,6 @@ def _containers(plan: Plan) -> Iterator[Tuple[str, ContainerSpec]]:
         yield "client", command.container
 
 
-def file_sha256(path: str) -> str:
-    """Hex sha256 of a file, streamed."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(HASH_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def check_images(ctx: Context, hashed: Optional[Dict[str, str]] = None) -> None:
     """Each image exists and matches its pinned sha256 (each file hashed once); the
     runtime's binary is executable; the run directory is visible inside the container."""
@@ -265,7 +257,7 @@ def check_images(ctx: Context, hashed: Optional[Dict[str, str]] = None) -> None:
         if not (os.path.isfile(box.path) and os.access(box.path, os.R_OK)):
             raise PreflightError(f"{where} is missing or not readable")
         if box.path not in hashed:
-            hashed[box.path] = file_sha256(box.path)
+            hashed[box.path] = cached_sha256(box.path, ctx.hash_cache)
         if hashed[box.path] != box.sha256:
             raise PreflightError(f"{where}: sha256 {hashed[box.path]} does not match the "
                                  f"pinned {box.sha256}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import os
 import socket
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent_stdlib import preflight
+from agent_stdlib import imagehash, preflight
 from agent_stdlib.contracts import (
     AttemptRecord,
     CommandClientSpec,
@@ -321,11 +323,46 @@ def with_image(ctx: Context, box: ContainerSpec, client: bool = False) -> Contex
 def test_image_that_matches_passes_and_is_hashed_once(tmp_path, monkeypatch):
     ctx = with_image(make_ctx(tmp_path), image(tmp_path), client=True)
     calls = []
-    real = preflight.file_sha256
-    monkeypatch.setattr(preflight, "file_sha256", lambda p: calls.append(p) or real(p))
+    real = imagehash.file_sha256
+    monkeypatch.setattr(imagehash, "file_sha256", lambda p: calls.append(p) or real(p))
     check_images(ctx)
     assert calls == [str(tmp_path / "img.sif")]  # deployment and client share one hash
     check_paths(ctx)  # commands inside an image are not looked for on the host
+
+
+def test_later_array_tasks_reuse_the_runs_image_hash_until_the_file_changes(
+        tmp_path, monkeypatch):
+    box = image(tmp_path)
+    ctx = dataclasses.replace(with_image(make_ctx(tmp_path), box),
+                              hash_cache=tmp_path / "run" / "image-hashes")
+    calls = []
+    real = imagehash.file_sha256
+    monkeypatch.setattr(imagehash, "file_sha256", lambda p: calls.append(p) or real(p))
+    check_images(ctx)
+    check_images(ctx)  # the next array task: no second hash
+    assert len(calls) == 1
+    records = list((tmp_path / "run" / "image-hashes").iterdir())
+    assert len(records) == 1 and records[0].stat().st_mode & 0o777 == 0o600
+    before = os.stat(box.path)
+    Path(box.path).write_bytes(b"IMAGE BYTES")  # same size, rewritten in place ...
+    os.utime(box.path, ns=(before.st_atime_ns, before.st_mtime_ns))  # ... old mtime back
+    with pytest.raises(PreflightError, match="does not match the pinned"):
+        check_images(ctx)  # ctime moved: hashed again, and the change is caught
+    assert len(calls) == 2
+
+
+def test_a_broken_or_foreign_hash_record_is_not_trusted(tmp_path, monkeypatch):
+    box = image(tmp_path)
+    cache = tmp_path / "image-hashes"
+    ctx = dataclasses.replace(with_image(make_ctx(tmp_path), box), hash_cache=cache)
+    check_images(ctx)
+    record = next(cache.iterdir())
+    record.write_text("{ not json")
+    check_images(ctx)  # unreadable: hashed again and rewritten
+    data = json.loads(record.read_text())
+    assert data["sha256"] == box.sha256
+    record.write_text(json.dumps({**data, "sha256": "0" * 64, "path": "/elsewhere.sif"}))
+    check_images(ctx)  # names another file: not used
 
 
 def test_image_failures(tmp_path):
