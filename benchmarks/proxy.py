@@ -309,13 +309,18 @@ def start_nginx(procs: Procs, name: str, cpu: str, conf: Path) -> Tuple[subproce
 
 
 def start_our_proxy(
-    procs: Procs, name: str, cpu: str, backends: List[int]
+    procs: Procs, name: str, cpu: str, backends: List[int], floor: bool = False
 ) -> Tuple[subprocess.Popen, int]:
+    """Start ``python -m agent_stdlib proxy`` (or, with ``floor``, benchmarks/proxy_floor.py)."""
     port_file = procs.workdir / f"{name}.port"
-    argv = [sys.executable, "-m", "agent_stdlib", "proxy", "--listen", f"{HOST}:0"]
-    argv += ["--port-file", str(port_file), "--max-queued", "1000"]
-    for port in backends:
-        argv += ["--backend", f"http://{HOST}:{port}"]
+    if floor:
+        argv = [sys.executable, str(REPO / "benchmarks" / "proxy_floor.py"), str(port_file)]
+        argv += [str(port) for port in backends]
+    else:
+        argv = [sys.executable, "-m", "agent_stdlib", "proxy", "--listen", f"{HOST}:0"]
+        argv += ["--port-file", str(port_file), "--max-queued", "1000"]
+        for port in backends:
+            argv += ["--backend", f"http://{HOST}:{port}"]
     proc = procs.start(name, cpu, argv, cwd=str(REPO))
     deadline = time.monotonic() + 10
     while not port_file.exists():
@@ -434,10 +439,12 @@ def run(
 
     # ---- short requests -----------------------------------------------------------------
     ours, ours_port = start_our_proxy(procs, "proxy-short", pcpu, short)
+    floor, floor_port = start_our_proxy(procs, "floor", pcpu, short, floor=True)
     targets = {
         "direct": (short[0], []),
         "nginx": (ngx_short, [ngx_worker]),
         "proxy": (ours_port, [ours.pid]),
+        "floor": (floor_port, [floor.pid]),
     }
     for port, _ in targets.values():  # warm-up
         run_wrk(lcpu, port, 32, 1.0, lua)
@@ -453,6 +460,7 @@ def run(
                 r["us_req"] = r["user_req"] + (sys1 - sys0) / count if pids else float("nan")
                 short_rows.setdefault((name, conns), []).append(r)
     procs.stop(ours)
+    procs.stop(floor)
 
     # ---- streaming ----------------------------------------------------------------------
     ours, ours_port = start_our_proxy(procs, "proxy-sse", pcpu, sse)
@@ -518,6 +526,11 @@ def report(short_rows: Dict, stream_rows: Dict) -> int:
         ratio = median(per_round)
         rounds = ", ".join(f"{r:.2f}" for r in per_round)
         goal(ratio >= 0.6, f"short req/s / nginx @{conns}: {ratio:.2f} (>= 0.6; rounds {rounds})")
+        ours = med(short_rows, ("proxy", conns), "us_req")
+        base = med(short_rows, ("floor", conns), "us_req")
+        print(f"  info CPU per request @{conns}: proxy {ours:.1f} us = floor {base:.1f} us (loop, "
+              f"sockets, kernel) + {ours - base:.1f} us of HTTP handling; nginx "
+              f"{med(short_rows, ('nginx', conns), 'us_req'):.1f} us")
     p50, p99 = med(short_rows, ("proxy", 32), "p50"), med(short_rows, ("proxy", 32), "p99")
     p99_128 = med(short_rows, ("proxy", 128), "p99")
     goal(p50 <= 1.5, f"latency @32 p50 {p50:.2f} ms (<= 1.5)")
