@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from typing import List, Optional, Tuple
 
 QUEUE_METRICS = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs")
@@ -77,15 +78,21 @@ class Head:
         self.bad_framing = ""
 
 
-# One C-level pass validates the header lines; another finds the hop-by-hop ones.
-_VALID_BLOCK = re.compile(rb"(?:\r\n[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n\0]*)*")
-_HOP_LINE = re.compile(
-    rb"\r\n(connection|keep-alive|proxy-connection|te|trailer|transfer-encoding|upgrade"
-    rb"|proxy-authenticate|proxy-authorization|content-length|expect|host):([^\r\n]*)",
-    re.IGNORECASE,
+# One C-level pass validates the header lines; another finds the hop-by-hop ones. Only the
+# names are matched case-insensitively (a scoped flag keeps the "\r\n" prefix search fast);
+# possessive quantifiers (Python 3.11+) spare the validator its backtracking bookkeeping.
+_TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]"
+_VALID_BLOCK = re.compile(
+    rb"(?:\r\n" + _TOKEN + rb"++:[^\r\n\0]*+)*+"
+    if sys.version_info >= (3, 11)
+    else rb"(?:\r\n" + _TOKEN + rb"+:[^\r\n\0]*)*"
 )
-
-
+_HOP_LINE = re.compile(
+    rb"\r\n((?i:c(?:onnection|ontent-length)|keep-alive|proxy-(?:connection|authenticate"
+    rb"|authorization)|te|trailer|transfer-encoding|upgrade|expect|host)):([^\r\n]*)"
+)
+_CONTENT_LENGTH, _CONNECTION, _TRANSFER_ENCODING, _EXPECT = (
+    b"content-length", b"connection", b"transfer-encoding", b"expect")
 _PLAIN_TOKENS = frozenset({b"close", b"keep-alive", b""})
 
 
@@ -102,38 +109,46 @@ def parse_head(block: bytes) -> Head:
         return Head(block[:eol], rest)
     head = Head(block[:eol], b"".join(parts[::3]))
     te: Optional[bytes] = None
-    lengths: List[bytes] = []
+    length: Optional[bytes] = None
+    lengths: Optional[List[bytes]] = None  # only when there is more than one
     conn: Tuple[bytes, ...] = ()
+    named = False
     for i in range(1, len(parts), 3):
         lname = parts[i].lower()
-        if lname == b"content-length":
-            lengths.append(parts[i + 1])
-        elif lname == b"connection":
+        if lname == _CONTENT_LENGTH:
+            if length is None:
+                length = parts[i + 1]
+            else:
+                lengths = (lengths or [length]) + [parts[i + 1]]
+        elif lname == _CONNECTION:
             value = parts[i + 1].strip().lower()
             if value == b"keep-alive" or value == b"close":
                 conn += (value,)
             else:
-                conn += tuple([t.strip() for t in value.split(b",")])
-        elif lname == b"transfer-encoding":
+                tokens = tuple([t.strip() for t in value.split(b",")])
+                conn += tokens
+                named = named or not _PLAIN_TOKENS.issuperset(tokens)
+        elif lname == _TRANSFER_ENCODING:
             te = parts[i + 1].strip()
-        elif lname == b"expect":
+        elif lname == _EXPECT:
             head.expect = parts[i + 1].strip().lower() == b"100-continue"
     if conn:
         head.conn_tokens = conn
-        named = set(conn) - _PLAIN_TOKENS
         if named:
-            names = b"|".join(re.escape(n) for n in sorted(named))
+            names = b"|".join(re.escape(n) for n in sorted(set(conn) - _PLAIN_TOKENS))
             drop = re.compile(rb"\r\n(?:" + names + rb"):[^\r\n]*", re.IGNORECASE)
             head.block = drop.sub(b"", head.block)
-    if te is None and len(lengths) == 1:
-        text = lengths[0].strip()
+    if te is None and lengths is None and length is not None:
+        text = length.strip()
         if text.isdigit() and len(text) <= 18:
             head.framing = "length"
             head.length = int(text)
             return head
-    if te is not None or lengths:
+    if te is not None or length is not None:
         try:
-            head.framing, head.length = _framing(te, lengths)
+            head.framing, head.length = _framing(
+                te, lengths or ([length] if length is not None else [])
+            )
         except ValueError as exc:
             head.bad_framing = str(exc)
     return head
