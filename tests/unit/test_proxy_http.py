@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Tuple
 
 import pytest
@@ -74,3 +75,83 @@ def test_request_and_status_lines() -> None:
         parse_request_line(b"GET http://elsewhere/ HTTP/1.1")
     with pytest.raises(ValueError):
         parse_status_line(b"HTTP/1.1 2000 OK")
+
+
+HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
+       b"transfer-encoding", b"upgrade", b"proxy-authenticate", b"proxy-authorization",
+       b"content-length", b"expect", b"host"}
+TOKEN = set(b"!#$%&'*+.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
+
+
+def reference(head: bytes) -> tuple:
+    """A slow, line-by-line statement of what parse_head must return."""
+    start, *lines = head.split(b"\r\n")
+    kept, lengths, tokens, te, expect = [], [], [], None, False
+    for line in lines:
+        name, colon, value = line.partition(b":")
+        if not colon or not name or not set(name) <= TOKEN or set(value) & set(b"\r\n\0"):
+            raise ValueError("malformed header line")
+        low = name.lower()
+        if low not in HOP:
+            kept.append((low, line))
+        elif low == b"content-length":
+            lengths.append(value)
+        elif low == b"connection":
+            tokens += [t.strip() for t in value.strip().lower().split(b",")]
+        elif low == b"transfer-encoding":
+            te = value.strip()
+        elif low == b"expect":
+            expect = value.strip().lower() == b"100-continue"
+    named = set(tokens) - {b"close", b"keep-alive", b""}
+    block = b"".join(b"\r\n" + line for low, line in kept if low not in named)
+    framing, length, bad = "none", 0, ""
+    values = {v.strip() for v in b",".join(lengths).split(b",")} if lengths else set()
+    if te is not None and lengths:
+        bad = "both Transfer-Encoding and Content-Length"
+    elif te is not None:
+        if te.split(b",")[-1].strip().lower() == b"chunked":
+            framing = "chunked"
+        else:
+            bad = f"unsupported Transfer-Encoding {te[:40]!r}"
+    elif len(values) > 1:
+        bad = "conflicting Content-Length"
+    elif values:
+        text = values.pop()
+        if text.isdigit() and len(text) <= 18:
+            framing, length = "length", int(text)
+        else:
+            bad = f"invalid Content-Length {text[:40]!r}"
+    return start, block, framing, length, tuple(tokens), expect, bad
+
+
+def random_head(rng: random.Random) -> bytes:
+    names = [b"Host", b"HOST", b"Content-Length", b"content-length", b"Connection", b"TE",
+             b"Keep-Alive", b"Proxy-Connection", b"Trailer", b"Transfer-Encoding", b"Upgrade",
+             b"Proxy-Authenticate", b"Proxy-Authorization", b"Expect", b"X-Foo", b"x-foo",
+             b"Content-Type", b"X-Te", b"Tex", b"Hostname", b"Content-Lengths", b"Te-",
+             b"Connection-X", b"bad name", b"", b"X\x00"]
+    values = [b" 12", b"12", b" 12 ", b"12, 12", b"1,2", b" abc", b" close", b" Close",
+              b" keep-alive", b" Keep-Alive, X-Foo", b" foo, bar", b" chunked",
+              b" gzip, chunked", b" chunked, gzip", b" 100-continue", b"", b" x\x00y",
+              b" 99999999999999999999", b" -1", b" +5", b" 007", b" x-foo", b"\tv", b" a b"]
+    lines = [rng.choice([b"POST /v1/x HTTP/1.1", b"HTTP/1.1 200 OK"])]
+    lines += [rng.choice(names) + b":" + rng.choice(values) for _ in range(rng.randint(0, 8))]
+    if rng.random() < 0.05:
+        lines.append(b" folded")
+    return b"\r\n".join(lines)
+
+
+def test_parse_head_agrees_with_the_line_by_line_reference() -> None:
+    rng = random.Random(6)
+    for _ in range(20000):
+        head = random_head(rng)
+        try:
+            expected = reference(head)
+        except ValueError:
+            with pytest.raises(ValueError):
+                parse_head(head)
+            continue
+        parsed = parse_head(head)
+        got = (parsed.start, parsed.block, parsed.framing, parsed.length, parsed.conn_tokens,
+               parsed.expect, parsed.bad_framing)
+        assert got == expected, head
