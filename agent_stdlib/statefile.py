@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Tuple, Type, TypeVar
 
@@ -51,7 +50,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_temp(directory: Path, payload: bytes, mode: int) -> Path:
-    temp = directory / f".tmp-{secrets.token_hex(8)}"
+    temp = directory / f".tmp-{os.urandom(8).hex()}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     fd = os.open(str(temp), flags, mode)
     try:
@@ -89,7 +88,7 @@ def write_many_json(records: Iterable[Tuple[Path, Dict[str, Any]]]) -> None:
     and per directory. Return only after everything is on disk.
     """
     for path, data in records:
-        temp = path.parent / f".tmp-{secrets.token_hex(8)}"
+        temp = path.parent / f".tmp-{os.urandom(8).hex()}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
         fd = os.open(str(temp), flags, FILE_MODE)
         try:
