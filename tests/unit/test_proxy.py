@@ -611,6 +611,45 @@ def test_max_connections(backends, proxy) -> None:
     assert request(p)[0] == 200
 
 
+def test_accept_failure_pauses_accepting_then_serves_the_waiting_client(
+        backends, proxy, caplog, monkeypatch) -> None:
+    from agent_stdlib import proxy_core
+
+    monkeypatch.setattr(proxy_core, "ACCEPT_PAUSE_S", 0.2)
+    be = backends()
+    p = proxy([be.url])
+
+    class OutOfFds:
+        """The listener, except that the first accept fails like EMFILE."""
+
+        def __init__(self, real: socket.socket) -> None:
+            self.real, self.failed = real, False
+
+        def accept(self):  # type: ignore[no-untyped-def]
+            if not self.failed:
+                self.failed = True
+                raise OSError(24, "Too many open files")
+            return self.real.accept()
+
+        def fileno(self) -> int:
+            return self.real.fileno()
+
+        def close(self) -> None:
+            self.real.close()
+
+    installed = threading.Event()
+
+    def install() -> None:
+        p.core.listener = OutOfFds(p.core.listener)  # type: ignore[assignment]
+        installed.set()
+
+    p.core.loop.call_threadsafe(install)
+    assert installed.wait(WAIT)
+    with caplog.at_level(logging.WARNING, logger="synthbatch.proxy"):
+        assert request(p)[0] == 200  # waits in the backlog until accepting resumes
+    assert "accept failed ([Errno 24] Too many open files); pausing accepts" in caplog.text
+
+
 # --------------------------------------------------------------------------------------
 # Connection hygiene
 
