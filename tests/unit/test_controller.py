@@ -129,12 +129,16 @@ def test_sigterm_cancels_cleans_up_and_records_cancelled(tmp_path, agent_pyz, py
     else:
         proc.kill()
         pytest.fail("allocation never became ready")
+    # this allocation's servers only (other suites may run fake servers at the same time)
+    ports = [b.url.rsplit(":", 1)[1] for group in record.backends.values() for b in group]
+    ours = [f"{FAKE_SERVER} --host 127.0.0.1 --port {p} " for p in ports]
+    assert ports and processes_mentioning(*ours)  # the pattern finds them while they run
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
     assert attempt.state == "cancelled" and "SIGTERM" in attempt.reason
     assert load_readiness(readiness).state == "stopped"
-    assert not processes_mentioning(str(FAKE_SERVER))
+    assert not processes_mentioning(*ours)
 
 
 def test_wrong_plan_digest_is_refused_before_anything_starts(tmp_path, agent_pyz, python_exe):
