@@ -168,7 +168,7 @@ class Loop:
         corked, self.corked = self.corked, []
         for stream in corked:
             stream.corked = False
-            if not stream.lost:
+            if stream.wbuf and not stream.lost:  # (a WRITE event may have sent it already)
                 stream._write_ready()
 
     def _run_timers(self) -> None:
@@ -192,7 +192,8 @@ class Loop:
         self.remove(self._wake_r.fileno())
         self._wake_r.close()
         self._wake_w.close()
-        self._poller.close() if self._epoll else None
+        if self._epoll:
+            self._poller.close()
 
 
 class Stream:
