@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 
 import pytest
 
@@ -133,3 +135,42 @@ def test_sacct_failed_exit_code(slurm_cluster):
         return row if row == "FAILED|3:0" else None  # records lag the job's end by ~1-3 s
 
     assert slurm_cluster.wait_for(sacct_row, timeout=30, what=f"sacct FAILED|3:0 for {job_id}")
+
+
+def _listening() -> dict:
+    """Port -> local addresses of listening TCP sockets (IPv4 and IPv6), from /proc."""
+    found: dict = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] != "0A":  # LISTEN
+                continue
+            addr, port = fields[1].rsplit(":", 1)
+            if len(addr) == 8:
+                text = socket.inet_ntop(socket.AF_INET, bytes.fromhex(addr)[::-1])
+            else:
+                raw = bytes.fromhex(addr)
+                text = socket.inet_ntop(socket.AF_INET6, b"".join(
+                    raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+            found.setdefault(int(port, 16), set()).add(text)
+    return found
+
+
+def test_daemons_listen_on_loopback_only(slurm_cluster):
+    conf = open(os.environ["SLURM_CONF"]).read()
+    ports = {"slurmctld": [int(re.search(r"^SlurmctldPort=(\d+)", conf, re.M).group(1))]}
+    ports["slurmd"] = [int(p) for p in re.findall(r"^NodeName=\S+ .*\bPort=(\d+)", conf, re.M)]
+    assert len(ports["slurmd"]) >= 2, conf
+    dbd = re.search(r"^AccountingStoragePort=(\d+)", conf, re.M)
+    if dbd:
+        ports["slurmdbd"] = [int(dbd.group(1))]
+    if not socket.gethostbyname(socket.gethostname()).startswith("127."):
+        ports = {"slurmctld": ports["slurmctld"]}  # the testbed cannot bind the others here
+    listening = _listening()
+    for daemon, numbers in ports.items():
+        for port in numbers:
+            assert listening.get(port) == {"127.0.0.1"}, (daemon, port, listening.get(port))
