@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Set, Tuple
 
 from agent_stdlib.proxy_client import Client
-from agent_stdlib.proxy_loop import READ, Connecting, Loop, Stream, Timer, connect, set_nodelay
+from agent_stdlib.proxy_loop import READ, Connecting, Loop, Stream, Timer, set_nodelay
 from agent_stdlib.proxy_route import Backend, Router, Sampler, Stats
 from agent_stdlib.proxy_upstream import Upstream
 
@@ -142,15 +142,15 @@ class Core:
         try:
             family, addr = self.address(b)
         except OSError as exc:
-            self.loop.call_soon(self._connected, ex, b, None, exc, None)
+            self.loop.call_soon(self._connected, ex, b, None, None, exc)
             return
-        pending: List[Connecting] = []
 
-        def done(sock: Optional[socket.socket], error: Optional[OSError]) -> None:
-            self._connected(ex, b, sock, error, pending[0] if pending else None)
+        def done(pending: Connecting, sock: Optional[socket.socket],
+                 error: Optional[OSError]) -> None:
+            self._connected(ex, b, pending, sock, error)
 
-        pending.append(connect(self.loop, addr, family, self.config.connect_timeout, done))
-        self.connecting.add(pending[0])
+        timeout = self.config.connect_timeout
+        self.connecting.add(Connecting(self.loop, addr, family, timeout, done))
 
     def address(self, b: Backend) -> Tuple[int, Tuple[Any, ...]]:
         """The backend's socket address, resolved once (OSError when it cannot be)."""
@@ -164,9 +164,9 @@ class Core:
         self,
         ex: Exchange,
         b: Backend,
+        pending: Optional[Connecting],
         sock: Optional[socket.socket],
         error: Optional[OSError],
-        pending: Optional[Connecting],
     ) -> None:
         """A backend connect finished: attach the exchange, or fail over."""
         if pending is not None:

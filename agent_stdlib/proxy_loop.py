@@ -5,7 +5,7 @@ transport bookkeeping), so the proxy runs on this smaller loop instead: ``epoll`
 where there is no epoll), a dict from file descriptor to handler, a timer heap and a
 thread-safe call queue. :class:`Stream` gives a protocol object the few transport
 operations the proxy needs (write with buffering and flow control, pause/resume reading,
-half-close, close, abort); :func:`connect` opens a non-blocking client connection.
+half-close, close, abort); :class:`Connecting` opens a non-blocking client connection.
 
 Semantics follow asyncio where the proxy relies on them: ``connection_lost`` is always
 called from the loop, never from inside ``close()``/``abort()``; ``pause_writing`` /
@@ -400,7 +400,9 @@ def set_nodelay(sock: socket.socket) -> None:
 
 
 class Connecting:
-    """A non-blocking TCP connect in progress (see :func:`connect`)."""
+    """A non-blocking TCP connect to ``addr``: ``done(self, sock, None)`` or
+    ``done(self, None, error)`` is called from the loop (also on timeout), unless
+    :meth:`cancel` came first."""
 
     def __init__(
         self,
@@ -408,7 +410,7 @@ class Connecting:
         addr: Tuple[Any, ...],
         family: int,
         timeout: float,
-        done: Callable[[Optional[socket.socket], Optional[OSError]], None],
+        done: Callable[[Connecting, Optional[socket.socket], Optional[OSError]], None],
     ) -> None:
         self.loop = loop
         self.done: Optional[Callable[..., None]] = done
@@ -434,34 +436,23 @@ class Connecting:
     def _expired(self, timeout: float) -> None:
         self._finish(None, TimeoutError(f"timed out after {timeout:g}s"))
 
-    def _finish(self, sock: Optional[socket.socket], error: Optional[OSError]) -> None:
+    def _release(self) -> Optional[Callable[..., None]]:
+        """Stop watching (once); return the callback, or None when already released."""
         done, self.done = self.done, None
-        if done is None:
-            return
-        if self.timer is not None:
+        if done is not None and self.timer is not None:
             self.timer.cancel()
             self.loop.remove(self.fd)
+        return done
+
+    def _finish(self, sock: Optional[socket.socket], error: Optional[OSError]) -> None:
+        done = self._release()
+        if done is None:
+            return
         if sock is None:
             self.sock.close()
-        done(sock, error)
+        done(self, sock, error)
 
     def cancel(self) -> None:
         """Give up without calling back (the socket is closed)."""
-        if self.done is not None:
-            self.done = None
-            if self.timer is not None:
-                self.timer.cancel()
-                self.loop.remove(self.fd)
+        if self._release() is not None:
             self.sock.close()
-
-
-def connect(
-    loop: Loop,
-    addr: Tuple[Any, ...],
-    family: int,
-    timeout: float,
-    done: Callable[[Optional[socket.socket], Optional[OSError]], None],
-) -> Connecting:
-    """Open a non-blocking TCP connection to ``addr``; ``done(sock, None)`` or
-    ``done(None, error)`` is called from the loop (also on timeout)."""
-    return Connecting(loop, addr, family, timeout, done)

@@ -9,7 +9,7 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from agent_stdlib.proxy_loop import HIGH_WATER, Loop, Stream, connect
+from agent_stdlib.proxy_loop import HIGH_WATER, Connecting, Loop, Stream
 
 
 class Recorder:
@@ -152,16 +152,16 @@ def test_connect_refused_and_success(loop) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
-    connect(loop, ("127.0.0.1", closed_port), socket.AF_INET, 2.0,
-            lambda s, e: results.append((s, e)))  # fmt: skip
+    Connecting(loop, ("127.0.0.1", closed_port), socket.AF_INET, 2.0,
+               lambda _, s, e: results.append((s, e)))  # fmt: skip
     spin(loop, lambda: results)
     assert results[0][0] is None and isinstance(results[0][1], ConnectionRefusedError)
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         results.clear()
-        connect(loop, server.getsockname(), socket.AF_INET, 2.0,
-                lambda s, e: results.append((s, e)))  # fmt: skip
+        Connecting(loop, server.getsockname(), socket.AF_INET, 2.0,
+                   lambda _, s, e: results.append((s, e)))  # fmt: skip
         spin(loop, lambda: results)
         sock, err = results[0]
         assert err is None and sock is not None
@@ -174,8 +174,8 @@ def test_cancelled_connect_never_calls_back(loop) -> None:
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
-        pending = connect(loop, server.getsockname(), socket.AF_INET, 2.0,
-                          lambda s, e: results.append(s))  # fmt: skip
+        pending = Connecting(loop, server.getsockname(), socket.AF_INET, 2.0,
+                             lambda _, s, e: results.append(s))  # fmt: skip
         pending.cancel()
         fired: List[bool] = []
         loop.call_later(0.05, fired.append, True)
