@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, List, Optional
 
 from agent_stdlib.proxy_http import (
+    REQUEST_LINES,
     ChunkScanner,
     Head,
     HttpError,
@@ -52,7 +53,6 @@ class Exchange:
     last_retry: Optional[tuple] = None  # (status, reason, head, body) of a 429/503
     last_error = "no backend available"
     dead = False
-    tail = b""
 
     def __init__(self, client: Client, method: bytes, target: bytes, http10: bool, head: Head):
         self.client = client
@@ -69,22 +69,16 @@ class Exchange:
 
     def upstream_head(self, b: Backend) -> bytes:
         """The request head for backend ``b``, followed by the body received so far."""
-        if not self.tail:
-            head = self.head
-            if head.framing == "length":
-                self.tail = b"%s\r\nContent-Length: %d\r\n\r\n" % (head.block, head.length)
-            elif head.framing == "chunked":
-                self.tail = head.block + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
-            else:
-                self.tail = head.block + b"\r\n\r\n"
-        head = b"%s %s%s HTTP/1.1%s%s" % (
-            self.method,
-            b.prefix_b,
-            self.target,
-            b.host_line,
-            self.tail,
+        head = self.head
+        body = b"".join(self.parts) if len(self.parts) != 1 else self.parts[0]
+        if head.framing == "length":
+            return b"%s %s%s HTTP/1.1%s%s\r\nContent-Length: %d\r\n\r\n%s" % (
+                self.method, b.prefix_b, self.target, b.host_line, head.block, head.length, body
+            )
+        framing = b"\r\nTransfer-Encoding: chunked" if head.framing == "chunked" else b""
+        return b"%s %s%s HTTP/1.1%s%s%s\r\n\r\n%s" % (
+            self.method, b.prefix_b, self.target, b.host_line, head.block, framing, body
         )
-        return head + b"".join(self.parts) if self.parts else head
 
 
 class Client:
@@ -191,7 +185,8 @@ class Client:
         core.stats.requests_total += 1
         try:
             head = parse_head(block)
-            method, target, version = parse_request_line(head.start)
+            start = head.start
+            method, target, version = REQUEST_LINES.get(start) or parse_request_line(start)
             if head.bad_framing:
                 raise HttpError(400, f"bad request: {head.bad_framing}")
         except HttpError as exc:
@@ -202,8 +197,8 @@ class Client:
             return
         ex = Exchange(self, method, target, version == b"HTTP/1.0", head)
         self.ex = ex
-        path = target.split(b"?", 1)[0]
-        if method in (b"GET", b"HEAD") and path in (b"/health", b"/metrics"):
+        path = target.split(b"?", 1)[0] if method in (b"GET", b"HEAD") else b""
+        if path in (b"/health", b"/metrics"):
             ex.local = path[1:].decode()
         elif core.router.all_over_limit(core.loop.now):
             ex.local = "429"

@@ -11,7 +11,7 @@ import json
 import math
 import re
 import sys
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 QUEUE_METRICS = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs")
 # Headers that never cross the proxy (hop-by-hop, or set by the proxy itself).
@@ -173,6 +173,23 @@ def _framing(te: Optional[bytes], lengths: List[bytes]) -> Tuple[str, int]:
     return "length", int(text)
 
 
+# Request and status lines repeat (one API path, a handful of statuses): their parses are
+# memoized, bounded in count and line length. Callers look a line up here first and call the
+# parser (which fills the memo) only on a miss.
+REQUEST_LINES: Dict[bytes, Tuple[bytes, bytes, bytes]] = {}
+STATUS_LINES: Dict[bytes, Tuple[int, bytes, bytes]] = {}
+MEMO_ENTRIES = 256
+MEMO_LINE_BYTES = 256
+
+
+def _remember(memo: Dict[bytes, Any], line: bytes, parsed: Any) -> None:
+    """Keep a parse for reuse (the memo is emptied when full: no unbounded growth)."""
+    if len(line) <= MEMO_LINE_BYTES:
+        if len(memo) >= MEMO_ENTRIES:
+            memo.clear()
+        memo[line] = parsed
+
+
 def parse_request_line(line: bytes) -> Tuple[bytes, bytes, bytes]:
     """Split a request line into (METHOD, target, version); HttpError when invalid."""
     parts = line.split(b" ")
@@ -183,7 +200,9 @@ def parse_request_line(line: bytes) -> Tuple[bytes, bytes, bytes]:
         raise HttpError(505, f"unsupported HTTP version {version[:20]!r}")
     if not target.startswith(b"/"):
         raise HttpError(400, "request target must be a path")
-    return method.upper(), target, version
+    parsed = (method.upper(), target, version)
+    _remember(REQUEST_LINES, line, parsed)
+    return parsed
 
 
 def parse_status_line(line: bytes) -> Tuple[int, bytes, bytes]:
@@ -192,7 +211,9 @@ def parse_status_line(line: bytes) -> Tuple[int, bytes, bytes]:
     code, _, reason = rest.partition(b" ")
     if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
         raise ValueError(f"malformed status line {line[:80]!r}")
-    return int(code), version, reason
+    parsed = (int(code), version, reason)
+    _remember(STATUS_LINES, line, parsed)
+    return parsed
 
 
 def encode_head(start: str, headers: List[Tuple[str, str]]) -> bytes:

@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 LOG = logging.getLogger("synthbatch.proxy")
 MAX_METRICS_BYTES = 8 * 1024 * 1024
 
+OVER_LIMIT = 1 << 48  # added to the sort key of a backend over its queue limit
+
 
 def parse_backend_url(url: str) -> Tuple[str, int, str]:
     """Split ``http://host:port[/prefix]`` into host, port and path prefix."""
@@ -122,7 +124,7 @@ class Router:
                 all_down = False
                 break
         best: Optional[Backend] = None
-        best_key = (True, 0)
+        best_key = 0
         start = self.rr
         limit = self.max_queued
         stale_after = self.stale_after
@@ -130,11 +132,11 @@ class Router:
             b = backends[(start + i) % n]
             if tried >> b.index & 1 or (not all_down and now < b.down_until):
                 continue
-            over = False
+            key = b.in_flight
             if limit is not None and now - b.sample_ok_at <= stale_after:  # inlined over()
                 queued = b.sampled_waiting
-                over = (b.in_flight if queued is None else queued) > limit
-            key = (over, b.in_flight)
+                if (key if queued is None else queued) > limit:
+                    key += OVER_LIMIT  # after every backend under the limit
             if best is None or key < best_key:
                 best, best_key = b, key
         if best is not None:

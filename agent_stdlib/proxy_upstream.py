@@ -12,7 +12,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, List, Optional
 
-from agent_stdlib.proxy_http import ChunkScanner, Head, chunk, parse_head, parse_status_line
+from agent_stdlib.proxy_http import (
+    STATUS_LINES,
+    ChunkScanner,
+    Head,
+    chunk,
+    parse_head,
+    parse_status_line,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from agent_stdlib.proxy_client import Exchange
@@ -139,7 +146,10 @@ class Upstream:
                     return
                 try:
                     head = parse_head(buf[:idx])
-                    status, version, reason = parse_status_line(head.start)
+                    start = head.start
+                    status, version, reason = (
+                        STATUS_LINES.get(start) or parse_status_line(start)
+                    )
                 except ValueError as exc:
                     self._bad(ex, f"bad response from backend: {exc}")
                     return

@@ -7,7 +7,15 @@ from typing import Tuple
 
 import pytest
 
-from agent_stdlib.proxy_http import HttpError, parse_head, parse_request_line, parse_status_line
+from agent_stdlib import proxy_http
+from agent_stdlib.proxy_http import (
+    REQUEST_LINES,
+    STATUS_LINES,
+    HttpError,
+    parse_head,
+    parse_request_line,
+    parse_status_line,
+)
 
 # (head, kept header block, framing, length, connection tokens, expect, bad framing)
 CASES = [
@@ -76,6 +84,24 @@ def test_request_and_status_lines() -> None:
     with pytest.raises(ValueError):
         parse_status_line(b"HTTP/1.1 2000 OK")
 
+
+
+def test_line_parses_are_memoized_within_bounds() -> None:
+    REQUEST_LINES.clear()
+    STATUS_LINES.clear()
+    assert parse_request_line(b"post /a HTTP/1.1") == (b"POST", b"/a", b"HTTP/1.1")
+    assert REQUEST_LINES[b"post /a HTTP/1.1"] == (b"POST", b"/a", b"HTTP/1.1")
+    assert parse_status_line(b"HTTP/1.1 200 OK") == STATUS_LINES[b"HTTP/1.1 200 OK"]
+    with pytest.raises(HttpError):
+        parse_request_line(b"GET /a HTTP/2.0")
+    assert b"GET /a HTTP/2.0" not in REQUEST_LINES  # rejections are not remembered
+    long_line = b"GET /" + b"x" * proxy_http.MEMO_LINE_BYTES + b" HTTP/1.1"
+    parse_request_line(long_line)
+    assert long_line not in REQUEST_LINES
+    for i in range(proxy_http.MEMO_ENTRIES * 3):
+        parse_request_line(b"GET /q?%d HTTP/1.1" % i)
+        assert len(REQUEST_LINES) <= proxy_http.MEMO_ENTRIES
+    assert b"GET /q?%d HTTP/1.1" % (proxy_http.MEMO_ENTRIES * 3 - 1) in REQUEST_LINES
 
 HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
        b"transfer-encoding", b"upgrade", b"proxy-authenticate", b"proxy-authorization",
