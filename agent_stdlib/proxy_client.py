@@ -200,8 +200,6 @@ class Client:
         path = target.split(b"?", 1)[0] if method in (b"GET", b"HEAD") else b""
         if path in (b"/health", b"/metrics"):
             ex.local = path[1:].decode()
-        elif core.router.all_over_limit(core.loop.now):
-            ex.local = "429"
         if head.framing == "length":
             length = head.length
             if length > core.config.max_body_bytes:
@@ -232,11 +230,10 @@ class Client:
                 return
             if not ex.body_done and head.expect:
                 self.write(CONTINUE)
-        if ex.local:
-            if ex.body_done:
-                self._answer_local(ex)
-        else:
-            core.attempt(ex)
+        if not ex.local:
+            core.attempt(ex)  # may shed it (ex.local = "429") when every backend is too busy
+        if ex.local and ex.body_done and self.ex is ex:
+            self._answer_local(ex)
 
     def _body(self, data: bytes) -> None:
         """Consume request body bytes (the rest is kept as pipelined data)."""

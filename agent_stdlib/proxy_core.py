@@ -114,12 +114,19 @@ class Core:
     # ---- attempts and failover ------------------------------------------------------
 
     def attempt(self, ex: Exchange) -> None:
-        """Send ``ex`` to the best untried backend, or give up."""
+        """Send ``ex`` to the best untried backend, or give up.
+
+        A first attempt that finds every healthy backend over its queue limit marks the
+        exchange for the proxy's own 429 instead (answered once the body was read).
+        """
         if ex.dead:
             return
         b = self.router.pick(ex.tried, self.loop.now)
         if b is None:
-            self.give_up(ex)
+            if ex.tried:
+                self.give_up(ex)
+            else:  # every healthy backend is over its queue limit: shed the request
+                ex.local = "429"
             return
         if ex.tried:
             self.stats.retries_total += 1

@@ -268,8 +268,13 @@ class Stream:
             if not self.mask & WRITE:
                 self._update_mask()
             return
-        self.wbuf = []
+        wbuf.clear()
         self.wsize = 0
+        if self.write_paused or self.mask & WRITE or self.eof_pending or self.closing:
+            self._flushed()
+
+    def _flushed(self) -> None:
+        """Everything buffered was sent: resume the writer, stop watching, half-close, close."""
         if self.write_paused:
             self.write_paused = False
             self.protocol.resume_writing()

@@ -90,23 +90,6 @@ class Router:
             return b.sampled_waiting
         return float(b.in_flight)
 
-    def all_over_limit(self, now: float) -> bool:
-        """True when every healthy backend is over its queue limit."""
-        limit = self.max_queued
-        if limit is None:
-            return False
-        healthy = False
-        for b in self.backends:  # inlined over(): this runs for every request
-            if now < b.down_until:
-                continue
-            if now - b.sample_ok_at > self.stale_after:
-                return False  # unknown: fail open
-            queued = b.sampled_waiting
-            if (b.in_flight if queued is None else queued) <= limit:
-                return False
-            healthy = True
-        return healthy
-
     # ---- picking --------------------------------------------------------------------
 
     def pick(self, tried: int, now: float) -> Optional[Backend]:
@@ -114,7 +97,9 @@ class Router:
 
         Fewest outstanding requests wins, ties go round-robin; backends over the queue
         limit come last; backends marked down are used only when all are down. The
-        chosen backend's in-flight count is incremented.
+        chosen backend's in-flight count is incremented. Returns None when every backend
+        was tried, and on a first attempt (``tried == 0``) when every healthy backend is
+        over its queue limit: the caller sheds that request with 429.
         """
         backends = self.backends
         n = len(backends)
@@ -140,6 +125,8 @@ class Router:
             if best is None or key < best_key:
                 best, best_key = b, key
         if best is not None:
+            if best_key >= OVER_LIMIT and not tried and not all_down:
+                return None  # every healthy backend is over its queue limit
             self.rr = (best.index + 1) % n
             best.in_flight += 1
             best.requests += 1

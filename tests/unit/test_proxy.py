@@ -20,6 +20,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from agent_stdlib.proxy import Proxy, ProxyConfig, parse_queue_metric
+from agent_stdlib.proxy_route import Router
 from fixtures.fake_openai_server import (
     DEFAULT_MODEL,
     RunningServer,
@@ -550,6 +551,27 @@ def test_backpressure_fails_open_when_metrics_are_broken(backends, proxy) -> Non
     wait_for(lambda: "synthbatch_proxy_backend_queued" in p.metrics_text())
     time.sleep(0.3)  # let a few samples happen; none may block traffic
     assert request(p)[0] == 200
+
+
+def test_pick_sheds_a_first_attempt_only_when_every_healthy_backend_is_over_the_limit() -> None:
+    router = Router(ProxyConfig(backends=["http://127.0.0.1:1", "http://127.0.0.1:2"],
+                                max_queued=2))
+    now = 100.0
+    a, b = router.backends
+    for backend, waiting in ((a, 5.0), (b, 1.0)):
+        backend.sample_ok_at, backend.sampled_waiting = now, waiting
+    assert router.pick(0, now) is b  # the one under the limit
+    b.sampled_waiting = 3.0
+    assert router.pick(0, now) is None  # both over: shed, nothing counted in flight
+    assert (a.in_flight, b.in_flight) == (0, 1)
+    assert router.pick(1 << b.index, now) is a  # a failover is never shed
+    b.down_until = now + 5  # the only healthy backend is over the limit: still shed
+    assert router.pick(0, now) is None
+    a.down_until = now + 5  # all down: tried anyway, over the limit or not
+    assert router.pick(0, now) in (a, b)
+    a.down_until = b.down_until = 0.0
+    a.sample_ok_at = now - 60  # a stale sample is unknown: fail open
+    assert router.pick(0, now) is a
 
 
 # --------------------------------------------------------------------------------------
