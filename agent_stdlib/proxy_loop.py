@@ -167,8 +167,7 @@ class Loop:
         """
         corked, self.corked = self.corked, []
         for stream in corked:
-            stream.corked = False
-            if stream.wbuf and not stream.lost:  # (a WRITE event may have sent it already)
+            if stream.wbuf:  # (a WRITE event may have sent it already; a lost stream has none)
                 stream._write_ready()
 
     def _run_timers(self) -> None:
@@ -206,7 +205,7 @@ class Stream:
 
     __slots__ = (
         "loop", "sock", "fd", "protocol", "mask", "wbuf", "wsize", "reading", "closing",
-        "eof_pending", "write_paused", "lost", "corked",
+        "eof_pending", "write_paused", "lost",
     )  # fmt: skip
 
     def __init__(self, loop: Loop, sock: socket.socket, protocol: Any) -> None:
@@ -221,7 +220,6 @@ class Stream:
         self.eof_pending = False
         self.write_paused = False
         self.lost = False
-        self.corked = False
         self.mask = READ
         loop.add(self.fd, READ, self._on_event)
 
@@ -296,8 +294,7 @@ class Stream:
         if self.closing or self.lost or not data:
             return
         wbuf = self.wbuf
-        if not wbuf and not self.corked:
-            self.corked = True
+        if not wbuf:  # first data since the last send: send it at the iteration's end
             self.loop.corked.append(self)
         wbuf.append(data)
         self.wsize += len(data)
