@@ -80,16 +80,19 @@ class Head:
 
 # One C-level pass validates the header lines; another finds the hop-by-hop ones. Only the
 # names are matched case-insensitively (a scoped flag keeps the "\r\n" prefix search fast);
-# possessive quantifiers (Python 3.11+) spare the validator its backtracking bookkeeping.
+# possessive quantifiers (Python 3.11+) spare the validator its backtracking bookkeeping. A
+# field value is any byte but NUL, CR and LF, spelled as ranges: the regex compiler turns
+# ranges into a bitmap (one lookup per byte), ``[^\r\n\0]`` into three comparisons.
 _TOKEN = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]"
+_VALUE = rb"[\x01-\x09\x0b\x0c\x0e-\xff]"
 _VALID_BLOCK = re.compile(
-    rb"(?:\r\n" + _TOKEN + rb"++:[^\r\n\0]*+)*+"
+    rb"(?:\r\n" + _TOKEN + rb"++:" + _VALUE + rb"*+)*+"
     if sys.version_info >= (3, 11)
-    else rb"(?:\r\n" + _TOKEN + rb"+:[^\r\n\0]*)*"
+    else rb"(?:\r\n" + _TOKEN + rb"+:" + _VALUE + rb"*)*"
 )
 _HOP_LINE = re.compile(
     rb"\r\n((?i:c(?:onnection|ontent-length)|keep-alive|proxy-(?:connection|authenticate"
-    rb"|authorization)|te|trailer|transfer-encoding|upgrade|expect|host)):([^\r\n]*)"
+    rb"|authorization)|te|trailer|transfer-encoding|upgrade|expect|host)):(" + _VALUE + rb"*)"
 )
 _CONTENT_LENGTH, _CONNECTION, _TRANSFER_ENCODING, _EXPECT = (
     b"content-length", b"connection", b"transfer-encoding", b"expect")
@@ -136,7 +139,7 @@ def parse_head(block: bytes) -> Head:
         head.conn_tokens = conn
         if named:
             names = b"|".join(re.escape(n) for n in sorted(set(conn) - _PLAIN_TOKENS))
-            drop = re.compile(rb"\r\n(?:" + names + rb"):[^\r\n]*", re.IGNORECASE)
+            drop = re.compile(rb"\r\n(?:" + names + rb"):" + _VALUE + rb"*", re.IGNORECASE)
             head.block = drop.sub(b"", head.block)
     if te is None and lengths is None and length is not None:
         text = length.strip()

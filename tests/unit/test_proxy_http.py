@@ -159,7 +159,8 @@ def random_head(rng: random.Random) -> bytes:
     values = [b" 12", b"12", b" 12 ", b"12, 12", b"1,2", b" abc", b" close", b" Close",
               b" keep-alive", b" Keep-Alive, X-Foo", b" foo, bar", b" chunked",
               b" gzip, chunked", b" chunked, gzip", b" 100-continue", b"", b" x\x00y",
-              b" 99999999999999999999", b" -1", b" +5", b" 007", b" x-foo", b"\tv", b" a b"]
+              b" 99999999999999999999", b" -1", b" +5", b" 007", b" x-foo", b"\tv", b" a b",
+              b" \x0b\x0c\x01\x1f", b" \x7f\x80\xff", b" a\rb", b" a\nb", b"\r", b" \x00"]
     lines = [rng.choice([b"POST /v1/x HTTP/1.1", b"HTTP/1.1 200 OK"])]
     lines += [rng.choice(names) + b":" + rng.choice(values) for _ in range(rng.randint(0, 8))]
     if rng.random() < 0.05:
