@@ -270,6 +270,19 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
             time.sleep(0.05)
 
 
+PYTHON_BUILD = (
+    "import sys; maps = open('/proc/self/maps').read(); "
+    "print(sys.version.split()[0], sys.executable, "
+    "'(libpython shared)' if 'libpython' in maps else '(libpython static)')"
+)
+
+
+def describe_python(python: str) -> str:
+    """Version, path and build of an interpreter (a shared libpython costs ~10% here)."""
+    done = subprocess.run([python, "-c", PYTHON_BUILD], capture_output=True, text=True)
+    return done.stdout.strip() or f"{python} (cannot run: {done.stderr.strip()[:80]})"
+
+
 def nginx_conf(workdir: Path, name: str, http_block: str) -> Path:
     tmp = workdir / f"{name}-tmp"
     tmp.mkdir(exist_ok=True)
@@ -309,15 +322,15 @@ def start_nginx(procs: Procs, name: str, cpu: str, conf: Path) -> Tuple[subproce
 
 
 def start_our_proxy(
-    procs: Procs, name: str, cpu: str, backends: List[int], floor: bool = False
+    procs: Procs, name: str, cpu: str, backends: List[int], python: str, floor: bool = False
 ) -> Tuple[subprocess.Popen, int]:
     """Start ``python -m agent_stdlib proxy`` (or, with ``floor``, benchmarks/proxy_floor.py)."""
     port_file = procs.workdir / f"{name}.port"
     if floor:
-        argv = [sys.executable, str(REPO / "benchmarks" / "proxy_floor.py"), str(port_file)]
+        argv = [python, str(REPO / "benchmarks" / "proxy_floor.py"), str(port_file)]
         argv += [str(port) for port in backends]
     else:
-        argv = [sys.executable, "-m", "agent_stdlib", "proxy", "--listen", f"{HOST}:0"]
+        argv = [python, "-m", "agent_stdlib", "proxy", "--listen", f"{HOST}:0"]
         argv += ["--port-file", str(port_file), "--max-queued", "1000"]
         for port in backends:
             argv += ["--backend", f"http://{HOST}:{port}"]
@@ -376,6 +389,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seconds", type=float, default=None, help="seconds per wrk run")
     parser.add_argument("--events", type=int, default=40, help="SSE events per stream")
     parser.add_argument("--interval", type=float, default=0.01, help="seconds between events")
+    parser.add_argument(
+        "--python", default=sys.executable,
+        help="interpreter of our proxy and the floor (default: this one); the header names its "
+        "version and build",
+    )  # fmt: skip
     parser.add_argument("--serve-sse", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_sse:
@@ -432,14 +450,15 @@ def run(
     for port in short + sse + [ngx_short, ngx_sse]:
         wait_port(port)
     print(
-        f"python {sys.version.split()[0]}, proxy on cpu {pcpu}, load+backends on cpu {lcpu}, "
+        f"proxy python: {describe_python(args.python)}; proxy on cpu {pcpu}, "
+        f"load+backends on cpu {lcpu}, "
         f"{rounds} round(s), wrk {seconds:g}s, streams {stream_seconds:g}s "
         f"({args.events} events every {args.interval * 1000:g} ms)"
     )
 
     # ---- short requests -----------------------------------------------------------------
-    ours, ours_port = start_our_proxy(procs, "proxy-short", pcpu, short)
-    floor, floor_port = start_our_proxy(procs, "floor", pcpu, short, floor=True)
+    ours, ours_port = start_our_proxy(procs, "proxy-short", pcpu, short, args.python)
+    floor, floor_port = start_our_proxy(procs, "floor", pcpu, short, args.python, floor=True)
     targets = {
         "direct": (short[0], []),
         "nginx": (ngx_short, [ngx_worker]),
@@ -463,7 +482,7 @@ def run(
     procs.stop(floor)
 
     # ---- streaming ----------------------------------------------------------------------
-    ours, ours_port = start_our_proxy(procs, "proxy-sse", pcpu, sse)
+    ours, ours_port = start_our_proxy(procs, "proxy-sse", pcpu, sse, args.python)
     stargets = {
         "direct": (sse[0], []),
         "nginx": (ngx_sse, [ngx_worker]),
