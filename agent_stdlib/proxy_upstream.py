@@ -159,10 +159,7 @@ class Upstream:
             self.buf = b""
             if not self._head(ex, status, version, reason, head):
                 return
-            if not buf and self.framing != "none":
-                self._flush(ex, b"")
-                return
-            data = buf
+            data = buf  # possibly empty: _body writes the head, or ends a zero-length body
         self._body(ex, data)
 
     def _bad(self, ex: Exchange, message: str) -> None:

@@ -157,6 +157,9 @@ class _Handler(BaseHTTPRequestHandler):
         payload = json.dumps({"error": {"message": f"busy {self.be.status}"}}).encode()
         self._send(self.be.status, payload, {"Retry-After": "7"})
 
+    def _mode_empty(self, body: bytes) -> None:
+        self._send(self.be.status, b"")  # Content-Length: 0
+
     def _mode_hold(self, body: bytes) -> None:
         self.be.release.wait(WAIT)
         self._send(200, b'{"slow": true}')
@@ -451,6 +454,21 @@ def test_503_is_retried_on_another_backend(backends, proxy) -> None:
         assert request(p, body=b"ok")[:1] == (200,)
     assert b.count == 4
     assert a.count <= 4
+
+
+def test_empty_bodies_end_the_exchange_on_a_kept_alive_connection(backends, proxy) -> None:
+    busy, empty = backends("empty", status=503), backends("empty", status=200)
+    p = proxy([busy.url, empty.url])
+    conn = http.client.HTTPConnection("127.0.0.1", p.port, timeout=WAIT)
+    try:
+        for _ in range(4):  # each answer must end its exchange, or the next one never comes
+            conn.request("POST", "/v1/completions", body=b"{}")
+            resp = conn.getresponse()
+            assert (resp.status, resp.getheader("content-length"), resp.read()) == (200, "0", b"")
+    finally:
+        conn.close()
+    assert empty.count == 4  # the empty 503s failed over to it
+    wait_for(lambda: in_flight(p) == [0, 0])
 
 
 def test_502_when_all_backends_are_down(proxy, caplog) -> None:
