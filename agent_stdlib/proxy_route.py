@@ -103,30 +103,34 @@ class Router:
         """
         backends = self.backends
         n = len(backends)
-        all_down = True
-        for b in backends:
-            if now >= b.down_until:
-                all_down = False
-                break
-        best: Optional[Backend] = None
-        best_key = 0
         start = self.rr
         limit = self.max_queued
         stale_after = self.stale_after
-        for i in range(n):
-            b = backends[(start + i) % n]
-            if tried >> b.index & 1 or (not all_down and now < b.down_until):
+        best: Optional[Backend] = None  # the best healthy backend
+        spare: Optional[Backend] = None  # the best marked-down one (used when all are down)
+        best_key = spare_key = 0
+        healthy = False
+        for b in backends:  # one pass; the key orders by in-flight count, then round-robin
+            up = now >= b.down_until
+            healthy = healthy or up
+            if tried >> b.index & 1:
                 continue
-            key = b.in_flight
+            in_flight = b.in_flight
+            key = in_flight * n + (b.index - start) % n
             if limit is not None and now - b.sample_ok_at <= stale_after:  # inlined over()
                 queued = b.sampled_waiting
-                if (key if queued is None else queued) > limit:
+                if (in_flight if queued is None else queued) > limit:
                     key += OVER_LIMIT  # after every backend under the limit
-            if best is None or key < best_key:
-                best, best_key = b, key
+            if up:
+                if best is None or key < best_key:
+                    best, best_key = b, key
+            elif spare is None or key < spare_key:
+                spare, spare_key = b, key
+        if not healthy:
+            best = spare
+        elif best is not None and best_key >= OVER_LIMIT and not tried:
+            return None  # every healthy backend is over its queue limit
         if best is not None:
-            if best_key >= OVER_LIMIT and not tried and not all_down:
-                return None  # every healthy backend is over its queue limit
             self.rr = (best.index + 1) % n
             best.in_flight += 1
             best.requests += 1
