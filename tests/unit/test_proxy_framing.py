@@ -78,7 +78,7 @@ def chunked(body: bytes, rng: random.Random) -> bytes:
 
 def answer(rng: random.Random, method: str) -> Tuple[bytes, int, bytes, bool]:
     """A random backend answer: (wire bytes, status, body the client must get, ends at EOF)."""
-    status = rng.choice([200, 200, 201, 204, 304, 404, 500])
+    status = rng.choice([200, 200, 201, 204, 304, 404, 429, 500, 503])  # 429/503: passed on
     body = bytes(rng.randrange(256) for _ in range(rng.choice([0, 0, 1, 7, 40])))
     interim = b"HTTP/1.1 100 Continue\r\n\r\n" if rng.random() < 0.1 else b""
     head = b"HTTP/1.1 %d X\r\nServer: t\r\n" % status
