@@ -54,7 +54,8 @@ class FakeSocket:
         return io.BytesIO(self.data)
 
 
-def setup() -> Tuple[Core, Client, FakeStream, Upstream]:
+def proxy_parts() -> Tuple[Core, Client, FakeStream, Upstream]:
+    """A core with one pooled backend connection and one client (close ``core.loop``)."""
     core = Core(ProxyConfig(backends=["http://127.0.0.1:9"]))
     up = Upstream(core, core.router.backends[0])
     up.connection_made(FakeStream())  # type: ignore[arg-type]
@@ -115,7 +116,7 @@ def test_random_answers_split_at_random_points_end_their_exchange() -> None:
         method = rng.choice(["POST", "POST", "GET", "HEAD"])
         http10 = rng.random() < 0.15
         wire, status, body, at_eof = answer(rng, method)
-        core, client, client_stream, up = setup()
+        core, client, client_stream, up = proxy_parts()
         request = b"%s /v1/x HTTP/1.%d\r\nHost: p\r\n" % (method.encode(), 0 if http10 else 1)
         request += b"Content-Length: 2\r\n\r\n{}" if method == "POST" else b"\r\n"
         client.data_received(request)
@@ -139,6 +140,7 @@ def test_random_answers_split_at_random_points_end_their_exchange() -> None:
         assert client.state == (LINGER if http10 else HEAD), (case, wire, sent)
         assert resp.will_close == http10, (case, sent)
         assert (up in core.router.backends[0].pool) == (not at_eof), case
+        core.loop.close()
 
 
 def dechunk(data: bytes) -> bytes:
@@ -165,7 +167,7 @@ def forwarded(up: Upstream) -> Tuple[bytes, bytes]:
 def test_random_request_bodies_split_at_random_points_reach_the_backend_intact() -> None:
     rng = random.Random(12)
     for case in range(2000):
-        core, client, client_stream, up = setup()
+        core, client, client_stream, up = proxy_parts()
         bodies = [bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 9, 60])))
                   for _ in range(rng.choice([1, 2]))]  # two: the second one pipelined
         wire = b""
@@ -186,3 +188,4 @@ def test_random_request_bodies_split_at_random_points_reach_the_backend_intact()
         assert client.ex is None and client.state == HEAD and not client.buf, (case, wire)
         answers = b"".join(client_stream.out)
         assert answers.count(b"HTTP/1.1 200 OK\r\n") == len(bodies), (case, answers)
+        core.loop.close()
