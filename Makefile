@@ -1,5 +1,6 @@
 # synthbatch developer entry points. Everything installs itself; run as root on Debian 12.
 PYTHON ?= python3
+export PYTHON  # scripts/serving-env makes its venvs with it too
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed

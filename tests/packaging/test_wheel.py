@@ -1,15 +1,18 @@
 """The wheel: ships exactly one prebuilt, checked agent zipapp and a working console script.
 
 The wheel is built once (from a snapshot of the checkout, so the work tree is never written)
-and installed once into a fresh venv with its dependencies from the package index.
+and installed once into a fresh venv. Nothing is fetched from a package index and nothing
+comes from the base interpreter (python3 outside ``.venv``): builds run without isolation
+on what ``make install`` put into ``.venv``, and the fresh venvs see ``.venv``'s packages
+through one ``.pth`` line (:func:`inherit_test_packages`).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
+import sysconfig
 import venv
 import zipfile
 from dataclasses import dataclass
@@ -75,10 +78,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     workdir = tmp_path_factory.mktemp("wheel")
     src = snapshot_repo(workdir / "src")
     out = workdir / "dist"
-    if importlib.util.find_spec("build") is not None:
-        run([sys.executable, "-m", "build", "--wheel", "--outdir", out, src], cwd=workdir)
-    else:
-        run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", out, src], cwd=workdir)
+    run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", out, src],
+        cwd=workdir)
     wheels = sorted(out.glob("*.whl"))
     assert len(wheels) == 1, wheels
     return Built(src=src, wheel=wheels[0], workdir=workdir)
@@ -86,12 +87,30 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 @pytest.fixture(scope="module")
 def installed(built: Built) -> Installed:
-    """Create a fresh venv once and install the wheel with its dependencies."""
+    """Create a fresh venv once and install the wheel (its dependencies come from .venv)."""
     env_dir = built.workdir / "venv"
-    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
+    venv.EnvBuilder(clear=True).create(env_dir)  # pip, too, comes from .venv
+    inherit_test_packages(env_dir)
     python = env_dir / "bin" / "python"
-    run([python, "-m", "pip", "install", "-q", built.wheel], cwd=built.workdir)
+    run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", built.wheel],
+        cwd=built.workdir)
     return Installed(built=built, venv=env_dir)
+
+
+def inherit_test_packages(env_dir: Path) -> None:
+    """Let the venv at ``env_dir`` import what ``make install`` put into the test venv.
+
+    A venv that includes the system site-packages would inherit the *base* interpreter's
+    (python3 outside ``.venv``), which hold none of the project's dependencies on a fresh
+    machine. A ``.pth`` line naming the test interpreter's own site-packages adds exactly
+    that folder, pip and setuptools included (its own ``.pth`` files, such as the
+    checkout's editable finder, are not run).
+    """
+    python = env_dir / "bin" / "python"
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = Path(run([python, "-c", code], cwd=env_dir).stdout.strip())
+    (purelib / "_synthbatch_test_packages.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n")
 
 
 def wheel_bundles(wheel: Path) -> List[str]:
@@ -165,14 +184,25 @@ def test_console_script_plans_the_quickstart(installed: Installed) -> None:
     assert "exec /usr/bin/python3 -I" in proc.stdout
 
 
+def test_wheel_declares_the_project_dependencies_and_they_are_met(installed: Installed) -> None:
+    with zipfile.ZipFile(installed.built.wheel) as zf:
+        (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        declared = {line.split(":", 1)[1].strip() for line in
+                    zf.read(meta).decode().splitlines() if line.startswith("Requires-Dist:")}
+    for requirement in ('pydantic>=2', 'click>=8', 'tomli>=1.1; python_version < "3.11"'):
+        assert requirement in declared, declared
+    run([installed.python, "-m", "pip", "check"], cwd=installed.built.workdir)
+
+
 def test_editable_install_builds_the_bundle_on_demand(built: Built, tmp_path: Path) -> None:
     pytest.importorskip("shiv", reason="the editable fallback builds with shiv")
     env_dir = tmp_path / "venv-editable"
-    # System site-packages: pydantic, click and shiv come from the test interpreter.
-    venv.EnvBuilder(with_pip=True, system_site_packages=True).create(env_dir)
+    venv.EnvBuilder().create(env_dir)
+    inherit_test_packages(env_dir)  # pydantic, click and shiv from .venv, not from the base
     python = env_dir / "bin" / "python"
     src = built.src  # the wheel's sources, so both routes must give the same bytes
-    run([python, "-m", "pip", "install", "-q", "--no-deps", "-e", src], cwd=tmp_path)
+    run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", src],
+        cwd=tmp_path)
     assert not (src / "control" / "_bundle").exists()
     code = (
         "import sys; from pathlib import Path; import control.bundle as b; "
