@@ -18,12 +18,15 @@ install: $(STAMP)  ## create .venv with synthbatch (editable) and the test tools
 
 NOACCT_DIR  ?= /tmp/synthbatch-testbed-noacct
 NOACCT_PORT ?= 6917
+# the second testbed also has a small MaxArraySize: runs of more shards split into several arrays
+NOACCT_MAX_ARRAY_SIZE ?= 4
 
 testbed:  ## start the local Slurm testbed (installs Slurm, munge, MariaDB if missing)
 	scripts/slurm-testbed up >/dev/null
 
 testbeds: testbed  ## the main testbed and a second one without accounting (for tests)
 	SYNTHBATCH_TESTBED_ACCOUNTING=0 SYNTHBATCH_TESTBED_PORT=$(NOACCT_PORT) \
+		SYNTHBATCH_TESTBED_MAX_ARRAY_SIZE=$(NOACCT_MAX_ARRAY_SIZE) \
 		scripts/slurm-testbed up $(NOACCT_DIR) >/dev/null
 
 serving-llamacpp:  ## serving environment: llama.cpp (xllamacpp) + SmolLM2-135M GGUF (~8 s)

@@ -16,6 +16,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 
+from agent_stdlib import arrays
+
 SCHEMA_VERSION = 1
 
 T = TypeVar("T", bound="Record")
@@ -277,6 +279,14 @@ class Plan(Record):
         if 0 <= index < len(self.shards) and self.shards[index].index == index:
             return self.shards[index]
         raise ContractError(f"plan has no shard {index}")
+
+    def array_task(self, shard: int) -> Tuple[Optional[int], int]:
+        """``(array index, task id)`` that runs ``shard`` (``agent_stdlib.arrays``)."""
+        self.shard(shard)
+        try:
+            return arrays.array_task(self.arrays, shard)
+        except arrays.ArrayError as err:
+            raise ContractError(str(err)) from err
 
     def deployment(self, alias: str) -> DeploymentSpec:
         """Return the deployment serving ``alias`` or raise ContractError."""

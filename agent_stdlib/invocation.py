@@ -1,9 +1,10 @@
 """What the batch script told the agent: arguments, the verified plan, shard and attempt.
 
 The shard comes from ``--shard``, or from the array task: with ``plan.arrays`` the batch
-script passes ``--array-index K`` and task ``t`` of array ``K`` runs shard
-``arrays[K].first_shard + t``. Without ``--array-index`` (scripts rendered before arrays
-existed) a plan with one array behaves as before: task id == shard index.
+script passes ``--array-index K`` and the task id maps to a shard through
+:func:`agent_stdlib.arrays.task_shard` (the one home of that rule). Without
+``--array-index`` (scripts rendered before arrays existed) a plan with one array behaves as
+before: task id == shard index.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
+from agent_stdlib.arrays import task_shard
 from agent_stdlib.contracts import SCHEMA_VERSION, Plan, SubmissionRecord, sha256_bytes
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.serving import AllocationFailure
@@ -48,43 +50,27 @@ def load_verified_plan(path: Path, expected_sha256: str) -> Plan:
     return Plan.from_dict(data)
 
 
-def _task_of(plan: Plan, shard: int, array_index: Optional[int]) -> int:
-    for spec in plan.arrays:
-        if array_index is not None and spec.index != array_index:
-            continue
-        if spec.first_shard <= shard < spec.first_shard + spec.count:
-            return shard - spec.first_shard
-    if plan.arrays:
-        raise AllocationFailure(f"no array of the plan holds shard {shard}"
-                                + ("" if array_index is None else f" (--array-index "
-                                                                  f"{array_index})"))
-    return shard
-
-
 def resolve_shard(plan: Plan, env: Mapping[str, str], shard: Optional[int],
                   array_index: Optional[int]) -> Tuple[int, int]:
     """``(shard, array task id)`` of this execution; AllocationFailure names what is off."""
-    if shard is not None:
-        return shard, _task_of(plan, shard, array_index)
-    raw = env.get("SLURM_ARRAY_TASK_ID", "")
-    if not raw.isdigit():
-        raise AllocationFailure("SLURM_ARRAY_TASK_ID is not set (not an array task?); "
-                                "pass --shard")
-    task = int(raw)
-    if not plan.arrays:
-        return task, task
-    if array_index is None:
-        if len(plan.arrays) > 1:
+    try:
+        if shard is not None:
+            index, task = plan.array_task(shard)
+            if array_index is not None and index != array_index:
+                raise AllocationFailure(f"shard {shard} is task {task} of array {index}, not "
+                                        f"of --array-index {array_index}")
+            return shard, task
+        raw = env.get("SLURM_ARRAY_TASK_ID", "")
+        if not raw.isdigit():
+            raise AllocationFailure("SLURM_ARRAY_TASK_ID is not set (not an array task?); "
+                                    "pass --shard")
+        if array_index is None and len(plan.arrays) > 1:
             raise AllocationFailure(f"the plan has {len(plan.arrays)} arrays and the batch "
                                     "script passed no --array-index")
-        array_index = plan.arrays[0].index
-    spec = next((a for a in plan.arrays if a.index == array_index), None)
-    if spec is None:
-        raise AllocationFailure(f"--array-index {array_index}: the plan has no such array")
-    if not 0 <= task < spec.count:
-        raise AllocationFailure(f"array {array_index} has {spec.count} task(s), this is "
-                                f"task {task}")
-    return spec.first_shard + task, task
+        task = int(raw)
+        return task_shard(plan.arrays, array_index, task), task
+    except ValueError as err:  # ArrayError, or ContractError from plan.array_task
+        raise AllocationFailure(str(err)) from err
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:

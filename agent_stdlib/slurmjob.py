@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from agent_stdlib.arrays import task_job_id
 from agent_stdlib.steps import run_command
 
 REQUEUED = "requeued"
@@ -35,7 +36,7 @@ class JobIdentity:
     def key(self) -> Optional[str]:
         """The id squeue and the attempt record use: ``12_3`` for array tasks."""
         if self.array_job_id and self.array_task_id is not None:
-            return f"{self.array_job_id}_{self.array_task_id}"
+            return task_job_id(self.array_job_id, self.array_task_id)
         return self.job_id
 
 

@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from agent_stdlib.arrays import task_job_id
 from agent_stdlib.contracts import ResourceSpec, RuntimeSpec
 
 # Variables every step needs to find its tools; the rest only by allow-list.
@@ -137,5 +138,6 @@ class StepControl:
 def step_control(runtime: RuntimeSpec) -> Optional[StepControl]:
     """The step controller of this allocation, or None for local launches."""
     array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    job = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
+    job = task_job_id(array, int(task)) if array and task and task.isdigit() else \
+        os.environ.get("SLURM_JOB_ID")
     return StepControl(job) if runtime.launcher == "srun" and job else None

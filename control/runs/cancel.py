@@ -12,12 +12,12 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from agent_stdlib import states
+from agent_stdlib.arrays import Array, array_job_id, array_task, task_job_id
 from agent_stdlib.attempts import advance_attempt, load_attempt
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError
 from control.errors import InvalidInput
 from control.runs.ledger import record_cancel
-from control.runs.observe import base_id
 from control.runs.store import (
     ShardView,
     job_name,
@@ -47,14 +47,16 @@ def _open(view: ShardView) -> bool:
     return not view.winner and attempt is not None and attempt.state not in states.TERMINAL
 
 
-def scancel_targets(layout: RunLayout, job_ids: Set[str]) -> List[str]:
+def scancel_targets(layout: RunLayout, arrays: Sequence[Array],
+                    job_ids: Set[str]) -> List[str]:
     """Task ids to scancel, folded into the array id where a whole submission goes."""
     targets: List[str] = []
     remaining = set(job_ids)
     for record in load_submissions(layout):
         if record.job_id is None:
             continue
-        tasks = {f"{record.job_id}_{shard}" for shard in record.attempts}
+        tasks = {task_job_id(record.job_id, array_task(arrays, int(shard))[1])
+                 for shard in record.attempts}
         if tasks and tasks <= remaining:
             targets.append(record.job_id)
             remaining -= tasks
@@ -87,7 +89,7 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
     selected = select_shards(len(plan.shard_records), shards)
     views = [v for v in (scan_shard(layout, i) for i in selected) if _open(v)]
     jobs = {v.attempt.job_id for v in views if v.attempt and v.attempt.job_id}
-    targets = scancel_targets(layout, jobs)
+    targets = scancel_targets(layout, plan.arrays, jobs)
     if views:
         record_cancel(layout, selected, targets)
     scheduler.cancel(targets)
@@ -125,4 +127,4 @@ def _state(view: ShardView) -> str:
 
 def _task_key(job_id: str) -> tuple:
     job, _, task = job_id.partition("_")
-    return (int(base_id(job)), int(task) if task.isdigit() else -1)
+    return (int(array_job_id(job)), int(task) if task.isdigit() else -1)

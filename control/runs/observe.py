@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set
 
 from agent_stdlib import states
+from agent_stdlib.arrays import array_job_id
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError
 from control.errors import SchedulerUnavailable, one_line
@@ -53,11 +54,6 @@ class SchedulerView:
     rows: Optional[List[JobRow]] = None  # squeue's rows for the run's job name
 
 
-def base_id(job_id: str) -> str:
-    """The array job id of ``12_3`` (``12``), or the id itself."""
-    return job_id.split("_", 1)[0]
-
-
 def needs_scheduler(view: ShardView, now: float) -> bool:
     """True when Slurm's evidence can change what status says about this shard."""
     attempt = view.attempt
@@ -78,7 +74,7 @@ def ask_scheduler(scheduler: Scheduler, name: str, job_ids: Set[str]) -> Schedul
         view.queue = index_rows(view.rows)
         absent = {j for j in job_ids if j not in view.queue or view.queue[j].terminal}
         if absent:
-            rows = scheduler.accounting(sorted({base_id(j) for j in absent}, key=int))
+            rows = scheduler.accounting(sorted({array_job_id(j) for j in absent}, key=int))
             view.accounting = rows is not None
             # Only for the jobs sacct was asked about: just after a cancel, slurmdbd may
             # still hold the whole array as one range record (``12_[0-2%2] CANCELLED``),

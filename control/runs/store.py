@@ -367,14 +367,23 @@ def scan_shard(layout: RunLayout, shard: int, expected: Optional[int] = None) ->
     return ShardView(shard, winner, attempt, progress)
 
 
+class ArrayView(NamedTuple):
+    """One of ``plan.arrays`` (``agent_stdlib.arrays`` maps shards to its tasks)."""
+
+    index: int
+    first_shard: int
+    count: int
+
+
 @dataclass(frozen=True)
 class PlanView:
-    """What status needs from ``plan.json``: run id, name, and records per shard."""
+    """What status needs from ``plan.json``: run id, name, records per shard, arrays."""
 
     run_id: str
     name: str
     total_records: int
     shard_records: Tuple[int, ...]
+    arrays: Tuple[ArrayView, ...] = ()
 
 
 def load_plan_view(layout: RunLayout) -> PlanView:
@@ -387,7 +396,10 @@ def load_plan_view(layout: RunLayout) -> PlanView:
         sizes = tuple(int(s["num_records"]) for s in shards)
         if [s["index"] for s in shards] != list(range(len(shards))):
             raise StateError(f"{layout.plan_json}: shard indices are not 0..n-1")
+        arrays = tuple(ArrayView(int(a["index"]), int(a["first_shard"]), int(a["count"]))
+                       for a in data.get("arrays", ()))
         return PlanView(run_id=str(data["run_id"]), name=str(data["name"]),
-                        total_records=int(data["total_records"]), shard_records=sizes)
+                        total_records=int(data["total_records"]), shard_records=sizes,
+                        arrays=arrays)
     except (KeyError, TypeError, ValueError) as err:
         raise StateError(f"{layout.plan_json}: malformed plan ({err})") from err

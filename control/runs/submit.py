@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 from agent_stdlib import states
+from agent_stdlib.arrays import task_job_id
 from agent_stdlib.attempts import (
     advance_attempt,
     advance_attempts,
@@ -29,10 +30,10 @@ from agent_stdlib.statefile import (
     write_json_atomic,
 )
 from control.errors import SchedulerUncertain
-from control.planning.arrays import task_ids
 from control.runs.store import (
     RECOVERY_GRACE_S,
     job_name,
+    load_plan,
     load_submissions,
     runs_root,
 )
@@ -97,13 +98,11 @@ def commit_run(staged: Staged, backend: str) -> RunRecord:
 
 def array_groups(plan: Plan, shards: List[int]) -> List[Tuple[Optional[int], Dict[int, int]]]:
     """``(array index, {shard: task id})`` per Slurm array the shards belong to (pure)."""
-    if not plan.arrays:
-        return [(None, {shard: shard for shard in sorted(shards)})]
-    groups = []
-    for index, tasks in task_ids(plan.arrays, sorted(shards)):
-        first = plan.arrays[index].first_shard
-        groups.append((index, {first + task: task for task in tasks}))
-    return groups
+    groups: Dict[Optional[int], Dict[int, int]] = {}
+    for shard in sorted(shards):
+        index, task = plan.array_task(shard)
+        groups.setdefault(index, {})[shard] = task
+    return sorted(groups.items(), key=lambda group: -1 if group[0] is None else group[0])
 
 
 def submit_all(staged: Staged, profile: Profile, scheduler: Scheduler,
@@ -150,7 +149,7 @@ def submit_attempts(staged: Staged, profile: Profile, scheduler: Scheduler,
     record = record.replace(argv=tuple(argv), job_id=job_id)
     write_json_atomic(layout.submission_json(number), record.to_dict())
     advance_attempts([(layout.attempt(shard, attempt).attempt_json,
-                       {"job_id": f"{job_id}_{tasks[shard]}", "submission": number})
+                       {"job_id": task_job_id(job_id, tasks[shard]), "submission": number})
                       for shard, attempt in sorted(attempts.items())], states.SUBMITTED)
     scheduler.release(job_id)
     record = record.replace(released=True)
@@ -186,13 +185,14 @@ def _adopt(layout: RunLayout, record: SubmissionRecord, job_id: str) -> Submissi
     return record
 
 
-def _mark_submitted(layout: RunLayout, record: SubmissionRecord) -> None:
+def _mark_submitted(layout: RunLayout, plan: Plan, record: SubmissionRecord) -> None:
+    assert record.job_id is not None
     for shard, attempt in sorted((int(k), v) for k, v in record.attempts.items()):
         path = layout.attempt(shard, attempt).attempt_json
         current = load_attempt(path)
         if current is not None and current.state == states.CREATED:
-            advance_attempt(path, states.SUBMITTED, job_id=f"{record.job_id}_{shard}",
-                            submission=record.number)
+            job_id = task_job_id(record.job_id, plan.array_task(shard)[1])
+            advance_attempt(path, states.SUBMITTED, job_id=job_id, submission=record.number)
 
 
 def _release(layout: RunLayout, scheduler: Scheduler, record: SubmissionRecord,
@@ -222,12 +222,14 @@ def recover_submissions(layout: RunLayout, scheduler: Scheduler, committed: bool
     held = {split_job_id(r.job_id)[0] for r in active if r.reason == HELD}
     orphans = unrecorded_jobs(active, [str(r.job_id) for r in records if r.job_id])
     notes: List[str] = []
+    plan: Optional[Plan] = None  # read (and validated) only when attempts need job ids
     for record in records if committed else []:
         if record.job_id is None and orphans:
             record = _adopt(layout, record, orphans.pop(0))
             notes.append(f"submission {record.number}: adopted job {record.job_id}")
         if record.job_id is not None and not record.released:
-            _mark_submitted(layout, record)
+            plan = plan or load_plan(layout)
+            _mark_submitted(layout, plan, record)
             notes.append(_release(layout, scheduler, record, held))
     if orphans:
         scheduler.cancel(orphans)

@@ -17,12 +17,7 @@ from control.config.profile import Profile
 from control.config.run import Deployment, RunConfig
 from control.errors import InvalidInput
 from control.images import registry
-from control.planning.arrays import (
-    array_chunks,
-    locate,
-    parse_max_array_size,
-    task_ids,
-)
+from control.planning.arrays import array_chunks, parse_max_array_size
 from control.planning.directives import apply_directives
 from control.planning.dryrun import dry_run
 from control.planning.placement import PlacementError, Shape, place, spread
@@ -370,15 +365,6 @@ def test_array_chunks() -> None:
     assert array_chunks(2500, 1000) == (ArraySpec(0, 0, 1000), ArraySpec(1, 1000, 1000),
                                         ArraySpec(2, 2000, 500))
     assert array_chunks(1000, 1000) == (ArraySpec(0, 0, 1000),)
-
-
-def test_locate_and_task_ids() -> None:
-    arrays = array_chunks(25, 10)
-    assert locate(arrays, 0) == (0, 0) and locate(arrays, 19) == (1, 9)
-    assert locate(arrays, 24) == (2, 4)
-    with pytest.raises(ValueError):
-        locate(arrays, 25)
-    assert task_ids(arrays, [21, 3, 12, 4]) == [(0, [3, 4]), (1, [2]), (2, [1])]
 
 
 @pytest.mark.parametrize("text,value", [

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import List
 
+import pytest
+
 from agent_stdlib.attempts import load_attempt
 from control.config.loader import load_model
 from control.config.profile import Profile
@@ -14,6 +16,7 @@ from control.planning.planner import make_plan
 from control.runs.submit import array_groups, commit_run, stage_run, submit_all
 from control.slurm.runner import CommandResult
 from control.slurm.scheduler import Scheduler
+from tests.fakes import Crash, crash_on_call
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,3 +73,42 @@ def test_submit_all_sends_one_held_array_per_chunk(tmp_path: Path, agent_pyz: Pa
     assert jobs == ["701_0", "701_1", "702_0", "702_1", "703_0"]
     second = json.loads(staged.layout.submission_json(2).read_text())
     assert second["attempts"] == {"2": 1, "3": 1} and second["released"] is True
+
+
+def test_recovery_of_a_crashed_submit_gives_each_array_task_its_job_id(
+        tmp_path: Path, agent_pyz: Path, monkeypatch) -> None:
+    from control.runs import submit
+    from control.slurm.parsers import JobRow
+
+    plan, profile = _plan(tmp_path, 2)
+    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
+    commit_run(staged, "slurm")
+    real = submit.advance_attempts  # dies after the second array's sbatch:
+    monkeypatch.setattr(submit, "advance_attempts", crash_on_call(real, 2))
+    runner = Recorder()
+    with pytest.raises(Crash):
+        submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
+    monkeypatch.setattr(submit, "advance_attempts", real)
+    records = submit.load_submissions(staged.layout)
+    assert [(r.job_id, r.released) for r in records] == [("701", True), ("702", False)]
+    rows = [JobRow("702_[0-1]", "PENDING", "JobHeldUser")]
+    notes = submit.recover_submissions(staged.layout, Scheduler(runner=runner), True, records,
+                                       rows, now=records[-1].submitted_at + 3600)
+    assert notes == ["submission 2: job 702 released"]
+    jobs = [load_attempt(staged.layout.attempt(i, 1).attempt_json).job_id for i in range(4)]
+    assert jobs == ["701_0", "701_1", "702_0", "702_1"]  # shards 2 and 3 are tasks 0 and 1
+    assert runner.calls[-1][-2:] == ["release", "702"]
+
+
+def test_cancel_folds_the_tasks_of_a_split_array_into_its_job_id(
+        tmp_path: Path, agent_pyz: Path) -> None:
+    from control.runs.cancel import scancel_targets
+
+    plan, profile = _plan(tmp_path, 2)
+    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
+    commit_run(staged, "slurm")
+    submit_all(staged, profile, Scheduler(runner=Recorder()), {i: 1 for i in range(5)})
+    every = {"701_0", "701_1", "702_0", "702_1", "703_0"}
+    assert scancel_targets(staged.layout, plan.arrays, every) == ["701", "702", "703"]
+    assert scancel_targets(staged.layout, plan.arrays, every - {"702_1"}) == \
+        ["701", "703", "702_0"]

@@ -1,0 +1,66 @@
+"""The one home of shard -> array -> task -> job id (pure; imports nothing of the project).
+
+Slurm refuses array task ids >= ``MaxArraySize``, so the planner cuts a run into arrays
+(``Plan.arrays``, each an ``ArraySpec``): task ``t`` of array ``k`` runs shard
+``arrays[k].first_shard + t``. A plan without arrays (planned before they existed) is one
+array whose task id is the shard index. The job id of one task is ``<array job id>_<task>``.
+Submit, crash recovery, cancel, status and the agent all use these functions; ``status``
+imports this module without the (slower) contract classes.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+try:
+    from typing import Protocol
+except ImportError:  # pragma: no cover - Python < 3.8 is not supported anyway
+    Protocol = object  # type: ignore[assignment,misc]
+
+
+class ArrayError(ValueError):
+    """A shard, array or task that the plan's arrays do not hold."""
+
+
+class Array(Protocol):
+    """What these functions read of an array (``contracts.ArraySpec``, ``store.ArrayView``)."""
+
+    index: int
+    first_shard: int
+    count: int
+
+
+def array_task(arrays: Sequence[Array], shard: int) -> Tuple[Optional[int], int]:
+    """``(array index, task id)`` that runs ``shard``; ``(None, shard)`` without arrays."""
+    for spec in arrays:
+        if spec.first_shard <= shard < spec.first_shard + spec.count:
+            return spec.index, shard - spec.first_shard
+    if arrays:
+        raise ArrayError(f"no array of the plan holds shard {shard}")
+    return None, shard
+
+
+def task_shard(arrays: Sequence[Array], array_index: Optional[int], task: int) -> int:
+    """The shard task ``task`` of array ``array_index`` runs (None: the plan's only array)."""
+    if not arrays:
+        return task
+    if array_index is None:
+        if len(arrays) > 1:
+            raise ArrayError(f"the plan has {len(arrays)} arrays and no array index was given")
+        array_index = arrays[0].index
+    spec = next((a for a in arrays if a.index == array_index), None)
+    if spec is None:
+        raise ArrayError(f"array {array_index}: the plan has no such array")
+    if not 0 <= task < spec.count:
+        raise ArrayError(f"array {array_index} has {spec.count} task(s), this is task {task}")
+    return spec.first_shard + task
+
+
+def task_job_id(array_job_id: str, task: int) -> str:
+    """The id squeue, sacct and attempt records use for one array task: ``12_3``."""
+    return f"{array_job_id}_{task}"
+
+
+def array_job_id(job_id: str) -> str:
+    """The array job id of ``12_3`` (``12``), or the id itself."""
+    return job_id.split("_", 1)[0]

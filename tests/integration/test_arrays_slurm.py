@@ -1,0 +1,58 @@
+"""Runs split into several arrays on a cluster with a small MaxArraySize (real Slurm).
+
+The no-accounting testbed has ``MaxArraySize=4`` (Makefile: NOACCT_MAX_ARRAY_SIZE), so a
+run of 6 shards goes out as two arrays: shards 0-3 are tasks 0-3 of the first, shards 4-5
+tasks 0-1 of the second. A submit that dies after the second ``sbatch`` leaves that array
+held with its attempts ``created``; ``status`` recovers it, and must record each attempt
+under its own task's job id (``<job>_0``, ``<job>_1``), or the agents refuse to run.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from agent_stdlib.attempts import load_attempt
+from agent_stdlib.layout import RunLayout
+from control import api
+from control.runs import store, submit
+from tests.fakes import Crash, crash_on_call
+from tests.integration.runs import cli_json, wait_final, write_profile
+from tests.integration.test_observe_slurm import write_run
+
+pytestmark = pytest.mark.slurm
+
+
+def test_recovery_of_a_crashed_split_submit_runs_every_shard(slurm_cluster_noacct, tmp_path,
+                                                              python_exe, monkeypatch):
+    config = slurm_cluster_noacct.run("scontrol", "show", "config").stdout
+    max_size = int(re.search(r"^MaxArraySize\s*=\s*(\d+)", config, re.M).group(1))
+    assert max_size <= 4, "the no-accounting testbed must have a small MaxArraySize"
+    shards = max_size + 2
+    profile = write_profile(tmp_path, python_exe)
+    run_file = write_run(tmp_path, records=2 * shards, shards=shards, latency=0.01)
+    real = submit.advance_attempts  # dies after the second array's sbatch:
+    monkeypatch.setattr(submit, "advance_attempts", crash_on_call(real, 2))
+    with pytest.raises(Crash):
+        api.submit(run_file, str(profile))
+    monkeypatch.setattr(submit, "advance_attempts", real)
+    (root,) = (tmp_path / "workspace" / "runs").iterdir()
+    layout = RunLayout(root)
+    records = submit.load_submissions(layout)
+    assert [r.released for r in records] == [True, False]
+    second = records[1].job_id
+    assert second is not None
+
+    monkeypatch.setattr(store, "RECOVERY_GRACE_S", 0.0)  # the crashed submit is long gone
+    monkeypatch.setattr(submit, "RECOVERY_GRACE_S", 0.0)
+    status = cli_json("status", root.name, "--profile", str(profile))
+    assert f"submission 2: job {second} released" in status["notes"]
+    jobs = [load_attempt(layout.attempt(s, 1).attempt_json).job_id
+            for s in range(max_size, shards)]
+    assert jobs == [f"{second}_0", f"{second}_1"]
+
+    final = wait_final(root.name, Path(profile), timeout_s=180)
+    assert final["state"] == "succeeded", final["failures"]
+    assert final["counts"] == {"succeeded": shards}
