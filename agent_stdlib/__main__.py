@@ -15,6 +15,7 @@ ROLES: Dict[str, str] = {
     "generate": "agent_stdlib.generate",
     "serve-llamacpp": "agent_stdlib.llamacpp_server",
     "check": "agent_stdlib.nodecheck",
+    "serve": "agent_stdlib.serve",
 }
 
 USAGE = "usage: python agent.pyz {" + "|".join(ROLES) + "} [options]"

@@ -9,6 +9,11 @@ flags; apptainer and charliecloud wrap the argv instead:
 - charliecloud: ``ch-run -b H:C ... IMG --`` + argv
 - none:         argv unchanged
 
+A ``task_prefix`` (the GPU binder, ``agent.pyz serve ... --``) is the first command of the
+step's task: for pyxis the task already runs inside the image (:func:`task_in_image`), so
+it goes in front of the argv there; apptainer and charliecloud are commands the task runs,
+so it goes in front of the runtime's command, on the host.
+
 Standard library only (runs inside the agent on Python 3.9).
 """
 
@@ -25,6 +30,9 @@ RESERVED_MOUNT = "/synthbatch"
 RUN_DIR_MOUNT = RESERVED_MOUNT + "/run"
 RUNTIMES = ("none", "pyxis", "apptainer", "charliecloud")
 DEFAULT_EXECUTABLE = {"apptainer": "apptainer", "charliecloud": "ch-run"}
+# A runtime that passes on only variables with this prefix (apptainer --cleanenv).
+ENV_PREFIX = {"apptainer": "APPTAINERENV_"}
+IMAGE_PYTHON = "python3"  # the agent's interpreter inside an image (pyxis task prefix)
 
 
 @dataclass(frozen=True)
@@ -39,15 +47,28 @@ def _bind(mount: MountSpec, read_only_suffix: str) -> str:
     return f"{mount.host}:{mount.container}" + (read_only_suffix if mount.read_only else "")
 
 
+def task_in_image(container: Optional[ContainerSpec]) -> bool:
+    """True when the step's task itself runs inside the image (pyxis, an srun plugin)."""
+    return container is not None and container.runtime == "pyxis"
+
+
+def env_prefix(container: Optional[ContainerSpec]) -> str:
+    """The prefix that carries a variable into ``container`` ("" if it inherits them)."""
+    return ENV_PREFIX.get(container.runtime, "") if container is not None else ""
+
+
 def wrap(container: Optional[ContainerSpec], argv: Sequence[str],
-         env_names: Sequence[str] = (), gpus: int = 0) -> Wrapped:
+         env_names: Sequence[str] = (), gpus: int = 0,
+         task_prefix: Sequence[str] = ()) -> Wrapped:
     """Wrap ``argv`` for ``container`` (None: run on the host as it is).
 
     ``env_names`` are the variables the step sets itself; pyxis lets them override the
     image's own values. ``gpus`` > 0 asks apptainer for the NVIDIA libraries (``--nv``).
+    ``task_prefix`` is the task's first command (see the module docstring).
     """
+    prefix = list(task_prefix)
     if container is None or container.runtime == "none":
-        return Wrapped((), tuple(argv))
+        return Wrapped((), tuple(prefix + list(argv)))
     mounts = container.mounts
     if container.runtime == "pyxis":
         flags = [f"--container-image={container.path}"]
@@ -56,15 +77,16 @@ def wrap(container: Optional[ContainerSpec], argv: Sequence[str],
         flags.append("--no-container-mount-home")
         if env_names:
             flags.append("--container-env=" + ",".join(sorted(set(env_names))))
-        return Wrapped(tuple(flags), tuple(argv))
+        return Wrapped(tuple(flags), tuple(prefix + list(argv)))
     exe = container.executable or DEFAULT_EXECUTABLE.get(container.runtime, "")
     if container.runtime == "apptainer":
-        cmd = [exe, "exec"] + (["--nv"] if gpus > 0 else []) + ["--cleanenv", "--no-home"]
+        cmd = prefix + [exe, "exec"] + (["--nv"] if gpus > 0 else [])
+        cmd += ["--cleanenv", "--no-home"]
         if mounts:
             cmd += ["--bind", ",".join(_bind(m, ":ro") for m in mounts)]
         return Wrapped((), tuple(cmd + [container.path, *argv]))
     if container.runtime == "charliecloud":
-        cmd = [exe]
+        cmd = prefix + [exe]
         for mount in mounts:
             cmd += ["-b", _bind(mount, "")]
         return Wrapped((), tuple(cmd + [container.path, "--", *argv]))
@@ -76,10 +98,9 @@ def container_env(container: Optional[ContainerSpec], env: Mapping[str, str],
     """The step environment for ``container``: apptainer's ``--cleanenv`` only lets
     ``APPTAINERENV_<NAME>`` through, so ``names`` are copied under that prefix."""
     out = dict(env)
-    if container is not None and container.runtime == "apptainer":
-        for name in names:
-            if name in env:
-                out["APPTAINERENV_" + name] = env[name]
+    prefix = env_prefix(container)
+    if prefix:
+        out.update({prefix + name: env[name] for name in names if name in env})
     return out
 
 

@@ -4,7 +4,10 @@ One builder per step kind, no I/O, so the exact command lines are golden-tested
 (``tests/unit/test_serving.py``):
 
 * a server replica runs ``dep.command`` with ``{host}``, ``{port}`` and ``{agent}`` filled,
-  on its placement node (``srun --relative``), wrapped for its container;
+  on its placement node (``srun --relative``), wrapped for its container; a replica with
+  GPUs asks Slurm for all of the allocation's GPUs on its node and runs behind the
+  ``serve`` role, which narrows the step's device lists to the plan's GPU indices
+  (:mod:`agent_stdlib.serve`, ``docs/runtime.md`` "GPU binding");
 * the client step runs the built-in ``generate`` role, or the run's own command
   (``plan.client_command``) with its env, secrets and container;
 * secrets are copied by name from the agent's environment into the step's environment,
@@ -19,7 +22,14 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from agent_stdlib.containers import container_env, translate, wrap
+from agent_stdlib.containers import (
+    IMAGE_PYTHON,
+    container_env,
+    env_prefix,
+    task_in_image,
+    translate,
+    wrap,
+)
 from agent_stdlib.contracts import ContainerSpec, DeploymentSpec, Plan
 from agent_stdlib.steps import step_argv, step_env
 
@@ -35,11 +45,13 @@ class LaunchError(ValueError):
 
 @dataclass(frozen=True)
 class Site:
-    """Where one replica serves: allocation node index, the address it binds, its port."""
+    """Where one replica serves: allocation node index, the address it binds, its port,
+    and the plan's GPU indices on that node."""
 
     node: int
     host: str
     port: int
+    gpus: Tuple[int, ...] = ()
 
     @property
     def url(self) -> str:
@@ -87,9 +99,9 @@ def in_container(path: str, container: Optional[ContainerSpec], what: str) -> st
 
 def _step(plan: Plan, name: str, argv: Sequence[str], extra: Mapping[str, str],
           ambient: Mapping[str, str], container: Optional[ContainerSpec], gpus: int,
-          relative: Optional[int]) -> Launch:
+          relative: Optional[int], task_prefix: Sequence[str] = ()) -> Launch:
     names = sorted(extra)
-    wrapped = wrap(container, argv, names, gpus)
+    wrapped = wrap(container, argv, names, gpus, task_prefix)
     if wrapped.srun_flags and plan.runtime.launcher != "srun":
         raise LaunchError(f"{name}: a {container.runtime if container else ''} image needs the "
                           "srun launcher")
@@ -104,20 +116,50 @@ def server_name(dep: DeploymentSpec, replica: int) -> str:
     return f"server-{dep.alias}-{replica}"
 
 
+def gpu_binder(plan: Plan, dep: DeploymentSpec, name: str, gpus: Sequence[int],
+               agent_pyz: str) -> List[str]:
+    """The ``serve`` role in front of a replica's command: ``python -I agent.pyz serve
+    --gpus I,J --replica NAME [--env-prefix P] --`` ([] without GPUs or without srun).
+
+    It runs where the step's task runs: inside a pyxis image (``python3`` and the agent's
+    path there), on the host in front of apptainer (which also needs the narrowed
+    variables as ``APPTAINERENV_*``) and charliecloud.
+    """
+    if plan.runtime.launcher != "srun" or dep.gpus_per_replica == 0:
+        return []
+    if len(gpus) != dep.gpus_per_replica:
+        raise LaunchError(f"{name}: the plan gives it GPUs {tuple(gpus)}, the deployment "
+                          f"needs {dep.gpus_per_replica}")
+    box = dep.container
+    inside = task_in_image(box)
+    python = IMAGE_PYTHON if inside else plan.runtime.python
+    agent = in_container(agent_pyz, box, f"deployment {dep.alias}: agent") if inside \
+        else agent_pyz
+    argv = [python, "-I", agent, "serve", "--gpus", ",".join(str(g) for g in gpus),
+            "--replica", name]
+    if env_prefix(box):
+        argv += ["--env-prefix", env_prefix(box)]
+    return argv + ["--"]
+
+
 def server_launch(plan: Plan, dep: DeploymentSpec, replica: int, site: Site, agent_pyz: str,
                   ambient: Mapping[str, str]) -> Launch:
     """Replica ``replica`` of ``dep`` serving at ``site``.
 
     ``--relative`` is set when the plan places the replica (``dep.placement``); a replica
-    is one task on one node (the planner never splits one across nodes).
+    is one task on one node (the planner never splits one across nodes). A replica with
+    GPUs asks for every GPU of the allocation on its node (``plan.resources.gpus``) and
+    gets ``site.gpus`` of them through :func:`gpu_binder`.
     """
     agent = in_container(agent_pyz, dep.container, f"deployment {dep.alias}: agent")
     argv = fill_placeholders(dep.command, site.host, site.port, agent)
     extra = dict(dep.env)
     extra.update(secret_values(dep.secret_env, ambient, f"deployment {dep.alias}"))
     relative = site.node if dep.placement else None
-    return _step(plan, server_name(dep, replica), argv, extra, ambient, dep.container,
-                 dep.gpus_per_replica, relative)
+    name = server_name(dep, replica)
+    binder = gpu_binder(plan, dep, name, site.gpus, agent_pyz)
+    gpus = plan.resources.gpus if binder else dep.gpus_per_replica
+    return _step(plan, name, argv, extra, ambient, dep.container, gpus, relative, binder)
 
 
 @dataclass(frozen=True)

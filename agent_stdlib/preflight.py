@@ -2,7 +2,9 @@
 
 Each check raises :class:`PreflightError` with one line naming what is wrong, so the
 attempt fails within a second instead of after a server has spent minutes loading a
-model. Checks: scheduler identity, node list and count, GPU shape, controller Python,
+model. Checks: scheduler identity, node list and count, GPUs (this node's cover the
+highest GPU index the plan uses on a node; :func:`replica_slots` is the one rule for each
+replica's node, port offset and GPU indices), controller Python,
 every path the plan names (on the batch node here, on every other replica node through
 :mod:`agent_stdlib.nodecheck`), secrets (by name), container images (sha256), the address
 of every node that runs a replica, and the ports the servers will listen on.
@@ -25,7 +27,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from agent_stdlib import nodecheck, slurmjob
 from agent_stdlib.containers import DEFAULT_EXECUTABLE
@@ -127,28 +129,52 @@ def visible_gpus(env: Mapping[str, str]) -> Optional[List[str]]:
     return None
 
 
+def gpu_indices(plan: Plan) -> Dict[int, List[int]]:
+    """Allocation node -> the GPU indices the plan's replicas use there (sorted).
+
+    PreflightError when a replica's placement does not name as many GPUs as its
+    deployment needs per replica.
+    """
+    per_node: Dict[int, set] = {}
+    for dep, row in zip(plan.deployments, replica_slots(plan)):
+        if dep.gpus_per_replica == 0:
+            continue
+        for replica, slot in enumerate(row):
+            if len(slot.gpus) != dep.gpus_per_replica:
+                raise PreflightError(f"gpus: deployment {dep.alias} replica {replica}: the "
+                                     f"plan gives it GPU indices {_ids(slot.gpus) or 'none'}, "
+                                     f"it needs {dep.gpus_per_replica}")
+            per_node.setdefault(slot.node, set()).update(slot.gpus)
+    return {node: sorted(gpus) for node, gpus in per_node.items()}
+
+
+def _ids(items: Sequence[object]) -> str:
+    return ",".join(str(i) for i in items)
+
+
 def check_gpus(ctx: Context) -> None:
-    """At least as many GPUs as the plan's steps need on one node (a superset is fine).
+    """This node's GPUs must cover the highest GPU index the plan uses on any node (a
+    superset is fine).
 
     The batch step sees its own node's GPUs only; Slurm grants every node of the job the
-    same per-node count, so this node stands for all of them.
+    same per-node count, so this node stands for all of them. Each server step checks its
+    own node's list again before its engine starts (:mod:`agent_stdlib.serve`).
     """
-    per_node: Dict[int, int] = {}
-    for dep, row in zip(ctx.plan.deployments, replica_offsets(ctx.plan)):
-        for node, _ in row:
-            per_node[node] = per_node.get(node, 0) + dep.gpus_per_replica
-    wanted = max(per_node.values(), default=0)
-    if wanted == 0:
+    per_node = gpu_indices(ctx.plan)
+    if not per_node:
         return
+    node, used = max(per_node.items(), key=lambda item: (item[1][-1], -item[0]))
+    wanted = used[-1] + 1
     where = " per node" if len(per_node) > 1 else ""
+    detail = f"; the plan gives node {node} GPU indices {_ids(used)}"
     seen = visible_gpus(ctx.env)
     if seen is None:
         raise PreflightError(f"gpus: the plan needs {wanted} GPU(s){where}, the allocation "
                              "shows none (neither SLURM_JOB_GPUS nor CUDA_VISIBLE_DEVICES is "
-                             "set)")
+                             f"set){detail}")
     if len(seen) < wanted:
         raise PreflightError(f"gpus: the plan needs {wanted} GPU(s){where}, the allocation has "
-                             f"{len(seen)} ({','.join(seen) or 'none'})")
+                             f"{len(seen)} ({_ids(seen) or 'none'}){detail}")
 
 
 def check_python() -> None:
@@ -314,18 +340,36 @@ def node_hosts(ctx: Context, needed: Sequence[int]) -> Dict[int, Tuple[str, str]
     return out
 
 
-def replica_offsets(plan: Plan) -> List[List[Tuple[int, int]]]:
-    """Per deployment, per replica: (allocation node index, port offset from port_base)."""
-    out: List[List[Tuple[int, int]]] = []
+class Slot(NamedTuple):
+    """One replica as the plan gives it: node index, port offset, GPU indices there."""
+
+    node: int
+    offset: int
+    gpus: Tuple[int, ...]
+
+
+def replica_slots(plan: Plan) -> List[List[Slot]]:
+    """Per deployment, per replica: its :class:`Slot` (pure).
+
+    A placed replica has its placement's node, port and GPUs. A replica without one (a
+    plan built without placement) runs on node 0, with its index in the allocation as
+    port offset and the next contiguous GPU indices of node 0, as the planner would.
+    """
+    out: List[List[Slot]] = []
     running = 0
+    next_gpu: Dict[int, int] = {}
     for dep in plan.deployments:
         row = []
         for replica in range(dep.replicas):
             if replica < len(dep.placement):
                 spec = dep.placement[replica]
-                row.append((spec.node, spec.port - plan.runtime.port_base))
+                slot = Slot(spec.node, spec.port - plan.runtime.port_base, spec.gpus)
             else:
-                row.append((0, running))
+                first = next_gpu.get(0, 0)
+                slot = Slot(0, running, tuple(range(first, first + dep.gpus_per_replica)))
+            if slot.gpus:
+                next_gpu[slot.node] = max(next_gpu.get(slot.node, 0), max(slot.gpus) + 1)
+            row.append(slot)
             running += 1
         out.append(row)
     return out
@@ -336,16 +380,16 @@ def port_block(plan: Plan, key: str) -> int:
     base = plan.runtime.port_base
     if "exclusive" in plan.resources.options:
         return base
-    offsets = [o for row in replica_offsets(plan) for _, o in row]
+    offsets = [slot.offset for row in replica_slots(plan) for slot in row]
     return assign_ports(base, key, max(offsets, default=0) + 1)[0]
 
 
 def plan_sites(plan: Plan, key: str, hosts: Mapping[int, Tuple[str, str]]) -> Dict[str, List[Site]]:
     """Alias -> the site of each replica, in replica order (pure)."""
     block = port_block(plan, key)
-    return {dep.alias: [Site(node=node, host=hosts[node][1], port=block + offset)
-                        for node, offset in row]
-            for dep, row in zip(plan.deployments, replica_offsets(plan))}
+    return {dep.alias: [Site(node=slot.node, host=hosts[slot.node][1], port=block + slot.offset,
+                             gpus=slot.gpus) for slot in row]
+            for dep, row in zip(plan.deployments, replica_slots(plan))}
 
 
 def check_sites(ctx: Context, sites: Mapping[str, Sequence[Site]],
@@ -367,7 +411,7 @@ def run_preflight(ctx: Context) -> Dict[str, List[Site]]:
     check_paths(ctx)
     check_secrets(ctx)
     check_images(ctx)
-    needed = sorted({node for row in replica_offsets(ctx.plan) for node, _ in row})
+    needed = sorted({slot.node for row in replica_slots(ctx.plan) for slot in row})
     hosts = node_hosts(ctx, needed)
     if ctx.plan.runtime.launcher == "srun":
         problem = nodecheck.check_remote(ctx.plan, str(ctx.agent_pyz), ctx.env,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from fixtures.fake_openai_server import (  # noqa: E402
     chat_prompt,
     completion_tokens,
     expected_completion,
+    placement_report,
     serve_in_thread,
 )
 
@@ -115,7 +117,7 @@ def start_server(tmp_path: Path):
     procs: List[subprocess.Popen] = []
     counter = [0]
 
-    def start(*flags: str, wait_ready: bool = True) -> Server:
+    def start(*flags: str, wait_ready: bool = True, env: Optional[Dict[str, str]] = None) -> Server:
         counter[0] += 1
         tmp = tmp_path / f"server{counter[0]}"
         tmp.mkdir()
@@ -127,6 +129,7 @@ def start_server(tmp_path: Path):
                 stdout=out,
                 stderr=err,
                 cwd=str(tmp),
+                env=None if env is None else {**os.environ, **env},
             )
         procs.append(proc)
 
@@ -207,6 +210,24 @@ def test_health_models_metrics_and_stdout_line(start_server) -> None:
     )
     status, _, _ = server.request("GET", "/nope")
     assert status == 404
+
+
+def test_models_and_stderr_report_the_gpus_and_node_it_runs_on(start_server) -> None:
+    env = {"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_STEP_GPUS": "6,7", "SLURMD_NODENAME": "node1",
+           "GPU_DEVICE_ORDINAL": "2,3"}
+    server = start_server(env={**env, "ROCR_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "9"})
+    report = {"cuda_visible_devices": "2,3", "rocr_visible_devices": "",
+              "hip_visible_devices": "9", "gpu_device_ordinal": "2,3",
+              "slurm_step_gpus": "6,7", "node": "node1"}
+    status, _, body = server.request("GET", "/v1/models")
+    entry = json.loads(body)["data"][0]
+    assert status == 200 and entry["synthbatch_test"] == report
+    assert entry["id"] == MODEL and entry["owned_by"] == "vllm"  # the vLLM fields stay
+    stderr = (server.tmp / "stderr.txt").read_text()
+    assert f"fake-openai-server placement {json.dumps(report, sort_keys=True)}\n" in stderr
+    bare = {k: v for k, v in os.environ.items()
+            if k not in env and k not in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")}
+    assert placement_report(bare) == dict.fromkeys(report)  # unset: None, never ""
 
 
 def test_completion_is_deterministic(start_server) -> None:

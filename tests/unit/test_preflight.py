@@ -162,10 +162,11 @@ def test_ports_are_deterministic_per_job_and_distinct_within_it():
 
 def two_node_plan(ctx: Context, exclusive: bool = False) -> Plan:
     """Two replicas of ``tiny``, one on each allocation node, ports port_base + 0/1."""
+    gpus = tuple(range(ctx.plan.deployments[0].gpus_per_replica))
     dep = dataclasses.replace(
         ctx.plan.deployments[0], replicas=2, nodes=2,
-        placement=(ReplicaSpec(index=0, node=0, gpus=(), port=20000),
-                   ReplicaSpec(index=1, node=1, gpus=(), port=20001)))
+        placement=(ReplicaSpec(index=0, node=0, gpus=gpus, port=20000),
+                   ReplicaSpec(index=1, node=1, gpus=gpus, port=20001)))
     resources = dataclasses.replace(ctx.plan.resources, nodes=2,
                                     options={"exclusive": ""} if exclusive else {})
     runtime = dataclasses.replace(ctx.plan.runtime, launcher="srun")
@@ -244,6 +245,44 @@ def test_taken_port_on_another_node_is_found_by_connecting(tmp_path):
                            match=f"^ports: 127.0.0.1:{port} is already in use on node2$"):
             check_sites(ctx, sites, HOSTS)
     check_sites(ctx, sites, HOSTS)  # closed again: free
+
+
+def placed(ctx: Context, *specs: ReplicaSpec) -> Context:
+    dep = dataclasses.replace(ctx.plan.deployments[0], replicas=len(specs), placement=specs)
+    return dataclasses.replace(ctx, plan=ctx.plan.replace(deployments=(dep,)))
+
+
+def test_gpus_must_cover_the_highest_index_and_name_it(tmp_path):
+    ctx = make_ctx(tmp_path, env={**SLURM_ENV, "SLURM_JOB_GPUS": "0,1"}, gpus=1)
+    gap = placed(ctx, ReplicaSpec(index=0, node=0, gpus=(0,), port=20000),
+                 ReplicaSpec(index=1, node=0, gpus=(3,), port=20001))
+    with pytest.raises(PreflightError, match=r"^gpus: the plan needs 4 GPU\(s\), the allocation "
+                                             r"has 2 \(0,1\); the plan gives node 0 GPU "
+                                             r"indices 0,3$"):
+        check_gpus(gap)
+    check_gpus(dataclasses.replace(gap, env={**SLURM_ENV, "SLURM_JOB_GPUS": "4,5,6,7"}))
+
+
+def test_a_placement_that_names_the_wrong_number_of_gpus_is_refused(tmp_path):
+    ctx = make_ctx(tmp_path, env={**SLURM_ENV, "SLURM_JOB_GPUS": "0,1,2,3"}, gpus=2)
+    short = placed(ctx, ReplicaSpec(index=0, node=0, gpus=(0, 1), port=20000),
+                   ReplicaSpec(index=1, node=0, gpus=(2,), port=20001))
+    with pytest.raises(PreflightError, match=r"^gpus: deployment tiny replica 1: the plan gives "
+                                             r"it GPU indices 2, it needs 2$"):
+        check_gpus(short)
+
+
+def test_sites_carry_each_replicas_gpus(tmp_path):
+    ctx = make_ctx(tmp_path, gpus=2)
+    unplaced = dataclasses.replace(ctx.plan.deployments[0], replicas=2)
+    other = dataclasses.replace(unplaced, alias="other", gpus_per_replica=1, replicas=1)
+    plan = ctx.plan.replace(deployments=(unplaced, other))
+    sites = plan_sites(plan, "36_0", {0: ("node1", "127.0.0.1")})
+    # no placement: node 0, the next contiguous indices there, as the planner would
+    assert [s.gpus for s in sites["tiny"]] == [(0, 1), (2, 3)]
+    assert [s.gpus for s in sites["other"]] == [(4,)]
+    placed_plan = two_node_plan(ctx)
+    assert [s.gpus for s in plan_sites(placed_plan, "36_0", HOSTS)["tiny"]] == [(0, 1), (0, 1)]
 
 
 def test_scontrol_parsers():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import pytest
 
@@ -35,6 +35,7 @@ MOUNTS = (MountSpec("/shared/models", "/models", True), MountSpec(RUN, "/synthba
 PYXIS = ContainerSpec(runtime="pyxis", image="vllm", path="/img/vllm.sqsh", sha256="b" * 64,
                       mounts=MOUNTS)
 APPTAINER = dataclasses.replace(PYXIS, runtime="apptainer", path="/img/vllm.sif")
+CHARLIECLOUD = dataclasses.replace(PYXIS, runtime="charliecloud", path="/img/vllm.sqfs")
 PATHS = ClientPaths(agent_pyz=AGENT, plan_json=f"{RUN}/plan.json",
                     output=f"{RUN}/shards/shard-00003/attempts/attempt-0001/output",
                     progress_json=f"{RUN}/shards/shard-00003/attempts/attempt-0001/progress.json",
@@ -66,18 +67,24 @@ def server(plan: Plan, replica: int, site: Site) -> Launch:
 
 VLLM = ("vllm", "serve", "/models/llama", "--host", "{host}", "--port", "{port}")
 SERVERS: Dict[str, Callable[[], Launch]] = {
-    "single-node": lambda: server(srun_plan(nodes=1), 1, Site(0, "127.0.0.1", 24001)),
+    "single-node": lambda: server(srun_plan(nodes=1), 1,
+                                  Site(0, "127.0.0.1", 24001, gpus=(2, 3))),
+    "single-node-gpus": lambda: server(srun_plan(nodes=1, gpu_request="gpus"), 1,
+                                       Site(0, "127.0.0.1", 24001, gpus=(2, 3))),
     "placed-node1": lambda: server(srun_plan(secret_env={"HF_TOKEN": "JOB_HF_TOKEN"}), 1,
-                                   Site(1, "10.0.0.2", 20001)),
+                                   Site(1, "10.0.0.2", 20001, gpus=(0, 1))),
     "gpus-per-node": lambda: server(srun_plan(gpu_request="gpus"), 0,
-                                    Site(0, "127.0.0.1", 20000)),
+                                    Site(0, "127.0.0.1", 20000, gpus=(0, 1))),
     "pyxis": lambda: server(srun_plan(container=PYXIS, command=VLLM,
                                       secret_env={"HF_TOKEN": "JOB_HF_TOKEN"}), 1,
-                            Site(1, "10.0.0.2", 20001)),
+                            Site(1, "10.0.0.2", 20001, gpus=(0, 1))),
     "apptainer-agent": lambda: server(srun_plan(
         container=APPTAINER, secret_env={"HF_TOKEN": "JOB_HF_TOKEN"},
         command=("python3", "-I", "{agent}", "serve-llamacpp", "-m", "/models/x.gguf",
-                 "--host", "{host}", "--port", "{port}")), 0, Site(0, "127.0.0.1", 20000)),
+                 "--host", "{host}", "--port", "{port}")), 0,
+        Site(0, "127.0.0.1", 20000, gpus=(0, 1))),
+    "charliecloud": lambda: server(srun_plan(nodes=1, container=CHARLIECLOUD, command=VLLM), 1,
+                                   Site(0, "127.0.0.1", 24001, gpus=(2, 3))),
 }
 
 
@@ -107,12 +114,26 @@ def test_client_golden(variant: str, golden: Callable[[str, str], None]) -> None
     golden(f"client-{variant}.json", dump(CLIENTS[variant]()))
 
 
+def split_task(argv: Sequence[str]) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """(GPU binder up to its ``--``, the rest) of a step's task (after srun's ``--``)."""
+    task = tuple(argv[argv.index("--") + 1:])
+    if task[3:5] != ("serve", "--gpus"):
+        return (), task
+    end = task.index("--") + 1
+    return task[:end], task[end:]
+
+
+def engine_argv(argv: Sequence[str]) -> Tuple[str, ...]:
+    """The engine's own argv: after srun's ``--`` and after the GPU binder's."""
+    return split_task(argv)[1]
+
+
 def test_placed_replica_runs_on_its_node_as_one_task() -> None:
     argv = SERVERS["placed-node1"]().argv
     head = argv[:argv.index("--")]
     assert "--relative=1" in head and "--nodes=1" in head and "--ntasks=1" in head
     assert "--kill-on-bad-exit=1" in head and "--gres=gpu:2" in head
-    assert argv[argv.index("--") + 1:] == ("serve", "--host", "10.0.0.2", "--port", "20001")
+    assert engine_argv(argv) == ("serve", "--host", "10.0.0.2", "--port", "20001")
     assert "--relative" not in " ".join(SERVERS["single-node"]().argv)
 
 
@@ -130,13 +151,13 @@ def test_pyxis_flags_go_before_the_separator() -> None:
     argv = SERVERS["pyxis"]().argv
     sep = argv.index("--")
     assert "--container-image=/img/vllm.sqsh" in argv[:sep]
-    assert argv[sep + 1:] == ("vllm", "serve", "/models/llama", "--host", "10.0.0.2",
-                              "--port", "20001")
+    assert engine_argv(argv) == ("vllm", "serve", "/models/llama", "--host", "10.0.0.2",
+                                 "--port", "20001")
 
 
 def test_agent_placeholder_is_translated_inside_the_container() -> None:
-    argv = SERVERS["apptainer-agent"]().argv
-    assert f"/synthbatch/run/agent-{'a' * 64}.pyz" in argv and AGENT not in argv
+    engine = engine_argv(SERVERS["apptainer-agent"]().argv)
+    assert f"/synthbatch/run/agent-{'a' * 64}.pyz" in engine and AGENT not in engine
 
 
 def test_missing_secret_names_the_variable() -> None:
@@ -175,3 +196,81 @@ def test_pyxis_refuses_the_local_launcher() -> None:
     apptainer = srun_plan(container=APPTAINER)
     argv = server(apptainer.replace(runtime=local.runtime), 0, Site(0, "127.0.0.1", 1)).argv
     assert argv[:2] == ("apptainer", "exec")  # no srun: the wrapper runs as it is
+
+
+# ----------------------------------------------------------------------------- GPU binding
+
+
+def one_node_plan(gpu_request: str, per_replica: int, container: Optional[ContainerSpec] = None,
+                  command: Sequence[str] = ("serve", "--host", "{host}", "--port", "{port}"),
+                  launcher: str = "srun") -> Plan:
+    """``4 // per_replica`` replicas of ``per_replica`` GPUs on one 4-GPU node."""
+    plan = srun_plan(nodes=1, gpu_request=gpu_request, container=container,
+                     command=tuple(command))
+    dep = dataclasses.replace(plan.deployments[0], gpus_per_replica=per_replica,
+                              replicas=4 // per_replica)
+    runtime = dataclasses.replace(plan.runtime, launcher=launcher)
+    return plan.replace(deployments=(dep,), runtime=runtime)
+
+
+def replica_sites(per_replica: int):  # type: ignore[no-untyped-def]
+    return [Site(0, "127.0.0.1", 24000 + r,
+                 gpus=tuple(range(r * per_replica, (r + 1) * per_replica)))
+            for r in range(4 // per_replica)]
+
+
+@pytest.mark.parametrize("gpu_request, flag", [("gres", "--gres=gpu:4"), ("gpus", "--gpus=4")])
+@pytest.mark.parametrize("per_replica", [1, 2, 4])
+def test_every_replica_asks_for_the_node_and_is_bound_to_its_own_gpus(
+        gpu_request: str, flag: str, per_replica: int) -> None:
+    plan = one_node_plan(gpu_request, per_replica)
+    bound = []
+    for replica, site in enumerate(replica_sites(per_replica)):
+        argv = server(plan, replica, site).argv
+        head = argv[:argv.index("--")]
+        assert [a for a in head if a.startswith(("--gres", "--gpus"))] == [flag]  # the node
+        binder, engine = split_task(argv)
+        gpus = ",".join(str(g) for g in site.gpus)
+        assert binder == ("/usr/bin/python3", "-I", AGENT, "serve", "--gpus", gpus,
+                          "--replica", f"server-tiny-{replica}", "--")
+        assert engine == ("serve", "--host", "127.0.0.1", "--port", str(site.port))
+        bound.append(set(site.gpus))
+    assert set().union(*bound) == {0, 1, 2, 3} and sum(len(b) for b in bound) == 4
+
+
+@pytest.mark.parametrize("container, binder, runtime_head", [
+    (None, ("/usr/bin/python3", "-I", AGENT), ()),
+    (PYXIS, ("python3", "-I", f"/synthbatch/run/agent-{'a' * 64}.pyz"), ()),
+    (APPTAINER, ("/usr/bin/python3", "-I", AGENT), ("apptainer", "exec", "--nv")),
+    (CHARLIECLOUD, ("/usr/bin/python3", "-I", AGENT), ("ch-run", "-b")),
+])
+def test_the_binder_runs_where_the_task_runs(container: Optional[ContainerSpec],
+                                             binder: Tuple[str, ...],
+                                             runtime_head: Tuple[str, ...]) -> None:
+    plan = one_node_plan("gres", 2, container=container, command=VLLM)
+    argv = server(plan, 1, replica_sites(2)[1]).argv
+    wrapper, rest = split_task(argv)
+    prefix = ("--env-prefix", "APPTAINERENV_") if container is APPTAINER else ()
+    assert wrapper == binder + ("serve", "--gpus", "2,3", "--replica", "server-tiny-1",
+                                *prefix, "--")
+    assert rest[:len(runtime_head)] == runtime_head  # apptainer/ch-run run behind it, on host
+    assert rest[-len(VLLM):][:3] == VLLM[:3]
+    pyxis_flags = [a for a in argv[:argv.index("--")] if a.startswith("--container-image")]
+    assert bool(pyxis_flags) == (container is PYXIS)  # pyxis: the whole task is in the image
+
+
+def test_no_binder_without_gpus_or_without_srun() -> None:
+    plan = one_node_plan("gres", 2)
+    cpu = plan.replace(deployments=(dataclasses.replace(plan.deployments[0],
+                                                         gpus_per_replica=0),))
+    argv = server(cpu, 0, Site(0, "127.0.0.1", 24000)).argv
+    assert "--gres=none" in argv and split_task(argv)[0] == ()
+    local = one_node_plan("gres", 2, launcher="local")
+    assert server(local, 0, replica_sites(2)[0]).argv == (
+        "serve", "--host", "127.0.0.1", "--port", "24000")
+
+
+def test_a_site_without_the_replicas_gpus_is_refused() -> None:
+    with pytest.raises(LaunchError, match=r"server-tiny-0: the plan gives it GPUs \(0,\), "
+                                          r"the deployment needs 2"):
+        server(one_node_plan("gres", 2), 0, Site(0, "127.0.0.1", 24000, gpus=(0,)))
