@@ -133,18 +133,24 @@ def gpu_indices(plan: Plan) -> Dict[int, List[int]]:
     """Allocation node -> the GPU indices the plan's replicas use there (sorted).
 
     PreflightError when a replica's placement does not name as many GPUs as its
-    deployment needs per replica.
+    deployment needs per replica, or when two replicas share a GPU index of one node.
     """
-    per_node: Dict[int, set] = {}
+    per_node: Dict[int, Dict[int, str]] = {}  # node -> GPU index -> the replica using it
     for dep, row in zip(plan.deployments, replica_slots(plan)):
         if dep.gpus_per_replica == 0:
             continue
         for replica, slot in enumerate(row):
+            who = f"deployment {dep.alias} replica {replica}"
             if len(slot.gpus) != dep.gpus_per_replica:
-                raise PreflightError(f"gpus: deployment {dep.alias} replica {replica}: the "
-                                     f"plan gives it GPU indices {_ids(slot.gpus) or 'none'}, "
-                                     f"it needs {dep.gpus_per_replica}")
-            per_node.setdefault(slot.node, set()).update(slot.gpus)
+                raise PreflightError(f"gpus: {who}: the plan gives it GPU indices "
+                                     f"{_ids(slot.gpus) or 'none'}, it needs "
+                                     f"{dep.gpus_per_replica}")
+            used = per_node.setdefault(slot.node, {})
+            for gpu in slot.gpus:
+                if gpu in used:
+                    raise PreflightError(f"gpus: {who} and {used[gpu]} both have GPU {gpu} "
+                                         f"of node {slot.node} in the plan")
+                used[gpu] = who
     return {node: sorted(gpus) for node, gpus in per_node.items()}
 
 

@@ -272,6 +272,18 @@ def test_a_placement_that_names_the_wrong_number_of_gpus_is_refused(tmp_path):
         check_gpus(short)
 
 
+def test_two_replicas_that_share_a_gpu_of_one_node_are_refused(tmp_path):
+    ctx = make_ctx(tmp_path, env={**SLURM_ENV, "SLURM_JOB_GPUS": "0,1,2,3"}, gpus=2)
+    overlap = placed(ctx, ReplicaSpec(index=0, node=0, gpus=(0, 1), port=20000),
+                     ReplicaSpec(index=1, node=0, gpus=(1, 2), port=20001))
+    with pytest.raises(PreflightError, match=r"^gpus: deployment tiny replica 1 and deployment "
+                                             r"tiny replica 0 both have GPU 1 of node 0"):
+        check_gpus(overlap)
+    apart = placed(ctx, ReplicaSpec(index=0, node=0, gpus=(0, 1), port=20000),
+                   ReplicaSpec(index=1, node=1, gpus=(0, 1), port=20001))
+    check_gpus(apart)  # the same indices on two nodes are two different GPUs
+
+
 def test_sites_carry_each_replicas_gpus(tmp_path):
     ctx = make_ctx(tmp_path, gpus=2)
     unplaced = dataclasses.replace(ctx.plan.deployments[0], replicas=2)
