@@ -20,7 +20,7 @@ from control.config.fields import (
     Text,
     under,
 )
-from control.config.secrets import check_args, secret_name, secret_value
+from control.config.secrets import check_args, literal_secret
 from control.planning.engines import PARALLEL, RENDERED, check_extra_args
 
 COMMAND_PLACEHOLDERS = frozenset({"host", "port", "model", "served_name", "python", "config_dir",
@@ -90,14 +90,15 @@ EnvValue = Annotated[Union[Annotated[Text, Tag("<text>")],
 
 
 def check_env(env: Dict[str, EnvValue]) -> None:
-    """Secret-named variables must be references; no value may look like a credential."""
+    """No literal secret (``control.config.secrets.literal_secret``): secrets are references."""
     for key, value in env.items():
         if isinstance(value, SecretRef):
             continue
-        if secret_name(key) or secret_value(value):
-            raise ValueError(f"env.{key}: looks like a literal secret (value not shown); "
-                             f"write {{ secret = \"NAME\" }} and list NAME in the profile's "
-                             f"secrets")
+        rule = literal_secret(key, value)
+        if rule:
+            raise ValueError(f"env.{key}: looks like a literal secret: {rule} (value not "
+                             f"shown); write {{ secret = \"NAME\" }} and list NAME in the "
+                             f"profile's secrets")
         check_path_value(f"env.{key}", value)
 
 

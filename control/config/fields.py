@@ -13,7 +13,7 @@ from control.config.rules import SAFE_PATH as SAFE_PATH  # re-exported
 from control.config.rules import check_abs_path as _abs_path
 from control.config.rules import check_safe_path as _safe_path
 from control.config.rules import check_text as _text
-from control.config.secrets import secret_value
+from control.config.secrets import credential
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TIME_LIMIT = re.compile(r"([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}|[0-9]+")
@@ -83,8 +83,10 @@ def _time_limit(value: str) -> str:
 
 def _env_name(value: str) -> str:
     _text(value)
-    if secret_value(value):
-        raise ValueError("looks like a secret value (not shown), not a variable name")
+    rule = credential(value)
+    if rule:
+        raise ValueError(f"looks like a secret value, not a variable name: it {rule} "
+                         f"(value not shown)")
     if not ENV_NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not an environment variable name")
     return value
