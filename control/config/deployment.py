@@ -18,6 +18,7 @@ from control.config.fields import (
     ServedName,
     Strict,
     Text,
+    UrlPath,
     under,
 )
 from control.config.secrets import check_args, literal_secret
@@ -121,7 +122,7 @@ class Deployment(Strict):
     replicas: int = Field(default=1, ge=1, le=64)
     nodes: int = Field(default=1, ge=1, le=64)
     startup_timeout_s: float = Field(default=600.0, gt=0, le=86400)
-    readiness_path: Text = "/health"
+    readiness_path: UrlPath = "/health"
     max_queued_requests: int = Field(default=64, ge=0, le=100000)
 
     @property
@@ -138,8 +139,6 @@ class Deployment(Strict):
         self._check_engine_fields()
         self._check_shape()
         check_env(self.env)
-        if not self.readiness_path.startswith("/"):
-            raise ValueError("readiness_path: must start with '/'")
         if self.engine == "llamacpp" and not self.model.startswith(("/", "{config_dir}/")):
             raise ValueError("model: llamacpp needs the absolute path of a GGUF file")
         return self

@@ -155,6 +155,15 @@ CASES = [
          lambda d: dep(d, env={"HF_TOKEN": {"secret": "HF_TOKEN"}}), fragment="secrets"),
     Case("secret-value-as-name", "secrets[0]", profile=put(["secrets"], [HF]),
          blame="profile", secret=HF, fragment="it starts with 'hf_' like a Hugging Face token"),
+    # readiness_path is a URL path, checked at plan time (was: refused after the queue wait)
+    Case("readiness-path-space", "deployments[0].readiness_path",
+         lambda d: dep(d, readiness_path="/health x"), fragment="is not a URL path"),
+    Case("readiness-path-fragment", "deployments[0].readiness_path",
+         lambda d: dep(d, readiness_path="/health#x"), fragment="is not a URL path"),
+    Case("readiness-path-bad-escape", "deployments[0].readiness_path",
+         lambda d: dep(d, readiness_path="/health%zz"), fragment="is not a URL path"),
+    Case("readiness-path-relative", "deployments[0].readiness_path",
+         lambda d: dep(d, readiness_path="health"), fragment="starts with '/'"),
     # runtime-owned flags
     Case("reserved-port", "deployments[0].extra_args[0]",
          lambda d: vllm(d, extra_args=["--port", "8000"]), fragment="--port"),
