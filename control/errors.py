@@ -1,6 +1,6 @@
 """The control plane's one error hierarchy; each class carries its CLI exit code.
 
-Also ``one_line``: the redaction and capping every message goes through.
+Also ``one_line``: the redaction, escaping and capping every message goes through.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from typing import Optional
 
+from agent_stdlib.text import visible
 from control.config.secrets import redact_text
 
 OK = 0
@@ -29,8 +30,9 @@ def redact(text: str) -> str:
 
 @functools.lru_cache(maxsize=4096)  # status repeats the same few reasons thousands of times
 def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
-    """``text`` redacted, on one line, at most ``limit`` characters."""
-    flat = " ".join(redact(str(text)).split())
+    """``text`` redacted, on one line, control characters made visible, at most ``limit``
+    characters: every message and every reason quoted from a state file or a log."""
+    flat = visible(" ".join(redact(str(text)).split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
