@@ -115,6 +115,7 @@ def complete(spec: GenerateSpec, target: Target, index: int) -> Dict[str, Any]:
                 "completion": choice["message"]["content"],
                 "finish_reason": choice.get("finish_reason"),
                 "model": spec.model,
+                "served_model": target.served_name,
                 "usage": data.get("usage", {}),
             }
         if status:

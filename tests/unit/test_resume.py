@@ -342,3 +342,11 @@ def test_kept_records_without_usage_count_no_tokens(tmp_path: Path, server) -> N
                     kept=scan_kept(previous, 0, 4)) == 4
     assert progress.tokens == 7 + 0 + 5 + 4  # own line, malformed, kept, generated
 
+
+def test_records_carry_the_alias_and_the_served_model(tmp_path: Path, server) -> None:
+    running, log = server
+    out_file = tmp_path / "records.jsonl"
+    generate(spec(), Target(running.url, "fake-model"), 0, 2, out_file, Progress(None, 2))
+    records = [json.loads(x) for x in out_file.read_text().splitlines()]
+    assert [(r["model"], r["served_model"]) for r in records] == [("tiny", "fake-model")] * 2
+    assert {json.loads(x)["model"] for x in log.read_text().splitlines()} == {"fake-model"}
