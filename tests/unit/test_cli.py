@@ -548,13 +548,6 @@ def test_runs_json_shows_run_records_as_visible_escapes(profile_file: Path,
     assert data["runs"][0]["name"] == "n" + SHOWN
 
 
-def test_errors_quoting_files_are_shown_as_visible_escapes(profile_file: Path,
-                                                           workspace: Path) -> None:
-    result = invoke("status", f"x{ESCAPES}", "--profile", str(profile_file))
-    assert result.exit_code != 0 and not CONTROL.search(result.stderr)
-    assert SHOWN in one_error_line(result)
-
-
 def test_logs_escape_control_characters_on_a_terminal_and_json_but_not_in_a_pipe(
         profile_file: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     layout = make_run(workspace, [Shard("running")])
