@@ -64,7 +64,8 @@ PATH = re.compile(r"/[^\s:]*")
 URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@]*(?:[/?#]\S*)?")
 HARMLESS = "a number, boolean, path, URL or variable name"
 # Flags whose next argument (or ``=value``) is a credential.
-SECRET_FLAGS = ("--api-key", "--api_key", "--token", "--hf-token", "--password")
+SECRET_FLAGS = ("--api-key", "--api_key", "--apikey", "--token", "--hf-token", "--hf_token",
+                "--password", "--secret")
 REDACTED = "<redacted>"
 
 
@@ -174,8 +175,8 @@ def check_args(args: Iterable[str]) -> None:
 # ``--api-key VALUE`` (not a lowercase word: "--api-key is set by synthbatch" is prose),
 # ``HF_TOKEN=VALUE`` (no spaces: ``secret = "NAME"`` in a sentence is prose),
 # ``"api_key": "VALUE"``, and URL userinfo.
-FLAG_VALUE = re.compile(r"(?<![A-Za-z0-9_-])(--(?:api[-_]?key|hf[-_]token|token|password"
-                        r"|secret))(=|\s+)([^\s\"',;&]+)", re.I)
+FLAG_VALUE = re.compile(r"(?<![A-Za-z0-9_-])(" + "|".join(map(re.escape, SECRET_FLAGS))
+                        + r")(=|\s+)([^\s\"',;&]+)", re.I)
 ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_.-])([A-Za-z_][A-Za-z0-9_.-]*)(=|[\"']\s*:\s*[\"'])"
                         r"([^\s\"',;&]+)")
 WORD = re.compile(r"[a-z]+")
@@ -197,12 +198,18 @@ def redact_text(text: str, marker: str) -> str:
             else:
                 last = max(last, end)
         text = "".join(parts) + text[last:]
-    text = FLAG_VALUE.sub(lambda m: m.group(0) if m.group(2) != "=" and (
-        WORD.fullmatch(m.group(3)) or m.group(3) == marker)
-        else m.group(1) + m.group(2) + marker, text)
-    text = ASSIGNMENT.sub(lambda m: m.group(0) if m.group(3) == marker
-                          or not literal_secret(m.group(1), m.group(3))
-                          else m.group(1) + m.group(2) + marker, text)
+
+    def flag(match: re.Match[str]) -> str:
+        name, sep, value = match.groups()
+        prose = sep != "=" and WORD.fullmatch(value)
+        return match.group(0) if prose or value == marker else name + sep + marker
+
+    def assignment(match: re.Match[str]) -> str:
+        name, sep, value = match.groups()
+        keep = value == marker or not literal_secret(name, value)
+        return match.group(0) if keep else name + sep + marker
+
+    text = ASSIGNMENT.sub(assignment, FLAG_VALUE.sub(flag, text))
     return USERINFO.sub(lambda m: m.group(1) + marker + "@", text)
 
 
