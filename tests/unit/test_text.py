@@ -9,7 +9,7 @@ import pytest
 
 from agent_stdlib.supervisor import tail
 from agent_stdlib.text import CONTROL, visible
-from control.cli.output import VisibleStream, shown
+from control.cli.output import VisibleStream, emit_json, shown
 from control.errors import one_line
 
 
@@ -39,6 +39,14 @@ def test_json_values_and_keys_are_made_visible() -> None:
     data = {"reason\x1b": ["a\x1bb", {"n": 1, "t": "x\x07\n"}], "ok": None}
     assert shown(data) == {"reason\\x1b": ["a\\x1bb", {"n": 1, "t": "x\\x07\n"}], "ok": None}
     assert "\\u001b" not in json.dumps(shown(data))
+
+
+@pytest.mark.parametrize("char", [chr(c) for c in (*range(0x00, 0x20), *range(0x7f, 0xa0))])
+def test_emit_json_never_prints_a_control_character_a_json_reader_would_decode(
+        char: str, capsys: pytest.CaptureFixture) -> None:
+    emit_json({"reason": f"a{char}b", "n": [1]})
+    value = json.loads(capsys.readouterr().out)["reason"]
+    assert value == (f"a{char}b" if char in "\n\t" else f"a{visible(char)}b")
 
 
 def test_visible_stream_decodes_across_writes_and_shows_bad_bytes() -> None:
