@@ -33,7 +33,7 @@ from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from agent_stdlib.contracts import GenerateSpec, Plan, ProgressRecord
-from agent_stdlib.resume import KeptRecords, scan_kept
+from agent_stdlib.resume import KeptRecords, completion_tokens, parse_record, scan_kept
 from agent_stdlib.statefile import read_json, write_json_atomic
 
 RETRYABLE = (429, 500, 502, 503, 504)
@@ -115,6 +115,7 @@ def complete(spec: GenerateSpec, target: Target, index: int) -> Dict[str, Any]:
                 "completion": choice["message"]["content"],
                 "finish_reason": choice.get("finish_reason"),
                 "model": spec.model,
+                "served_model": target.served_name,
                 "usage": data.get("usage", {}),
             }
         if status:
@@ -140,14 +141,15 @@ class Progress:
         """Count one finished record."""
         with self._lock:
             self.done += 1
-            self.tokens += int(record.get("usage", {}).get("completion_tokens", 0) or 0)
+            self.tokens += completion_tokens(record)
             if time.monotonic() - self._last_write >= 1.0:
                 self.write()
 
-    def skip(self, count: int) -> None:
-        """Count ``count`` records taken over from an earlier attempt."""
+    def skip(self, count: int, tokens: int) -> None:
+        """Count ``count`` records (``tokens`` completion tokens) kept, not generated."""
         with self._lock:
             self.done += count
+            self.tokens += tokens
 
     def write(self) -> None:
         """Publish the counters now."""
@@ -161,16 +163,22 @@ class Progress:
         self._last_write = time.monotonic()
 
 
-def resume_count(out_file: Path) -> int:
-    """Complete records already in ``out_file``; a torn last line is cut off."""
+def resume_count(out_file: Path) -> Tuple[int, int]:
+    """Complete records already in ``out_file`` and their completion tokens; a torn last
+    line is cut off. Reads line by line (the file is not held in memory)."""
     if not out_file.exists():
-        return 0
+        return 0, 0
+    count = tokens = keep = 0
     with open(out_file, "rb+") as handle:
-        data = handle.read()
-        keep = data.rfind(b"\n") + 1
-        if keep != len(data):
+        for line in handle:
+            if not line.endswith(b"\n"):
+                break
+            record = parse_record(line)
+            count, keep = count + 1, keep + len(line)
+            tokens += completion_tokens(record) if record is not None else 0
+        if keep != os.fstat(handle.fileno()).st_size:
             handle.truncate(keep)
-    return data[:keep].count(b"\n")
+    return count, tokens
 
 
 def _result(future: Future, stop: threading.Event) -> Optional[Dict[str, Any]]:
@@ -188,13 +196,14 @@ def generate(spec: GenerateSpec, target: Target, offset: int, count: int, out_fi
     """Generate records ``offset .. offset+count-1`` into ``out_file`` in index order.
 
     Records already in ``out_file`` (a stopped earlier execution) are kept and skipped;
-    records in ``kept`` (an earlier attempt's output) are copied, not requested.
+    records in ``kept`` (an earlier attempt's output) are copied, not requested. Both
+    count in ``progress`` with their completion tokens.
     Returns the number of records in the file: ``count`` unless ``stop`` was set.
     """
     stop = stop or threading.Event()
     kept = kept if kept is not None else KeptRecords()
-    done = resume_count(out_file)
-    progress.done = done
+    done, tokens = resume_count(out_file)
+    progress.done, progress.tokens = done, tokens
     end = offset + count
     todo = iter(kept.missing(range(offset + done, end)))
     pool = ThreadPoolExecutor(max_workers=spec.concurrency)
@@ -210,8 +219,8 @@ def generate(spec: GenerateSpec, target: Target, offset: int, count: int, out_fi
             while index < end:
                 copied = kept.copy_run(index, end, out, handles)
                 if copied:
+                    progress.skip(copied, kept.tokens(index, index + copied))
                     index, done = index + copied, done + copied
-                    progress.skip(copied)
                     continue
                 record = _result(pending.pop(index), stop)
                 if record is None:

@@ -17,9 +17,10 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Dict, Iterable, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Tuple
 
-Span = Tuple[int, int, int]  # (file number, byte offset, length) of one complete line
+Span = Tuple[int, int, int, int]  # (file number, byte offset, length, completion tokens)
+COPY_CHUNK = 1 << 20  # a run of kept lines is copied in pieces of at most this many bytes
 
 
 @dataclass
@@ -40,15 +41,20 @@ class KeptRecords:
         """The indices of ``indices`` that still have to be generated, in order."""
         return (i for i in indices if i not in self.spans)
 
+    def tokens(self, start: int, stop: int) -> int:
+        """The completion tokens of the kept records ``start .. stop-1``."""
+        return sum(self.spans[i][3] for i in range(start, stop) if i in self.spans)
+
     def copy_run(self, start: int, stop: int, out: BinaryIO,
                  handles: Dict[int, BinaryIO]) -> int:
         """Copy kept records ``start, start+1, ...`` (up to ``stop``) until one is missing.
 
-        Adjacent lines of one file are copied as one block. Returns how many were copied.
+        Adjacent lines of one file are copied as one block (in pieces of ``COPY_CHUNK``).
+        Returns how many were copied.
         """
         index = start
         while index < stop and index in self.spans:
-            number, offset, length = self.spans[index]
+            number, offset, length, _ = self.spans[index]
             end = index + 1
             while end < stop and end in self.spans:
                 nxt = self.spans[end]
@@ -60,16 +66,28 @@ class KeptRecords:
             if handle is None:
                 handle = handles[number] = open(self.files[number], "rb")
             handle.seek(offset)
-            block = handle.read(length)
-            if len(block) != length:
-                raise OSError(f"{self.files[number]}: changed while resuming from it")
-            out.write(block)
+            while length:
+                block = handle.read(min(length, COPY_CHUNK))
+                if not block:
+                    raise OSError(f"{self.files[number]}: changed while resuming from it")
+                out.write(block)
+                length -= len(block)
             index = end
         return index - start
 
 
-def record_index(line: bytes) -> Optional[int]:
-    """The ``index`` of one complete JSONL line, or None when it is not a usable record."""
+def completion_tokens(record: Dict[str, Any]) -> int:
+    """The ``usage.completion_tokens`` a record reports; 0 when absent or not a count."""
+    usage = record.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+        return 0
+    return tokens
+
+
+def parse_record(line: bytes) -> Optional[Dict[str, Any]]:
+    """One complete JSONL line as a record with an integer ``index``, or None when it is
+    not a usable record."""
     if not line.endswith(b"\n") or not line.strip():
         return None
     try:
@@ -81,7 +99,13 @@ def record_index(line: bytes) -> Optional[int]:
     index = data.get("index")
     if not isinstance(index, int) or isinstance(index, bool):
         return None
-    return index
+    return data
+
+
+def record_index(line: bytes) -> Optional[int]:
+    """The ``index`` of one complete JSONL line, or None when it is not a usable record."""
+    record = parse_record(line)
+    return None if record is None else record["index"]
 
 
 def _record_files(folder: Path) -> List[Path]:
@@ -100,7 +124,7 @@ def scan_kept(folder: Path, offset: int, count: int) -> KeptRecords:
     """Index the complete records of ``offset .. offset+count-1`` found under ``folder``.
 
     A missing folder holds nothing. Reads line by line; memory grows with the number of
-    kept records (three integers each), not with their size.
+    kept records (four integers each), not with their size.
     """
     kept = KeptRecords()
     if not folder.is_dir() or folder.is_symlink():
@@ -111,12 +135,14 @@ def scan_kept(folder: Path, offset: int, count: int) -> KeptRecords:
         position = 0
         with open(path, "rb") as handle:
             for line in handle:
-                index = record_index(line)
+                record = parse_record(line)
+                index = None if record is None else record["index"]
                 if index is None or not offset <= index < offset + count \
                         or index in kept.spans:
                     kept.skipped += 1 if line.strip() else 0
                 else:
-                    kept.spans[index] = (number, position, len(line))
+                    kept.spans[index] = (number, position, len(line),
+                                         completion_tokens(record))
                 position += len(line)
     return kept
 

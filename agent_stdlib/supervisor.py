@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Sequence
 
 from agent_stdlib.signals import SignalCoordinator
 from agent_stdlib.steps import StepControl
+from agent_stdlib.text import visible
 
 LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND
 PR_SET_PDEATHSIG = 1
@@ -55,7 +56,8 @@ def open_log(path: Path) -> int:
 
 
 def tail(path: Path, limit: int = 2000) -> str:
-    """The last ``limit`` bytes of a log file, decoded leniently, on one line."""
+    """The last ``limit`` bytes of a log file, decoded leniently, on one line, control
+    characters made visible (a failure reason quotes it; ``agent_stdlib.text``)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -63,7 +65,7 @@ def tail(path: Path, limit: int = 2000) -> str:
             text = handle.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [visible(line.strip()) for line in text.splitlines() if line.strip()]
     return " | ".join(lines[-5:])
 
 

@@ -1,13 +1,15 @@
 """The control plane's one error hierarchy; each class carries its CLI exit code.
 
-Also the one redaction and capping rule for every message that leaves the process.
+Also ``one_line``: the redaction, escaping and capping every message goes through.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from typing import Optional
+
+from agent_stdlib.text import visible
+from control.config.secrets import redact_text
 
 OK = 0
 INTERNAL = 1
@@ -18,33 +20,19 @@ SCHEDULER_UNAVAILABLE = 5
 
 MAX_MESSAGE = 500
 REDACTED = "***"
-_SECRETS = (
-    # --api-key VALUE, --api-key=VALUE, --token ..., --password ...
-    (re.compile(r"(--(?:api[-_]?key|token|password|secret)(?:=|\s+))(\S+)", re.I), r"\1***"),
-    # Authorization: Bearer xyz / Basic xyz
-    (re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.I), r"\1 ***"),
-    # api_key=..., token: ..., "password": "..."
-    (re.compile(r"""((?:api[-_]?key|access[-_]?token|token|password|secret)["']?\s*[:=]\s*["']?)"""
-                r"""([^\s"',;&]+)""", re.I), r"\1***"),
-    # well-known token shapes: OpenAI sk-..., Hugging Face hf_..., GitHub ghp_...
-    (re.compile(r"\b(?:sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{8,})"),
-     REDACTED),
-    # URL userinfo: scheme://user:pass@host -> scheme://***@host
-    (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@"), r"\1***@"),
-)
 
 
 def redact(text: str) -> str:
-    """``text`` with secrets (tokens, ``--api-key`` values, URL userinfo) replaced."""
-    for pattern, replacement in _SECRETS:
-        text = pattern.sub(replacement, text)
-    return text
+    """``text`` with secret values (tokens, ``--api-key`` values, URL userinfo) replaced
+    by ``***``; the rules are ``control.config.secrets``'s."""
+    return redact_text(text, REDACTED)
 
 
 @functools.lru_cache(maxsize=4096)  # status repeats the same few reasons thousands of times
 def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
-    """``text`` redacted, on one line, at most ``limit`` characters."""
-    flat = " ".join(redact(str(text)).split())
+    """``text`` redacted, on one line, control characters made visible, at most ``limit``
+    characters: every message and every reason quoted from a state file or a log."""
+    flat = visible(" ".join(redact(str(text)).split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

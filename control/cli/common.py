@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import click
 
-from control.cli.output import emit_error, emit_json
+from control.cli.output import emit_error, emit_json, emit_text
 
 F = Callable[..., Any]
 
@@ -43,6 +43,6 @@ def common(func: F) -> F:
         if as_json:
             emit_json(result["data"])
         else:
-            click.echo(result["text"])
+            emit_text(result["text"])
 
     return wrapper

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import click
 
 from control.cli.common import common
+from control.cli.output import VisibleStream, emit_text, is_tty
 
 
 @click.command("logs")
@@ -26,7 +27,9 @@ def logs_cmd(run_id: str, shard: Optional[int], step: Optional[str], follow: boo
              profile: Optional[str], as_json: bool) -> Any:
     """Print a log of RUN_ID without knowing the run directory's layout.
 
-    With --json: the file's path, the steps that have logs, and the last 64 KiB.
+    With --json: the file's path, the steps that have logs, and the last 64 KiB. On a
+    terminal, control characters other than newline and tab are shown as escapes
+    (``\\x1b``); piped, the file's bytes are copied as they are.
     """
     from control import api
     from control.runs import logs
@@ -35,9 +38,9 @@ def logs_cmd(run_id: str, shard: Optional[int], step: Optional[str], follow: boo
     path = Path(data["path"])
     if as_json:
         return {"data": {**data, "text": logs.read_tail(path)}, "text": ""}
-    click.echo(_header(data["shard"], data["attempt"], data["execution"], data["step"], path),
-               err=True)
-    out = sys.stdout.buffer
+    emit_text(_header(data["shard"], data["attempt"], data["execution"], data["step"], path),
+              err=True)
+    out = VisibleStream(sys.stdout.buffer) if is_tty() else sys.stdout.buffer
     if not follow:
         logs.copy_from(path, out, 0)
         return None
@@ -51,8 +54,8 @@ def logs_cmd(run_id: str, shard: Optional[int], step: Optional[str], follow: boo
         if target is None:
             return None
         current[0] = target
-        click.echo(_header(target.shard, target.attempt, target.execution, target.step,
-                           target.path), err=True)
+        emit_text(_header(target.shard, target.attempt, target.execution, target.step,
+                          target.path), err=True)
         return target.path
 
     try:

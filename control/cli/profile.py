@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional
 import click
 
 from control.cli.common import common
+from control.cli.output import emit_json, emit_text
 
 MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 
@@ -78,7 +79,7 @@ def validate_cmd(profile: Optional[str], as_json: bool) -> Any:
                                             for c in checks])
     failed = [c for c in checks if c.status == "fail"]
     if failed:
-        click.echo(json.dumps(data, sort_keys=True) if as_json else text)
+        emit_json(data) if as_json else emit_text(text)
         raise InvalidInput(f"{path}: {len(failed)} check(s) failed: "
                            + "; ".join(f"{c.name}: {c.detail}" for c in failed))
     return {"data": data, "text": text}

@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional, Tuple
 import click
 
 from control.cli.common import common
+from control.cli.output import emit_text
 from control.errors import InvalidInput
 
 
@@ -54,7 +55,7 @@ def retry_cmd(run_id: str, shards: Tuple[int, ...], resume: Optional[str], auto:
         preview = api.retry(run_id, shards, resume, dry_run=True, profile=profile)
         if not preview["shards"]:
             return {"data": preview, "text": f"run {run_id}: nothing to retry"}
-        click.echo(f"run {run_id}: would submit\n{describe(preview)}")
+        emit_text(f"run {run_id}: would submit\n{describe(preview)}")
         if not click.confirm("Submit?", default=False):
             return {"data": {**preview, "aborted": True}, "text": "aborted; nothing submitted"}
     data = api.retry(run_id, shards, resume, dry_run=dry_run, auto=auto, profile=profile)

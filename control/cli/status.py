@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 import click
 
 from control.cli.common import common
-from control.cli.output import emit_json, is_tty
+from control.cli.output import emit_json, emit_text, is_tty
 from control.cli.render import frame, plain_line, runs_text, status_text
 
 
@@ -25,13 +25,13 @@ class Screen:
         if not self.tty:
             line = plain_line(data)
             if line != self.last:
-                click.echo(f"{time.strftime('%H:%M:%S')} {line}")
+                emit_text(f"{time.strftime('%H:%M:%S')} {line}")
             self.last = line
             return
         lines: List[str] = frame(data)
         if self.drawn:
             click.echo(f"\x1b[{self.drawn}F\x1b[J", nl=False)  # up N lines, clear below
-        click.echo("\n".join(lines))
+        emit_text("\n".join(lines))  # after our own escapes: the lines are made visible
         self.drawn = len(lines)
 
 

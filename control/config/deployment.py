@@ -18,9 +18,10 @@ from control.config.fields import (
     ServedName,
     Strict,
     Text,
+    UrlPath,
     under,
 )
-from control.config.secrets import check_args, secret_name, secret_value
+from control.config.secrets import check_args, literal_secret
 from control.planning.engines import PARALLEL, RENDERED, check_extra_args
 
 COMMAND_PLACEHOLDERS = frozenset({"host", "port", "model", "served_name", "python", "config_dir",
@@ -90,14 +91,15 @@ EnvValue = Annotated[Union[Annotated[Text, Tag("<text>")],
 
 
 def check_env(env: Dict[str, EnvValue]) -> None:
-    """Secret-named variables must be references; no value may look like a credential."""
+    """No literal secret (``control.config.secrets.literal_secret``): secrets are references."""
     for key, value in env.items():
         if isinstance(value, SecretRef):
             continue
-        if secret_name(key) or secret_value(value):
-            raise ValueError(f"env.{key}: looks like a literal secret (value not shown); "
-                             f"write {{ secret = \"NAME\" }} and list NAME in the profile's "
-                             f"secrets")
+        rule = literal_secret(key, value)
+        if rule:
+            raise ValueError(f"env.{key}: looks like a literal secret: {rule} (value not "
+                             f"shown); write {{ secret = \"NAME\" }} and list NAME in the "
+                             f"profile's secrets")
         check_path_value(f"env.{key}", value)
 
 
@@ -120,7 +122,7 @@ class Deployment(Strict):
     replicas: int = Field(default=1, ge=1, le=64)
     nodes: int = Field(default=1, ge=1, le=64)
     startup_timeout_s: float = Field(default=600.0, gt=0, le=86400)
-    readiness_path: Text = "/health"
+    readiness_path: UrlPath = "/health"
     max_queued_requests: int = Field(default=64, ge=0, le=100000)
 
     @property
@@ -137,8 +139,6 @@ class Deployment(Strict):
         self._check_engine_fields()
         self._check_shape()
         check_env(self.env)
-        if not self.readiness_path.startswith("/"):
-            raise ValueError("readiness_path: must start with '/'")
         if self.engine == "llamacpp" and not self.model.startswith(("/", "{config_dir}/")):
             raise ValueError("model: llamacpp needs the absolute path of a GGUF file")
         return self

@@ -13,13 +13,16 @@ from control.config.rules import SAFE_PATH as SAFE_PATH  # re-exported
 from control.config.rules import check_abs_path as _abs_path
 from control.config.rules import check_safe_path as _safe_path
 from control.config.rules import check_text as _text
-from control.config.secrets import secret_value
+from control.config.secrets import credential
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TIME_LIMIT = re.compile(r"([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}|[0-9]+")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A model on a hub: "name" or "org/name".
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+# An absolute URL path and an optional query (RFC 3986 characters, %XX escapes), no fragment.
+URL_PATH = re.compile(r"/(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*"
+                      r"(?:\?(?:[A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?")
 # The name an engine serves a model under (what clients put in "model").
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")
 
@@ -68,6 +71,14 @@ def _served_name(value: str) -> str:
     return value
 
 
+def _url_path(value: str) -> str:
+    _text(value)
+    if not URL_PATH.fullmatch(value):
+        raise ValueError(f"{value!r} is not a URL path: it starts with '/', has no spaces "
+                         f"and no '#', and may end in a ?query (other characters as %XX)")
+    return value
+
+
 def under(path: str, root: str) -> bool:
     """True if ``path`` is ``root`` or inside it (component-wise, both absolute)."""
     return PurePosixPath(path) == PurePosixPath(root) or PurePosixPath(root) in PurePosixPath(
@@ -83,8 +94,10 @@ def _time_limit(value: str) -> str:
 
 def _env_name(value: str) -> str:
     _text(value)
-    if secret_value(value):
-        raise ValueError("looks like a secret value (not shown), not a variable name")
+    rule = credential(value)
+    if rule:
+        raise ValueError(f"looks like a secret value, not a variable name: it {rule} "
+                         f"(value not shown)")
     if not ENV_NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not an environment variable name")
     return value
@@ -99,3 +112,4 @@ EnvName = Annotated[str, AfterValidator(_env_name)]
 ModelRef = Annotated[str, AfterValidator(_model)]
 ConfigPath = Annotated[str, AfterValidator(_config_path)]
 ServedName = Annotated[str, AfterValidator(_served_name)]
+UrlPath = Annotated[str, AfterValidator(_url_path)]

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 from control.config.document import read_document as read_document  # re-exported
 from control.config.document import tomllib as tomllib  # re-exported (starter)
 from control.config.rules import CONTROL
-from control.config.secrets import redact, secret_name
+from control.config.secrets import redact
 from control.errors import InvalidInput
 
 M = TypeVar("M", bound=BaseModel)
@@ -33,8 +33,9 @@ def _location(loc: Tuple[Any, ...]) -> str:
     return "".join(parts)
 
 
-def _sensitive(loc: Tuple[Any, ...]) -> bool:
-    return any(isinstance(item, str) and secret_name(item) for item in loc)
+def _names(loc: Tuple[Any, ...]) -> str:
+    """The names along ``loc`` (``client.env.HF_TOKEN``): what a secret name is looked for in."""
+    return ".".join(item for item in loc if isinstance(item, str))
 
 
 def first_error(err: ValidationError) -> str:
@@ -52,7 +53,7 @@ def first_error(err: ValidationError) -> str:
         inner = match.group(1)
         where = f"{where}{'' if inner.startswith('[') or not where else '.'}{inner}"
         message = message[match.end():]
-    message = redact(message, item.get("input"), _sensitive(loc))
+    message = redact(message, item.get("input"), _names(loc))
     return redact(f"{where}: {message}" if where else message)
 
 

@@ -22,7 +22,7 @@ from typing import Any, Dict, NamedTuple, Optional
 
 from control.config.document import read_document
 from control.config.rules import check_safe_path
-from control.config.secrets import redact, secret_name
+from control.config.secrets import redact
 from control.errors import InvalidInput, NotFound
 
 # Every top-level field of Profile, in its order (tests assert they agree).
@@ -131,5 +131,5 @@ def load_workspace_profile(name_or_path: Optional[str]) -> WorkspaceProfile:
     try:
         return _check(read_document(path), path)
     except _Bad as bad:
-        message = redact(bad.message, bad.value, bool(secret_name(bad.field)))
+        message = redact(bad.message, bad.value, bad.field)
         raise InvalidInput(f"{path}: " + redact(f"{bad.field}: {message}")) from None

@@ -70,6 +70,7 @@ def test_llamacpp_generates_real_text_through_slurm(slurm_cluster, tmp_path, pyt
         words = record["completion"].split()
         assert len(words) >= 3, record  # real model text, not an empty answer
         assert record["usage"]["completion_tokens"] > 0
+        assert (record["model"], record["served_model"]) == ("smol", "smollm2")
     assert len({r["completion"] for r in records}) > 1  # prompts differ, so do answers
     assert "serve-llamacpp: listening" in _server_logs(tmp_path, status["run_id"])
 

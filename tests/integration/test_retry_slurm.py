@@ -162,6 +162,8 @@ def test_retry_submits_the_two_as_one_array_resuming(scenario):
 def test_all_six_succeed_and_merge_exactly_once_in_order(scenario):
     final = scenario["final"]
     assert final["state"] == "succeeded" and final["counts"] == {"succeeded": SHARDS}
+    # the resumed shards count the records they copied from attempt 1 too
+    assert final["tokens"] == SHARDS * PER_SHARD * 12
     lines = scenario["merged"].read_text().splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["index"] for r in records] == list(range(SHARDS * PER_SHARD))

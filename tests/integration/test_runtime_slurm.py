@@ -9,6 +9,7 @@ asserts the final durable state plus that no process or step of the run is left.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import secrets
 import shutil
@@ -263,6 +264,9 @@ def test_usr1_stops_gracefully_requeues_and_resumes(launch, slurm_cluster):
     assert winner is not None and winner.records == 30
     lines = (job.paths.output / winner.files[0].path).read_text().splitlines()
     assert [int(line.split('"index": ')[1].split(",")[0]) for line in lines] == list(range(30))
+    tokens = sum(json.loads(line)["usage"]["completion_tokens"] for line in lines)
+    progress = read_json(job.paths.progress_json)  # the requeued execution's counters
+    assert progress["records_done"] == 30 and progress["tokens"] == tokens == 30 * 8
     first_client = (job.paths.execution_logs(1) / "client.log").read_text()
     assert "stopped by a signal; kept" in first_client
 

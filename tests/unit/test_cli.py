@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -479,3 +480,87 @@ def test_cancel_through_the_cli(tmp_path: Path, profile_file: Path, workspace: P
     assert json.loads(again.stdout)["scancelled"] == []
     assert argv_log.read_text() == "500_1\n"
     assert json.loads(layout.attempt(1, 1).attempt_json.read_text())["state"] == "cancelled"
+
+
+# ----------------------------------------------------------------------------- untrusted text
+
+ESCAPES = "\x1b[2J\x1b]0;TITLE\x07\x9b31m"  # clear screen, retitle, C1 CSI
+SHOWN = "\\x1b[2J\\x1b]0;TITLE\\x07\\x9b31m"
+CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # every control character but \n
+
+
+def strings(value: object) -> List[str]:
+    """Every string in a JSON value, keys too."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in strings(k) + strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+def test_status_shows_reasons_from_state_files_only_as_visible_escapes(
+        profile_file: Path, workspace: Path) -> None:
+    make_run(workspace, [Shard("failed", f"server exited (log x: {ESCAPES}boom)"),
+                         Shard("winner")])
+    text = invoke("status", "obs-20240101-000000-abcdef", "--profile", str(profile_file))
+    assert text.exit_code == 0, text.stderr
+    assert not CONTROL.search(text.stdout)
+    assert sum(SHOWN + "boom" in line for line in text.stdout.splitlines()) == 2  # row, failure
+    data = json.loads(invoke("status", "obs-20240101-000000-abcdef", "--json", "--profile",
+                             str(profile_file)).stdout)
+    assert not any(CONTROL.search(s) for s in strings(data))  # jq -r gets no raw ESC
+    assert SHOWN + "boom" in data["failures"][0]["reason"]
+
+
+def test_status_watch_frame_shows_reasons_as_visible_escapes(
+        profile_file: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("control.cli.status.is_tty", lambda: True)
+    make_run(workspace, [Shard("failed", ESCAPES)])
+    result = invoke("status", "obs-20240101-000000-abcdef", "--watch", "--profile",
+                    str(profile_file))
+    assert result.exit_code == 0, result.stderr
+    assert SHOWN in result.stdout and not CONTROL.search(result.stdout)
+
+
+def test_scheduler_errors_are_shown_as_visible_escapes(tmp_path: Path, profile_file: Path,
+                                                       workspace: Path) -> None:
+    make_run(workspace, [Shard("running")])
+    folder = fake_slurm_bin(tmp_path, squeue=f"printf '{ESCAPES}down\\n' >&2; exit 1")
+    profile = profile_with_bin(profile_file, folder)
+    text = invoke("status", "obs-20240101-000000-abcdef", "--profile", profile)
+    assert "scheduler unavailable" in text.stdout and SHOWN + "down" in text.stdout
+    assert not CONTROL.search(text.stdout)
+    data = json.loads(invoke("status", "obs-20240101-000000-abcdef", "--json", "--profile",
+                             profile).stdout)
+    assert SHOWN + "down" in data["scheduler_error"]
+    assert not any(CONTROL.search(s) for s in strings(data))
+
+
+def test_runs_json_shows_run_records_as_visible_escapes(profile_file: Path,
+                                                        workspace: Path) -> None:
+    layout = make_run(workspace, [Shard("winner")])
+    record = json.loads(layout.run_json.read_text())
+    layout.run_json.chmod(0o600)
+    layout.run_json.write_text(json.dumps({**record, "name": f"n{ESCAPES}"}))
+    data = json.loads(invoke("runs", "--json", "--profile", str(profile_file)).stdout)
+    assert data["runs"][0]["name"] == "n" + SHOWN
+
+
+def test_logs_escape_control_characters_on_a_terminal_and_json_but_not_in_a_pipe(
+        profile_file: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = make_run(workspace, [Shard("running")])
+    folder = ensure_dir(layout.attempt(0, 1).execution_logs(1))
+    raw = f"step 1\t{ESCAPES}ok\n".encode() + b"bad \xff byte \xe2\x9c\x93\n"
+    (folder / "client.log").write_bytes(raw)
+    args = ["logs", "obs-20240101-000000-abcdef", "--profile", str(profile_file)]
+    piped = invoke(*args)
+    assert piped.exit_code == 0 and piped.stdout_bytes == raw  # the file's bytes, unchanged
+    data = json.loads(invoke(*args, "--json").stdout)
+    assert data["text"].startswith(f"step 1\t{SHOWN}ok\n") and not CONTROL.search(
+        data["text"].replace("\t", ""))
+    monkeypatch.setattr("control.cli.logs.is_tty", lambda: True)
+    shown = invoke(*args)
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout == f"step 1\t{SHOWN}ok\nbad \\xff byte \u2713\n"

@@ -712,3 +712,12 @@ def test_profile_consistency(tmp_path: Path, change: Dict[str, Any], fragment: s
     data = profile_data()
     data.update(change)
     invalid(write_json(tmp_path, data, "p.json"), Profile, fragment)
+
+
+@pytest.mark.parametrize("path", ["/health", "/v1/models", "/health?ready=1", "/a%20b",
+                                  "/health_generate", "/"])
+def test_readiness_path_accepts_url_paths(tmp_path: Path, path: str) -> None:
+    data = run_data()
+    data["deployments"][0]["readiness_path"] = path
+    assert load_model(write_json(tmp_path, data), RunConfig).deployments[0].readiness_path \
+        == path

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
+from click.testing import CliRunner
 
 from agent_stdlib.attempts import advance_attempt, load_attempt, load_readiness
 from agent_stdlib.contracts import (
@@ -28,9 +30,10 @@ from agent_stdlib.invocation import resolve_shard
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.serving import AllocationFailure
 from agent_stdlib.statefile import read_json
+from control.cli.main import cli
 from fixtures.fake_openai_server import expected_completion
 from tests.agent_runs import local_plan, stage
-from tests.conftest import FAKE_SERVER
+from tests.conftest import FAKE_SERVER, REPO
 from tests.processes import processes_mentioning
 
 
@@ -404,3 +407,31 @@ def test_missing_secret_fails_preflight_before_any_step(tmp_path, agent_pyz, pyt
                               "SYNTHBATCH_TEST_UNSET_SECRET (for TOKEN) is not set in the job "
                               "environment")
     assert list(paths.execution_logs(1).iterdir()) == []
+
+
+TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
+ESCAPES = "\x1b[2J\x1b]0;TITLE\x07"  # clear the screen, retitle the window
+SHOWN = "\\x1b[2J\\x1b]0;TITLE\\x07"
+CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # every control character but \n
+
+
+def test_server_log_escapes_reach_status_only_as_visible_text(tmp_path, agent_pyz, python_exe):
+    """A server prints terminal escapes and exits: the agent quotes its log tail in the
+    reason, and ``synthbatch status`` shows it (text and --json) only as visible escapes."""
+    source = f"import sys; sys.stdout.write({ESCAPES!r} + 'boom\\n'); sys.exit(3)"
+    run_id = "esc-20240101-000000-abcdef"
+    plan = local_plan(python_exe, [python_exe, "-c", source, "{port}"], run_id=run_id)
+    workspace = tmp_path / "ws"
+    args = stage(workspace / "runs" / run_id, plan)
+    assert _run(python_exe, agent_pyz, args).returncode == 1
+    attempt = load_attempt(RunLayout(workspace / "runs" / run_id).attempt(0, 1).attempt_json)
+    assert SHOWN + "boom" in attempt.reason and not CONTROL.search(attempt.reason)
+    profile = tmp_path / "profile.toml"
+    profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                   json.dumps(str(workspace))))
+    text = CliRunner().invoke(cli, ["status", run_id, "--profile", str(profile)])
+    assert text.exit_code == 0, text.stderr
+    assert SHOWN in text.stdout and not CONTROL.search(text.stdout)
+    data = CliRunner().invoke(cli, ["status", run_id, "--profile", str(profile), "--json"])
+    reason = json.loads(data.stdout)["failures"][0]["reason"]
+    assert SHOWN in reason and not CONTROL.search(reason)

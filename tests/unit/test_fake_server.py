@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -506,3 +507,50 @@ def test_serve_in_thread(tmp_path: Path) -> None:
             conn.close()
         assert resp.status == 200
         assert data["choices"][0]["text"] == expected_completion("inproc", "hi", 3)
+
+
+class _CountingWriter:
+    """The handler's socket writer, counting the sends it makes."""
+
+    def __init__(self, inner: Any, sends: List[int]) -> None:
+        self._inner, self._sends = inner, sends
+
+    def write(self, data: bytes) -> int:
+        self._sends.append(len(data))
+        return self._inner.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_keep_alive_responses_leave_in_one_send_on_a_nodelay_socket() -> None:
+    """Like uvicorn: TCP_NODELAY on every accepted socket, head and body in one send (two
+    sends without NODELAY stall each kept-alive response ~40 ms on delayed ACK)."""
+    nodelay: List[int] = []
+    sends: List[int] = []
+    with serve_in_thread(model=MODEL) as running:
+        base = running.server.RequestHandlerClass
+
+        class Observed(base):  # type: ignore[misc, valid-type]
+            def setup(self) -> None:
+                super().setup()
+                nodelay.append(self.connection.getsockopt(socket.IPPROTO_TCP,
+                                                          socket.TCP_NODELAY))
+                self.wfile = _CountingWriter(self.wfile, sends)
+
+        running.server.RequestHandlerClass = Observed
+        conn = http.client.HTTPConnection(HOST, running.port, timeout=WAIT)
+        try:
+            for i in range(20):
+                if i % 2:
+                    conn.request("GET", "/health")
+                else:
+                    body = {"model": MODEL, "prompt": f"p{i}", "max_tokens": 2}
+                    conn.request("POST", "/v1/completions", body=json.dumps(body))
+                response = conn.getresponse()
+                assert response.status == 200 and response.getheader("Connection") is None
+                response.read()
+        finally:
+            conn.close()
+    assert nodelay == [1]  # one kept-alive connection, NODELAY set
+    assert len(sends) == 20  # one send per response (was two: head, then body)

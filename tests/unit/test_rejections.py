@@ -26,6 +26,7 @@ QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 HF = "hf_" + "A1b2C3d4E5f6G7h8I9j0K1l2"
 SK = "sk-" + "proj1234567890abcdefXYZ"
+AWS = "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY"  # an AWS secret access key's shape
 Data = Dict[str, Any]
 
 
@@ -120,25 +121,49 @@ CASES = [
          lambda d: dep(d, env={"DATA": "/synthbatch/data"})),
     # literal secrets (never echoed)
     Case("literal-secret-env-name", "deployments[0].env.HF_TOKEN",
-         lambda d: dep(d, env={"HF_TOKEN": HF}), secret=HF),
+         lambda d: dep(d, env={"HF_TOKEN": HF}), secret=HF,
+         fragment="the value starts with 'hf_' like a Hugging Face token"),
     Case("literal-secret-env-value", "deployments[0].env.FOO",
-         lambda d: dep(d, env={"FOO": SK}), secret=SK),
+         lambda d: dep(d, env={"FOO": SK}), secret=SK,
+         fragment="the value starts with 'sk-' like an OpenAI key"),
     Case("literal-secret-env-short", "deployments[0].env.DB_PASSWORD",
-         lambda d: dep(d, env={"DB_PASSWORD": "hunter2"}), secret="hunter2"),
+         lambda d: dep(d, env={"DB_PASSWORD": "hunter2"}), secret="hunter2",
+         fragment="the name has 'PASSWORD' and the value is not a number"),
+    Case("literal-secret-env-random", "deployments[0].env.FOO",
+         lambda d: dep(d, env={"FOO": AWS}), secret=AWS, fragment="a long random token"),
+    # the message is whole: no word of it is taken for a secret (was "*** like a ...")
+    Case("literal-secret-message-intact", "deployments[0].env.HF_TOKEN",
+         lambda d: dep(d, env={"HF_TOKEN": "hf_abc"}), secret="hf_abc",
+         fragment='looks like a literal secret: the name has \'TOKEN\' and the value is not '
+                  'a number, boolean, path, URL or variable name (value not shown); write '
+                  '{ secret = "NAME" } and list NAME in the profile\'s secrets'),
+    Case("unknown-secret-named-key-intact", "client.max_token",
+         put(["client", "max_token"], 24), fragment=": Extra inputs are not permitted"),
     Case("api-key-flag", "deployments[0].extra_args[0]",
-         lambda d: vllm(d, extra_args=["--api-key", SK]), secret=SK),
+         lambda d: vllm(d, extra_args=["--api-key", SK]), secret=SK,
+         fragment="--api-key is set by synthbatch"),  # was "--api-key *** set"
     Case("api-key-in-command", "deployments[0].command[8]",
          lambda d: d["deployments"][0]["command"].append("--api-key=s3cr3t-value"),
-         secret="s3cr3t-value"),
+         secret="s3cr3t-value", fragment="'--api-key' takes a secret"),
     Case("token-in-args", "deployments[0].extra_args[1]",
-         lambda d: vllm(d, extra_args=["--tokenizer", HF]), secret=HF),
+         lambda d: vllm(d, extra_args=["--tokenizer", HF]), secret=HF,
+         fragment="the argument starts with 'hf_' like a Hugging Face token"),
     Case("literal-secret-client-env", "client.env.OPENAI_API_KEY", lambda d: d.update(
         client={"command": ["python3", "/c/client.py"], "env": {"OPENAI_API_KEY": SK}}),
         secret=SK),
     Case("secret-not-declared", "deployments[0].env.HF_TOKEN",
          lambda d: dep(d, env={"HF_TOKEN": {"secret": "HF_TOKEN"}}), fragment="secrets"),
     Case("secret-value-as-name", "secrets[0]", profile=put(["secrets"], [HF]),
-         blame="profile", secret=HF),
+         blame="profile", secret=HF, fragment="it starts with 'hf_' like a Hugging Face token"),
+    # readiness_path is a URL path, checked at plan time (was: refused after the queue wait)
+    Case("readiness-path-space", "deployments[0].readiness_path",
+         lambda d: dep(d, readiness_path="/health x"), fragment="is not a URL path"),
+    Case("readiness-path-fragment", "deployments[0].readiness_path",
+         lambda d: dep(d, readiness_path="/health#x"), fragment="is not a URL path"),
+    Case("readiness-path-bad-escape", "deployments[0].readiness_path",
+         lambda d: dep(d, readiness_path="/health%zz"), fragment="is not a URL path"),
+    Case("readiness-path-relative", "deployments[0].readiness_path",
+         lambda d: dep(d, readiness_path="health"), fragment="starts with '/'"),
     # runtime-owned flags
     Case("reserved-port", "deployments[0].extra_args[0]",
          lambda d: vllm(d, extra_args=["--port", "8000"]), fragment="--port"),

@@ -258,3 +258,95 @@ def test_generate_main_reads_synthbatch_resume_dir(tmp_path: Path, server) -> No
     assert sorted(prompts) == ["Tell me about 4.", "Tell me about 5."]
     records = (output / "records-000000000000.jsonl").read_text().splitlines()
     assert [json.loads(x)["index"] for x in records] == list(range(6))
+
+
+# ----------------------------------------------------------------------------- tokens
+
+
+class StopAfter(Progress):
+    """Progress that sets ``stop`` once ``after`` records were generated (a SIGUSR1)."""
+
+    def __init__(self, path: Path, total: int, stop: threading.Event, after: int) -> None:
+        super().__init__(path, total)
+        self.stop, self.after = stop, after
+
+    def add(self, record: Dict[str, object]) -> None:
+        super().add(record)
+        if self.done >= self.after:
+            self.stop.set()
+
+
+def file_tokens(path: Path) -> int:
+    """The completion tokens of every record in ``path``."""
+    return sum(json.loads(x)["usage"]["completion_tokens"]
+               for x in path.read_text().splitlines())
+
+
+@pytest.fixture
+def slow_server():
+    """0.2 s per record (4 tokens): a record submitted after the stop is never ready
+    within the 0.1 s generate waits once stopped, so a stopped run really stops early."""
+    running = serve_in_thread(model="fake-model", token_latency=0.05)
+    yield running
+    running.stop()
+
+
+def stopped_run(running, out_file: Path, progress_json: Path, count: int) -> int:
+    """Generate ``count`` records into ``out_file`` but stop after 3; the records kept."""
+    stop = threading.Event()
+    done = generate(spec(), Target(running.url, "fake-model"), 0, count, out_file,
+                    StopAfter(progress_json, count, stop, after=3), stop=stop)
+    assert 3 <= done < count
+    return done
+
+
+def test_tokens_after_a_requeue_count_the_records_kept_in_the_file(tmp_path: Path, server,
+                                                                   slow_server) -> None:
+    running, _ = server
+    out_file = tmp_path / "output" / "records-000000000000.jsonl"
+    out_file.parent.mkdir()
+    kept = stopped_run(slow_server, out_file, tmp_path / "progress.json", 12)
+    progress = Progress(tmp_path / "progress.json", 12)  # the next execution
+    assert generate(spec(), Target(running.url, "fake-model"), 0, 12, out_file,
+                    progress) == 12
+    assert file_tokens(out_file) == 12 * 4  # max_tokens 4 per record
+    assert progress.tokens == 48  # was 4 * (12 - kept): the kept records' tokens were lost
+    written = json.loads((tmp_path / "progress.json").read_text())
+    assert written["tokens"] == 48 and written["records_done"] == 12 and kept > 0
+
+
+def test_tokens_after_a_resume_count_the_records_copied_from_an_earlier_attempt(
+        tmp_path: Path, server, slow_server) -> None:
+    running, _ = server
+    first = tmp_path / "attempt-0001" / "output" / "records-000000000000.jsonl"
+    first.parent.mkdir(parents=True)
+    kept = stopped_run(slow_server, first, tmp_path / "progress-1.json", 12)
+    out_file = tmp_path / "attempt-0002" / "output" / "records-000000000000.jsonl"
+    out_file.parent.mkdir(parents=True)
+    progress = Progress(tmp_path / "progress.json", 12)
+    assert generate(spec(), Target(running.url, "fake-model"), 0, 12, out_file, progress,
+                    kept=kept_records(str(first.parent), out_file.parent, 0, 12)) == 12
+    assert progress.tokens == file_tokens(out_file) == 48  # was 4 * (12 - kept)
+    assert json.loads((tmp_path / "progress.json").read_text())["tokens"] == 48 and kept > 0
+
+
+def test_kept_records_without_usage_count_no_tokens(tmp_path: Path, server) -> None:
+    running, _ = server
+    previous = tmp_path / "prev"
+    write(previous / "r.jsonl", line(0) + "\n" + line(1, usage={"completion_tokens": "x"})
+          + "\n" + line(2, usage={"completion_tokens": 5}) + "\n")
+    out_file = tmp_path / "out" / "records.jsonl"
+    write(out_file, line(0, usage={"completion_tokens": 7}) + "\n")
+    progress = Progress(None, 4)
+    assert generate(spec(), Target(running.url, "fake-model"), 0, 4, out_file, progress,
+                    kept=scan_kept(previous, 0, 4)) == 4
+    assert progress.tokens == 7 + 0 + 5 + 4  # own line, malformed, kept, generated
+
+
+def test_records_carry_the_alias_and_the_served_model(tmp_path: Path, server) -> None:
+    running, log = server
+    out_file = tmp_path / "records.jsonl"
+    generate(spec(), Target(running.url, "fake-model"), 0, 2, out_file, Progress(None, 2))
+    records = [json.loads(x) for x in out_file.read_text().splitlines()]
+    assert [(r["model"], r["served_model"]) for r in records] == [("tiny", "fake-model")] * 2
+    assert {json.loads(x)["model"] for x in log.read_text().splitlines()} == {"fake-model"}
