@@ -167,13 +167,15 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
     only failed shards below the plan's ``max_attempts``; ``resume`` overrides the plan's
     resume policy. Returns what was (with ``dry_run``: would be) submitted.
     """
-    from control.runs.observe import observe
+    from control.runs.observe import observe, unreachable
     from control.runs.retry import retry_run
 
     prof = _profile(profile)
     layout = run_layout(Path(prof.workspace), run_id)
     sched = scheduler or scheduler_for(prof)
-    observe(layout, sched)
+    error = unreachable(observe(layout, sched))
+    if error is not None:  # the records alone cannot say which shards ended
+        raise error
     done = retry_run(layout, prof, sched, list(shards), resume, dry_run, auto, lock_wait_s)
     return {"run_id": run_id, "dry_run": dry_run, "auto": auto,
             "shards": [c.to_dict() for c in done.submitted],

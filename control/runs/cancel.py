@@ -15,7 +15,12 @@ from agent_stdlib import states
 from agent_stdlib.attempts import advance_attempt, load_attempt
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError
-from control.errors import InvalidInput
+from control.errors import (
+    InvalidInput,
+    SchedulerRejected,
+    SchedulerUnavailable,
+    SchedulerUncertain,
+)
 from control.runs.ledger import record_cancel
 from control.runs.observe import base_id
 from control.runs.store import (
@@ -88,9 +93,13 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
     views = [v for v in (scan_shard(layout, i) for i in selected) if _open(v)]
     jobs = {v.attempt.job_id for v in views if v.attempt and v.attempt.job_id}
     targets = scancel_targets(layout, jobs)
-    if views:
-        record_cancel(layout, selected, targets)
-    scheduler.cancel(targets)
+    record = record_cancel(layout, selected, targets) if views else None
+    try:
+        scheduler.cancel(targets)
+    except (SchedulerRejected, SchedulerUnavailable) as err:
+        if record is not None and not isinstance(err, SchedulerUncertain):
+            record.unlink(missing_ok=True)  # definitely nothing was cancelled
+        raise
     for view in views:
         if view.attempt and not view.attempt.job_id:
             _settle(layout, view, f"{BY_CANCEL} before submission")

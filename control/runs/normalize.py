@@ -45,6 +45,7 @@ FAILURE_TEXT = {
     "COMPLETED": "job completed",
 }
 LAG = "accounting lag"
+SCHEDULER_UNAVAILABLE = "scheduler unavailable"  # reason of a shard Slurm was not asked about
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def _active(row: JobRow, source: str, ev: Evidence) -> Verdict:
 
 def _missing(ev: Evidence) -> Verdict:
     if not ev.asked:
-        return Verdict(UNKNOWN, "scheduler unavailable", "none")
+        return Verdict(UNKNOWN, SCHEDULER_UNAVAILABLE, "none")
     where = "squeue and sacct" if ev.accounting else "squeue (no accounting on this cluster)"
     if ev.lag_expired:
         return Verdict(LOST, f"job is in neither {where} and the agent recorded no outcome",

@@ -49,6 +49,7 @@ class SchedulerView:
     acct: Dict[str, JobRow] = field(default_factory=dict)
     accounting: Optional[bool] = None  # None: sacct was not needed
     error: Optional[str] = None
+    hint: Optional[str] = None  # what to check when ``error`` says Slurm is unreachable
     asked: Set[str] = field(default_factory=set)
     rows: Optional[List[JobRow]] = None  # squeue's rows for the run's job name
 
@@ -87,6 +88,7 @@ def ask_scheduler(scheduler: Scheduler, name: str, job_ids: Set[str]) -> Schedul
                          if job in absent}
     except SchedulerUnavailable as err:
         view.error = one_line(err.message, 300)
+        view.hint = err.hint
         return view
     view.asked = set(job_ids)
     return view
@@ -245,6 +247,17 @@ def _verdicts(layout: RunLayout, shards: List[ShardView], sched: SchedulerView, 
             for s in shards]
 
 
+def unreachable(data: Dict[str, Any]) -> Optional[SchedulerUnavailable]:
+    """The error of a refresh that could not ask Slurm about a run that is not over.
+
+    ``status`` exits with it (5) and ``retry`` refuses to act on it; a run whose every shard
+    is settled by its records needs no scheduler, so an error then is only a note.
+    """
+    if not data.get("scheduler_error") or data.get("state") in norm.FINAL:
+        return None
+    return SchedulerUnavailable(data["scheduler_error"], hint=data.get("scheduler_hint"))
+
+
 def summarize(run_id: str, name: str, total: int, committed: bool,
               rows: List[Dict[str, Any]], rate: float, sched: SchedulerView,
               notes: List[str]) -> Dict[str, Any]:
@@ -255,9 +268,12 @@ def summarize(run_id: str, name: str, total: int, committed: bool,
     done = sum(row["records_done"] for row in rows)
     state = norm.run_state(counts, committed)
     eta = (total - done) / rate if rate > 0 and state not in norm.FINAL else None
+    # A shard that is unknown only because Slurm could not be asked is not a failure: the
+    # one ``scheduler_error`` says so for all of them.
     failures = [{"shard": r["index"], "state": r["state"], "reason": r["reason"],
                  "log": r.get("log")}
-                for r in rows if r["state"] in (norm.FAILED, norm.LOST, norm.UNKNOWN)
+                for r in rows if (r["state"] in (norm.FAILED, norm.LOST, norm.UNKNOWN)
+                                  and r["reason"] != norm.SCHEDULER_UNAVAILABLE)
                 or (r["state"] == norm.CANCELLED and r["reason"])]
     return {
         "run_id": run_id, "name": name, "committed": committed, "state": state,
@@ -265,6 +281,6 @@ def summarize(run_id: str, name: str, total: int, committed: bool,
         "tokens": sum(row["tokens"] for row in rows),
         "rate": round(rate, 3), "eta_s": round(eta, 1) if eta is not None else None,
         "counts": dict(sorted(counts.items())), "accounting": sched.accounting,
-        "scheduler_error": sched.error, "notes": notes, "failures": failures,
-        "shards": rows,
+        "scheduler_error": sched.error, "scheduler_hint": sched.hint, "notes": notes,
+        "failures": failures, "shards": rows,
     }
