@@ -12,7 +12,6 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, load_attempt
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError
 from control.errors import (
@@ -68,15 +67,14 @@ def scancel_targets(layout: RunLayout, job_ids: Set[str]) -> List[str]:
 
 def _settle(layout: RunLayout, view: ShardView, reason: str) -> None:
     """Record ``cancelled`` unless the attempt reached a terminal state by itself."""
+    from control.runs.reconcile import mark_ended
+
     attempt = view.attempt
     assert attempt is not None
-    path = layout.attempt(view.index, attempt.number).attempt_json
     try:
-        current = load_attempt(path)
-        if current is not None and current.state not in states.TERMINAL:
-            advance_attempt(path, states.CANCELLED, reason=reason)
-    except (StateError, states.TransitionError):
-        pass  # a concurrent writer finished it; its record stands
+        mark_ended(layout, view.index, attempt.number, states.CANCELLED, reason)
+    except (StateError, OSError):
+        pass  # shown as it is; the record names the problem on the next read
 
 
 def _ended(scheduler: Scheduler, name: str, job_ids: Set[str]) -> Set[str]:
