@@ -108,12 +108,12 @@ def status(run_id: str, profile: Optional[str] = None,
     ``max_attempts`` (as ``retry --auto``; skipped while another retry holds the lock) and
     adds what it submitted as ``retried``.
     """
-    from control.runs.observe import observe
+    from control.runs.observe import observe, unreachable
 
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(prof)
     data = observe(layout, sched)
-    if not auto_retry or not data["counts"].get("failed"):
+    if not auto_retry or not data["counts"].get("failed") or unreachable(data):
         return data
     from control.errors import Conflict
     from control.runs.retry import retry_run
