@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from agent_stdlib import states
 from agent_stdlib.attempts import load_attempt
@@ -40,8 +40,22 @@ def load_result(path: Path) -> ResultManifest:
 
 
 def load_winner(layout: RunLayout, shard: int) -> Optional[WinnerRecord]:
-    """The shard's winner, or None if none has been published."""
-    return load_record(layout.winner_json(shard), WinnerRecord)
+    """The shard's winner, verified the one way every reader verifies it (``verify_winner``)."""
+    return verify_winner(layout.winner_json(shard), shard)
+
+
+def verify_winner(path: Union[str, Path], shard: int) -> Optional[WinnerRecord]:
+    """The winner record at ``path`` (the ``winner.json`` of ``shard``), verified.
+
+    It must be a regular file (never followed through a symlink) holding a WinnerRecord
+    that names this shard. None when no winner has been published; StateError naming the
+    file when one is there but is not such a record (status, runs, retry and merge then
+    all treat the shard as damaged, never as succeeded).
+    """
+    winner = load_record(path, WinnerRecord)
+    if winner is not None and winner.shard != shard:
+        raise StateError(f"{path}: names shard {winner.shard}, not {shard}")
+    return winner
 
 
 def complete_winner(layout: RunLayout, shard: int, attempt: int,

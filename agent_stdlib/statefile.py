@@ -6,10 +6,12 @@ with ``link`` so that the first writer wins. Every write fsyncs the parent direc
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, Iterable, Optional, Tuple, Type, TypeVar, Union
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -118,14 +120,35 @@ def publish_json_immutable(path: Path, data: Dict[str, Any]) -> bool:
     return publish_immutable(path, dumps(data))
 
 
-def read_bytes(path: Path) -> Optional[bytes]:
-    """Read a state file without following a symlink; None if it does not exist."""
+def open_state_file(path: Union[str, Path]) -> Optional[int]:
+    """A read-only fd of a state file; None if it does not exist.
+
+    StateError unless ``path`` is a regular file: a symlink is never followed (O_NOFOLLOW),
+    and a FIFO or device is never read (O_NONBLOCK keeps the open from waiting on one).
+    """
     try:
-        fd = os.open(str(path), os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise StateError(f"{path}: cannot open ({err.strerror})") from err
+        what = "a symbolic link" if err.errno == errno.ELOOP else err.strerror
+        raise StateError(f"{path}: cannot open ({what})") from err
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as err:
+        os.close(fd)
+        raise StateError(f"{path}: cannot stat ({err.strerror})") from err
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise StateError(f"{path}: not a regular file")
+    return fd
+
+
+def read_bytes(path: Union[str, Path]) -> Optional[bytes]:
+    """Read a state file (a regular file, never through a symlink); None if it is absent."""
+    fd = open_state_file(path)
+    if fd is None:
+        return None
     try:
         with os.fdopen(fd, "rb") as handle:
             return handle.read()
@@ -136,7 +159,7 @@ def read_bytes(path: Path) -> Optional[bytes]:
 R = TypeVar("R")
 
 
-def load_record(path: Path, cls: Type[R]) -> Optional[R]:
+def load_record(path: Union[str, Path], cls: Type[R]) -> Optional[R]:
     """Read a contract record of type ``cls`` (anything with ``from_dict``).
 
     None if the file is missing; StateError naming the file if it is half-published,
@@ -151,7 +174,7 @@ def load_record(path: Path, cls: Type[R]) -> Optional[R]:
         raise StateError(f"{path}: {err}") from err
 
 
-def read_json(path: Path) -> Optional[Dict[str, Any]]:
+def read_json(path: Union[str, Path]) -> Optional[Dict[str, Any]]:
     """Read a JSON record; None if missing, StateError if half-published or malformed."""
     raw = read_bytes(path)
     if raw is None:

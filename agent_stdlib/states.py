@@ -38,6 +38,8 @@ READINESS_STATES = (
     "stopped",
     "failed",
 )
+READY_STOPPED, READY_FAILED = "stopped", "failed"
+READINESS_CLOSED: FrozenSet[str] = frozenset({READY_STOPPED, READY_FAILED})  # nothing served
 
 
 class TransitionError(Exception):

@@ -93,6 +93,14 @@ def build(workspace: Path, shards: int, job: Optional[str], run_id: str) -> Path
     return root
 
 
+def winner(index: int) -> dict:
+    """A complete winner record (status verifies every one, as merge does)."""
+    files = [{"path": "records.jsonl", "sha256": "0" * 64, "bytes": 1000 * PER_SHARD,
+              "records": PER_SHARD}]
+    return {"schema_version": 1, "shard": index, "attempt": 1, "records": PER_SHARD,
+            "result_sha256": "0" * 64, "files": files, "created_at": NOW - 3600}
+
+
 def write_shard(root: Path, run_id: str, index: int, state: str, job: str) -> None:
     shard = root / "shards" / f"shard-{index:05d}"
     folder = shard / "attempts" / "attempt-0001"
@@ -101,7 +109,7 @@ def write_shard(root: Path, run_id: str, index: int, state: str, job: str) -> No
     if state == "succeeded":
         write(folder / "attempt.json", attempt(run_id, index, state, job, updated_at=old))
         write(folder / "progress.json", progress(PER_SHARD))
-        write(shard / "winner.json", {"schema_version": 1, "shard": index, "attempt": 1})
+        write(shard / "winner.json", winner(index))
     elif state in ("failed", "cancelled"):
         log = folder / "logs" / "execution-1" / "client.log"
         reason = f"client exited with status 1 (log {log}: boom)"

@@ -108,12 +108,12 @@ def status(run_id: str, profile: Optional[str] = None,
     ``max_attempts`` (as ``retry --auto``; skipped while another retry holds the lock) and
     adds what it submitted as ``retried``.
     """
-    from control.runs.observe import observe
+    from control.runs.observe import observe, unreachable
 
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(prof)
     data = observe(layout, sched)
-    if not auto_retry or not data["counts"].get("failed"):
+    if not auto_retry or not data["counts"].get("failed") or unreachable(data):
         return data
     from control.errors import Conflict
     from control.runs.retry import retry_run
@@ -122,9 +122,12 @@ def status(run_id: str, profile: Optional[str] = None,
         done = retry_run(layout, _profile(profile), sched, auto=True, lock_wait_s=0.0)
     except Conflict as err:
         return {**data, "retried": [], "notes": [*data["notes"], err.message]}
+    notes = [done.selection.skipped[s] for s in sorted(done.selection.skipped)]
     if not done.submitted:
-        return {**data, "retried": []}
-    return {**observe(layout, sched), "retried": [c.to_dict() for c in done.submitted]}
+        return {**data, "retried": [], "notes": [*data["notes"], *notes]}
+    fresh = observe(layout, sched)
+    return {**fresh, "retried": [c.to_dict() for c in done.submitted],
+            "notes": [*fresh["notes"], *notes]}
 
 
 def cancel(run_id: str, shards: Sequence[int] = (), profile: Optional[str] = None,
@@ -162,23 +165,33 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
           scheduler: Optional[Scheduler] = None, lock_wait_s: float = 60.0) -> Dict[str, Any]:
     """Submit attempt N+1 for shards that ended without a winner (or the named ``shards``).
 
-    Reconciles first (the same refresh as ``status``: lost agents become ``failed``, a
-    missing winner is completed), then selects under the run's retry lock. ``auto`` takes
-    only failed shards below the plan's ``max_attempts``; ``resume`` overrides the plan's
-    resume policy. Returns what was (with ``dry_run``: would be) submitted.
+    Reconciles first (the same refresh as ``status``: an attempt whose job is gone from
+    Slurm is recorded ``failed``/``cancelled``, a missing winner is completed), then selects
+    under the run's retry lock; a named shard that has not ended is refused in the words
+    status uses for it. ``auto`` takes only failed shards below the plan's
+    ``max_attempts``; ``resume`` overrides the plan's resume policy. Shards whose records
+    are damaged are left out and listed as ``skipped``, the others still submitted.
+    Returns what was (with ``dry_run``: would be) submitted.
     """
-    from control.runs.observe import observe
+    from control.runs.observe import observe, unreachable
     from control.runs.retry import retry_run
 
     prof = _profile(profile)
     layout = run_layout(Path(prof.workspace), run_id)
     sched = scheduler or scheduler_for(prof)
-    observe(layout, sched)
-    done = retry_run(layout, prof, sched, list(shards), resume, dry_run, auto, lock_wait_s)
+    seen = observe(layout, sched)
+    error = unreachable(seen)
+    if error is not None:  # the records alone cannot say which shards ended
+        raise error
+    verdicts = {row["index"]: (row["state"], row["reason"]) for row in seen["shards"]}
+    done = retry_run(layout, prof, sched, list(shards), resume, dry_run, auto, lock_wait_s,
+                     verdicts=verdicts)
+    selection = done.selection
     return {"run_id": run_id, "dry_run": dry_run, "auto": auto,
             "shards": [c.to_dict() for c in done.submitted],
             "submissions": done.submissions,
-            "exhausted": [done.selection.exhausted[s] for s in sorted(done.selection.exhausted)]}
+            "exhausted": [selection.exhausted[s] for s in sorted(selection.exhausted)],
+            "skipped": [selection.skipped[s] for s in sorted(selection.skipped)]}
 
 
 def runs(profile: Optional[str] = None) -> Dict[str, Any]:

@@ -17,7 +17,8 @@ from control.cli.common import common
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "parquet"]), default="jsonl",
               show_default=True, help="parquet needs the optional pyarrow extra.")
 @click.option("--allow-partial", is_flag=True,
-              help="Merge the shards that have winners; list the others in the manifest.")
+              help="Merge the shards with a sound winner; name the others (and why) in the "
+                   "manifest.")
 @common
 def merge_cmd(run_id: str, output: Optional[Path], fmt: str, allow_partial: bool,
               profile: Optional[str]) -> Any:
@@ -27,6 +28,8 @@ def merge_cmd(run_id: str, output: Optional[Path], fmt: str, allow_partial: bool
     data = api.merge(run_id, output, allow_partial, profile, fmt=fmt)
     text = f"merged {data['records']} records into {data['output']}"
     if data["missing_shards"]:
-        text += (f"\n  partial: {len(data['missing_shards'])} shard(s) without a winner were "
-                 f"left out: {', '.join(map(str, data['missing_shards'][:20]))}")
+        text += (f"\n  partial: {len(data['missing_shards'])} shard(s) were left out: "
+                 f"{', '.join(map(str, data['missing_shards'][:20]))}")
+        text += "".join(f"\n  left out shard {item['shard']}: {item['reason']}"
+                        for item in data["bad_shards"])
     return {"data": data, "text": text}

@@ -69,7 +69,7 @@ def validate_cmd(profile: Optional[str], as_json: bool) -> Any:
     """Check the workspace, Slurm, the partition and its GPUs, Python and containers."""
     from control.config.checks import check_profile
     from control.config.profile import load_profile
-    from control.errors import InvalidInput
+    from control.errors import InvalidInput, SchedulerUnavailable
 
     prof, path = load_profile(profile)
     checks = check_profile(prof)
@@ -80,8 +80,12 @@ def validate_cmd(profile: Optional[str], as_json: bool) -> Any:
     failed = [c for c in checks if c.status == "fail"]
     if failed:
         emit_json(data) if as_json else emit_text(text)
-        raise InvalidInput(f"{path}: {len(failed)} check(s) failed: "
-                           + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+        message = (f"{path}: {len(failed)} check(s) failed: "
+                   + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+        down = next((c.unreachable for c in failed if c.unreachable is not None), None)
+        if down is not None:  # Slurm could not be asked: exit 5, with its hint
+            raise SchedulerUnavailable(message, hint=down.hint)
+        raise InvalidInput(message)
     return {"data": data, "text": text}
 
 

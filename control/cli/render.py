@@ -43,7 +43,8 @@ def _notes(data: Status) -> List[str]:
         lines.append("  accounting is disabled on this cluster: using squeue and the agent's "
                      "records only")
     if data.get("scheduler_error"):
-        lines.append(f"  scheduler unavailable: {data['scheduler_error']}")
+        hint = f" (hint: {data['scheduler_hint']})" if data.get("scheduler_hint") else ""
+        lines.append(f"  scheduler unavailable: {data['scheduler_error']}{hint}")
     lines.extend(f"  note: {note}" for note in data.get("notes", []))
     return lines
 
@@ -107,7 +108,9 @@ def frame(data: Status) -> List[str]:
 
 def plain_line(data: Status) -> str:
     """The one-line form of a refresh, for output that is not a terminal."""
-    return f"{headline(data)}{metrics(data)}"
+    down = f"  scheduler unavailable: {data['scheduler_error']}" \
+        if data.get("scheduler_error") else ""
+    return f"{headline(data)}{metrics(data)}{down}"
 
 
 def runs_text(runs: List[Dict[str, Any]]) -> str:

@@ -8,8 +8,8 @@ from typing import Any, Dict, Optional, Tuple
 import click
 
 from control.cli.common import common
-from control.cli.output import emit_text
-from control.errors import InvalidInput
+from control.cli.output import emit_json, emit_text
+from control.errors import Conflict, InvalidInput
 
 
 def interactive() -> bool:
@@ -27,7 +27,7 @@ def describe(data: Dict[str, Any]) -> str:
     for sub in data["submissions"]:
         lines.append(f"  submission {sub['number']}: job {sub['job_id']} "
                      f"({len(sub['shards'])} shard(s))")
-    lines.extend(f"  not retried: {why}" for why in data["exhausted"])
+    lines.extend(f"  not retried: {why}" for why in data["exhausted"] + data["skipped"])
     return "\n".join(lines)
 
 
@@ -54,15 +54,32 @@ def retry_cmd(run_id: str, shards: Tuple[int, ...], resume: Optional[str], auto:
             raise InvalidInput("retry needs --yes when it cannot ask (not a terminal or --json)")
         preview = api.retry(run_id, shards, resume, dry_run=True, profile=profile)
         if not preview["shards"]:
-            return {"data": preview, "text": f"run {run_id}: nothing to retry"}
+            return _report(run_id, preview, as_json)
         emit_text(f"run {run_id}: would submit\n{describe(preview)}")
         if not click.confirm("Submit?", default=False):
             return {"data": {**preview, "aborted": True}, "text": "aborted; nothing submitted"}
-    data = api.retry(run_id, shards, resume, dry_run=dry_run, auto=auto, profile=profile)
+    return _report(run_id, api.retry(run_id, shards, resume, dry_run=dry_run, auto=auto,
+                                     profile=profile), as_json)
+
+
+def _report(run_id: str, data: Dict[str, Any], as_json: bool) -> Dict[str, Any]:
+    """What retry did; exit 4 (after saying so) when shards were skipped as damaged."""
+    dry_run = data["dry_run"]
     if not data["shards"]:
         text = f"run {run_id}: nothing to retry"
-        if data["exhausted"]:
+        if data["exhausted"] or data["skipped"]:
             text += "\n" + describe(data)
+    else:
+        verb = "would submit" if dry_run else "submitted"
+        text = f"run {run_id}: {verb}\n{describe(data)}"
+    if not data["skipped"]:
         return {"data": data, "text": text}
-    verb = "would submit" if dry_run else "submitted"
-    return {"data": data, "text": f"run {run_id}: {verb}\n{describe(data)}"}
+    # Shards with damaged records were left out: say what was done, then exit 4 so that a
+    # script knows not every shard that needs a retry got one.
+    if as_json:
+        emit_json(data)
+    else:
+        emit_text(text)
+    raise Conflict(f"run {run_id}: {len(data['skipped'])} shard(s) not retried: "
+                   + "; ".join(data["skipped"]),
+                   hint="repair or move aside the damaged records, then retry them")

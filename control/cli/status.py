@@ -46,13 +46,23 @@ def status_cmd(run_id: str, watch: bool, interval: float, profile: Optional[str]
                as_json: bool) -> Any:
     """Show the shards of RUN_ID by state, records, tokens, rate, ETA and failures.
 
-    With --json --watch, one JSON object is printed when the run ends.
+    Exits 5 (after printing what the records say) when Slurm could not be asked about a
+    run that is not over; --watch shows that as a note and keeps refreshing. With --json
+    --watch, one JSON object is printed when the run ends.
     """
     from control import api
+    from control.runs.observe import unreachable
 
     if not watch:
         data = api.status(run_id, profile)
-        return {"data": data, "text": status_text(data)}
+        error = unreachable(data)
+        if error is None:
+            return {"data": data, "text": status_text(data)}
+        if as_json:
+            emit_json(data)
+        else:  # the error line on stderr is the one message about the scheduler
+            click.echo(status_text({**data, "scheduler_error": None}))
+        raise error
     from control.runs.watch import Backoff
     from control.runs.watch import watch as watch_loop
 

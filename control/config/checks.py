@@ -11,14 +11,14 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from control.config.profile import Profile
-from control.errors import SynthbatchError
-from control.planning.arrays import parse_max_array_size
+from control.errors import SchedulerUnavailable, SynthbatchError
 from control.slurm.runner import Runner, binary, run_command
+from control.slurm.scheduler import Scheduler
 
 BINARIES = ("sbatch", "squeue", "sacct", "scontrol", "scancel", "sinfo", "srun")
 SHARED_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "glusterfs",
@@ -29,15 +29,21 @@ Which = Callable[[str], Optional[str]]
 
 @dataclass(frozen=True)
 class Check:
-    """One finding: ``status`` is ``ok``, ``warn`` or ``fail``."""
+    """One finding: ``status`` is ``ok``, ``warn`` or ``fail``.
+
+    ``unreachable`` is the error of a check that could not reach Slurm at all (validate
+    then exits 5, like every command that needs an unreachable scheduler).
+    """
 
     name: str
     status: str
     detail: str
+    unreachable: Optional[SchedulerUnavailable] = field(default=None, compare=False,
+                                                        repr=False)
 
     def to_dict(self) -> Dict[str, str]:
         """Plain data for ``--json``."""
-        return asdict(self)
+        return {"name": self.name, "status": self.status, "detail": self.detail}
 
 
 def _fs_type(path: Path, mounts_file: Path = Path("/proc/mounts")) -> Optional[str]:
@@ -113,12 +119,17 @@ def _partition_rows(text: str) -> List[List[str]]:
     return [line.split("|") for line in text.splitlines() if line.count("|") >= 3]
 
 
+def _scheduler(profile: Profile, runner: Runner) -> Scheduler:
+    return Scheduler(slurm_bin=profile.slurm_bin, timeout_s=profile.scheduler_timeout_s,
+                     runner=runner)
+
+
 def check_partition(profile: Profile, runner: Runner = run_command) -> Check:
     """The partition exists, is up, and its nodes have the GPUs the profile claims."""
-    sinfo = binary("sinfo", profile.slurm_bin)
-    ok, out = _run(runner, [sinfo, "-h", "-o", "%P|%a|%D|%G|%l"], profile.scheduler_timeout_s)
-    if not ok:
-        return Check("partition", "fail", f"sinfo: {out}")
+    try:
+        out = _scheduler(profile, runner).query("sinfo", "-h", "-o", "%P|%a|%D|%G|%l").stdout
+    except SchedulerUnavailable as err:
+        return Check("partition", "fail", err.message, unreachable=err)
     rows = _partition_rows(out)
     wanted = profile.partition
     match = [r for r in rows if r[0].rstrip("*") == wanted or (not wanted and r[0].endswith("*"))]
@@ -143,11 +154,12 @@ def check_partition(profile: Profile, runner: Runner = run_command) -> Check:
 
 def check_arrays(profile: Profile, runner: Runner = run_command) -> Check:
     """``MaxArraySize``: runs with more shards are split into several arrays."""
-    scontrol = binary("scontrol", profile.slurm_bin)
-    ok, out = _run(runner, [scontrol, "show", "config"], profile.scheduler_timeout_s)
-    size = parse_max_array_size(out) if ok else None
+    try:
+        size = _scheduler(profile, runner).max_array_size()
+    except SchedulerUnavailable as err:
+        return Check("arrays", "warn", f"MaxArraySize unknown ({err.message})")
     if size is None:
-        return Check("arrays", "warn", f"MaxArraySize unknown ({out if not ok else 'absent'})")
+        return Check("arrays", "warn", "MaxArraySize unknown (absent)")
     return Check("arrays", "ok", f"MaxArraySize {size}: up to {size} shards per array")
 
 

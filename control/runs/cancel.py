@@ -13,10 +13,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from agent_stdlib import states
 from agent_stdlib.arrays import Array, array_job_id, array_task, task_job_id
-from agent_stdlib.attempts import advance_attempt, load_attempt
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError
-from control.errors import InvalidInput
+from control.errors import (
+    InvalidInput,
+    SchedulerRejected,
+    SchedulerUnavailable,
+    SchedulerUncertain,
+)
 from control.runs.ledger import record_cancel
 from control.runs.store import (
     ShardView,
@@ -65,15 +69,14 @@ def scancel_targets(layout: RunLayout, arrays: Sequence[Array],
 
 def _settle(layout: RunLayout, view: ShardView, reason: str) -> None:
     """Record ``cancelled`` unless the attempt reached a terminal state by itself."""
+    from control.runs.reconcile import mark_ended
+
     attempt = view.attempt
     assert attempt is not None
-    path = layout.attempt(view.index, attempt.number).attempt_json
     try:
-        current = load_attempt(path)
-        if current is not None and current.state not in states.TERMINAL:
-            advance_attempt(path, states.CANCELLED, reason=reason)
-    except (StateError, states.TransitionError):
-        pass  # a concurrent writer finished it; its record stands
+        mark_ended(layout, view.index, attempt.number, states.CANCELLED, reason)
+    except (StateError, OSError):
+        pass  # shown as it is; the record names the problem on the next read
 
 
 def _ended(scheduler: Scheduler, name: str, job_ids: Set[str]) -> Set[str]:
@@ -90,9 +93,13 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
     views = [v for v in (scan_shard(layout, i) for i in selected) if _open(v)]
     jobs = {v.attempt.job_id for v in views if v.attempt and v.attempt.job_id}
     targets = scancel_targets(layout, plan.arrays, jobs)
-    if views:
-        record_cancel(layout, selected, targets)
-    scheduler.cancel(targets)
+    record = record_cancel(layout, selected, targets) if views else None
+    try:
+        scheduler.cancel(targets)
+    except (SchedulerRejected, SchedulerUnavailable) as err:
+        if record is not None and not isinstance(err, SchedulerUncertain):
+            record.unlink(missing_ok=True)  # definitely nothing was cancelled
+        raise
     for view in views:
         if view.attempt and not view.attempt.job_id:
             _settle(layout, view, f"{BY_CANCEL} before submission")

@@ -3,8 +3,6 @@
 * ``observer/lag.json``: when status first saw each job missing from both squeue and
   sacct. The deadline after which such a job is ``lost`` is persisted here, so every
   fresh ``status`` process agrees on it.
-* ``observer/ended.json``: when status first saw a running attempt's job ended in Slurm
-  without an outcome from its agent; after a grace, status records the outcome itself.
 * ``cancels/NNNN.json``: one record per ``synthbatch cancel`` call (which shards, which job
   ids were scancelled), so a cancelled job can be told apart from one killed by hand.
 """
@@ -19,7 +17,6 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
 
 LAG_GRACE_S = 600.0
-ENDED_GRACE_S = 120.0
 
 
 def lag_path(layout: RunLayout) -> Path:
@@ -30,11 +27,6 @@ def lag_path(layout: RunLayout) -> Path:
 def cancels_dir(layout: RunLayout) -> Path:
     """``<run>/cancels/``."""
     return layout.root / "cancels"
-
-
-def ended_path(layout: RunLayout) -> Path:
-    """``<run>/observer/ended.json``."""
-    return layout.root / "observer" / "ended.json"
 
 
 def _first_seen(path: Path, key: str) -> Dict[str, float]:
@@ -75,16 +67,6 @@ def expired_missing(layout: RunLayout, missing: Iterable[str], present: Iterable
     a new sighting never expires.
     """
     return _expired(lag_path(layout), "first_missing", missing, present, now, grace_s)
-
-
-def expired_ended(layout: RunLayout, ended: Iterable[str], now: float,
-                  grace_s: float = ENDED_GRACE_S) -> Set[str]:
-    """Job ids Slurm has called ended (no agent outcome) for longer than ``grace_s``.
-
-    Slurm marks a cancelled or timed-out job ended while its agent is still cleaning up
-    (KillWait); only after this grace may status write the outcome for the agent.
-    """
-    return _expired(ended_path(layout), "first_ended", ended, (), now, grace_s)
 
 
 def record_cancel(layout: RunLayout, shards: List[int], job_ids: List[str]) -> Path:

@@ -18,7 +18,7 @@ from agent_stdlib import states
 from agent_stdlib.layout import RunLayout
 from control.errors import NotFound
 from control.runs.observe import LOG_IN_REASON
-from control.runs.store import ShardView, load_plan_view, scan_shard
+from control.runs.store import ShardView, attempt_numbers, load_plan_view, scan_shard
 from control.runs.watch import Backoff
 
 SLURM_STEP = "slurm"
@@ -66,7 +66,7 @@ def default_shard(layout: RunLayout, count: int) -> int:
     return 0
 
 
-def _default_step(view: ShardView, files: dict, slurm_log: Path) -> str:
+def _default_step(view: ShardView, files: dict, slurm_log: Optional[Path]) -> str:
     match = LOG_IN_REASON.search(view.attempt.reason or "") if view.attempt else None
     if match:
         for step, path in files.items():
@@ -74,7 +74,8 @@ def _default_step(view: ShardView, files: dict, slurm_log: Path) -> str:
                 return step
     if "client" in files:
         return "client"
-    return SLURM_STEP if slurm_log.exists() or not files else sorted(files)[0]
+    has_slurm = slurm_log is not None and slurm_log.exists()
+    return SLURM_STEP if has_slurm or not files else sorted(files)[0]
 
 
 def locate(layout: RunLayout, shard: Optional[int] = None,
@@ -91,18 +92,26 @@ def shard_target(layout: RunLayout, index: int, step: Optional[str] = None) -> L
     """``locate`` for a known, valid shard index (no plan read)."""
     view = scan_shard(layout, index)
     attempt = view.attempt
-    attempt_dir = layout.attempt(index, attempt.number).root if attempt else None
+    # The logs are files in the attempt's folder: they are found by listing it even when
+    # the attempt record is damaged (only Slurm's own log needs the record's job id). An
+    # attempt folder without any record yet is a retry being created: not looked into.
+    numbers = [attempt.number] if attempt else \
+        attempt_numbers(layout, index) if view.problem else []
+    attempt_dir = layout.attempt(index, numbers[-1]).root if numbers else None
     execution = latest_execution(attempt_dir) if attempt_dir else None
     files = step_files(execution)
-    slurm_log = layout.slurm_logs / f"slurm-{attempt.job_id if attempt else 'none'}.out"
-    steps = sorted(files) + ([SLURM_STEP] if slurm_log.exists() else [])
+    slurm_log = layout.slurm_logs / f"slurm-{attempt.job_id}.out" \
+        if attempt and attempt.job_id else None
+    steps = sorted(files) + ([SLURM_STEP] if slurm_log and slurm_log.exists() else [])
     chosen = step or _default_step(view, files, slurm_log)
     path = slurm_log if chosen == SLURM_STEP else files.get(chosen)
     if path is None or not path.exists():
         have = ", ".join(steps) or "none yet"
-        raise NotFound(f"shard {index}: no log for step {chosen!r} (steps with logs: {have})")
+        damaged = f"; {view.problem}" if view.problem else ""
+        raise NotFound(f"shard {index}: no log for step {chosen!r} (steps with logs: "
+                       f"{have}){damaged}")
     number = int(execution.name.split("-", 1)[1]) if execution else None
-    return LogTarget(shard=index, attempt=attempt.number if attempt else None,
+    return LogTarget(shard=index, attempt=numbers[-1] if numbers else None,
                      execution=number, step=chosen, path=path, steps=steps)
 
 

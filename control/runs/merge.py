@@ -7,6 +7,14 @@ temp file is renamed onto the output only when every digest matched. So the outp
 only ever holds a complete, verified merge, and the bytes hashed are exactly the bytes
 written (no window between a check and a later read).
 
+Every shard that cannot be merged is named with its reason, never only the first: no
+winner, a damaged ``winner.json`` (``publish.load_winner``, the one verification every
+reader uses), a file missing or of the wrong size, content that fails its digest. A plain
+merge refuses naming them all; ``--allow-partial`` leaves them out (a digest failure found
+while streaming discards the temp file and redoes the merge without that shard) and lists
+them in the manifest: ``missing_shards`` (every shard left out) and ``bad_shards``
+(``{"shard", "reason"}`` for those whose records or files are damaged).
+
 Deterministic: the same winners give the same bytes and the same manifest (no
 timestamps), so a rerun is byte-identical and two concurrent merges each write their own
 temp file and rename the same content into place. Memory does not grow with the number of
@@ -15,9 +23,11 @@ records: JSONL is copied in 1 MiB blocks; parquet is converted one shard file at
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import secrets
+import stat
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,19 +35,16 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from agent_stdlib.contracts import WinnerRecord
 from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import (
-    StateError,
-    ensure_dir,
-    load_record,
-    read_bytes,
-    write_json_atomic,
-)
+from agent_stdlib.publish import load_winner
+from agent_stdlib.statefile import StateError, ensure_dir, read_bytes, write_json_atomic
 from control.errors import Conflict, InvalidInput
 from control.runs.store import load_plan_view
 
 CHUNK = 1 << 20
 DEPTH = 4  # read buffers in flight while their blocks are hashed
 FORMATS = ("jsonl", "parquet")
+PARTIAL_HINT = ("wait, retry them (synthbatch retry), or pass --allow-partial to merge the "
+                "others (the manifest names each shard left out, and why)")
 
 
 @dataclass(frozen=True)
@@ -50,21 +57,22 @@ class Source:
     size: int
 
 
-def winners(layout: RunLayout, count: int) -> Tuple[List[WinnerRecord], List[int]]:
-    """The winners of shards ``0 .. count-1`` in order, and the shards without one."""
-    found, missing = [], []
+def winners(layout: RunLayout, count: int
+            ) -> Tuple[List[WinnerRecord], List[int], Dict[int, str]]:
+    """The verified winners of shards ``0 .. count-1`` in order, the shards without one, and
+    the shards whose ``winner.json`` is there but damaged (shard -> why)."""
+    found, missing, bad = [], [], {}
     for index in range(count):
         try:
-            winner = load_record(layout.winner_json(index), WinnerRecord)
+            winner = load_winner(layout, index)
         except StateError as err:
-            raise Conflict(f"shard {index}: {err}") from err
+            bad[index] = str(err)
+            continue
         if winner is None:
             missing.append(index)
-        elif winner.shard != index:
-            raise Conflict(f"{layout.winner_json(index)}: names shard {winner.shard}")
         else:
             found.append(winner)
-    return found, missing
+    return found, missing, bad
 
 
 def shard_list(indices: List[int], limit: int = 20) -> str:
@@ -73,22 +81,36 @@ def shard_list(indices: List[int], limit: int = 20) -> str:
     return shown + (f" and {len(indices) - limit} more" if len(indices) > limit else "")
 
 
-def sources(layout: RunLayout, found: List[WinnerRecord]) -> List[Source]:
-    """Every file to read, in shard order; Conflict unless each exists with its size."""
-    out = []
+def sources(layout: RunLayout, found: List[WinnerRecord]
+            ) -> Tuple[List[Source], Dict[int, str]]:
+    """Every file to read, in shard order, and the shards a file of which is not there as
+    the regular file of the size its winner names (shard -> why)."""
+    out, bad = [], {}
     for winner in found:
         base = layout.attempt(winner.shard, winner.attempt).output
+        files = []
         for entry in winner.files:
             path = base / entry.path
             try:
                 info = os.lstat(path)
             except OSError as err:
-                raise Conflict(f"shard {winner.shard}: {path}: {err.strerror}") from err
-            if not path.is_file() or path.is_symlink() or info.st_size != entry.bytes:
-                raise Conflict(f"shard {winner.shard}: {path}: not the {entry.bytes}-byte "
-                               "regular file its winner names")
-            out.append(Source(winner.shard, path, entry.sha256, entry.bytes))
-    return out
+                bad[winner.shard] = f"{path}: {err.strerror}"
+                break
+            if not stat.S_ISREG(info.st_mode) or info.st_size != entry.bytes:
+                bad[winner.shard] = (f"{path}: not the {entry.bytes}-byte regular file its "
+                                     "winner names")
+                break
+            files.append(Source(winner.shard, path, entry.sha256, entry.bytes))
+        else:
+            out.extend(files)
+    return out, bad
+
+
+def left_out(run_id: str, missing: List[int], bad: Dict[int, str]) -> str:
+    """One line naming every shard a merge cannot include, and why."""
+    parts = [f"run {run_id}: shards without a winner: {shard_list(missing)}"] if missing else []
+    parts += [f"shard {index}: {bad[index]}" for index in sorted(bad)]
+    return "; ".join(parts)
 
 
 def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
@@ -99,16 +121,26 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
     writer: Writer = _parquet_writer() if fmt == "parquet" else _write_jsonl
     plan = load_plan_view(layout)
     plan_bytes = read_bytes(layout.plan_json) or b""
-    found, missing = winners(layout, len(plan.shard_records))
-    if missing and not allow_partial:
-        raise Conflict(f"run {plan.run_id}: shards without a winner: {shard_list(missing)}",
-                       hint="wait, retry them (synthbatch retry), or pass --allow-partial")
-    files = sources(layout, found)
+    found, missing, bad = winners(layout, len(plan.shard_records))
+    files, unusable = sources(layout, found)
+    bad.update(unusable)
+    if (missing or bad) and not allow_partial:
+        raise Conflict(left_out(plan.run_id, missing, bad), hint=PARTIAL_HINT)
     target = output or layout.merged / f"records.{fmt}"
     ensure_dir(layout.merged)
     if not target.parent.is_dir():
         raise InvalidInput(f"--output {target}: {target.parent} is not a directory")
-    digest, size = _publish(target, lambda handle: writer(files, handle))
+    while True:  # a shard whose content fails its digest is left out, and the rest redone
+        try:
+            digest, size = _publish(target, functools.partial(writer, files))
+            break
+        except Mismatches as err:
+            bad.update(err.shards)
+            if not allow_partial:
+                raise Conflict(left_out(plan.run_id, missing, bad) + "; nothing was merged",
+                               hint=PARTIAL_HINT) from err
+            files = [f for f in files if f.shard not in bad]
+    found = [w for w in found if w.shard not in bad]
     manifest = {
         "schema_version": 1,
         "run_id": plan.run_id,
@@ -118,8 +150,9 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
         "sha256": digest,
         "bytes": size,
         "records": sum(w.records for w in found),
-        "complete": not missing,
-        "missing_shards": missing,
+        "complete": not missing and not bad,
+        "missing_shards": sorted(missing + list(bad)),  # every shard left out
+        "bad_shards": [{"shard": index, "reason": bad[index]} for index in sorted(bad)],
         "shards": [{"shard": w.shard, "attempt": w.attempt, "records": w.records,
                     "result_sha256": w.result_sha256,
                     "files": [{"path": f.path, "sha256": f.sha256, "bytes": f.bytes,
@@ -178,9 +211,17 @@ def _publish(target: Path, write: Callable[[BinaryIO], Tuple[str, int]]) -> Tupl
     return digest, size
 
 
-def _mismatch(source: Source) -> Conflict:
-    return Conflict(f"shard {source.shard}: {source.path}: content does not match its "
-                    "winner's digest; nothing was merged")
+class Mismatches(Conflict):
+    """Files whose bytes did not match their winner's digests (shard -> why); the output
+    was not published."""
+
+    def __init__(self, shards: Dict[int, str]) -> None:
+        super().__init__("; ".join(f"shard {s}: {why}" for s, why in sorted(shards.items())))
+        self.shards = shards
+
+
+def _mismatch(source: Source) -> str:
+    return f"{source.path}: content does not match its winner's digest"
 
 
 def _write_jsonl(files: List[Source], out: BinaryIO) -> Tuple[str, int]:
@@ -217,23 +258,19 @@ def _write_jsonl(files: List[Source], out: BinaryIO) -> Tuple[str, int]:
                 out.write(b"\n")
                 output.submit(whole.update, b"\n")
                 size += 1
-            while checks and checks[0][1].done():
-                _check(*checks.pop(0))
-        for check in checks:
-            _check(*check)
+        bad = {source.shard: _mismatch(source) for source, digest, read in checks
+               if read != source.size or digest.result() != source.sha256}
+        if bad:
+            raise Mismatches(bad)
         return output.submit(whole.hexdigest).result(), size
 
 
-def _check(source: Source, digest: Future, read: int) -> None:
-    if read != source.size or digest.result() != source.sha256:
-        raise _mismatch(source)
-
-
-def _verified_bytes(source: Source) -> bytes:
+def _verified_bytes(source: Source) -> Optional[bytes]:
+    """The file's bytes, or None when they do not match its winner's digest."""
     with open(source.path, "rb") as handle:
         data = handle.read()
     if len(data) != source.size or hashlib.sha256(data).hexdigest() != source.sha256:
-        raise _mismatch(source)
+        return None
     return data
 
 
@@ -252,9 +289,13 @@ def _parquet_writer() -> Writer:
         out = _Hashing(handle)
         writer = None
         schema = None
+        bad: Dict[int, str] = {}
         try:
             for source in files:
                 data = _verified_bytes(source)
+                if data is None:
+                    bad[source.shard] = _mismatch(source)
+                    continue
                 if not data.strip():
                     continue
                 options = pa_json.ParseOptions(explicit_schema=schema,
@@ -272,6 +313,8 @@ def _parquet_writer() -> Writer:
         finally:
             if writer is not None:
                 writer.close()
+        if bad:
+            raise Mismatches(bad)
         return out.digest.hexdigest(), out.size
 
     return write

@@ -2,15 +2,18 @@
 
 Precedence, first match wins:
 
-1. ``winner.json`` exists                          -> succeeded (the durable truth)
+1. a verified ``winner.json``                      -> succeeded (the durable truth)
+   a damaged one (symlink, garbage, other shard)   -> unknown (never succeeded)
 2. no readable attempt record                      -> unknown
 3. squeue and sacct both terminal and different    -> EvidenceConflict (names both)
 4. attempt record terminal                         -> that state (Slurm's word added to
-   the reason); failed/cancelled vs. a COMPLETED job -> EvidenceConflict
+   the reason); failed/cancelled vs. a COMPLETED job -> EvidenceConflict (unless status
+   recorded the failure itself: the job ended without an outcome)
 5. attempt ``created`` (no job)                    -> created
 6. terminal accounting or a terminal queue row     -> cancelled / failed (accounting beats
    a stale queue row: RUNNING in squeue + COMPLETED in sacct is over)
 7. an active row                                   -> pending / running / cancelling
+   (COMPLETING: running, its processes are still being stopped)
 8. no row anywhere: scheduler not asked            -> unknown (scheduler unavailable)
                     before the persisted deadline  -> unknown (accounting lag)
                     after it                       -> lost
@@ -28,6 +31,8 @@ CREATED, PENDING, RUNNING, CANCELLING = "created", "pending", "running", "cancel
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
 UNKNOWN, LOST = "unknown", "lost"
 LOST_REASON = "lost: "  # reason prefix of attempts status recorded as lost
+NO_OUTCOME = "before the agent recorded an outcome"  # in the reason of failures status recorded
+COMPLETING_REASON = "its job is still completing in Slurm (COMPLETING)"
 SHARD_STATES = (CREATED, PENDING, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED,
                 UNKNOWN, LOST)
 FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, LOST})
@@ -45,6 +50,7 @@ FAILURE_TEXT = {
     "COMPLETED": "job completed",
 }
 LAG = "accounting lag"
+SCHEDULER_UNAVAILABLE = "scheduler unavailable"  # reason of a shard Slurm was not asked about
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class Evidence:
     """Everything known about one shard's latest attempt."""
 
     winner: bool = False
+    winner_problem: Optional[str] = None  # winner.json is there but not a verified winner
     attempt_state: Optional[str] = None  # None: no readable attempt record
     attempt_reason: Optional[str] = None
     queue: Optional[JobRow] = None  # the squeue row covering the job, if any
@@ -68,7 +75,7 @@ class Verdict:
 
     state: str
     reason: Optional[str]
-    source: str  # winner | attempt | sacct | squeue | none
+    source: str  # winner | attempt | sacct | squeue | conflict | none
 
 
 def describe_row(row: JobRow, source: str) -> str:
@@ -101,7 +108,7 @@ def _ended(row: JobRow, source: str, ev: Evidence) -> Verdict:
         text += f" (exit {row.exit_code}" + (f", signal {row.signal})" if row.signal else ")")
     elif row.reason and source == "squeue":
         text += f" ({row.reason})"
-    return Verdict(FAILED, f"{text} before the agent recorded an outcome", source)
+    return Verdict(FAILED, f"{text} {NO_OUTCOME}", source)
 
 
 def _from_attempt(ev: Evidence, ended: Optional[tuple[JobRow, str]]) -> Verdict:
@@ -111,7 +118,8 @@ def _from_attempt(ev: Evidence, ended: Optional[tuple[JobRow, str]]) -> Verdict:
     if ended is None:
         return Verdict(state, reason, "attempt")
     row, source = ended
-    if state in (FAILED, CANCELLED) and row.state == "COMPLETED" and not row.exit_code:
+    if state in (FAILED, CANCELLED) and row.state == "COMPLETED" and not row.exit_code \
+            and NO_OUTCOME not in (reason or ""):  # status recorded that job as failed
         raise EvidenceConflict(f"conflicting terminal evidence: attempt record says {state}, "
                                f"{describe_row(row, source)}")
     if state == CANCELLED and row.state == "CANCELLED" and row.reason \
@@ -127,14 +135,15 @@ def _active(row: JobRow, source: str, ev: Evidence) -> Verdict:
     if ev.cancel_requested:
         return Verdict(CANCELLING, f"cancel requested; {source} says {row.state}", source)
     if row.state in RUNNING_ROWS:
-        reason = None if row.state == "RUNNING" else f"{source} says {row.state}"
+        reason = {"RUNNING": None, "COMPLETING": COMPLETING_REASON}.get(
+            row.state, f"{source} says {row.state}")
         return Verdict(RUNNING, reason, source)
     return Verdict(PENDING, row.reason or f"{source} says {row.state}", source)
 
 
 def _missing(ev: Evidence) -> Verdict:
     if not ev.asked:
-        return Verdict(UNKNOWN, "scheduler unavailable", "none")
+        return Verdict(UNKNOWN, SCHEDULER_UNAVAILABLE, "none")
     where = "squeue and sacct" if ev.accounting else "squeue (no accounting on this cluster)"
     if ev.lag_expired:
         return Verdict(LOST, f"job is in neither {where} and the agent recorded no outcome",
@@ -149,6 +158,8 @@ def decide(ev: Evidence) -> Verdict:
     """The shard's state from its evidence; EvidenceConflict when terminal evidence clashes."""
     if ev.winner:
         return WINNER
+    if ev.winner_problem:
+        return Verdict(UNKNOWN, ev.winner_problem, "winner")
     if ev.attempt_state is None:
         return Verdict(UNKNOWN, ev.attempt_reason or "no attempt record", "none")
     ended = _terminal_row(ev)

@@ -19,12 +19,7 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError
 from control.errors import SchedulerUnavailable, one_line
 from control.runs import normalize as norm
-from control.runs.ledger import (
-    LAG_GRACE_S,
-    cancel_requested,
-    expired_ended,
-    expired_missing,
-)
+from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
 from control.runs.store import (
     ShardView,
     expected_attempts,
@@ -50,6 +45,7 @@ class SchedulerView:
     acct: Dict[str, JobRow] = field(default_factory=dict)
     accounting: Optional[bool] = None  # None: sacct was not needed
     error: Optional[str] = None
+    hint: Optional[str] = None  # what to check when ``error`` says Slurm is unreachable
     asked: Set[str] = field(default_factory=set)
     rows: Optional[List[JobRow]] = None  # squeue's rows for the run's job name
 
@@ -57,7 +53,8 @@ class SchedulerView:
 def needs_scheduler(view: ShardView, now: float) -> bool:
     """True when Slurm's evidence can change what status says about this shard."""
     attempt = view.attempt
-    if view.winner or view.problem or attempt is None or not attempt.job_id:
+    if view.winner or view.winner_problem or view.problem or attempt is None \
+            or not attempt.job_id:
         return False
     if attempt.state not in norm.ATTEMPT_TERMINAL:
         return True
@@ -83,6 +80,7 @@ def ask_scheduler(scheduler: Scheduler, name: str, job_ids: Set[str]) -> Schedul
                          if job in absent}
     except SchedulerUnavailable as err:
         view.error = one_line(err.message, 300)
+        view.hint = err.hint
         return view
     view.asked = set(job_ids)
     return view
@@ -92,10 +90,12 @@ def _evidence(shard: ShardView, sched: SchedulerView, lost: Set[str],
               cancels: Set[int]) -> norm.Evidence:
     attempt = shard.attempt
     if attempt is None:
-        return norm.Evidence(winner=shard.winner, attempt_reason=shard.problem)
+        return norm.Evidence(winner=shard.winner, winner_problem=shard.winner_problem,
+                             attempt_reason=shard.problem)
     job = attempt.job_id or ""
     return norm.Evidence(
-        winner=shard.winner, attempt_state=attempt.state, attempt_reason=attempt.reason,
+        winner=shard.winner, winner_problem=shard.winner_problem,
+        attempt_state=attempt.state, attempt_reason=attempt.reason,
         queue=sched.queue.get(job), acct=sched.acct.get(job),
         asked=job in sched.asked or attempt.state in norm.ATTEMPT_TERMINAL,
         accounting=sched.accounting is not False, lag_expired=job in lost,
@@ -120,8 +120,11 @@ def _shard_row(layout: RunLayout, shard: ShardView, size: int,
     attempt, progress = shard.attempt, shard.progress
     done = size if verdict.state == norm.SUCCEEDED else (progress.records_done if progress
                                                            else 0)
+    reason = verdict.reason
+    if reason is None and verdict.state not in norm.FINAL and shard.progress_problem:
+        reason = one_line(shard.progress_problem, 300)  # advisory: only shown, never decides
     row: Dict[str, Any] = {
-        "index": shard.index, "state": verdict.state, "reason": verdict.reason,
+        "index": shard.index, "state": verdict.state, "reason": reason,
         "attempt": attempt.number if attempt else None,
         "job_id": attempt.job_id if attempt else None,
         "records": size, "records_done": min(done, size),
@@ -170,7 +173,7 @@ def observe(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
                                            submit.load_submissions(layout), sched.rows, now)
         shards = _scan(layout, len(plan.shard_records)) if notes else shards
     verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
-    if _reconcile(layout, shards, verdicts, sched, now):
+    if _reconcile(layout, shards, verdicts, sched):
         shards = _scan(layout, len(plan.shard_records))
         verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
     rows = [_shard_row(layout, s, plan.shard_records[s.index], v)
@@ -179,32 +182,38 @@ def observe(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
                      _rate(shards, rows, now), sched, notes)
 
 
-# Scheduler verdicts on a ``running`` attempt whose agent is gone -> what gets persisted.
+# Scheduler verdicts on a scheduled attempt whose job is gone -> what gets persisted.
 ENDED = {norm.LOST: (states.FAILED, norm.LOST_REASON),
          norm.FAILED: (states.FAILED, ""),
          norm.CANCELLED: (states.CANCELLED, "")}
+SCHEDULED = frozenset({states.SUBMITTED, states.PENDING, states.RUNNING})
 
 
-def _completed(sched: SchedulerView, job_id: Optional[str]) -> bool:
-    """True when Slurm says the job COMPLETED: odd for a running attempt, not persisted."""
-    row = sched.acct.get(job_id or "") or sched.queue.get(job_id or "")
-    return row is not None and row.state == "COMPLETED"
+def gone(sched: SchedulerView, job_id: Optional[str]) -> bool:
+    """True when no process of the job can still write its attempt's records.
+
+    squeue's row is terminal, or squeue no longer lists the job at all (sacct has it
+    terminal, or it is lost). A job with processes left is listed as COMPLETING (or
+    another active state) however sacct already calls it: sacct says CANCELLED or FAILED
+    while the processes are still in KillWait, and the agent may be recording its own
+    outcome then.
+    """
+    if not job_id or job_id not in sched.asked:
+        return False
+    row = sched.queue.get(job_id)
+    return row is None or row.terminal
 
 
 def _reconcile(layout: RunLayout, shards: List[ShardView], verdicts: List[norm.Verdict],
-               sched: SchedulerView, now: float) -> List[int]:
-    """Repair what durable state proves: a missing winner, an attempt whose agent died.
+               sched: SchedulerView) -> List[int]:
+    """Repair what durable state proves: a missing winner, an attempt whose job is gone.
 
-    A job Slurm calls ended is given ``ENDED_GRACE_S`` (persisted) for its agent to write
-    its own outcome before status writes one. The only writes status makes to shard
-    records; returns the shards it changed.
+    A scheduled attempt whose job ended (or was lost) without an outcome from its agent is
+    recorded at once, as soon as ``gone`` says no process of it is left, and its readiness
+    is closed out: status and retry then read the same verdict. The only writes status
+    makes to shard records; returns the shards it changed.
     """
     changed = []
-    ended = {s.attempt.job_id or "" for s, v in zip(shards, verdicts)
-             if s.attempt and not s.winner and s.attempt.state == states.RUNNING
-             and v.source != "attempt" and v.state in ENDED
-             and not _completed(sched, s.attempt.job_id)}
-    due = expired_ended(layout, ended, now) if ended else set()
     for shard, verdict in zip(shards, verdicts):
         attempt = shard.attempt
         if attempt is None or shard.winner:
@@ -214,7 +223,8 @@ def _reconcile(layout: RunLayout, shards: List[ShardView], verdicts: List[norm.V
                 from control.runs import reconcile  # imported only when there is work
 
                 reconcile.complete_missing_winner(layout, shard.index, attempt.number)
-            elif attempt.state == states.RUNNING and (attempt.job_id or "") in due:
+            elif attempt.state in SCHEDULED and verdict.source != "attempt" \
+                    and verdict.state in ENDED and gone(sched, attempt.job_id):
                 from control.runs import reconcile
 
                 state, prefix = ENDED[verdict.state]
@@ -241,6 +251,17 @@ def _verdicts(layout: RunLayout, shards: List[ShardView], sched: SchedulerView, 
             for s in shards]
 
 
+def unreachable(data: Dict[str, Any]) -> Optional[SchedulerUnavailable]:
+    """The error of a refresh that could not ask Slurm about a run that is not over.
+
+    ``status`` exits with it (5) and ``retry`` refuses to act on it; a run whose every shard
+    is settled by its records needs no scheduler, so an error then is only a note.
+    """
+    if not data.get("scheduler_error") or data.get("state") in norm.FINAL:
+        return None
+    return SchedulerUnavailable(data["scheduler_error"], hint=data.get("scheduler_hint"))
+
+
 def summarize(run_id: str, name: str, total: int, committed: bool,
               rows: List[Dict[str, Any]], rate: float, sched: SchedulerView,
               notes: List[str]) -> Dict[str, Any]:
@@ -251,9 +272,12 @@ def summarize(run_id: str, name: str, total: int, committed: bool,
     done = sum(row["records_done"] for row in rows)
     state = norm.run_state(counts, committed)
     eta = (total - done) / rate if rate > 0 and state not in norm.FINAL else None
+    # A shard that is unknown only because Slurm could not be asked is not a failure: the
+    # one ``scheduler_error`` says so for all of them.
     failures = [{"shard": r["index"], "state": r["state"], "reason": r["reason"],
                  "log": r.get("log")}
-                for r in rows if r["state"] in (norm.FAILED, norm.LOST, norm.UNKNOWN)
+                for r in rows if (r["state"] in (norm.FAILED, norm.LOST, norm.UNKNOWN)
+                                  and r["reason"] != norm.SCHEDULER_UNAVAILABLE)
                 or (r["state"] == norm.CANCELLED and r["reason"])]
     return {
         "run_id": run_id, "name": name, "committed": committed, "state": state,
@@ -261,6 +285,6 @@ def summarize(run_id: str, name: str, total: int, committed: bool,
         "tokens": sum(row["tokens"] for row in rows),
         "rate": round(rate, 3), "eta_s": round(eta, 1) if eta is not None else None,
         "counts": dict(sorted(counts.items())), "accounting": sched.accounting,
-        "scheduler_error": sched.error, "notes": notes, "failures": failures,
-        "shards": rows,
+        "scheduler_error": sched.error, "scheduler_hint": sched.hint, "notes": notes,
+        "failures": failures, "shards": rows,
     }

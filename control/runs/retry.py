@@ -1,11 +1,16 @@
 """Retry: attempt N+1 for shards that ended without a winner, as one held sparse array.
 
-Selection reads only durable records (``status`` reconciles first, see ``control.api``):
+Selection reads only durable records, right after the status refresh that reconciles
+them (see ``control.api``: an attempt whose job is gone from Slurm is recorded there, so
+what status shows failed, retry retries):
 
 * a shard is retried when it has no ``winner.json`` and its latest attempt is terminal and
   not ``succeeded`` (``failed`` or ``cancelled``; ``--auto`` takes ``failed`` only, and
   only while the latest attempt number is below the plan's ``max_attempts``);
-* a shard named with ``--shard`` that is running or has a winner is refused with a message;
+* a shard named with ``--shard`` that has not ended or has a winner is refused, in the
+  words status uses for it (a job still COMPLETING in Slurm: "retry in a few seconds");
+* a shard whose records are damaged (``attempt.json`` unreadable, ``winner.json`` not a
+  verified winner) is skipped and reported; the healthy shards are still retried;
 * a ``created`` attempt that no submission names (a retry that crashed before ``sbatch``)
   is submitted as it is, not replaced.
 
@@ -25,15 +30,17 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from agent_stdlib import states
 from agent_stdlib.attempts import advance_attempt, load_attempt
 from agent_stdlib.contracts import AttemptRecord, Plan
 from agent_stdlib.layout import RunLayout
+from agent_stdlib.publish import load_winner
 from agent_stdlib.resume import scan_kept
 from agent_stdlib.statefile import StateError, ensure_dir, write_json_atomic
 from control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
+from control.runs import normalize as norm
 from control.runs.store import attempt_numbers, load_plan, load_run, load_submissions
 
 if TYPE_CHECKING:
@@ -71,6 +78,19 @@ class Selection:
     choices: List[Choice] = field(default_factory=list)
     refused: Dict[int, str] = field(default_factory=dict)  # named shards that cannot be retried
     exhausted: Dict[int, str] = field(default_factory=dict)  # --auto: max_attempts reached
+    skipped: Dict[int, str] = field(default_factory=dict)  # damaged records: not considered
+
+
+Verdicts = Mapping[int, Tuple[str, Optional[str]]]  # shard -> (state, reason) as status says
+
+
+def _not_over(shard: int, number: int, state: str,
+              verdict: Optional[Tuple[str, Optional[str]]]) -> str:
+    """Why a named shard whose latest attempt has not ended is refused, in status's words."""
+    shown, reason = verdict or (state, None)
+    if reason == norm.COMPLETING_REASON:
+        return f"shard {shard}: {reason}; retry in a few seconds"
+    return f"shard {shard} is {shown} (attempt {number})" + (f": {reason}" if reason else "")
 
 
 def _submitted_pairs(layout: RunLayout) -> Set[Tuple[int, int]]:
@@ -122,15 +142,18 @@ def _abandoned(layout: RunLayout, shard: int, number: int, record: Optional[Atte
 
 
 def _decide(layout: RunLayout, plan: Plan, shard: int, named: bool, policy: str, auto: bool,
-            submitted: Set[Tuple[int, int]], selection: Selection, now: float) -> None:
+            submitted: Set[Tuple[int, int]], selection: Selection, now: float,
+            verdicts: Verdicts) -> None:
     """Add ``shard``'s choice (or the reason it has none) to ``selection``."""
-    numbers = attempt_numbers(layout, shard)
     try:
-        winner = layout.winner_json(shard).exists()
+        numbers = attempt_numbers(layout, shard)
+        winner = load_winner(layout, shard)
         latest = load_attempt(layout.attempt(shard, numbers[-1]).attempt_json) \
             if numbers else None
     except (StateError, OSError) as err:
-        selection.refused[shard] = f"shard {shard}: {err}"
+        # Damaged records: this shard cannot be judged (a damaged winner.json also blocks
+        # every new attempt's winner); the others can.
+        (selection.refused if named else selection.skipped)[shard] = f"shard {shard}: {err}"
         return
     if winner:
         if named:
@@ -151,8 +174,12 @@ def _decide(layout: RunLayout, plan: Plan, shard: int, named: bool, policy: str,
         return
     state = latest.state if latest else "unrecorded"
     if state not in states.TERMINAL:
+        verdict = verdicts.get(shard)
         if named:
-            selection.refused[shard] = f"shard {shard} is {state} (attempt {number})"
+            selection.refused[shard] = _not_over(shard, number, state, verdict)
+        elif verdict is not None and verdict[0] in norm.FINAL:  # status could not record it
+            selection.skipped[shard] = (f"shard {shard}: status shows it {verdict[0]} but "
+                                        f"attempt {number} is still recorded {state}")
         return
     if state == states.SUCCEEDED:
         if named:
@@ -170,8 +197,13 @@ def _decide(layout: RunLayout, plan: Plan, shard: int, named: bool, policy: str,
 
 
 def select(layout: RunLayout, plan: Plan, shards: Sequence[int] = (), policy: str = "auto",
-           auto: bool = False, now: Optional[float] = None) -> Selection:
-    """Which shards a retry submits and from where they resume (reads records only)."""
+           auto: bool = False, now: Optional[float] = None,
+           verdicts: Optional[Verdicts] = None) -> Selection:
+    """Which shards a retry submits and from where they resume (reads records only).
+
+    ``verdicts`` (what the status refresh before it said) word the refusals of shards that
+    have not ended; shards with damaged records are ``skipped``, the others still chosen.
+    """
     if policy not in POLICIES:
         raise InvalidInput(f"--resume {policy!r}: expected one of {', '.join(POLICIES)}")
     unknown = sorted(s for s in shards if not 0 <= s < len(plan.shards))
@@ -183,7 +215,8 @@ def select(layout: RunLayout, plan: Plan, shards: Sequence[int] = (), policy: st
     submitted = _submitted_pairs(layout)
     selection = Selection()
     for shard in sorted(set(shards)) if named else range(len(plan.shards)):
-        _decide(layout, plan, shard, named, policy, auto, submitted, selection, now)
+        _decide(layout, plan, shard, named, policy, auto, submitted, selection, now,
+                verdicts or {})
     return selection
 
 
@@ -273,10 +306,12 @@ class RetryResult:
 
 def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
               shards: Sequence[int] = (), policy: Optional[str] = None, dry_run: bool = False,
-              auto: bool = False, lock_wait_s: float = LOCK_WAIT_S) -> RetryResult:
+              auto: bool = False, lock_wait_s: float = LOCK_WAIT_S,
+              verdicts: Optional[Verdicts] = None) -> RetryResult:
     """Select, create attempt N+1, submit one held sparse array per plan array, release.
 
     Raises Conflict when a named shard cannot be retried (nothing is submitted then).
+    Shards with damaged records are left out (``selection.skipped``); the rest go ahead.
     """
     from control.runs.submit import Staged, submit_all
 
@@ -286,11 +321,11 @@ def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
     plan = load_plan(layout)
     policy = policy or plan.resume
     if dry_run:
-        selection = select(layout, plan, shards, policy, auto)
+        selection = select(layout, plan, shards, policy, auto, verdicts=verdicts)
         _refuse(selection)
         return RetryResult(selection, selection.choices, [])
     with RetryLock(layout, lock_wait_s):
-        selection = select(layout, plan, shards, policy, auto)
+        selection = select(layout, plan, shards, policy, auto, verdicts=verdicts)
         _refuse(selection)
         ready = create_attempts(layout, plan.run_id, selection.choices)
         if not ready:

@@ -10,18 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import StateError, load_record
+from agent_stdlib.statefile import StateError, load_record, open_state_file
 from control.errors import InvalidInput, NotFound
 
-if TYPE_CHECKING:  # the contract classes cost ~11 ms to import; status does not need them
-    from agent_stdlib.contracts import (
-        AttemptRecord,
-        Plan,
-        ProgressRecord,
-        RunRecord,
-        SubmissionRecord,
-        WinnerRecord,
-    )
+if TYPE_CHECKING:  # the contract classes cost ~11 ms to import; status needs them only to
+    # verify winners (``_winner``)
+    from agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ATTEMPT_DIR = re.compile(r"^attempt-(\d{4,})$")
@@ -89,34 +83,6 @@ def attempt_numbers(layout: RunLayout, shard: int) -> List[int]:
     return sorted(numbers)
 
 
-@dataclass(frozen=True)
-class ShardRecords:
-    """What the durable state says about one shard (any part may be missing)."""
-
-    index: int
-    attempt: Optional[AttemptRecord]
-    winner: Optional[WinnerRecord]
-    progress: Optional[ProgressRecord]
-    problem: Optional[str] = None
-
-
-def load_shard(layout: RunLayout, shard: int) -> ShardRecords:
-    """The latest attempt, the winner and progress of one shard, never raising."""
-    from agent_stdlib.attempts import load_attempt
-    from agent_stdlib.contracts import ProgressRecord, WinnerRecord
-
-    try:
-        numbers = attempt_numbers(layout, shard)
-        attempt = load_attempt(layout.attempt(shard, numbers[-1]).attempt_json) \
-            if numbers else None
-        winner = load_record(layout.winner_json(shard), WinnerRecord)
-        progress = load_record(layout.attempt(shard, numbers[-1]).progress_json, ProgressRecord) \
-            if numbers else None
-    except (StateError, OSError) as err:
-        return ShardRecords(shard, None, None, None, problem=str(err))
-    return ShardRecords(shard, attempt, winner, progress)
-
-
 # ----------------------------------------------------------------------------- fast read path
 # ``status`` reads every shard of runs with 10,000+ shards from a fresh process. The
 # contract classes validate every field through typing introspection (~0.2 ms a record),
@@ -154,13 +120,21 @@ class ProgressView(NamedTuple):
 
 
 class ShardView(NamedTuple):
-    """One shard for status: winner marker, latest attempt, its progress, or a problem."""
+    """One shard for status: verified winner, latest attempt, its progress, and problems.
+
+    Each record is read on its own, so a damaged one never hides the others: ``problem``
+    is the attempt record's (or the shard folder's), ``winner_problem`` a ``winner.json``
+    that is there but not a verified winner, ``progress_problem`` an unreadable
+    ``progress.json`` (advisory only: it never outranks a winner or an attempt).
+    """
 
     index: int
-    winner: bool
+    winner: bool  # winner.json verified by publish.load_winner
     attempt: Optional[AttemptView]
     progress: Optional[ProgressView]
     problem: Optional[str] = None
+    winner_problem: Optional[str] = None
+    progress_problem: Optional[str] = None
 
 
 class SubmissionView(NamedTuple):
@@ -175,9 +149,8 @@ class SubmissionView(NamedTuple):
 
 def _read_small(path: str, limit: int) -> Optional[bytes]:
     """At most ``limit`` bytes of ``path`` (no symlinks); None when it does not exist."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
+    fd = open_state_file(path)
+    if fd is None:
         return None
     try:
         raw = os.read(fd, min(READ_CHUNK, limit))
@@ -326,29 +299,59 @@ def _exists(path: str) -> bool:
     return True
 
 
-def _scan_expected(folder: str, shard: int, expected: int) -> Optional[ShardView]:
+def _winner(folder: str, shard: int, present: bool) -> Tuple[bool, Optional[str]]:
+    """(verified, problem) of the ``winner.json`` in shard ``folder``; ``present``: there is
+    one. Verified as everywhere else (``publish.verify_winner``): only a shard that has one
+    costs the contract classes' import and a full record check (~30 us).
+    """
+    if not present:
+        return False, None
+    from agent_stdlib.publish import verify_winner
+
+    try:
+        return verify_winner(f"{folder}/winner.json", shard) is not None, None
+    except StateError as err:
+        return False, str(err)
+
+
+def _progress(base: str) -> Tuple[Optional[ProgressView], Optional[str]]:
+    """(progress, problem) of an attempt folder: a bad progress file is only a problem."""
+    try:
+        return _progress_view(f"{base}/progress.json"), None
+    except (StateError, OSError) as err:
+        return None, str(err)
+
+
+def _scan_expected(layout: RunLayout, shard: int, expected: int) -> Optional[ShardView]:
     """The shard read at attempt ``expected`` without listing, or None to list instead.
 
     ``expected`` is the newest attempt a submission record names. It is the latest
     attempt unless a retry has created the next one and not yet recorded its submission:
     retry numbers attempts 1, 2, ... without gaps and creates attempt N+1 only once N is
     ``failed`` or ``cancelled`` (states never move back), so only then is the next folder
-    looked for. Anything unexpected (no record, another number) falls back to listing.
+    looked for. Anything unexpected (no record, another number, a damaged record) falls
+    back to listing.
     """
-    winner = _exists(f"{folder}/winner.json")
+    folder = f"{layout.root}/shards/shard-{shard:05d}"
+    present = _exists(f"{folder}/winner.json")
     base = f"{folder}/attempts/attempt-{expected:04d}"
-    attempt = _attempt_view(f"{base}/attempt.json")
+    try:
+        attempt = _attempt_view(f"{base}/attempt.json")
+    except StateError:
+        return None
     if attempt is None or attempt.number != expected:
         return None
     if attempt.state in RETRIED_STATES and \
             _exists(f"{folder}/attempts/attempt-{expected + 1:04d}"):
         return None
-    progress = None if attempt.state in NOT_STARTED else _progress_view(f"{base}/progress.json")
-    return ShardView(shard, winner, attempt, progress)
+    progress, progress_problem = (None, None) if attempt.state in NOT_STARTED else \
+        _progress(base)
+    winner, winner_problem = _winner(folder, shard, present)
+    return ShardView(shard, winner, attempt, progress, None, winner_problem, progress_problem)
 
 
 def scan_shard(layout: RunLayout, shard: int, expected: Optional[int] = None) -> ShardView:
-    """One shard's status records, tolerant: a bad record becomes ``problem``.
+    """One shard's status records, tolerant: each bad record becomes its own problem.
 
     With ``expected`` (see ``expected_attempts``) the shard's folders are not listed
     unless the records disagree with it: two ``listdir`` calls a shard were ~70 ms of a
@@ -356,15 +359,23 @@ def scan_shard(layout: RunLayout, shard: int, expected: Optional[int] = None) ->
     """
     try:
         if expected is not None:
-            view = _scan_expected(f"{layout.root}/shards/shard-{shard:05d}", shard, expected)
+            view = _scan_expected(layout, shard, expected)
             if view is not None:
                 return view
-        winner, folder = latest_attempt_dir(layout, shard)
-        attempt = _attempt_view(f"{folder}/attempt.json") if folder else None
-        progress = _progress_view(f"{folder}/progress.json") if folder else None
-    except (StateError, OSError) as err:
+        present, folder = latest_attempt_dir(layout, shard)
+    except OSError as err:
         return ShardView(shard, False, None, None, problem=str(err))
-    return ShardView(shard, winner, attempt, progress)
+    winner, winner_problem = _winner(f"{layout.root}/shards/shard-{shard:05d}", shard, present)
+    attempt, problem = None, None
+    progress, progress_problem = None, None
+    if folder:
+        try:
+            attempt = _attempt_view(f"{folder}/attempt.json")
+        except (StateError, OSError) as err:
+            problem = str(err)
+        progress, progress_problem = _progress(folder)
+    return ShardView(shard, winner, attempt, progress, problem, winner_problem,
+                     progress_problem)
 
 
 class ArrayView(NamedTuple):

@@ -25,7 +25,7 @@ def durable_shard_state(view: ShardView) -> str:
     """What the records alone say about one shard."""
     if view.winner:
         return norm.SUCCEEDED
-    if view.attempt is None:
+    if view.winner_problem or view.attempt is None:
         return norm.UNKNOWN
     return DURABLE.get(view.attempt.state, norm.UNKNOWN)
 

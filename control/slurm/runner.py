@@ -1,4 +1,17 @@
-"""The one way a Slurm command is run: argv list, ``LC_ALL=C``, timeout, captured output."""
+"""The one way a Slurm command is run: argv list, ``LC_ALL=C``, timeout, captured output.
+
+Also the one classification of what a failed Slurm client said (measured on 22.05):
+
+* no configuration (``NO_CONFIG``): ``SLURM_CONF`` unset and no DNS SRV record prints
+  ``fatal: Could not establish a configuration source``; a ``SLURM_CONF`` naming a missing
+  file makes every client retry for 60 s, then ``fatal: Unable to process configuration
+  file``. Nothing reached slurmctld. ``run_command`` refuses such a ``SLURM_CONF`` at once
+  instead of waiting out the 60 s.
+* unreachable (``UNREACHABLE``): ``Unable to contact slurm controller (connect failure)``
+  after ~9 s of connect retries when slurmctld is down.
+* busy (``TRANSIENT``): the fragments above plus timeouts and rate limits: retry later;
+  for a command that changes state, it may have taken effect.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +19,44 @@ import os
 import shlex
 import subprocess
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from control.errors import SchedulerUnavailable, SchedulerUncertain, one_line
 
+NO_CONFIG = ("Could not establish a configuration source", "Unable to process configuration file",
+             "cannot stat file")
+UNREACHABLE = ("Unable to contact slurm controller", "Connection refused")
 # stderr fragments that mean "slurmctld/slurmdbd is busy or away", not "your request is wrong"
-TRANSIENT = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
-             "Resource temporarily unavailable", "rate limit", "Too many",
-             "Problem talking to the database", "slurmdbd", "Zero Bytes were transmitted")
+TRANSIENT = UNREACHABLE + ("Socket timed out", "Resource temporarily unavailable",
+                           "rate limit", "Too many", "Problem talking to the database",
+                           "slurmdbd", "Zero Bytes were transmitted")
+SLURM_CLIENTS = frozenset({"sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo",
+                           "srun"})
+
+
+def config_hint(environ: Optional[Mapping[str, str]] = None) -> str:
+    """The hint for a Slurm client that found no cluster configuration."""
+    conf = (os.environ if environ is None else environ).get("SLURM_CONF")
+    if not conf:
+        return "is SLURM_CONF set? (it is not set, and Slurm found no configuration)"
+    if not os.path.isfile(conf):
+        return f"is SLURM_CONF set? (it names {conf}, which does not exist)"
+    return f"is SLURM_CONF set? (Slurm could not use {conf})"
+
+
+def controller_hint(environ: Optional[Mapping[str, str]] = None) -> str:
+    """The hint for a Slurm client that could not reach slurmctld."""
+    conf = (os.environ if environ is None else environ).get("SLURM_CONF")
+    return "is slurmctld up?" + ("" if conf else " (SLURM_CONF is not set: Slurm used its "
+                                                 "default configuration)")
+
+
+def config_problem(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """Why no Slurm client can work with this environment's ``SLURM_CONF``, or None."""
+    conf = (os.environ if environ is None else environ).get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):
+        return f"SLURM_CONF={conf}: no such file"
+    return None
 
 
 @dataclass(frozen=True)
@@ -30,16 +73,31 @@ class CommandResult:
         return describe(self.argv)
 
     def error_line(self) -> str:
-        """The first non-empty stderr line (or the exit status), redacted and capped."""
-        for line in self.stderr.splitlines():
-            if line.strip():
-                return one_line(line, 300)
-        return f"exit status {self.returncode}"
+        """The stderr line that says most (a ``fatal:`` line, else one naming a known
+        failure, else the first non-empty one) or the exit status; redacted and capped."""
+        lines = [line for line in self.stderr.splitlines() if line.strip()]
+        best = [line for line in lines if "fatal:" in line] or \
+            [line for line in lines if any(f in line for f in NO_CONFIG + TRANSIENT)] or lines
+        return one_line(best[0], 300) if best else f"exit status {self.returncode}"
 
     @property
     def transient(self) -> bool:
         """True when stderr says the scheduler is busy or unreachable (retry later)."""
         return any(fragment in self.stderr for fragment in TRANSIENT)
+
+    @property
+    def no_config(self) -> bool:
+        """True when the client found no cluster configuration (nothing was sent)."""
+        return any(fragment in self.stderr for fragment in NO_CONFIG)
+
+    @property
+    def hint(self) -> Optional[str]:
+        """What to check when stderr says the cluster could not be reached, else None."""
+        if self.no_config:
+            return config_hint()
+        if any(fragment in self.stderr for fragment in UNREACHABLE):
+            return controller_hint()
+        return None
 
 
 class CommandTimeout(SchedulerUncertain):
@@ -57,8 +115,13 @@ def describe(argv: Sequence[str]) -> str:
 def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
     """Run ``argv`` with ``LC_ALL=C`` and no stdin; raise SchedulerUnavailable if it cannot.
 
-    A timeout raises CommandTimeout (the command may still have taken effect).
+    A Slurm client is not started when ``SLURM_CONF`` names a missing file (it would retry
+    for 60 s and fail). A timeout raises CommandTimeout (the command may still have taken
+    effect).
     """
+    problem = config_problem() if os.path.basename(argv[0]) in SLURM_CLIENTS else None
+    if problem:
+        raise SchedulerUnavailable(f"{argv[0]}: {problem}", hint=config_hint())
     env = dict(os.environ, LC_ALL="C")
     try:
         proc = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,

@@ -2,7 +2,11 @@
 
 Errors say what is known: SchedulerRejected (Slurm answered no: nothing happened),
 SchedulerUncertain (no or a garbled answer to a command that changes state: it may have
-happened), SchedulerUnavailable (a query could not be answered; retry later).
+happened), SchedulerUnavailable (a query could not be answered, or the client found no
+cluster configuration: nothing happened; retry later). Which stderr means what is decided
+once, in ``control.slurm.runner``; every error for an unreachable cluster carries its hint
+(``is SLURM_CONF set?`` / ``is slurmctld up?``). A read-only query never says that it
+"may have taken effect".
 """
 
 from __future__ import annotations
@@ -10,7 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, TypeVar
 
-from control.errors import SchedulerRejected, SchedulerUnavailable, SchedulerUncertain
+from control.errors import (
+    SchedulerRejected,
+    SchedulerUnavailable,
+    SchedulerUncertain,
+    SynthbatchError,
+)
 from control.slurm.parsers import (
     JobRow,
     ParseError,
@@ -20,7 +29,14 @@ from control.slurm.parsers import (
     parse_sinfo,
     parse_squeue,
 )
-from control.slurm.runner import CommandResult, Runner, binary, run_command
+from control.slurm.runner import (
+    CommandResult,
+    CommandTimeout,
+    Runner,
+    binary,
+    controller_hint,
+    run_command,
+)
 
 ACCOUNTING_DISABLED = "accounting storage is disabled"
 INVALID_JOB_ID = "Invalid job id specified"
@@ -50,6 +66,17 @@ def array_spec(indices: Sequence[int], throttle: int) -> str:
     return f"{spec}%{throttle}" if throttle > 0 else spec
 
 
+def _failure(name: str, result: CommandResult,
+             suffix: str = " (it may have taken effect)") -> SynthbatchError:
+    """The error of a failed state-changing command, from what its stderr says."""
+    message = f"{name} failed: {result.error_line()}"
+    if result.no_config:  # the client found no cluster: nothing was sent
+        return SchedulerUnavailable(message, hint=result.hint)
+    if result.transient:
+        return SchedulerUncertain(message + suffix, hint=result.hint)
+    return SchedulerRejected(message)
+
+
 @dataclass
 class Scheduler:
     """sbatch / scontrol / squeue / sacct / scancel / sinfo for one cluster."""
@@ -65,16 +92,23 @@ class Scheduler:
         """Run a state-changing command: a refusal is definite, a busy cluster is not."""
         result = self._run(name, *args)
         if result.returncode != 0:
-            if result.transient:
-                raise SchedulerUncertain(f"{name} failed: {result.error_line()} "
-                                         f"(it may have taken effect)")
-            raise SchedulerRejected(f"{name} failed: {result.error_line()}")
+            raise _failure(name, result)
         return result
 
-    def _query(self, name: str, *args: str) -> CommandResult:
-        result = self._run(name, *args)
+    def _ask(self, name: str, *args: str) -> CommandResult:
+        """Run a read-only command; a timeout is SchedulerUnavailable (nothing can change)."""
+        try:
+            return self._run(name, *args)
+        except CommandTimeout as err:
+            raise SchedulerUnavailable(f"{name}: no answer within {self.timeout_s:g}s",
+                                       hint=controller_hint()) from err
+
+    def query(self, name: str, *args: str) -> CommandResult:
+        """Run a read-only command; any failure but "Invalid job id" is SchedulerUnavailable."""
+        result = self._ask(name, *args)
         if result.returncode != 0 and INVALID_JOB_ID not in result.stderr:
-            raise SchedulerUnavailable(f"{name} failed: {result.error_line()}")
+            raise SchedulerUnavailable(f"{name} failed: {result.error_line()}",
+                                       hint=result.hint)
         return result
 
     def submit_held_array(self, script: str, indices: Sequence[int], throttle: int,
@@ -105,12 +139,11 @@ class Scheduler:
         errors = [line for line in result.stderr.splitlines()
                   if line.strip() and INVALID_JOB_ID not in line and ALREADY_DONE not in line]
         if errors:
-            cls = SchedulerUncertain if result.transient else SchedulerRejected
-            raise cls(f"scancel failed: {result.error_line()}")
+            raise _failure("scancel", result, suffix="")
 
     def jobs_named(self, job_name: str) -> List[JobRow]:
         """Queued or running jobs called ``job_name`` (finds unrecorded submissions)."""
-        result = self._query("squeue", "-h", "-n", job_name, "-o", SQUEUE_FORMAT)
+        result = self.query("squeue", "-h", "-n", job_name, "-o", SQUEUE_FORMAT)
         return self._parse(parse_squeue, result)
 
     def queue(self, job_ids: Sequence[str] = (), name: Optional[str] = None) -> List[JobRow]:
@@ -126,30 +159,31 @@ class Scheduler:
             args += ["-j", ",".join(job_ids)]
         if name:
             args += ["-n", name]
-        result = self._query("squeue", *args, "-o", SQUEUE_FORMAT)
+        result = self.query("squeue", *args, "-o", SQUEUE_FORMAT)
         return self._parse(parse_squeue, result)
 
     def accounting(self, job_ids: Sequence[str]) -> Optional[List[JobRow]]:
         """One ``sacct`` call for ``job_ids``; None when the cluster keeps no accounting."""
         if not job_ids:
             return []
-        result = self._run("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids),
+        result = self._ask("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids),
                            f"--format={SACCT_FORMAT}")
         if result.returncode != 0:
             if ACCOUNTING_DISABLED in result.stderr + result.stdout:
                 return None
-            raise SchedulerUnavailable(f"sacct failed: {result.error_line()}")
+            raise SchedulerUnavailable(f"sacct failed: {result.error_line()}",
+                                       hint=result.hint)
         return self._parse(parse_sacct, result)
 
     def max_array_size(self) -> Optional[int]:
         """``MaxArraySize`` from ``scontrol show config`` (None if Slurm does not say)."""
         from control.planning.arrays import parse_max_array_size
 
-        return parse_max_array_size(self._query("scontrol", "show", "config").stdout)
+        return parse_max_array_size(self.query("scontrol", "show", "config").stdout)
 
     def partitions(self) -> List[Partition]:
         """``sinfo``: partitions, their availability and node states."""
-        return self._parse(parse_sinfo, self._query("sinfo", "-h", "-o", SINFO_FORMAT))
+        return self._parse(parse_sinfo, self.query("sinfo", "-h", "-o", SINFO_FORMAT))
 
     @staticmethod
     def _parse(parser: Callable[[str], T], result: CommandResult) -> T:

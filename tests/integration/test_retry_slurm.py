@@ -11,20 +11,24 @@ never requested again; the merge holds every record exactly once, in order.
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
+import signal
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from agent_stdlib.attempts import load_attempt
+from agent_stdlib.attempts import load_attempt, load_readiness
 from agent_stdlib.layout import RunLayout
 from fixtures.fake_openai_server import expected_completion
 from tests.conftest import FAKE_SERVER
 from tests.integration.runs import cli_json, invoke, wait_final, write_profile
+from tests.integration.test_observe_slurm import wait_until, write_run
+from tests.processes import processes_mentioning
 
 pytestmark = pytest.mark.slurm
 
@@ -221,3 +225,61 @@ def test_concurrent_retries_converge_on_one_submission(slurm_cluster, tmp_path):
                                                                            "0002.json"]
     final = wait_final(run_id, profile)
     assert final["counts"] == {"succeeded": SHARDS}
+
+
+def _agent_of(run_dir: Path, job_id: str) -> Optional[int]:
+    """The pid of the allocation agent (``agent-<sha>.pyz allocation``) of array task
+    ``job_id`` (``12_1``) of the run in ``run_dir``."""
+    job, task = job_id.split("_")
+    wanted = {f"SLURM_ARRAY_JOB_ID={job}".encode(), f"SLURM_ARRAY_TASK_ID={task}".encode()}
+    for line in processes_mentioning(str(run_dir)):
+        pid, cmd = line.split(": ", 1)
+        if ".pyz allocation " not in cmd or "srun" in cmd:
+            continue
+        try:
+            environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if wanted <= environ:
+            return int(pid)
+    return None
+
+
+def test_a_killed_agent_is_failed_by_status_and_retried_at_once(slurm_cluster, tmp_path,
+                                                                python_exe):
+    """Issue 13 item 4: kill -9 of one shard's agent. Once squeue lists the job ended, no
+    process of it can write: status records the attempt failed and closes its readiness at
+    once, and retry retries it (before: 120 s of "nothing to retry" and a readiness that
+    stayed ``ready``)."""
+    profile = str(write_profile(tmp_path, python_exe))
+    run_file = write_run(tmp_path, records=40, shards=2, latency=0.1)
+    submitted = cli_json("submit", str(run_file), "--profile", profile)
+    run_id, job = submitted["run_id"], submitted["job_id"]
+    layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
+    readiness = layout.attempt(1, 1).readiness_json
+    wait_until("shard 1 ready", lambda: readiness.exists()
+               and load_readiness(readiness).state == "ready")
+    served = load_readiness(readiness)
+    os.kill(wait_until("the agent of shard 1", lambda: _agent_of(layout.root, f"{job}_1")),
+            signal.SIGKILL)
+
+    def status() -> Dict[str, Any]:
+        return cli_json("status", run_id, "--profile", profile)
+
+    ended = wait_until("status to show shard 1 ended", lambda: (
+        lambda s: s if s["shards"][1]["state"] != "running" else None)(status()), 60)
+    shard = ended["shards"][1]
+    assert shard["state"] == "failed", shard
+    assert shard["reason"].endswith("before the agent recorded an outcome")
+    record = load_attempt(layout.attempt(1, 1).attempt_json)
+    assert record.state == "failed" and record.reason == shard["reason"]
+    closed = load_readiness(readiness)
+    assert (closed.state, closed.revision, closed.endpoints) == \
+        ("failed", served.revision + 1, {})
+    assert "the allocation ended without its agent" in closed.reason
+
+    retried = cli_json("retry", run_id, "--yes", "--profile", profile)
+    assert [(s["shard"], s["attempt"]) for s in retried["shards"]] == [(1, 2)]
+    final = wait_final(run_id, Path(profile))
+    assert final["counts"] == {"succeeded": 2}
+    assert load_attempt(layout.attempt(1, 2).attempt_json).state == "succeeded"

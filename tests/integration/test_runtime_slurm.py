@@ -28,9 +28,12 @@ from agent_stdlib.layout import AttemptLayout, RunLayout
 from agent_stdlib.preflight import assign_ports
 from agent_stdlib.publish import load_winner
 from agent_stdlib.statefile import ensure_dir, publish_immutable, read_json, write_json_atomic
-from control.runs.reconcile import lost_reason, mark_lost, reconcile_shard
-from control.slurm.parsers import parse_sacct
+from control.runs import normalize as norm
+from control.runs.observe import SchedulerView, gone
+from control.runs.reconcile import complete_missing_winner, mark_ended
+from control.slurm.parsers import index_rows
 from control.slurm.renderer import BatchScript, render_batch_script
+from control.slurm.scheduler import Scheduler
 from tests.agent_runs import local_plan
 from tests.conftest import FAKE_SERVER
 from tests.processes import processes_mentioning
@@ -195,7 +198,10 @@ def test_scancel_while_pending_leaves_the_attempt_unstarted(launch, slurm_cluste
     assert job.wait_done(30) == ["CANCELLED"]
     assert job.attempt().state == "submitted"
     assert job.readiness() is None and not job.paths.logs.exists()
-    assert lost_reason(job.attempt(), None, now=time.time() + 3600) is None
+    # never "lost": the table calls a job cancelled while pending cancelled
+    (row,) = Scheduler().queue([job.key])
+    verdict = norm.decide(norm.Evidence(attempt_state="submitted", queue=row))
+    assert verdict.state == "cancelled"
     wait_no_leftovers(job)
 
 
@@ -370,30 +376,20 @@ def agent_pid(job: Job) -> Optional[int]:
     return None
 
 
-def sacct_row(cluster: Any, key: str):  # type: ignore[no-untyped-def]
-    out = cluster.run("sacct", "-n", "-P", "-X", "-j", key,
-                      "--format=JobID,State,ExitCode").stdout
-    rows = [r for r in parse_sacct(out) if r.job_id == key]
-    return rows[-1] if rows and rows[-1].terminal else None
-
-
-def test_kill9_of_the_agent_ends_the_job_and_reconcile_marks_it_lost(launch, slurm_cluster):
-    if not slurm_cluster.accounting:
-        pytest.skip("needs sacct")
+def test_kill9_of_the_agent_ends_the_job_and_reconcile_records_it(launch, slurm_cluster):
     job = launch(["--token-latency", "0.2"], records=12)
     job.wait_readiness("ready")
     os.kill(slurm_cluster.wait_for(lambda: agent_pid(job), what="agent pid"), signal.SIGKILL)
     job.wait_done()
     wait_no_leftovers(job)
     assert not job.steps()
-    attempt = job.attempt()
-    assert attempt.state == "running"
-    row = slurm_cluster.wait_for(lambda: sacct_row(slurm_cluster, job.key), what="sacct row")
-    reason = lost_reason(attempt, row, now=time.time())
-    assert reason and reason.startswith("lost: ") and row.state in reason
-    marked = mark_lost(job.layout, 0, 1, reason)
-    assert marked.state == "failed" and marked.reason == reason
-    assert mark_lost(job.layout, 0, 1, "lost: again") == marked  # terminal stays terminal
+    assert job.attempt().state == "running"  # the agent recorded nothing
+    view = SchedulerView(queue=index_rows(Scheduler().queue([job.key])), asked={job.key})
+    assert gone(view, job.key)  # squeue's row is terminal: no process of the job is left
+    marked = mark_ended(job.layout, 0, 1, "failed", "job failed before the agent recorded "
+                                                    "an outcome")
+    assert marked.state == "failed" and job.readiness().state == "failed"
+    assert mark_ended(job.layout, 0, 1, "failed", "again") == marked  # terminal stays
 
 
 def test_death_between_success_and_winner_is_completed_by_reconcile(launch):
@@ -402,8 +398,7 @@ def test_death_between_success_and_winner_is_completed_by_reconcile(launch):
     attempt = assert_stopped_and_clean(job, "succeeded")
     original = load_winner(job.layout, 0)
     job.layout.winner_json(0).unlink()  # the durable state of a death right before winner
-    done = reconcile_shard(job.layout, 0, attempt, None, None, now=time.time())
-    assert "winner completed" in done.note
-    assert done.winner.replace(created_at=0) == original.replace(created_at=0)
-    again = reconcile_shard(job.layout, 0, attempt, None, None, now=time.time())
-    assert again.winner == done.winner  # first writer won; never a second winner
+    done = complete_missing_winner(job.layout, 0, attempt.attempt)
+    assert done.replace(created_at=0) == original.replace(created_at=0)
+    again = complete_missing_winner(job.layout, 0, attempt.attempt)
+    assert again == done  # first writer won; never a second winner

@@ -331,8 +331,14 @@ def test_merge_tampered_winner_file(tmp_path: Path) -> None:
 def test_merge_deleted_winner_file(tmp_path: Path) -> None:
     layout = build_run(tmp_path / "run")
     (layout.attempt(2, 1).output / "part-1.jsonl").unlink()
-    with pytest.raises(Conflict, match="shard 2: "):
-        merge_run(layout, None, True)
+    with pytest.raises(Conflict, match="shard 2: .*part-1.jsonl: No such file"):
+        merge_run(layout, None, False)
+    # --allow-partial leaves the shard out and says why (it used to abort here: issue 13)
+    manifest = merge_run(layout, None, True)
+    assert manifest["missing_shards"] == [2] and manifest["complete"] is False
+    assert manifest["bad_shards"][0]["shard"] == 2
+    assert "part-1.jsonl: No such file" in manifest["bad_shards"][0]["reason"]
+    assert merged_ids(layout.merged / "records.jsonl") == [0, 1, 2, 3]
 
 
 def test_merge_without_plan(tmp_path: Path) -> None:

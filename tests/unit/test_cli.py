@@ -530,12 +530,14 @@ def test_scheduler_errors_are_shown_as_visible_escapes(tmp_path: Path, profile_f
     folder = fake_slurm_bin(tmp_path, squeue=f"printf '{ESCAPES}down\\n' >&2; exit 1")
     profile = profile_with_bin(profile_file, folder)
     text = invoke("status", "obs-20240101-000000-abcdef", "--profile", profile)
-    assert "scheduler unavailable" in text.stdout and SHOWN + "down" in text.stdout
-    assert not CONTROL.search(text.stdout)
-    data = json.loads(invoke("status", "obs-20240101-000000-abcdef", "--json", "--profile",
-                             profile).stdout)
+    assert text.exit_code == 5  # the run is not over and Slurm could not be asked
+    assert SHOWN + "down" in text.stderr
+    assert not CONTROL.search(text.stdout) and not CONTROL.search(text.stderr)
+    result = invoke("status", "obs-20240101-000000-abcdef", "--json", "--profile", profile)
+    data = json.loads(result.stdout)
     assert SHOWN + "down" in data["scheduler_error"]
     assert not any(CONTROL.search(s) for s in strings(data))
+    assert not CONTROL.search(result.stderr)
 
 
 def test_runs_json_shows_run_records_as_visible_escapes(profile_file: Path,
@@ -564,3 +566,73 @@ def test_logs_escape_control_characters_on_a_terminal_and_json_but_not_in_a_pipe
     shown = invoke(*args)
     assert shown.exit_code == 0, shown.stderr
     assert shown.stdout == f"step 1\t{SHOWN}ok\nbad \\xff byte \u2713\n"
+
+
+# ----------------------------------------------------------------------------- scheduler down
+
+NO_CONFIG = ('echo "squeue: error: fetch_config: DNS SRV lookup failed" >&2; '
+             'echo "squeue: fatal: Could not establish a configuration source" >&2; exit 1')
+
+
+def test_status_with_no_scheduler_exits_5_with_one_message(tmp_path: Path, profile_file: Path,
+                                                           workspace: Path,
+                                                           monkeypatch) -> None:
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    make_run(workspace, [Shard("winner"), Shard("running"), Shard("running")])
+    profile = profile_with_bin(profile_file, fake_slurm_bin(tmp_path, squeue=NO_CONFIG))
+    result = invoke("status", "obs-20240101-000000-abcdef", "--profile", profile)
+    assert result.exit_code == 5
+    line = one_error_line(result)
+    assert line.startswith("synthbatch: error: squeue failed: squeue: fatal: Could not "
+                           "establish a configuration source (hint: is SLURM_CONF set?")
+    assert "scheduler unavailable:" not in result.stdout  # said once, on stderr
+    assert "failures" not in result.stdout  # shards Slurm was not asked about
+    assert result.stdout.startswith("run obs-20240101-000000-abcdef: running")
+    as_json = invoke("status", "obs-20240101-000000-abcdef", "--profile", profile, "--json")
+    assert as_json.exit_code == 5
+    data = json.loads(as_json.stdout)
+    assert data["failures"] == [] and data["counts"] == {"succeeded": 1, "unknown": 2}
+    assert data["scheduler_hint"].startswith("is SLURM_CONF set?")
+    error = json_error(as_json)
+    assert error["code"] == "scheduler_unavailable" and "may have taken" not in error["message"]
+
+
+def test_status_of_a_settled_run_is_not_failed_by_the_scheduler(tmp_path: Path,
+                                                                profile_file: Path,
+                                                                workspace: Path) -> None:
+    # a recent failure asks Slurm for its reason; without an answer the run is still over
+    make_run(workspace, [Shard("winner"), Shard("failed", "boom", updated_at=time.time())])
+    profile = profile_with_bin(profile_file, fake_slurm_bin(tmp_path, squeue=NO_CONFIG))
+    result = invoke("status", "obs-20240101-000000-abcdef", "--profile", profile, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["state"] == "failed" and data["scheduler_error"]
+
+
+def test_status_watch_shows_the_scheduler_note_and_keeps_refreshing(
+        tmp_path: Path, profile_file: Path, workspace: Path) -> None:
+    make_run(workspace, [Shard("running")])
+    counter = tmp_path / "calls"
+    folder = fake_slurm_bin(
+        tmp_path,
+        squeue=f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}\n'
+               f'if [ "$n" = 0 ]; then {NO_CONFIG}; fi\necho "500_0|CANCELLED|None"',
+        sacct='echo "500_0|CANCELLED by 0|0:0"')
+    result = invoke("status", "obs-20240101-000000-abcdef", "--watch", "--interval", "1",
+                    "--profile", profile_with_bin(profile_file, folder))
+    assert result.exit_code == 0, result.stderr
+    first, last = result.stdout.splitlines()
+    assert ": running " in first and "scheduler unavailable: squeue failed" in first
+    assert ": cancelled " in last and "scheduler unavailable" not in last
+
+
+def test_cancel_with_no_scheduler_exits_5_and_records_no_cancel(
+        tmp_path: Path, profile_file: Path, workspace: Path) -> None:
+    layout = make_run(workspace, [Shard("running")])
+    folder = fake_slurm_bin(tmp_path, scancel=NO_CONFIG.replace("squeue", "scancel"))
+    result = invoke("cancel", "obs-20240101-000000-abcdef", "--profile",
+                    profile_with_bin(profile_file, folder))
+    assert result.exit_code == 5
+    assert "scancel: fatal: Could not establish a configuration source (hint: is SLURM_CONF " \
+           "set?" in one_error_line(result)
+    assert not list((layout.root / "cancels").glob("*.json"))  # status shows no "cancelling"

@@ -24,12 +24,13 @@ from agent_stdlib.contracts import (
     ContainerSpec,
     MountSpec,
     ResultManifest,
+    RunRecord,
     WinnerRecord,
 )
 from agent_stdlib.invocation import resolve_shard
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.serving import AllocationFailure
-from agent_stdlib.statefile import read_json
+from agent_stdlib.statefile import publish_immutable, read_json
 from control.cli.main import cli
 from fixtures.fake_openai_server import expected_completion
 from tests.agent_runs import local_plan, stage
@@ -426,6 +427,11 @@ def test_server_log_escapes_reach_status_only_as_visible_text(tmp_path, agent_py
     assert _run(python_exe, agent_pyz, args).returncode == 1
     attempt = load_attempt(RunLayout(workspace / "runs" / run_id).attempt(0, 1).attempt_json)
     assert SHOWN + "boom" in attempt.reason and not CONTROL.search(attempt.reason)
+    layout = RunLayout(workspace / "runs" / run_id)
+    record = RunRecord(run_id=run_id, name="test", created_at=time.time(), plan_sha256="0" * 64,
+                       agent_pyz=agent_pyz.name, agent_sha256="0" * 64, backend="slurm",
+                       job_name=f"synthbatch-{run_id}", shard_count=1)
+    publish_immutable(layout.run_json, record.to_json().encode("utf-8"))  # committed
     profile = tmp_path / "profile.toml"
     profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
                                                    json.dumps(str(workspace))))

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, create_attempt
+from agent_stdlib.attempts import advance_attempt, create_attempt, publish_readiness
 from agent_stdlib.contracts import (
     ProgressRecord,
     RunRecord,
@@ -33,10 +33,11 @@ from control.config.loader import load_model
 from control.config.profile import Profile
 from control.config.run import RunConfig
 from control.errors import EvidenceConflict
+from control.planning.arrays import array_chunks
 from control.planning.planner import make_plan
 from control.runs import normalize as norm
 from control.runs import store
-from control.runs.ledger import ENDED_GRACE_S, lag_path
+from control.runs.ledger import lag_path
 from control.runs.observe import observe
 from control.runs.store import (
     expected_attempts,
@@ -265,7 +266,7 @@ def make_run(workspace: Path, shards: List[Shard], job_id: Optional[str] = "500"
                      QUICKSTART.parent)
     plan = replace(base, shards=tuple(ShardSpec(i, i * per_shard, per_shard)
                                       for i in range(len(shards))),
-                   total_records=per_shard * len(shards))
+                   total_records=per_shard * len(shards), arrays=array_chunks(len(shards)))
     layout = RunLayout(ensure_dir(workspace / "runs" / RUN_ID))
     publish_immutable(layout.plan_json, plan.to_json().encode(), mode=0o400)
     ensure_dir(layout.submissions)
@@ -555,38 +556,83 @@ def test_watch_stops_at_max_s() -> None:
 # ----------------------------------------------------------------------------- reconciliation
 
 
-def test_status_persists_failed_for_a_running_attempt_whose_job_failed(tmp_path: Path,
-                                                                        fake: FakeSlurm) -> None:
+def ready(layout: RunLayout, index: int) -> None:
+    """Readiness ``ready`` with an endpoint, as a live agent publishes it."""
+    publish_readiness(layout.attempt(index, 1).readiness_json, index, 1, 1, "starting")
+    publish_readiness(layout.attempt(index, 1).readiness_json, index, 1, 1, "ready",
+                      endpoints={"tiny": "http://127.0.0.1:9/v1"})
+
+
+def test_a_job_gone_from_squeue_and_failed_in_sacct_is_recorded_at_once(tmp_path: Path,
+                                                                         fake: FakeSlurm) -> None:
     layout = make_run(tmp_path, [Shard("running")])
-    squeue_cmd(fake, "")
+    ready(layout, 0)
+    squeue_cmd(fake, "")  # squeue no longer lists the job: no process of it is left
     fake.on("sacct", stdout="500_0|FAILED|0:9\n")
     data = observe(layout, Scheduler(runner=fake), now=NOW)
-    assert data["shards"][0]["state"] == "failed"  # shown at once, not yet written
-    path = layout.attempt(0, 1).attempt_json
-    assert json.loads(path.read_text())["state"] == "running"  # the agent may be cleaning up
-    observe(layout, Scheduler(runner=fake), now=NOW + ENDED_GRACE_S + 1)
-    record = json.loads(path.read_text())
+    assert data["shards"][0]["state"] == "failed"
+    record = json.loads(layout.attempt(0, 1).attempt_json.read_text())
     assert record["state"] == "failed" and "signal 9" in record["reason"]
+    readiness = json.loads(layout.attempt(0, 1).readiness_json.read_text())
+    assert (readiness["state"], readiness["revision"], readiness["endpoints"]) == \
+        ("failed", 3, {})
+    assert "the allocation ended without its agent: job failed" in readiness["reason"]
 
 
-def test_status_persists_cancelled_for_a_job_cancelled_by_hand(tmp_path: Path,
-                                                               fake: FakeSlurm) -> None:
+def test_a_terminal_squeue_row_is_recorded_at_once(tmp_path: Path, fake: FakeSlurm) -> None:
+    # MinJobAge keeps the ended job in squeue: its terminal row is the common case
+    layout = make_run(tmp_path, [Shard("running"), Shard("submitted")])
+    ready(layout, 0)
+    squeue_cmd(fake, "500_0|FAILED|NonZeroExitCode\n500_1|CANCELLED|None\n")
+    fake.on("sacct", stdout="500_0|FAILED|0:9\n500_1|CANCELLED by 0|0:0\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert [s["state"] for s in data["shards"]] == ["failed", "cancelled"]
+    states_on_disk = [json.loads(layout.attempt(i, 1).attempt_json.read_text())["state"]
+                      for i in (0, 1)]
+    assert states_on_disk == ["failed", "cancelled"]  # a submitted attempt too
+    assert json.loads(layout.attempt(0, 1).readiness_json.read_text())["state"] == "failed"
+    again = observe(layout, Scheduler(runner=fake), now=NOW + 1)  # no conflict, no rewrite
+    assert [s["state"] for s in again["shards"]] == ["failed", "cancelled"]
+    assert json.loads(layout.attempt(0, 1).readiness_json.read_text())["revision"] == 3
+
+
+def test_a_completing_job_is_left_to_its_agent(tmp_path: Path, fake: FakeSlurm) -> None:
+    # KillWait: sacct may already say CANCELLED/FAILED, squeue lists the job COMPLETING
+    # while its processes (the agent recording its own outcome) are still there
+    layout = make_run(tmp_path, [Shard("running")])
+    ready(layout, 0)
+    squeue_cmd(fake, "500_0|COMPLETING|None\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert [c[0] for c in fake.calls] == ["squeue"]
+    assert (data["shards"][0]["state"], data["shards"][0]["reason"]) == \
+        ("running", norm.COMPLETING_REASON)
+    assert json.loads(layout.attempt(0, 1).attempt_json.read_text())["state"] == "running"
+    assert json.loads(layout.attempt(0, 1).readiness_json.read_text())["state"] == "ready"
+
+
+def test_status_records_cancelled_for_a_job_cancelled_by_hand(tmp_path: Path,
+                                                              fake: FakeSlurm) -> None:
     layout = make_run(tmp_path, [Shard("running")])
     squeue_cmd(fake, "")
     fake.on("sacct", stdout="500_0|CANCELLED by 0|0:0\n")
-    assert observe(layout, Scheduler(runner=fake), now=NOW)["shards"][0]["state"] == "cancelled"
-    data = observe(layout, Scheduler(runner=fake), now=NOW + ENDED_GRACE_S + 1)
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
     assert data["shards"][0]["state"] == "cancelled"
     assert json.loads(layout.attempt(0, 1).attempt_json.read_text())["state"] == "cancelled"
 
 
-def test_a_running_attempt_whose_job_completed_is_not_rewritten(tmp_path: Path,
-                                                                fake: FakeSlurm) -> None:
+def test_a_running_attempt_whose_job_completed_is_recorded_failed(tmp_path: Path,
+                                                                 fake: FakeSlurm) -> None:
+    # the agent exited 0 without an outcome: status says failed, so retry must be able to
+    # retry it; the record status writes does not then conflict with Slurm's COMPLETED
     layout = make_run(tmp_path, [Shard("running")])
     squeue_cmd(fake, "500_0|COMPLETED|None\n")
     fake.on("sacct", stdout="500_0|COMPLETED|0:0\n")
-    observe(layout, Scheduler(runner=fake), now=NOW + ENDED_GRACE_S + 1)
-    assert json.loads(layout.attempt(0, 1).attempt_json.read_text())["state"] == "running"
+    first = observe(layout, Scheduler(runner=fake), now=NOW)
+    record = json.loads(layout.attempt(0, 1).attempt_json.read_text())
+    assert record["state"] == "failed"
+    assert record["reason"] == "job completed before the agent recorded an outcome"
+    again = observe(layout, Scheduler(runner=fake), now=NOW + 1)
+    assert first["shards"][0]["state"] == again["shards"][0]["state"] == "failed"
 
 
 def test_an_early_sacct_range_record_does_not_override_running_tasks(tmp_path: Path,

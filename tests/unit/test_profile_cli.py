@@ -251,3 +251,34 @@ def test_fs_type_of_root() -> None:
     assert checks._fs_type(Path("/")) is not None
 
 
+
+
+DOWN = "slurm_load_partitions: Unable to contact slurm controller (connect failure)\n"
+
+
+def test_validate_with_an_unreachable_scheduler_exits_5(tmp_path: Path, cluster: FakeCluster,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+
+    def down(argv: Sequence[str], timeout: float) -> CommandResult:
+        if Path(argv[0]).name in ("sinfo", "scontrol"):
+            return CommandResult(argv, 1, "", DOWN)
+        return cluster(argv, timeout)
+
+    monkeypatch.setattr(checks, "run_command", down)
+    (tmp_path / "ws").mkdir()
+    path = write_profile(tmp_path)
+    result = invoke("profile", "validate", "--profile", str(path))
+    assert result.exit_code == 5
+    assert "FAIL  partition  sinfo failed: slurm_load_partitions: Unable to contact" in \
+        result.stdout
+    (line,) = result.stderr.splitlines()
+    assert line.endswith("(connect failure) (hint: is slurmctld up?)"), line
+    assert "may have taken effect" not in result.output
+    as_json = invoke("profile", "validate", "--profile", str(path), "--json")
+    assert as_json.exit_code == 5
+    assert json.loads(as_json.stderr)["error"]["code"] == "scheduler_unavailable"
+    assert [set(c) for c in json.loads(as_json.stdout)["checks"]] == \
+        [{"name", "status", "detail"}] * 7

@@ -141,6 +141,23 @@ def test_select_refuses_a_running_named_shard(tmp_path: Path, agent_pyz: Path) -
     assert select(staged.layout, staged.plan).choices == []  # unnamed: just skipped
 
 
+def test_named_refusals_use_the_words_of_status(tmp_path: Path, agent_pyz: Path) -> None:
+    from control.runs import normalize as norm
+
+    staged, _ = _run(tmp_path, agent_pyz, shards=3)
+    for shard in (0, 1):
+        advance_attempt(staged.layout.attempt(shard, 1).attempt_json, states.RUNNING)
+    verdicts = {0: ("running", norm.COMPLETING_REASON),
+                1: ("cancelling", "cancel requested; squeue says RUNNING"),
+                2: ("pending", "Priority")}
+    selection = select(staged.layout, staged.plan, [0, 1, 2], verdicts=verdicts)
+    assert selection.refused == {
+        0: "shard 0: its job is still completing in Slurm (COMPLETING); retry in a few "
+           "seconds",
+        1: "shard 1 is cancelling (attempt 1): cancel requested; squeue says RUNNING",
+        2: "shard 2 is pending (attempt 1): Priority"}
+
+
 def test_auto_takes_failed_only_and_stops_at_max_attempts(tmp_path: Path,
                                                           agent_pyz: Path) -> None:
     staged, profile = _run(tmp_path, agent_pyz, shards=3, max_attempts=2)
@@ -333,7 +350,7 @@ def _cli_env(staged: Staged, profile: Profile, tmp_path: Path, monkeypatch) -> P
                     .replace(_workspace_line(), f'workspace = "{profile.workspace}"'))
     slurm = FakeSlurm()
     monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
-    monkeypatch.setattr("control.runs.observe.observe", lambda layout, sched: {})
+    monkeypatch.setattr("control.runs.observe.observe", lambda layout, sched: {"shards": []})
     return path
 
 

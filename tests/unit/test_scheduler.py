@@ -454,3 +454,92 @@ def test_describe_redacts_secrets() -> None:
 
 def test_default_runner_is_run_command() -> None:
     assert Scheduler().runner is run_command
+
+
+# ----------------------------------------------------------------------------- unreachable
+# stderr recorded from Slurm 22.05 clients (see control/slurm/runner.py)
+
+NO_CONFIG_STDERR = (
+    "squeue: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+    "squeue: error: fetch_config: DNS SRV lookup failed\n"
+    "squeue: error: _establish_config_source: failed to fetch config\n"
+    "squeue: fatal: Could not establish a configuration source\n")
+DOWN_STDERR = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"
+
+
+def test_no_configuration_is_unavailable_with_the_fatal_line_and_hint(
+        fake: FakeSlurm, sched: Scheduler, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    fake.on("squeue", code=1, stderr=NO_CONFIG_STDERR)
+    with pytest.raises(SchedulerUnavailable) as info:
+        sched.queue(name="synthbatch-r")
+    assert info.value.message == ("squeue failed: squeue: fatal: Could not establish a "
+                                  "configuration source")
+    assert info.value.hint.startswith("is SLURM_CONF set? (it is not set")
+    assert info.value.exit_code == 5
+
+
+@pytest.mark.parametrize("name,call", [
+    ("scancel", lambda s: s.cancel(["5"])),
+    ("scontrol", lambda s: s.release("5")),
+    ("sbatch", lambda s: s.submit_held_array("/s", [0], 0, "n")),
+])
+def test_no_configuration_of_a_state_changing_command_is_definite_and_unavailable(
+        fake: FakeSlurm, sched: Scheduler, name: str, call) -> None:
+    fake.on(name, code=1, stderr=NO_CONFIG_STDERR.replace("squeue", name))
+    with pytest.raises(SchedulerUnavailable) as info:
+        call(sched)
+    assert type(info.value) is SchedulerUnavailable  # not uncertain: nothing was sent
+    assert info.value.exit_code == 5 and "may have taken effect" not in info.value.message
+    assert "is SLURM_CONF set?" in info.value.hint
+
+
+def test_controller_down_hint(fake: FakeSlurm, sched: Scheduler,
+                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    fake.on("squeue", code=1, stderr=DOWN_STDERR)
+    with pytest.raises(SchedulerUnavailable) as info:
+        sched.queue(["12"])
+    assert info.value.hint == "is slurmctld up?"
+    fake.on("scancel", code=1, stderr="scancel: error: Kill job error on job id 5: Unable to "
+                                      "contact slurm controller (connect failure)\n")
+    with pytest.raises(SchedulerUncertain) as cancelled:
+        sched.cancel(["5"])
+    assert cancelled.value.hint == "is slurmctld up?"
+
+
+def test_a_query_that_times_out_never_says_it_may_have_taken_effect(fake: FakeSlurm,
+                                                                    sched: Scheduler) -> None:
+    def slow(args: List[str]) -> Reply:
+        raise CommandTimeout("squeue: no answer within 30s (it may have taken effect)")
+
+    for name, call in (("squeue", lambda: sched.queue(["1"])),
+                       ("sacct", lambda: sched.accounting(["1"])),
+                       ("sinfo", sched.partitions)):
+        fake.replies[name] = slow
+        with pytest.raises(SchedulerUnavailable) as info:
+            call()
+        assert not isinstance(info.value, SchedulerUncertain)
+        assert info.value.message == f"{name}: no answer within 30s"
+        assert "may have taken effect" not in info.value.message + (info.value.hint or "")
+
+
+def test_a_slurm_conf_naming_a_missing_file_fails_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The clients would retry for 60 s before failing; no client is started at all.
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "nowhere.conf"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # a started client would be "not found"
+    with pytest.raises(SchedulerUnavailable) as info:
+        run_command(["squeue", "-h"], 30)
+    assert info.value.message == f"squeue: SLURM_CONF={tmp_path / 'nowhere.conf'}: no such file"
+    assert info.value.hint == (f"is SLURM_CONF set? (it names {tmp_path / 'nowhere.conf'}, "
+                               "which does not exist)")
+    assert run_command([sys.executable, "-c", "print(1)"], 10).stdout == "1\n"  # not Slurm
+
+
+def test_error_line_prefers_the_fatal_line() -> None:
+    result = CommandResult(["sinfo"], 1, "", NO_CONFIG_STDERR.replace("squeue", "sinfo"))
+    assert result.error_line() == "sinfo: fatal: Could not establish a configuration source"
+    assert result.no_config and result.transient is False

@@ -1,0 +1,252 @@
+"""Damaged state files (issue 13, item 5): one verification of a winner everywhere, progress
+never outranks a winner or a terminal attempt, merge and retry carry on around bad shards
+and name each one, logs are found by listing when the attempt record is damaged.
+
+The damage is literal: a truncated ``attempt.json``, a ``winner.json`` that is a symlink to
+a valid winner, a winner naming another shard, garbage bytes in ``progress.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Dict
+
+import pytest
+from click.testing import CliRunner, Result
+
+from agent_stdlib.candidate import build_manifest
+from agent_stdlib.contracts import WinnerRecord, sha256_bytes
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.publish import load_winner
+from agent_stdlib.statefile import StateError, ensure_dir, publish_json_immutable
+from control.cli.main import cli
+from control.runs import normalize as norm
+from control.runs.merge import merge_run
+from control.runs.observe import observe
+from control.runs.retry import select
+from control.runs.store import load_plan, scan_shard
+from control.runs.summary import durable_state
+from control.slurm.scheduler import Scheduler
+from tests.unit.test_observe import RUN_ID, Shard, make_run
+from tests.unit.test_retry import FakeSlurm
+
+REPO = Path(__file__).resolve().parents[2]
+TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
+GARBAGE = b"\x00\xff{progress: \x07 not json"
+
+
+def real_winner(layout: RunLayout, shard: int, offset: int, count: int = 10) -> WinnerRecord:
+    """Output, result manifest and winner of attempt 1, as the agent publishes them."""
+    out = ensure_dir(layout.attempt(shard, 1).output)
+    (out / "records.jsonl").write_text("".join(json.dumps({"index": i}) + "\n"
+                                               for i in range(offset, offset + count)))
+    manifest = build_manifest(out, shard, 1, count)
+    return WinnerRecord(shard=shard, attempt=1, records=count,
+                        result_sha256=sha256_bytes(manifest.to_json().encode()),
+                        files=manifest.files, created_at=1.0)
+
+
+def truncate(path: Path) -> None:
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+
+
+def damaged_run(workspace: Path) -> RunLayout:
+    """Six shards of ten records.
+
+    0: a sound winner, garbage progress.json      -> succeeded
+    1: truncated attempt.json (it had failed)     -> unknown; not retried; logs still found
+    2: winner.json is a symlink to a valid winner -> unknown, never succeeded
+    3: failed, healthy                            -> retried
+    4: failed, garbage progress.json              -> failed; retried
+    5: winner.json names shard 0                  -> unknown
+    """
+    layout = make_run(workspace, [Shard("succeeded"), Shard("failed", "boom"),
+                                  Shard("succeeded"), Shard("failed", "boom"),
+                                  Shard("failed", "boom"), Shard("succeeded")])
+    publish_json_immutable(layout.winner_json(0), real_winner(layout, 0, 0).to_dict())
+    layout.attempt(0, 1).progress_json.write_bytes(GARBAGE)
+    truncate(layout.attempt(1, 1).attempt_json)
+    client = ensure_dir(layout.attempt(1, 1).execution_logs(1)) / "client.log"
+    client.write_text("client of the damaged shard\n")
+    elsewhere = workspace / "elsewhere-winner.json"
+    elsewhere.write_text(json.dumps(real_winner(layout, 2, 20).to_dict()))
+    layout.winner_json(2).symlink_to(elsewhere)
+    layout.attempt(4, 1).progress_json.write_bytes(GARBAGE)
+    publish_json_immutable(layout.winner_json(5), real_winner(layout, 0, 0).to_dict())
+    return layout
+
+
+# ----------------------------------------------------------------------------- one winner check
+
+
+def test_a_winner_is_verified_the_same_way_everywhere(tmp_path: Path) -> None:
+    layout = damaged_run(tmp_path)
+    assert load_winner(layout, 0) is not None
+    with pytest.raises(StateError, match=r"winner.json: cannot open \(a symbolic link\)"):
+        load_winner(layout, 2)
+    with pytest.raises(StateError, match="winner.json: names shard 0, not 5"):
+        load_winner(layout, 5)
+    views = [scan_shard(layout, i, 1) for i in range(6)]
+    assert [v.winner for v in views] == [True, False, False, False, False, False]
+    assert "a symbolic link" in views[2].winner_problem
+    assert "names shard 0, not 5" in views[5].winner_problem
+    assert views[0].progress is None and "progress.json: not valid JSON" in \
+        views[0].progress_problem
+    assert durable_state(layout, 6)["counts"] == {"failed": 2, "succeeded": 1, "unknown": 3}
+
+
+def test_a_fifo_in_place_of_a_winner_is_refused_not_waited_on(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("succeeded")])
+    os.mkfifo(layout.winner_json(0))
+    view = scan_shard(layout, 0, 1)
+    assert not view.winner and "winner.json: not a regular file" in view.winner_problem
+
+
+def test_status_progress_never_outranks_a_winner_or_a_terminal_attempt(tmp_path: Path) -> None:
+    layout = damaged_run(tmp_path)
+    data = observe(layout, Scheduler(runner=FakeSlurm()), now=time.time())
+    states = [s["state"] for s in data["shards"]]
+    assert states == ["succeeded", "unknown", "unknown", "failed", "failed", "unknown"]
+    reasons = [s["reason"] or "" for s in data["shards"]]
+    assert "attempt.json: not valid JSON" in reasons[1]
+    assert "winner.json: cannot open (a symbolic link)" in reasons[2]
+    assert reasons[4] == "boom"  # the agent's reason, not the progress file's problem
+    assert {f["shard"] for f in data["failures"]} == {1, 2, 3, 4, 5}
+    assert data["records_done"] == 10
+
+
+def test_progress_problem_is_shown_for_a_running_shard(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    layout.attempt(0, 1).progress_json.write_bytes(GARBAGE)
+    from tests.unit.test_scheduler import FakeSlurm as QueueFake
+
+    fake = QueueFake()
+    fake.on("squeue", stdout="500_0|RUNNING|None\n")
+    row = observe(layout, Scheduler(runner=fake), now=time.time())["shards"][0]
+    assert row["state"] == "running" and "progress.json: not valid JSON" in row["reason"]
+
+
+def test_a_damaged_winner_is_unknown_in_the_table() -> None:
+    verdict = norm.decide(norm.Evidence(winner_problem="x/winner.json: not a regular file",
+                                        attempt_state="succeeded"))
+    assert verdict == norm.Verdict(norm.UNKNOWN, "x/winner.json: not a regular file", "winner")
+
+
+# ----------------------------------------------------------------------------- merge
+
+
+def test_plain_merge_names_every_bad_shard(tmp_path: Path) -> None:
+    from control.errors import Conflict
+
+    layout = damaged_run(tmp_path)
+    with pytest.raises(Conflict) as info:
+        merge_run(layout, None, allow_partial=False)
+    message = info.value.message
+    assert f"run {RUN_ID}: shards without a winner: 1, 3, 4" in message
+    assert "shard 2: " in message and "a symbolic link" in message
+    assert "shard 5: " in message and "names shard 0, not 5" in message
+
+
+def test_partial_merge_leaves_bad_shards_out_and_says_why(tmp_path: Path) -> None:
+    layout = damaged_run(tmp_path)
+    manifest = merge_run(layout, None, allow_partial=True)
+    assert manifest["records"] == 10 and manifest["complete"] is False
+    assert manifest["missing_shards"] == [1, 2, 3, 4, 5]
+    assert [b["shard"] for b in manifest["bad_shards"]] == [2, 5]
+    assert "a symbolic link" in manifest["bad_shards"][0]["reason"]
+    lines = (layout.merged / "records.jsonl").read_text().splitlines()
+    assert [json.loads(x)["index"] for x in lines] == list(range(10))
+
+
+def test_content_failing_its_digest_in_two_shards_names_both(tmp_path: Path) -> None:
+    from control.errors import Conflict
+
+    layout = make_run(tmp_path, [Shard("succeeded")] * 3)
+    for shard in range(3):
+        publish_json_immutable(layout.winner_json(shard),
+                               real_winner(layout, shard, 10 * shard).to_dict())
+    for shard in (0, 2):  # same size, other bytes
+        path = layout.attempt(shard, 1).output / "records.jsonl"
+        path.write_bytes(path.read_bytes().replace(b'"index"', b'"INDEX"'))
+    with pytest.raises(Conflict) as info:
+        merge_run(layout, None, allow_partial=False)
+    assert "shard 0: " in info.value.message and "shard 2: " in info.value.message
+    assert "does not match its winner's digest" in info.value.message
+    assert not (layout.merged / "records.jsonl").exists()
+    manifest = merge_run(layout, None, allow_partial=True)
+    assert manifest["missing_shards"] == [0, 2] and manifest["records"] == 10
+    assert [json.loads(x)["index"] for x in
+            (layout.merged / "records.jsonl").read_text().splitlines()] == list(range(10, 20))
+
+
+# ----------------------------------------------------------------------------- retry
+
+
+def test_retry_skips_damaged_shards_and_selects_the_healthy_ones(tmp_path: Path) -> None:
+    layout = damaged_run(tmp_path)
+    selection = select(layout, load_plan(layout))
+    assert [c.shard for c in selection.choices] == [3, 4]
+    assert sorted(selection.skipped) == [1, 2, 5] and not selection.refused
+    assert "attempt.json: not valid JSON" in selection.skipped[1]
+    named = select(layout, load_plan(layout), shards=[1, 3])
+    assert sorted(named.refused) == [1]  # named shards stay all-or-nothing
+
+
+# ----------------------------------------------------------------------------- every CLI
+
+
+@pytest.fixture
+def cli_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dict[str, object]:
+    from control import api
+
+    workspace = tmp_path / "ws"
+    layout = damaged_run(workspace)
+    profile = tmp_path / "profile.toml"
+    profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                   json.dumps(str(workspace))))
+    slurm = FakeSlurm()  # answers sbatch and scontrol release, fails on anything else
+    monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return {"layout": layout, "profile": str(profile), "slurm": slurm}
+
+
+def run_cli(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=True)
+
+
+def test_the_damaged_run_through_status_merge_retry_and_logs(cli_run, tmp_path: Path) -> None:
+    profile, layout = cli_run["profile"], cli_run["layout"]
+    status = run_cli("status", RUN_ID, "--profile", profile, "--json")
+    assert status.exit_code == 0, status.output
+    data = json.loads(status.stdout)
+    assert data["counts"] == {"failed": 2, "succeeded": 1, "unknown": 3}
+    assert [s["state"] for s in data["shards"]][:1] == ["succeeded"]
+    runs = json.loads(run_cli("runs", "--profile", profile, "--json").stdout)["runs"]
+    assert runs[0]["counts"] == data["counts"]
+
+    refused = run_cli("merge", RUN_ID, "--profile", profile)
+    assert refused.exit_code == 4
+    assert "shards without a winner: 1, 3, 4" in refused.stderr
+    assert "shard 2: " in refused.stderr and "shard 5: " in refused.stderr
+    partial = run_cli("merge", RUN_ID, "--allow-partial", "--profile", profile)
+    assert partial.exit_code == 0, partial.output
+    assert "left out shard 2: " in partial.stdout and "left out shard 5: " in partial.stdout
+
+    retried = run_cli("retry", RUN_ID, "--yes", "--json", "--profile", profile)
+    assert retried.exit_code == 4, retried.output  # something was not retried
+    done = json.loads(retried.stdout)
+    assert [s["shard"] for s in done["shards"]] == [3, 4] and len(done["submissions"]) == 1
+    assert [why.split(":")[0] for why in done["skipped"]] == ["shard 1", "shard 2", "shard 5"]
+    error = json.loads(retried.stderr)["error"]
+    assert error["code"] == "conflict" and "3 shard(s) not retried" in error["message"]
+    assert layout.attempt(3, 2).attempt_json.is_file()
+    assert not layout.attempt(1, 2).root.exists()
+
+    logs = run_cli("logs", RUN_ID, "--shard", "1", "--profile", profile)
+    assert logs.exit_code == 0, logs.output
+    assert logs.stdout == "client of the damaged shard\n"
+    assert "shard 1 attempt 1 execution 1: client" in logs.stderr
