@@ -10,12 +10,12 @@ import sys
 from typing import Callable, Dict, List, Optional
 
 ROLES: Dict[str, str] = {
-    "allocation": "agent_stdlib.controller",
-    "proxy": "agent_stdlib.proxy",
-    "generate": "agent_stdlib.generate",
-    "serve-llamacpp": "agent_stdlib.llamacpp_server",
-    "check": "agent_stdlib.nodecheck",
-    "serve": "agent_stdlib.serve",
+    "allocation": "agent_stdlib.allocation.controller",
+    "proxy": "agent_stdlib.proxy.main",
+    "generate": "agent_stdlib.client.generate",
+    "serve-llamacpp": "agent_stdlib.engines.llamacpp",
+    "check": "agent_stdlib.allocation.nodecheck",
+    "serve": "agent_stdlib.allocation.serve",
 }
 
 USAGE = "usage: python agent.pyz {" + "|".join(ROLES) + "} [options]"

@@ -42,7 +42,7 @@ class RunLayout:
 
     @property
     def image_hashes(self) -> Path:
-        """Digests of container images, reused by later array tasks (agent_stdlib.imagehash)."""
+        """Digests of container images, reused by later array tasks (allocation/imagehash.py)."""
         return self.root / "image-hashes"
 
     @property

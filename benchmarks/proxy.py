@@ -1,4 +1,4 @@
-"""Benchmark of the endpoint proxy (agent_stdlib.proxy) against direct access and nginx.
+"""Benchmark of the endpoint proxy (agent_stdlib.proxy.main) against direct access and nginx.
 
 Same machine, same run, same backends. The proxy under test (ours, or the nginx
 ``least_conn`` anchor) is pinned to one core, the load generators and backends to another

@@ -1,7 +1,7 @@
 """The floor of the endpoint proxy's design: its own loop and streams, no HTTP semantics.
 
 Run by ``benchmarks/proxy.py`` as the ``floor`` target: the same ``proxy_loop`` (epoll,
-corked writes, buffered streams) as ``agent_stdlib.proxy``, with protocols that only split
+corked writes, buffered streams) as ``agent_stdlib.proxy.main``, with protocols that only split
 Content-Length framed messages and send each request to the backend with fewer requests in
 flight. No header validation, no hop-by-hop rewriting, no chunked bodies, no failover, no
 limits, no metrics. Its CPU per request shows what the I/O layer costs; ours minus the
@@ -19,7 +19,7 @@ from typing import List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_stdlib.proxy_loop import READ, Loop, Stream, set_nodelay  # noqa: E402
+from agent_stdlib.proxy.loop import READ, Loop, Stream, set_nodelay  # noqa: E402
 
 
 def message_end(data: bytes) -> int:

@@ -198,7 +198,7 @@ def measure(tmp: Path, run_id: str, job: Optional[str], args: argparse.Namespace
 
 
 STATUS_IMPORTS = ("import control.cli.main, control.cli.status, control.api, "
-                  "control.runs.observe")
+                  "control.runs.status")
 
 
 def read_time(root: Path, repeat: int) -> float:

@@ -60,7 +60,7 @@ def _max_array_size(prof: Profile, scheduler: Optional[Scheduler]) -> Optional[i
 def plan(run_file: Path, profile: Optional[str] = None,
          scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
     """Dry run: validate and resolve the run, render the batch script, submit nothing."""
-    from control.planning.dryrun import dry_run
+    from control.runs.plan import dry_run
 
     return dry_run(run_file, profile,
                    max_array_size=_max_array_size(_profile(profile), scheduler))
@@ -70,8 +70,8 @@ def submit(run_file: Path, profile: Optional[str] = None,
            scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
     """Plan, stage, commit and submit a run; return its id and job id."""
     from control import bundle
-    from control.planning.dryrun import resolve
     from control.runs import submit as submitting
+    from control.runs.plan import resolve
 
     prof = _profile(profile)
     workspace = Path(prof.workspace)
@@ -108,7 +108,7 @@ def status(run_id: str, profile: Optional[str] = None,
     ``max_attempts`` (as ``retry --auto``; skipped while another retry holds the lock) and
     adds what it submitted as ``retried``.
     """
-    from control.runs.observe import observe, unreachable
+    from control.runs.status import observe, unreachable
 
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(prof)
@@ -173,8 +173,8 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
     are damaged are left out and listed as ``skipped``, the others still submitted.
     Returns what was (with ``dry_run``: would be) submitted.
     """
-    from control.runs.observe import observe, unreachable
     from control.runs.retry import retry_run
+    from control.runs.status import observe, unreachable
 
     prof = _profile(profile)
     layout = run_layout(Path(prof.workspace), run_id)
@@ -196,7 +196,7 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
 
 def runs(profile: Optional[str] = None) -> Dict[str, Any]:
     """Runs in the workspace, newest first, with their state from the run directory alone."""
-    from control.runs.summary import durable_state
+    from control.runs.listing import durable_state
 
     prof = load_workspace_profile(profile)
     root = runs_root(Path(prof.workspace))

@@ -67,9 +67,9 @@ def init_cmd(path: Optional[Path], workspace: str, account: Optional[str],
 @common
 def validate_cmd(profile: Optional[str], as_json: bool) -> Any:
     """Check the workspace, Slurm, the partition and its GPUs, Python and containers."""
-    from control.config.checks import check_profile
     from control.config.profile import load_profile
     from control.errors import InvalidInput, SchedulerUnavailable
+    from control.runs.doctor import check_profile
 
     prof, path = load_profile(profile)
     checks = check_profile(prof)

@@ -51,7 +51,7 @@ def status_cmd(run_id: str, watch: bool, interval: float, profile: Optional[str]
     --watch, one JSON object is printed when the run ends.
     """
     from control import api
-    from control.runs.observe import unreachable
+    from control.runs.status import unreachable
 
     if not watch:
         data = api.status(run_id, profile)

@@ -17,7 +17,7 @@ from typing import BinaryIO, Callable, List, Optional
 from agent_stdlib import states
 from agent_stdlib.layout import RunLayout
 from control.errors import NotFound
-from control.runs.observe import LOG_IN_REASON
+from control.runs.status import LOG_IN_REASON
 from control.runs.store import ShardView, attempt_numbers, load_plan_view, scan_shard
 from control.runs.watch import Backoff
 

@@ -11,7 +11,7 @@ Two situations only the next reader can settle:
   readiness out.
 
 What counts as "gone" and which outcome is recorded is decided in one place,
-``control.runs.observe`` (``gone`` and the normalisation table), after its one batched
+``control.runs.status`` (``gone`` and the normalisation table), after its one batched
 squeue + sacct call; ``cancel`` settles its shards through :func:`mark_ended` too.
 """
 

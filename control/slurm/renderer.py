@@ -3,7 +3,7 @@
 The script checks the sha256 of the staged agent and the plan, picks node-local scratch
 for the agent's extraction, and ``exec``s the agent so that Slurm's signals reach it.
 Directives beyond the base set (reservation, the profile's allow-listed options, the
-multi-node shape) come from :func:`control.planning.directives.apply_directives`. A
+multi-node shape) come from :func:`control.slurm.directives.apply_directives`. A
 submission of one of several arrays (``plan.arrays``) passes ``--array-index K`` so the
 agent maps its array task id to the shard ``arrays[K].first_shard + task``.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from agent_stdlib.contracts import ResourceSpec
-from control.planning.directives import apply_directives
+from control.slurm.directives import apply_directives
 
 PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 

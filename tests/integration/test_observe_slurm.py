@@ -119,7 +119,7 @@ def test_run_on_a_cluster_without_accounting(slurm_cluster_noacct, tmp_path, pyt
         lambda s: s if shard_states(s) == ["running", "running"] else None)(status()))
     assert running["scheduler_error"] is None
     # shard 0, not the last task: that one's raw job id is the array id, and the agent's
-    # step control (agent_stdlib/steps.py) then also lists its siblings' steps
+    # step control (agent_stdlib/allocation/steps.py) then also lists its siblings' steps
     subprocess.run(["scancel", f"{job}_0"], check=True, timeout=30)
     final = wait_until("the run to end", lambda: (
         lambda s: s if s["state"] not in ("pending", "running") else None)(status()), 90)

@@ -14,9 +14,9 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from agent_stdlib.allocation.launch import Site
+from agent_stdlib.allocation.preflight import plan_sites
 from agent_stdlib.contracts import Plan, ReplicaSpec
-from agent_stdlib.launch import Site
-from agent_stdlib.preflight import plan_sites
 from agent_stdlib.publish import load_winner
 from tests.integration.test_runtime_slurm import (
     Job,

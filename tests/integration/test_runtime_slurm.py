@@ -22,15 +22,15 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
 
+from agent_stdlib.allocation.preflight import assign_ports
 from agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt, load_readiness
 from agent_stdlib.contracts import Plan, ReadinessRecord, SubmissionRecord, sha256_bytes
 from agent_stdlib.layout import AttemptLayout, RunLayout
-from agent_stdlib.preflight import assign_ports
 from agent_stdlib.publish import load_winner
 from agent_stdlib.statefile import ensure_dir, publish_immutable, read_json, write_json_atomic
 from control.runs import normalize as norm
-from control.runs.observe import SchedulerView, gone
 from control.runs.reconcile import complete_missing_winner, mark_ended
+from control.runs.status import SchedulerView, gone
 from control.slurm.parsers import index_rows
 from control.slurm.renderer import BatchScript, render_batch_script
 from control.slurm.scheduler import Scheduler

@@ -17,6 +17,8 @@ from typing import List
 import pytest
 from click.testing import CliRunner
 
+from agent_stdlib.allocation.invocation import resolve_shard
+from agent_stdlib.allocation.serving import AllocationFailure
 from agent_stdlib.attempts import advance_attempt, load_attempt, load_readiness
 from agent_stdlib.contracts import (
     ArraySpec,
@@ -27,9 +29,7 @@ from agent_stdlib.contracts import (
     RunRecord,
     WinnerRecord,
 )
-from agent_stdlib.invocation import resolve_shard
 from agent_stdlib.layout import RunLayout
-from agent_stdlib.serving import AllocationFailure
 from agent_stdlib.statefile import publish_immutable, read_json
 from control.cli.main import cli
 from fixtures.fake_openai_server import expected_completion

@@ -24,11 +24,11 @@ from agent_stdlib.publish import load_winner
 from agent_stdlib.statefile import StateError, ensure_dir, publish_json_immutable
 from control.cli.main import cli
 from control.runs import normalize as norm
+from control.runs.listing import durable_state
 from control.runs.merge import merge_run
-from control.runs.observe import observe
 from control.runs.retry import select
+from control.runs.status import observe
 from control.runs.store import load_plan, scan_shard
-from control.runs.summary import durable_state
 from control.slurm.scheduler import Scheduler
 from tests.unit.test_observe import RUN_ID, Shard, make_run
 from tests.unit.test_retry import FakeSlurm

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from agent_stdlib.llamacpp_server import build_parser, make_params
+from agent_stdlib.engines.llamacpp import build_parser, make_params
 
 
 class FakeParams:

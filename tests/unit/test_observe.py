@@ -38,7 +38,7 @@ from control.planning.planner import make_plan
 from control.runs import normalize as norm
 from control.runs import store
 from control.runs.ledger import lag_path
-from control.runs.observe import observe
+from control.runs.status import observe
 from control.runs.store import (
     expected_attempts,
     load_plan_view,

@@ -13,17 +13,9 @@ from typing import Any
 
 import pytest
 
-from agent_stdlib import imagehash, preflight
-from agent_stdlib.contracts import (
-    AttemptRecord,
-    CommandClientSpec,
-    ContainerSpec,
-    MountSpec,
-    Plan,
-    ReplicaSpec,
-)
-from agent_stdlib.launch import Site
-from agent_stdlib.preflight import (
+from agent_stdlib.allocation import imagehash, preflight
+from agent_stdlib.allocation.launch import Site
+from agent_stdlib.allocation.preflight import (
     Context,
     PreflightError,
     assign_ports,
@@ -40,7 +32,15 @@ from agent_stdlib.preflight import (
     run_preflight,
     visible_gpus,
 )
-from agent_stdlib.slurmjob import identity, parse_hostnames, parse_node_addrs
+from agent_stdlib.allocation.slurmjob import identity, parse_hostnames, parse_node_addrs
+from agent_stdlib.contracts import (
+    AttemptRecord,
+    CommandClientSpec,
+    ContainerSpec,
+    MountSpec,
+    Plan,
+    ReplicaSpec,
+)
 from tests.agent_runs import local_plan
 
 SLURM_ENV = {"SLURM_JOB_ID": "37", "SLURM_ARRAY_JOB_ID": "36", "SLURM_ARRAY_TASK_ID": "0",

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from control.cli.main import cli
-from control.config import checks
+from control.runs import doctor as checks
 from control.config.loader import load_model
 from control.config.profile import Profile
 from control.slurm.runner import CommandResult

@@ -1,4 +1,4 @@
-"""Tests of agent_stdlib.proxy against small in-process backends (127.0.0.1 only)."""
+"""Tests of agent_stdlib.proxy.main against small in-process backends (127.0.0.1 only)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-from agent_stdlib.proxy import Proxy, ProxyConfig, parse_queue_metric
-from agent_stdlib.proxy_route import Router
+from agent_stdlib.proxy.main import Proxy, ProxyConfig, parse_queue_metric
+from agent_stdlib.proxy.route import Router
 from fixtures.fake_openai_server import (
     DEFAULT_MODEL,
     RunningServer,
@@ -653,7 +653,7 @@ def test_max_connections(backends, proxy) -> None:
 
 def test_accept_failure_pauses_accepting_then_serves_the_waiting_client(
         backends, proxy, caplog, monkeypatch) -> None:
-    from agent_stdlib import proxy_core
+    from agent_stdlib.proxy import core as proxy_core
 
     monkeypatch.setattr(proxy_core, "ACCEPT_PAUSE_S", 0.2)
     be = backends()
@@ -841,7 +841,7 @@ def test_main_subprocess_port_file_and_sigterm(backends, tmp_path) -> None:
 
 
 def test_main_bad_arguments_return_nonzero() -> None:
-    from agent_stdlib.proxy import main
+    from agent_stdlib.proxy.main import main
 
     assert main([]) == 2
     assert main(["--backend", "ftp://x", "--listen", "127.0.0.1:0"]) == 1

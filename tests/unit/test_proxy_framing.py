@@ -13,10 +13,10 @@ import random
 from http.client import HTTPResponse
 from typing import Any, List, Tuple
 
-from agent_stdlib.proxy import ProxyConfig
-from agent_stdlib.proxy_client import HEAD, LINGER, Client
-from agent_stdlib.proxy_core import Core
-from agent_stdlib.proxy_upstream import Upstream
+from agent_stdlib.proxy.client import HEAD, LINGER, Client
+from agent_stdlib.proxy.core import Core
+from agent_stdlib.proxy.main import ProxyConfig
+from agent_stdlib.proxy.upstream import Upstream
 
 
 class FakeStream:

@@ -13,8 +13,8 @@ from agent_stdlib.contracts import AttemptRecord
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import load_winner, publish_result
 from agent_stdlib.statefile import StateError, ensure_dir
-from control.runs.observe import SchedulerView, gone
 from control.runs.reconcile import complete_missing_winner, mark_ended
+from control.runs.status import SchedulerView, gone
 from control.slurm.parsers import JobRow
 from tests.agent_runs import local_plan, stage
 

@@ -13,8 +13,8 @@ from typing import Dict, List
 import pytest
 
 from agent_stdlib.candidate import CandidateError, build_manifest, count_records
+from agent_stdlib.client.generate import Progress, Target, generate, kept_records
 from agent_stdlib.contracts import AttemptRecord, GenerateSpec
-from agent_stdlib.generate import Progress, Target, generate, kept_records
 from agent_stdlib.resume import KeptRecords, covered, record_index, scan_kept
 from fixtures.fake_openai_server import serve_in_thread
 from tests.conftest import REPO

@@ -350,7 +350,7 @@ def _cli_env(staged: Staged, profile: Profile, tmp_path: Path, monkeypatch) -> P
                     .replace(_workspace_line(), f'workspace = "{profile.workspace}"'))
     slurm = FakeSlurm()
     monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
-    monkeypatch.setattr("control.runs.observe.observe", lambda layout, sched: {"shards": []})
+    monkeypatch.setattr("control.runs.status.observe", lambda layout, sched: {"shards": []})
     return path
 
 

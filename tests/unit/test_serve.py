@@ -11,7 +11,7 @@ from typing import Dict, Tuple
 
 import pytest
 
-from agent_stdlib.serve import (
+from agent_stdlib.allocation.serve import (
     EXIT_NOT_FOUND,
     EXIT_UNCOVERED,
     EXIT_USAGE,

@@ -8,14 +8,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import pytest
 
-from agent_stdlib.contracts import (
-    CommandClientSpec,
-    ContainerSpec,
-    MountSpec,
-    Plan,
-    ReplicaSpec,
-)
-from agent_stdlib.launch import (
+from agent_stdlib.allocation.launch import (
     ClientPaths,
     Launch,
     LaunchError,
@@ -23,6 +16,13 @@ from agent_stdlib.launch import (
     client_launch,
     fill_placeholders,
     server_launch,
+)
+from agent_stdlib.contracts import (
+    CommandClientSpec,
+    ContainerSpec,
+    MountSpec,
+    Plan,
+    ReplicaSpec,
 )
 from tests.agent_runs import local_plan
 

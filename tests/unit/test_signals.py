@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from agent_stdlib.signals import HANDLED, Interrupted, SignalCoordinator
-from agent_stdlib.slurmjob import (
+from agent_stdlib.allocation.signals import HANDLED, Interrupted, SignalCoordinator
+from agent_stdlib.allocation.slurmjob import (
     CANCELLED,
     REQUEUED,
     TIME_LIMIT,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agent_stdlib.supervisor import tail
+from agent_stdlib.allocation.supervisor import tail
 from agent_stdlib.text import CONTROL, visible
 from control.cli.output import VisibleStream, emit_json, shown
 from control.errors import one_line

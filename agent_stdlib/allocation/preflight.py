@@ -6,7 +6,7 @@ model. Checks: scheduler identity, node list and count, GPUs (this node's cover 
 highest GPU index the plan uses on a node; :func:`replica_slots` is the one rule for each
 replica's node, port offset and GPU indices), controller Python,
 every path the plan names (on the batch node here, on every other replica node through
-:mod:`agent_stdlib.nodecheck`), secrets (by name), container images (sha256), the address
+:mod:`agent_stdlib.allocation.nodecheck`), secrets (by name), container images (sha256), the address
 of every node that runs a replica, and the ports the servers will listen on.
 
 Ports (one rule, :func:`plan_sites`): replica *k* has the plan's offset
@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from agent_stdlib import nodecheck, slurmjob
+from agent_stdlib.allocation import nodecheck, slurmjob
+from agent_stdlib.allocation.imagehash import cached_sha256
+from agent_stdlib.allocation.launch import LOOPBACK, LaunchError, Site, in_container, secret_values
+from agent_stdlib.allocation.slurmjob import JobIdentity
 from agent_stdlib.containers import DEFAULT_EXECUTABLE
 from agent_stdlib.contracts import AttemptRecord, ContainerSpec, Plan
-from agent_stdlib.imagehash import cached_sha256
-from agent_stdlib.launch import LOOPBACK, LaunchError, Site, in_container, secret_values
-from agent_stdlib.slurmjob import JobIdentity
 
 MIN_PYTHON = (3, 9)
 PORT_SLOTS = 512  # distinct port blocks per port_base
@@ -164,7 +164,7 @@ def check_gpus(ctx: Context) -> None:
 
     The batch step sees its own node's GPUs only; Slurm grants every node of the job the
     same per-node count, so this node stands for all of them. Each server step checks its
-    own node's list again before its engine starts (:mod:`agent_stdlib.serve`).
+    own node's list again before its engine starts (:mod:`agent_stdlib.allocation.serve`).
     """
     per_node = gpu_indices(ctx.plan)
     if not per_node:

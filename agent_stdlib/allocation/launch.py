@@ -7,7 +7,7 @@ One builder per step kind, no I/O, so the exact command lines are golden-tested
   on its placement node (``srun --relative``), wrapped for its container; a replica with
   GPUs asks Slurm for all of the allocation's GPUs on its node and runs behind the
   ``serve`` role, which narrows the step's device lists to the plan's GPU indices
-  (:mod:`agent_stdlib.serve`, ``docs/runtime.md`` "GPU binding");
+  (:mod:`agent_stdlib.allocation.serve`, ``docs/runtime.md`` "GPU binding");
 * the client step runs the built-in ``generate`` role, or the run's own command
   (``plan.client_command``) with its env, secrets and container;
 * secrets are copied by name from the agent's environment into the step's environment,
@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from agent_stdlib.allocation.steps import step_argv, step_env
 from agent_stdlib.containers import (
     IMAGE_PYTHON,
     container_env,
@@ -31,7 +32,6 @@ from agent_stdlib.containers import (
     wrap,
 )
 from agent_stdlib.contracts import ContainerSpec, DeploymentSpec, Plan
-from agent_stdlib.steps import step_argv, step_env
 
 LOOPBACK = "127.0.0.1"
 _PLACEHOLDER = re.compile(r"\{(host|port|agent)\}")

@@ -4,19 +4,19 @@ Runs inside the Slurm allocation on a loopback address (the client runs on the s
 one proxy per model alias, backends = every replica of that alias on any node. Standard
 library only (Python 3.9+).
 
-Design: one event loop on one thread (:mod:`agent_stdlib.proxy_loop`: epoll, non-blocking
+Design: one event loop on one thread (:mod:`agent_stdlib.proxy.loop`: epoll, non-blocking
 sockets, a timer heap; asyncio's selector, handle and transport layers cost about a third
 of the proxy's CPU per request). Both sides are small protocol objects fed by that loop;
 every connection reads into one preallocated buffer and writes straight to its socket
 (buffered only when the socket is full, with pause/resume flow control):
 
-* :mod:`agent_stdlib.proxy_client` parses client requests from ``data_received`` and
+* :mod:`agent_stdlib.proxy.client` parses client requests from ``data_received`` and
   streams request bodies on (recorded, bounded by ``max_body_bytes``, for failover);
-* :mod:`agent_stdlib.proxy_upstream` reads backend responses and passes body bytes to the
+* :mod:`agent_stdlib.proxy.upstream` reads backend responses and passes body bytes to the
   client as they arrive (SSE events are written the moment the backend sends them); backend
   connections are kept alive in a per-backend pool; TCP_NODELAY on every socket;
-* :mod:`agent_stdlib.proxy_core` picks the backend with the fewest outstanding requests
-  (ties round-robin, see :mod:`agent_stdlib.proxy_route`), fails over on connect error /
+* :mod:`agent_stdlib.proxy.core` picks the backend with the fewest outstanding requests
+  (ties round-robin, see :mod:`agent_stdlib.proxy.route`), fails over on connect error /
   429 / 503 before any response byte was sent (each backend at most once), expires
   header/body/idle deadlines with one periodic sweeper and reaps idle pooled connections;
 * with ``max_queued`` set, a sampler thread per backend polls its ``/metrics`` every
@@ -41,9 +41,9 @@ import threading
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from agent_stdlib.proxy_core import Core
-from agent_stdlib.proxy_http import parse_queue_metric
-from agent_stdlib.proxy_route import Backend, parse_backend_url
+from agent_stdlib.proxy.core import Core
+from agent_stdlib.proxy.http import parse_queue_metric
+from agent_stdlib.proxy.route import Backend, parse_backend_url
 
 __all__ = ["Proxy", "ProxyConfig", "build_parser", "config_from_args", "main", "parse_queue_metric"]
 

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from agent_stdlib.allocation.steps import run_command
 from agent_stdlib.arrays import task_job_id
-from agent_stdlib.steps import run_command
 
 REQUEUED = "requeued"
 TIME_LIMIT = "time limit"

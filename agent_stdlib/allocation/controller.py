@@ -24,21 +24,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from agent_stdlib import slurmjob, states
+from agent_stdlib import states
+from agent_stdlib.allocation import slurmjob
+from agent_stdlib.allocation.invocation import (
+    Invocation,
+    invocation,
+    load_verified_plan,
+    parse_args,
+)
+from agent_stdlib.allocation.launch import ClientPaths, LaunchError, Site, client_launch
+from agent_stdlib.allocation.preflight import Context, PreflightError, check_identity, run_preflight
+from agent_stdlib.allocation.serving import AllocationFailure, Services, fail_on_exit
+from agent_stdlib.allocation.signals import Interrupted, SignalCoordinator
+from agent_stdlib.allocation.slurmjob import JobIdentity
+from agent_stdlib.allocation.steps import current_env, step_control
+from agent_stdlib.allocation.supervisor import Managed, Supervisor, tail
 from agent_stdlib.attempts import advance_attempt, load_attempt, publish_readiness
 from agent_stdlib.candidate import CandidateError, count_records
 from agent_stdlib.contracts import AttemptRecord, ContractError, ResultManifest
-from agent_stdlib.invocation import Invocation, invocation, load_verified_plan, parse_args
-from agent_stdlib.launch import ClientPaths, LaunchError, Site, client_launch
 from agent_stdlib.layout import AttemptLayout
-from agent_stdlib.preflight import Context, PreflightError, check_identity, run_preflight
 from agent_stdlib.publish import complete_winner, publish_result
-from agent_stdlib.serving import AllocationFailure, Services, fail_on_exit
-from agent_stdlib.signals import Interrupted, SignalCoordinator
-from agent_stdlib.slurmjob import JobIdentity
 from agent_stdlib.statefile import StateError, ensure_dir
-from agent_stdlib.steps import current_env, step_control
-from agent_stdlib.supervisor import Managed, Supervisor, tail
 
 POLL_S = 0.2
 KNOWN_ERRORS = (AllocationFailure, CandidateError, StateError, ContractError,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, List, Optional
 
-from agent_stdlib.proxy_http import (
+from agent_stdlib.proxy.http import (
     STATUS_LINES,
     ChunkScanner,
     Head,
@@ -22,10 +22,10 @@ from agent_stdlib.proxy_http import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent_stdlib.proxy_client import Exchange
-    from agent_stdlib.proxy_core import Core
-    from agent_stdlib.proxy_loop import Stream
-    from agent_stdlib.proxy_route import Backend
+    from agent_stdlib.proxy.client import Exchange
+    from agent_stdlib.proxy.core import Core
+    from agent_stdlib.proxy.loop import Stream
+    from agent_stdlib.proxy.route import Backend
 
 RETRIABLE_STATUS = (429, 503)
 MAX_ERROR_BODY = 65536

@@ -1,7 +1,7 @@
 """Server steps, readiness probes and proxies of one execution.
 
 Servers start as ``srun`` steps at the sites preflight checked (node, address, port; the
-argv comes from :mod:`agent_stdlib.launch`); readiness is probed until each deployment's
+argv comes from :mod:`agent_stdlib.allocation.launch`); readiness is probed until each deployment's
 deadline and a server that exits fails the attempt at once with its exit status and the
 tail of its log. One loopback proxy per model alias then fronts the replicas, wherever
 they run.
@@ -16,12 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Sequence
 
+from agent_stdlib.allocation.launch import (
+    LOOPBACK,
+    LaunchError,
+    Site,
+    fill_placeholders,
+    server_launch,
+)
+from agent_stdlib.allocation.probes import http_ok
+from agent_stdlib.allocation.signals import SignalCoordinator
+from agent_stdlib.allocation.steps import current_env, step_env
+from agent_stdlib.allocation.supervisor import Managed, Supervisor, tail
 from agent_stdlib.contracts import BackendStatus, DeploymentSpec, Plan
-from agent_stdlib.launch import LOOPBACK, LaunchError, Site, fill_placeholders, server_launch
-from agent_stdlib.probes import http_ok
-from agent_stdlib.signals import SignalCoordinator
-from agent_stdlib.steps import current_env, step_env
-from agent_stdlib.supervisor import Managed, Supervisor, tail
 
 POLL_S = 0.2
 PROXY_START_S = 30.0

@@ -2,7 +2,7 @@
 
 The protocol parses request heads straight from ``data_received`` (no stream reader), reads
 the request body (Content-Length or chunked, forwarded as it arrives and recorded for a
-possible failover), hands the request to the :class:`~agent_stdlib.proxy_core.Core` and
+possible failover), hands the request to the :class:`~agent_stdlib.proxy.core.Core` and
 writes whatever the upstream side produces. One request is in flight per connection;
 pipelined requests wait in the buffer.
 """
@@ -13,7 +13,7 @@ import json
 import time
 from typing import TYPE_CHECKING, List, Optional
 
-from agent_stdlib.proxy_http import (
+from agent_stdlib.proxy.http import (
     REQUEST_LINES,
     ChunkScanner,
     Head,
@@ -25,10 +25,10 @@ from agent_stdlib.proxy_http import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent_stdlib.proxy_core import Core
-    from agent_stdlib.proxy_loop import Stream
-    from agent_stdlib.proxy_route import Backend
-    from agent_stdlib.proxy_upstream import Upstream
+    from agent_stdlib.proxy.core import Core
+    from agent_stdlib.proxy.loop import Stream
+    from agent_stdlib.proxy.route import Backend
+    from agent_stdlib.proxy.upstream import Upstream
 
 HEAD, BODY, WAIT, LINGER, CLOSED = range(5)
 LINGER_SECONDS = 1.0

@@ -1,6 +1,6 @@
 """Event-loop side of the endpoint proxy: listener, attempts/failover, pools, sweeper.
 
-All methods run on the proxy's single event loop thread (:mod:`agent_stdlib.proxy_loop`).
+All methods run on the proxy's single event loop thread (:mod:`agent_stdlib.proxy.loop`).
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any, Dict, Optional, Set, Tuple
 
-from agent_stdlib.proxy_client import Client
-from agent_stdlib.proxy_loop import READ, Connecting, Loop, Stream, Timer, set_nodelay
-from agent_stdlib.proxy_route import Backend, Router, Sampler, Stats
-from agent_stdlib.proxy_upstream import Upstream
+from agent_stdlib.proxy.client import Client
+from agent_stdlib.proxy.loop import READ, Connecting, Loop, Stream, Timer, set_nodelay
+from agent_stdlib.proxy.route import Backend, Router, Sampler, Stats
+from agent_stdlib.proxy.upstream import Upstream
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent_stdlib.proxy import ProxyConfig
-    from agent_stdlib.proxy_client import Exchange
+    from agent_stdlib.proxy.client import Exchange
+    from agent_stdlib.proxy.main import ProxyConfig
 
 LOG = logging.getLogger("synthbatch.proxy")
 POOL_MAX = 256

@@ -4,7 +4,7 @@ Stopping is one idempotent operation with a shared deadline: every child gets a 
 SIGTERM at once (newest first), the supervisor waits up to the grace, SIGKILLs what is
 left, and then confirms that every managed process group is empty and every ``srun``
 step is gone. Children that are ``srun`` steps are signalled through their step
-(see :mod:`agent_stdlib.steps`), because ``srun`` itself answers SIGTERM with SIGKILL.
+(see :mod:`agent_stdlib.allocation.steps`), because ``srun`` itself answers SIGTERM with SIGKILL.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from agent_stdlib.signals import SignalCoordinator
-from agent_stdlib.steps import StepControl
+from agent_stdlib.allocation.signals import SignalCoordinator
+from agent_stdlib.allocation.steps import StepControl
 from agent_stdlib.text import visible
 
 LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND

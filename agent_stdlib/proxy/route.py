@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from agent_stdlib.proxy_http import parse_queue_metric
+from agent_stdlib.proxy.http import parse_queue_metric
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent_stdlib.proxy import ProxyConfig
+    from agent_stdlib.proxy.main import ProxyConfig
 
 LOG = logging.getLogger("synthbatch.proxy")
 MAX_METRICS_BYTES = 8 * 1024 * 1024
