@@ -1,4 +1,4 @@
-"""The one home of shard -> array -> task -> job id (pure; imports nothing of the project).
+"""The one home of shard -> array -> task -> job id (pure; imports only agent_stdlib.errors).
 
 Slurm refuses array task ids >= ``MaxArraySize``, so the planner cuts a run into arrays
 (``Plan.arrays``, each an ``ArraySpec``): task ``t`` of array ``k`` runs shard
@@ -16,9 +16,10 @@ try:
     from typing import Protocol
 except ImportError:  # pragma: no cover - Python < 3.8 is not supported anyway
     Protocol = object  # type: ignore[assignment,misc]
+from agent_stdlib.errors import AgentError
 
 
-class ArrayError(ValueError):
+class ArrayError(AgentError, ValueError):
     """A shard, array or task that the plan's arrays do not hold."""
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import List, Tuple
 
 from agent_stdlib.contracts import FileEntry, ResultManifest
+from agent_stdlib.errors import AgentError
 
 
-class CandidateError(Exception):
+class CandidateError(AgentError):
     """The client's output is not an acceptable result for the shard."""
 
 

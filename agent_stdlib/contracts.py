@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, TypeVar
 
 from agent_stdlib import arrays
+from agent_stdlib.errors import AgentError
 
 SCHEMA_VERSION = 1
 
 T = TypeVar("T", bound="Record")
 
 
-class ContractError(ValueError):
+class ContractError(AgentError, ValueError):
     """A record does not match its contract; the message names the field."""
 
 

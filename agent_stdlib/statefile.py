@@ -13,11 +13,13 @@ import stat
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Tuple, Type, TypeVar, Union
 
+from agent_stdlib.errors import AgentError
+
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 
-class StateError(Exception):
+class StateError(AgentError):
     """A state file is unreadable, half-published or malformed; the message names it."""
 
 

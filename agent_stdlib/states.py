@@ -1,11 +1,13 @@
 """Attempt and readiness states, and the one function that owns every attempt edge.
 
-Depends on nothing; both the agent and the control plane use it.
+Depends only on agent_stdlib.errors; both the agent and the control plane use it.
 """
 
 from __future__ import annotations
 
 from typing import Dict, FrozenSet
+
+from agent_stdlib.errors import AgentError
 
 CREATED = "created"
 SUBMITTED = "submitted"
@@ -42,7 +44,7 @@ READY_STOPPED, READY_FAILED = "stopped", "failed"
 READINESS_CLOSED: FrozenSet[str] = frozenset({READY_STOPPED, READY_FAILED})  # nothing served
 
 
-class TransitionError(Exception):
+class TransitionError(AgentError):
     """An attempt was asked to take an edge that does not exist."""
 
 

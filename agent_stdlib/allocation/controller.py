@@ -26,31 +26,28 @@ from typing import Dict, List, Optional
 
 from agent_stdlib import states
 from agent_stdlib.allocation import slurmjob
+from agent_stdlib.allocation.errors import AllocationFailure, PreflightError
 from agent_stdlib.allocation.invocation import (
     Invocation,
     invocation,
-    load_verified_plan,
     parse_args,
 )
-from agent_stdlib.allocation.launch import ClientPaths, LaunchError, Site, client_launch
-from agent_stdlib.allocation.preflight import Context, PreflightError, check_identity, run_preflight
-from agent_stdlib.allocation.serving import AllocationFailure, Services, fail_on_exit
+from agent_stdlib.allocation.launch import ClientPaths, Site, client_launch
+from agent_stdlib.allocation.preflight import Context, check_identity, run_preflight
+from agent_stdlib.allocation.serving import Services, fail_on_exit
 from agent_stdlib.allocation.signals import Interrupted, SignalCoordinator
 from agent_stdlib.allocation.slurmjob import JobIdentity
 from agent_stdlib.allocation.steps import current_env, step_control
 from agent_stdlib.allocation.supervisor import Managed, Supervisor, tail
 from agent_stdlib.attempts import advance_attempt, load_attempt, publish_readiness
 from agent_stdlib.candidate import CandidateError, count_records
-from agent_stdlib.contracts import AttemptRecord, ContractError, ResultManifest
+from agent_stdlib.contracts import AttemptRecord, ResultManifest
+from agent_stdlib.errors import AgentError
 from agent_stdlib.layout import AttemptLayout
 from agent_stdlib.publish import complete_winner, publish_result
-from agent_stdlib.statefile import StateError, ensure_dir
+from agent_stdlib.statefile import ensure_dir
 
 POLL_S = 0.2
-KNOWN_ERRORS = (AllocationFailure, CandidateError, StateError, ContractError,
-                LaunchError, states.TransitionError)
-
-__all__ = ["AllocationFailure", "Allocation", "Invocation", "load_verified_plan", "main"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +111,7 @@ class Allocation:
                 return _say(f"attempt {self.inv.attempt} is already {record.state}", 1)
             if self.srun:
                 check_identity(self._context(record))
-        except (PreflightError, *KNOWN_ERRORS) as err:
+        except AgentError as err:
             return _say(f"refusing to run: {err}", 2)
         return self._finish(self._attempt(record))
 
@@ -132,7 +129,7 @@ class Allocation:
             return self._interrupted(err)
         except PreflightError as err:
             return Outcome(states.FAILED, f"preflight: {err}")
-        except KNOWN_ERRORS as err:
+        except AgentError as err:
             return Outcome(states.FAILED, str(err))
         except Exception as err:  # noqa: BLE001 - any bug still ends in a terminal record
             return Outcome(states.FAILED, f"internal error: {type(err).__name__}: {err}")
@@ -258,7 +255,7 @@ class Allocation:
             if outcome.state == states.SUCCEEDED:
                 complete_winner(self.inv.layout, self.inv.shard, self.inv.attempt,
                                 self.manifest)
-        except KNOWN_ERRORS as err:
+        except AgentError as err:
             return _say(f"cannot record {outcome.state}: {err}", 1)
         if outcome.reason:
             _say(f"shard {self.inv.shard} attempt {self.inv.attempt} {outcome.state}: "
@@ -306,6 +303,6 @@ def main(argv: List[str]) -> int:
     args = parse_args(argv)
     try:
         inv = invocation(args, os.environ)
-    except (AllocationFailure, ContractError, StateError, ValueError) as err:
+    except (AgentError, ValueError) as err:
         return _say(str(err), 2)
     return Allocation(inv=inv, signals=coordinator).run()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
-from agent_stdlib.allocation.serving import AllocationFailure
+from agent_stdlib.allocation.errors import AllocationFailure
 from agent_stdlib.arrays import task_shard
 from agent_stdlib.contracts import SCHEMA_VERSION, Plan, SubmissionRecord, sha256_bytes
 from agent_stdlib.layout import RunLayout

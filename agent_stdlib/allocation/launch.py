@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from agent_stdlib.allocation.errors import LaunchError
 from agent_stdlib.allocation.steps import step_argv, step_env
 from agent_stdlib.containers import (
     IMAGE_PYTHON,
@@ -38,9 +39,6 @@ _PLACEHOLDER = re.compile(r"\{(host|port|agent)\}")
 # SYNTHBATCH_* variables that hold host paths (translated inside a container).
 PATH_VARS = ("SYNTHBATCH_OUTPUT_DIR", "SYNTHBATCH_PROGRESS_FILE", "SYNTHBATCH_RESUME_DIR")
 
-
-class LaunchError(ValueError):
-    """A step cannot be built (a missing secret, a path outside every mount)."""
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from agent_stdlib.allocation import nodecheck, slurmjob
+from agent_stdlib.allocation.errors import LaunchError, PreflightError
 from agent_stdlib.allocation.imagehash import cached_sha256
-from agent_stdlib.allocation.launch import LOOPBACK, LaunchError, Site, in_container, secret_values
+from agent_stdlib.allocation.launch import LOOPBACK, Site, in_container, secret_values
 from agent_stdlib.allocation.slurmjob import JobIdentity
 from agent_stdlib.containers import DEFAULT_EXECUTABLE
 from agent_stdlib.contracts import AttemptRecord, ContainerSpec, Plan
@@ -41,9 +42,6 @@ PORT_SLOTS = 512  # distinct port blocks per port_base
 PORT_STRIDE = 16  # ports per block (servers of one allocation)
 CONNECT_S = 0.5  # a remote port is taken when something accepts within this
 
-
-class PreflightError(Exception):
-    """The allocation cannot run this attempt; the message is one line."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from agent_stdlib.errors import AgentError
+
 # Device lists Slurm sets in a step with GPUs (CUDA, ROCm, OpenCL), then its own record.
 DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
                "GPU_DEVICE_ORDINAL")
@@ -38,7 +40,7 @@ EXIT_UNCOVERED = 78  # sysexits EX_CONFIG: the step cannot give the replica its 
 EXIT_NOT_FOUND = 127  # the engine executable could not be run (as a shell reports it)
 
 
-class BindError(ValueError):
+class BindError(AgentError, ValueError):
     """The step's device lists cannot give the replica the plan's GPUs."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Sequence
 
+from agent_stdlib.allocation.errors import AllocationFailure
 from agent_stdlib.allocation.launch import (
     LOOPBACK,
     LaunchError,
@@ -35,9 +36,6 @@ HOST = LOOPBACK
 
 __all__ = ["AllocationFailure", "Services", "fail_on_exit", "fill_placeholders"]
 
-
-class AllocationFailure(Exception):
-    """The attempt failed for a reason worth one line in its record."""
 
 
 def fail_on_exit(children: Iterable[Managed]) -> None:

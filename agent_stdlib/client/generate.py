@@ -33,6 +33,7 @@ from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from agent_stdlib.contracts import GenerateSpec, Plan, ProgressRecord
+from agent_stdlib.errors import AgentError
 from agent_stdlib.resume import KeptRecords, completion_tokens, parse_record, scan_kept
 from agent_stdlib.statefile import read_json, write_json_atomic
 
@@ -40,7 +41,7 @@ RETRYABLE = (429, 500, 502, 503, 504)
 EXIT_PARTIAL = 75  # stopped by a signal; the records written so far are complete and kept
 
 
-class GenerateError(Exception):
+class GenerateError(AgentError):
     """A record could not be generated; the message says which and why."""
 
 

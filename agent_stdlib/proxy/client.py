@@ -2,7 +2,7 @@
 
 The protocol parses request heads straight from ``data_received`` (no stream reader), reads
 the request body (Content-Length or chunked, forwarded as it arrives and recorded for a
-possible failover), hands the request to the :class:`~agent_stdlib.proxy.core.Core` and
+possible failover), hands the request to the core (a :class:`~agent_stdlib.proxy.exchange.Hub`) and
 writes whatever the upstream side produces. One request is in flight per connection;
 pipelined requests wait in the buffer.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Optional
 
+from agent_stdlib.proxy.exchange import Exchange, Hub
 from agent_stdlib.proxy.http import (
     REQUEST_LINES,
     ChunkScanner,
-    Head,
     HttpError,
     error_response,
     parse_head,
@@ -25,10 +25,7 @@ from agent_stdlib.proxy.http import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent_stdlib.proxy.core import Core
     from agent_stdlib.proxy.loop import Stream
-    from agent_stdlib.proxy.route import Backend
-    from agent_stdlib.proxy.upstream import Upstream
 
 HEAD, BODY, WAIT, LINGER, CLOSED = range(5)
 LINGER_SECONDS = 1.0
@@ -38,53 +35,10 @@ PAUSE_UPSTREAM, PAUSE_PIPELINE = 1, 2
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-class Exchange:
-    """One client request while it is proxied (possibly to several backends in turn)."""
-
-    # Defaults live on the class: a request sets only what differs (this is the hot path).
-    local = ""  # "health", "metrics" or "429": answered by the proxy itself
-    body_done = False
-    remaining = 0
-    scanner: Optional[ChunkScanner] = None
-    tried = 0  # bit set of backend indexes already tried
-    backend: Optional[Backend] = None  # the current attempt's backend (holds an in-flight slot)
-    up: Optional[Upstream] = None
-    sent = False  # any byte of the final response written to the client
-    last_retry: Optional[tuple] = None  # (status, reason, head, body) of a 429/503
-    last_error = "no backend available"
-    dead = False
-
-    def __init__(self, client: Client, method: bytes, target: bytes, http10: bool, head: Head):
-        self.client = client
-        self.method = method
-        self.target = target
-        self.http10 = http10
-        tokens = head.conn_tokens
-        if tokens:
-            self.keep = b"keep-alive" in tokens if http10 else b"close" not in tokens
-        else:
-            self.keep = not http10
-        self.head = head
-        self.parts: List[bytes] = []  # request body as sent on the wire (replayed on failover)
-
-    def upstream_head(self, b: Backend) -> bytes:
-        """The request head for backend ``b``, followed by the body received so far."""
-        head = self.head
-        body = b"".join(self.parts) if len(self.parts) != 1 else self.parts[0]
-        if head.framing == "length":
-            return b"%s %s%s HTTP/1.1%s%s\r\nContent-Length: %d\r\n\r\n%s" % (
-                self.method, b.prefix_b, self.target, b.host_line, head.block, head.length, body
-            )
-        framing = b"\r\nTransfer-Encoding: chunked" if head.framing == "chunked" else b""
-        return b"%s %s%s HTTP/1.1%s%s%s\r\n\r\n%s" % (
-            self.method, b.prefix_b, self.target, b.host_line, head.block, framing, body
-        )
-
-
 class Client:
     """One client connection (HTTP/1.1 keep-alive, one request in flight at a time)."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Hub) -> None:
         self.core = core
         self.transport: Optional[Stream] = None
         self.buf = b""

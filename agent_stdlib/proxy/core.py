@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import TYPE_CHECKING, Any, Dict, Optional, Set, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 from agent_stdlib.proxy.client import Client
+from agent_stdlib.proxy.config import ProxyConfig
+from agent_stdlib.proxy.exchange import Exchange
 from agent_stdlib.proxy.loop import READ, Connecting, Loop, Stream, Timer, set_nodelay
 from agent_stdlib.proxy.route import Backend, Router, Sampler, Stats
 from agent_stdlib.proxy.upstream import Upstream
-
-if TYPE_CHECKING:  # pragma: no cover
-    from agent_stdlib.proxy.client import Exchange
-    from agent_stdlib.proxy.main import ProxyConfig
 
 LOG = logging.getLogger("synthbatch.proxy")
 POOL_MAX = 256

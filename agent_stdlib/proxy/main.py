@@ -24,88 +24,27 @@ every connection reads into one preallocated buffer and writes straight to its s
   backend is over the limit (an unknown sample fails open);
 * ``GET /health`` and ``GET /metrics`` are answered by the proxy itself.
 
-This module holds the configuration, the thread-owning :class:`Proxy` facade and the CLI
+This module holds the thread-owning :class:`Proxy` facade and the CLI (the settings are in
+:mod:`agent_stdlib.proxy.config`)
 (``python agent.pyz proxy --listen 127.0.0.1:0 --port-file F --backend URL ...``).
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import os
 import signal
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from agent_stdlib.proxy.config import ProxyConfig
 from agent_stdlib.proxy.core import Core
-from agent_stdlib.proxy.http import parse_queue_metric
-from agent_stdlib.proxy.route import Backend, parse_backend_url
-
-__all__ = ["Proxy", "ProxyConfig", "build_parser", "config_from_args", "main", "parse_queue_metric"]
+from agent_stdlib.proxy.route import Backend
 
 LOG = logging.getLogger("synthbatch.proxy")
-
-
-@dataclass
-class ProxyConfig:
-    """Settings of one proxy instance (one model alias)."""
-
-    backends: List[str]
-    host: str = "127.0.0.1"
-    port: int = 0
-    max_queued: Optional[int] = None
-    max_header_bytes: int = 64 * 1024
-    max_body_bytes: int = 64 * 1024 * 1024
-    header_timeout: float = 30.0
-    idle_timeout: float = 120.0
-    max_connections: int = 2048
-    connect_timeout: float = 5.0
-    read_timeout: float = 3600.0
-    metrics_interval: float = 0.1
-    fail_threshold: int = 3
-    fail_window: float = 10.0
-    down_seconds: float = 5.0
-    pool_idle_timeout: float = 2.0
-    allow_non_loopback: bool = False
-
-    def validate(self) -> None:
-        """Raise ValueError when the settings are unusable."""
-        if not self.backends:
-            raise ValueError("at least one backend is required")
-        for url in self.backends:
-            parse_backend_url(url)
-        if not self.allow_non_loopback and not _is_loopback(self.host):
-            raise ValueError(f"listen host {self.host!r} is not a loopback address")
-        if self.max_queued is not None and self.max_queued < 0:
-            raise ValueError("max_queued must be >= 0")
-        positive = (
-            "max_header_bytes",
-            "max_body_bytes",
-            "max_connections",
-            "header_timeout",
-            "idle_timeout",
-            "connect_timeout",
-            "read_timeout",
-            "metrics_interval",
-            "pool_idle_timeout",
-        )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0")
-
-
-def _is_loopback(host: str) -> bool:
-    """Tell whether a listen host is a loopback address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class Proxy:

@@ -13,26 +13,15 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple
-from urllib.parse import urlsplit
+from typing import Any, Callable, Deque, Dict, List, Optional
 
+from agent_stdlib.proxy.config import ProxyConfig, parse_backend_url
 from agent_stdlib.proxy.http import parse_queue_metric
-
-if TYPE_CHECKING:  # pragma: no cover
-    from agent_stdlib.proxy.main import ProxyConfig
 
 LOG = logging.getLogger("synthbatch.proxy")
 MAX_METRICS_BYTES = 8 * 1024 * 1024
 
 OVER_LIMIT = 1 << 48  # added to the sort key of a backend over its queue limit
-
-
-def parse_backend_url(url: str) -> Tuple[str, int, str]:
-    """Split ``http://host:port[/prefix]`` into host, port and path prefix."""
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise ValueError(f"backend URL must be http://host:port, got {url!r}")
-    return parts.hostname, parts.port or 80, parts.path.rstrip("/")
 
 
 class Backend:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, List, Optional
 
+from agent_stdlib.proxy.exchange import Exchange, Hub
 from agent_stdlib.proxy.http import (
     STATUS_LINES,
     ChunkScanner,
@@ -20,12 +21,10 @@ from agent_stdlib.proxy.http import (
     parse_head,
     parse_status_line,
 )
+from agent_stdlib.proxy.route import Backend
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent_stdlib.proxy.client import Exchange
-    from agent_stdlib.proxy.core import Core
     from agent_stdlib.proxy.loop import Stream
-    from agent_stdlib.proxy.route import Backend
 
 RETRIABLE_STATUS = (429, 503)
 MAX_ERROR_BODY = 65536
@@ -35,7 +34,7 @@ _HEAD, _BODY = 0, 1
 class Upstream:
     """One kept-alive connection to a backend."""
 
-    def __init__(self, core: Core, backend: Backend) -> None:
+    def __init__(self, core: Hub, backend: Backend) -> None:
         self.core = core
         self.backend = backend
         self.transport: Optional[Stream] = None

@@ -17,8 +17,8 @@ from typing import List
 import pytest
 from click.testing import CliRunner
 
+from agent_stdlib.allocation.errors import AllocationFailure
 from agent_stdlib.allocation.invocation import resolve_shard
-from agent_stdlib.allocation.serving import AllocationFailure
 from agent_stdlib.attempts import advance_attempt, load_attempt, load_readiness
 from agent_stdlib.contracts import (
     ArraySpec,

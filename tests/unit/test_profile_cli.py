@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from control.cli.main import cli
-from control.runs import doctor as checks
 from control.config.loader import load_model
 from control.config.profile import Profile
+from control.runs import doctor as checks
 from control.slurm.runner import CommandResult
 
 REPO = Path(__file__).resolve().parents[2]

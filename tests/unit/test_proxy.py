@@ -19,7 +19,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-from agent_stdlib.proxy.main import Proxy, ProxyConfig, parse_queue_metric
+from agent_stdlib.proxy.config import ProxyConfig
+from agent_stdlib.proxy.http import parse_queue_metric
+from agent_stdlib.proxy.main import Proxy
 from agent_stdlib.proxy.route import Router
 from fixtures.fake_openai_server import (
     DEFAULT_MODEL,

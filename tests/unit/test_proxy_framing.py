@@ -14,8 +14,8 @@ from http.client import HTTPResponse
 from typing import Any, List, Tuple
 
 from agent_stdlib.proxy.client import HEAD, LINGER, Client
+from agent_stdlib.proxy.config import ProxyConfig
 from agent_stdlib.proxy.core import Core
-from agent_stdlib.proxy.main import ProxyConfig
 from agent_stdlib.proxy.upstream import Upstream
 
 

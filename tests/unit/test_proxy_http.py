@@ -7,6 +7,7 @@ from typing import Tuple
 
 import pytest
 
+from agent_stdlib.proxy import http as proxy_http
 from agent_stdlib.proxy.http import (
     REQUEST_LINES,
     STATUS_LINES,
@@ -15,7 +16,6 @@ from agent_stdlib.proxy.http import (
     parse_request_line,
     parse_status_line,
 )
-from agent_stdlib.proxy import http as proxy_http
 
 # (head, kept header block, framing, length, connection tokens, expect, bad framing)
 CASES = [
