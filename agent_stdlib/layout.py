@@ -1,12 +1,31 @@
-"""Where every state file of a run lives, relative to the run directory.
+"""Where every state file of a run lives, and what a run's directory and jobs are called.
 
-One place so that the control plane and the agent can never disagree about a path.
+One place so that the control plane and the agent can never disagree about a path: only
+this module builds ``<workspace>/runs/<run-id>`` and ``synthbatch-<run-id>``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Union
+
+JOB_PREFIX = "synthbatch-"
+
+
+def runs_root(workspace: Union[str, Path]) -> Path:
+    """``<workspace>/runs``: one folder per run."""
+    return Path(workspace) / "runs"
+
+
+def run_dir(workspace: Union[str, Path], run_id: str) -> Path:
+    """``<workspace>/runs/<run-id>``."""
+    return runs_root(workspace) / run_id
+
+
+def job_name(run_id: str) -> str:
+    """The Slurm job name of every job of a run (finds unrecorded submissions by name)."""
+    return JOB_PREFIX + run_id
 
 
 @dataclass(frozen=True)

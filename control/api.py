@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
-from agent_stdlib.layout import RunLayout
+from agent_stdlib.layout import RunLayout, runs_root
 from control.config.workspace import WorkspaceProfile, load_workspace_profile
 from control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
-from control.runs.store import load_run, run_layout, runs_root
+from control.runs.store import load_run, run_layout
 from control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:

@@ -12,19 +12,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
-from control.cli.common import common
 from control.cli.output import emit_error
 from control.errors import InvalidInput
-
-__all__ = ["cli", "common", "main"]
 
 # name -> (module, attribute, short help)
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "plan": ("control.cli.plan", "plan_cmd", "Validate and resolve a run file (dry run)."),
-    "submit": ("control.cli.plan", "submit_cmd", "Submit a run file; print the run id."),
+    "submit": ("control.cli.submit", "submit_cmd", "Submit a run file; print the run id."),
     "status": ("control.cli.status", "status_cmd",
                "Shards by state, records, rate, ETA, failures (--watch)."),
-    "runs": ("control.cli.status", "runs_cmd", "List the runs of the workspace, newest first."),
+    "runs": ("control.cli.runs", "runs_cmd", "List the runs of the workspace, newest first."),
     "logs": ("control.cli.logs", "logs_cmd", "Print or follow a shard's log."),
     "cancel": ("control.cli.cancel", "cancel_cmd", "Cancel a run or some of its shards."),
     "merge": ("control.cli.merge", "merge_cmd", "Concatenate the verified winners of a run."),

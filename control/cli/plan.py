@@ -1,4 +1,4 @@
-"""``synthbatch plan`` and ``synthbatch submit``."""
+"""``synthbatch plan``: the dry run."""
 
 from __future__ import annotations
 
@@ -20,14 +20,3 @@ def plan_cmd(run_file: Path, profile: Optional[str]) -> Any:
     data = api.plan(run_file, profile)
     text = f"{data['summary'].rstrip()}\n--- batch script ---\n{data['script']}"
     return {"data": data, "text": text}
-
-
-@click.command("submit")
-@click.argument("run_file", type=click.Path(path_type=Path))
-@common
-def submit_cmd(run_file: Path, profile: Optional[str]) -> Any:
-    """Submit RUN_FILE as one Slurm job array; print the run id."""
-    from control import api
-
-    data = api.submit(run_file, profile)
-    return {"data": data, "text": data["run_id"]}

@@ -1,4 +1,4 @@
-"""``synthbatch status`` (with ``--watch``) and ``synthbatch runs``."""
+"""``synthbatch status`` (with ``--watch``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import click
 
 from control.cli.common import common
 from control.cli.output import emit_json, emit_text, is_tty
-from control.cli.render import frame, plain_line, runs_text, status_text
+from control.cli.render import frame, plain_line, status_text
 
 
 class Screen:
@@ -76,13 +76,3 @@ def status_cmd(run_id: str, watch: bool, interval: float, profile: Optional[str]
     if as_json:
         emit_json(last)
     return None
-
-
-@click.command("runs")
-@common
-def runs_cmd(profile: Optional[str]) -> Any:
-    """List the runs of the workspace, newest first, with their state."""
-    from control import api
-
-    data = api.runs(profile)
-    return {"data": data, "text": runs_text(data["runs"])}

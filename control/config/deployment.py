@@ -9,6 +9,7 @@ from typing import Annotated, Dict, List, Literal, Optional, Sequence, Union
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from agent_stdlib.containers import RESERVED_MOUNT
+from control.config.engines import PARALLEL, RENDERED, check_extra_args
 from control.config.fields import (
     AbsPath,
     ConfigPath,
@@ -22,7 +23,6 @@ from control.config.fields import (
     under,
 )
 from control.config.secrets import check_args, literal_secret
-from control.planning.engines import PARALLEL, RENDERED, check_extra_args
 
 COMMAND_PLACEHOLDERS = frozenset({"host", "port", "model", "served_name", "python", "config_dir",
                                   "agent"})

@@ -20,8 +20,10 @@ from agent_stdlib.contracts import (
     RuntimeSpec,
     ShardSpec,
 )
+from agent_stdlib.layout import run_dir
 from control.config.client import CommandClient, GenerateClient
 from control.config.deployment import SecretRef
+from control.config.engines import PARALLEL
 from control.config.profile import Profile
 from control.config.run import Deployment, RunConfig
 from control.errors import InvalidInput
@@ -34,7 +36,7 @@ from control.planning.containers import (
     model_inside,
     mounts_for,
 )
-from control.planning.engines import PARALLEL, engine_argv
+from control.planning.engines import engine_argv
 from control.planning.placement import Placement, PlacementError, Shape, place
 
 # Placeholders the agent fills in on the node; the planner leaves them as they are.
@@ -238,7 +240,7 @@ def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
           agent_sha256: str) -> Plan:
     placement = _placement(run, profile)
     resources = _resources(run, profile, placement)
-    mounts = mounts_for(profile, str(Path(profile.workspace) / "runs" / run_id))
+    mounts = mounts_for(profile, str(run_dir(profile.workspace, run_id)))
     shards = tuple(split_records(run.records, run.shards.count, run.shards.records_per_shard))
     client = run.client
     return Plan(

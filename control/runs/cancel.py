@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from agent_stdlib import states
 from agent_stdlib.arrays import Array, array_job_id, array_task, task_job_id
-from agent_stdlib.layout import RunLayout
+from agent_stdlib.layout import RunLayout, job_name
 from agent_stdlib.statefile import StateError
 from control.errors import (
     InvalidInput,
@@ -24,7 +24,6 @@ from control.errors import (
 from control.runs.ledger import record_cancel
 from control.runs.store import (
     ShardView,
-    job_name,
     load_plan_view,
     load_submissions,
     scan_shard,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from agent_stdlib.contracts import Plan, sha256_bytes
+from agent_stdlib.layout import job_name, run_dir
 from control.config.loader import load_model
 from control.config.profile import Profile, load_profile
 from control.config.run import RunConfig
@@ -48,9 +49,8 @@ def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str]
 def preview_script(resolved: Resolved) -> str:
     """The batch script of the first submission, with placeholder agent digests."""
     prof, plan = resolved.profile, resolved.plan
-    run_dir = Path(prof.workspace) / "runs" / plan.run_id
     return render_batch_script(BatchScript(
-        job_name=f"synthbatch-{plan.run_id}", run_dir=str(run_dir),
+        job_name=job_name(plan.run_id), run_dir=str(run_dir(prof.workspace, plan.run_id)),
         agent_pyz="agent-<sha256>.pyz", agent_sha256=plan.agent_sha256 or "<sha256>",
         plan_sha256=resolved.plan_sha256, submission=1, python=prof.python,
         resources=plan.resources, signal_lead_s=prof.signal_lead_s,

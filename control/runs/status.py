@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Set
 
 from agent_stdlib import states
 from agent_stdlib.arrays import array_job_id
-from agent_stdlib.layout import RunLayout
+from agent_stdlib.layout import RunLayout, job_name
 from agent_stdlib.statefile import StateError
 from control.errors import SchedulerUnavailable, one_line
 from control.runs import normalize as norm
@@ -23,7 +23,6 @@ from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
 from control.runs.store import (
     ShardView,
     expected_attempts,
-    job_name,
     load_plan_view,
     needs_recovery,
     scan_shard,

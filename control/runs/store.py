@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
-from agent_stdlib.layout import RunLayout
+from agent_stdlib.layout import RunLayout, run_dir, runs_root
 from agent_stdlib.statefile import StateError, load_record, open_state_file
 from control.errors import InvalidInput, NotFound
 
@@ -22,24 +22,14 @@ ATTEMPT_DIR = re.compile(r"^attempt-(\d{4,})$")
 SUBMISSION = re.compile(r"^[0-9]{4}\.json$")
 
 
-def runs_root(workspace: Path) -> Path:
-    """``<workspace>/runs``."""
-    return workspace / "runs"
-
-
 def run_layout(workspace: Path, run_id: str) -> RunLayout:
     """The layout of an existing run; NotFound if there is no such run directory."""
     if not RUN_ID.match(run_id):
         raise InvalidInput(f"run id {run_id!r}: not a valid run id")
-    root = runs_root(workspace) / run_id
+    root = run_dir(workspace, run_id)
     if not root.is_dir():
         raise NotFound(f"run {run_id}: no such run in {runs_root(workspace)}")
     return RunLayout(root)
-
-
-def job_name(run_id: str) -> str:
-    """The Slurm job name of every job of a run (used to find unrecorded submissions)."""
-    return f"synthbatch-{run_id}"
 
 
 def load_run(layout: RunLayout) -> Optional[RunRecord]:

@@ -22,7 +22,7 @@ from agent_stdlib.attempts import (
     load_attempt,
 )
 from agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord, sha256_bytes
-from agent_stdlib.layout import RunLayout
+from agent_stdlib.layout import RunLayout, job_name, runs_root
 from agent_stdlib.statefile import (
     ensure_dir,
     publish_immutable,
@@ -32,10 +32,8 @@ from agent_stdlib.statefile import (
 from control.errors import SchedulerUncertain
 from control.runs.store import (
     RECOVERY_GRACE_S,
-    job_name,
     load_plan,
     load_submissions,
-    runs_root,
 )
 from control.slurm.parsers import JobRow, split_job_id
 from control.slurm.renderer import BatchScript, render_batch_script

@@ -1,7 +1,8 @@
 """Pure parsers of Slurm's text output (tested on outputs recorded from Slurm 22.05).
 
 Formats: ``sbatch --parsable``; ``squeue -h -o '%i|%T|%r'``; ``sacct -n -P -X
---format=JobID,State,ExitCode``; ``sinfo -h -o '%P|%a|%D|%t'``. Every malformed line is a
+--format=JobID,State,ExitCode``; ``sinfo -h -o '%P|%a|%D|%t'``; ``MaxArraySize`` of
+``scontrol show config``. Every malformed line is a
 ParseError, never another exception. (``--json`` is not used: on 22.05 ``sacct --json``
 reports wrong exit codes and ``squeue --json`` ignores its filters.)
 """
@@ -31,6 +32,17 @@ TERMINAL_STATES = frozenset({
     "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED",
 })
 KNOWN_STATES = ACTIVE_STATES | TERMINAL_STATES
+
+MAX_ARRAY_SIZE = re.compile(r"^\s*MaxArraySize\s*=\s*(\d+)\s*$", re.MULTILINE)
+
+
+def parse_max_array_size(text: str) -> Optional[int]:
+    """``MaxArraySize`` from ``scontrol show config`` output; None if absent or invalid."""
+    match = MAX_ARRAY_SIZE.search(text)
+    if not match:
+        return None
+    value = int(match.group(1))
+    return value if value > 0 else None
 
 
 class ParseError(ValueError):

@@ -24,6 +24,7 @@ from control.slurm.parsers import (
     JobRow,
     ParseError,
     Partition,
+    parse_max_array_size,
     parse_sacct,
     parse_sbatch_id,
     parse_sinfo,
@@ -177,8 +178,6 @@ class Scheduler:
 
     def max_array_size(self) -> Optional[int]:
         """``MaxArraySize`` from ``scontrol show config`` (None if Slurm does not say)."""
-        from control.planning.arrays import parse_max_array_size
-
         return parse_max_array_size(self.query("scontrol", "show", "config").stdout)
 
     def partitions(self) -> List[Partition]:

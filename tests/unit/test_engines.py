@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from control.planning.engines import RESERVED, check_extra_args, engine_argv, reserved_flag
+from control.config.engines import RESERVED, check_extra_args, reserved_flag
+from control.planning.engines import engine_argv
 
 
 def test_vllm_argv() -> None:

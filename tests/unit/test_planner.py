@@ -17,11 +17,12 @@ from control.config.profile import Profile
 from control.config.run import Deployment, RunConfig
 from control.errors import InvalidInput
 from control.images import registry
-from control.planning.arrays import array_chunks, parse_max_array_size
+from control.planning.arrays import array_chunks
 from control.planning.placement import PlacementError, Shape, place, spread
 from control.planning.planner import make_plan, new_run_id, resolve_command, split_records
 from control.runs.plan import dry_run
 from control.slurm.directives import apply_directives
+from control.slurm.parsers import parse_max_array_size
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -1,0 +1,20 @@
+"""``synthbatch runs``: the runs of the workspace."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import click
+
+from control.cli.common import common
+from control.cli.render import runs_text
+
+
+@click.command("runs")
+@common
+def runs_cmd(profile: Optional[str]) -> Any:
+    """List the runs of the workspace, newest first, with their state."""
+    from control import api
+
+    data = api.runs(profile)
+    return {"data": data, "text": runs_text(data["runs"])}
