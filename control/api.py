@@ -88,7 +88,7 @@ def submit(run_file: Path, profile: Optional[str] = None,
         workspace, plan,
         {"run" + run_file.suffix: run_file,
          "profile" + resolved.profile_path.suffix: resolved.profile_path},
-        pyz, agent_sha256)
+        pyz, agent_sha256, resolved.plan_bytes, resolved.plan_sha256)
     try:
         submitting.commit_run(staged, prof.backend)
     except BaseException:

@@ -10,6 +10,7 @@ before: task id == shard index.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,17 +37,24 @@ class Invocation:
 
 
 def load_verified_plan(path: Path, expected_sha256: str) -> Plan:
-    """Read the plan, check its sha256 and schema, and return it."""
+    """Read the plan, check its sha256 and schema, and return it.
+
+    The plan is parsed from the very bytes whose digest was checked (reading the file
+    again could see other bytes).
+    """
     raw = read_bytes(path)
     if raw is None:
         raise AllocationFailure(f"{path}: plan is missing")
     digest = sha256_bytes(raw)
     if digest != expected_sha256:
         raise AllocationFailure(f"{path}: sha256 {digest} does not match {expected_sha256}")
-    data = read_json(path) or {}
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise AllocationFailure(f"{path}: unknown plan schema_version "
-                                f"{data.get('schema_version')!r}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as err:
+        raise AllocationFailure(f"{path}: not valid JSON ({err})") from err
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != SCHEMA_VERSION:
+        raise AllocationFailure(f"{path}: unknown plan schema_version {version!r}")
     return Plan.from_dict(data)
 
 

@@ -26,7 +26,8 @@ class Resolved:
     """A run resolved against its profile: the plan and where it came from."""
 
     plan: Plan
-    plan_sha256: str
+    plan_bytes: bytes  # plan.json exactly as it is staged
+    plan_sha256: str  # of plan_bytes: computed here once, named by run.json and the script
     profile: Profile
     profile_path: Path
     run_file: Path
@@ -42,8 +43,8 @@ def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str]
                      run_file.resolve().parent, images=images, run_file=run_file,
                      profile_file=profile_path, max_array_size=max_array_size,
                      agent_sha256=agent_sha256)
-    return Resolved(plan, sha256_bytes(plan.to_json().encode("utf-8")), prof, profile_path,
-                    run_file)
+    payload = plan.to_json().encode("utf-8")
+    return Resolved(plan, payload, sha256_bytes(payload), prof, profile_path, run_file)
 
 
 def preview_script(resolved: Resolved) -> str:

@@ -61,8 +61,13 @@ def _copy_private(source: Path, target: Path, mode: int) -> None:
 
 
 def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: Path,
-              agent_sha256: str) -> Staged:
-    """Create the run directory: inputs, plan.json, agent and ``created`` attempts."""
+              agent_sha256: str, plan_bytes: Optional[bytes] = None,
+              plan_sha256: Optional[str] = None) -> Staged:
+    """Create the run directory: inputs, plan.json, agent and ``created`` attempts.
+
+    ``plan_bytes``/``plan_sha256`` are the plan as resolved (``runs/plan.resolve``), so
+    the digest the batch script checks is computed once; without them they are made here.
+    """
     root = ensure_dir(runs_root(workspace)) / plan.run_id
     root.mkdir(mode=0o700)
     layout = RunLayout(root)
@@ -70,7 +75,8 @@ def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: P
         ensure_dir(folder)
     for name, source in inputs.items():
         _copy_private(source, layout.inputs / name, 0o600)
-    plan_bytes = plan.to_json().encode("utf-8")
+    if plan_bytes is None:
+        plan_bytes = plan.to_json().encode("utf-8")
     publish_immutable(layout.plan_json, plan_bytes, mode=0o400)
     agent_name = f"agent-{agent_sha256}.pyz"
     _copy_private(agent_pyz, root / agent_name, 0o400)
@@ -80,7 +86,8 @@ def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: P
         ensure_dir(paths.root)
         items.append((paths.attempt_json, plan.run_id, shard.index, 1))
     create_attempts(items)  # one sync for all, before run.json commits the run
-    return Staged(layout, plan, sha256_bytes(plan_bytes), agent_name, agent_sha256)
+    return Staged(layout, plan, plan_sha256 or sha256_bytes(plan_bytes), agent_name,
+                  agent_sha256)
 
 
 def commit_run(staged: Staged, backend: str) -> RunRecord:
