@@ -21,16 +21,17 @@ def load_attempt(path: Path) -> Optional[AttemptRecord]:
     return load_record(path, AttemptRecord)
 
 
-def create_attempt(path: Path, run_id: str, shard: int, attempt: int) -> AttemptRecord:
-    """Write a fresh ``created`` attempt record at revision 1."""
-    record = AttemptRecord(
-        run_id=run_id,
-        shard=shard,
-        attempt=attempt,
-        state=states.CREATED,
-        revision=1,
-        updated_at=time.time(),
-    )
+def created_record(run_id: str, shard: int, attempt: int, now: float,
+                   resume_from: Optional[int] = None) -> AttemptRecord:
+    """A fresh ``created`` attempt at revision 1: the one shape submit and retry both write."""
+    return AttemptRecord(run_id=run_id, shard=shard, attempt=attempt, state=states.CREATED,
+                         revision=1, updated_at=now, resume_from=resume_from)
+
+
+def create_attempt(path: Path, run_id: str, shard: int, attempt: int,
+                   resume_from: Optional[int] = None) -> AttemptRecord:
+    """Write a fresh ``created`` attempt record at revision 1 (fsynced)."""
+    record = created_record(run_id, shard, attempt, time.time(), resume_from)
     write_json_atomic(path, record.to_dict())
     return record
 
@@ -38,9 +39,7 @@ def create_attempt(path: Path, run_id: str, shard: int, attempt: int) -> Attempt
 def create_attempts(items: Sequence[Tuple[Path, str, int, int]]) -> List[AttemptRecord]:
     """``create_attempt`` for many ``(path, run_id, shard, attempt)`` with one sync."""
     now = time.time()
-    records = [AttemptRecord(run_id=run_id, shard=shard, attempt=attempt,
-                             state=states.CREATED, revision=1, updated_at=now)
-               for _, run_id, shard, attempt in items]
+    records = [created_record(run_id, shard, attempt, now) for _, run_id, shard, attempt in items]
     write_many_json((item[0], r.to_dict()) for item, r in zip(items, records))
     return records
 
@@ -81,10 +80,11 @@ def load_readiness(path: Path) -> Optional[ReadinessRecord]:
 
 def publish_readiness(path: Path, shard: int, attempt: int, execution: int, state: str,
                       **fields: Any) -> ReadinessRecord:
-    """Write the next readiness revision for this attempt."""
+    """Write the next readiness revision for this attempt (a legal edge, revision + 1)."""
     if state not in states.READINESS_STATES:
         raise ValueError(f"unknown readiness state {state!r}")
     current = load_readiness(path)
+    states.check_readiness(current.state if current is not None else None, state)
     revision = 1 if current is None else current.revision + 1
     record = ReadinessRecord(
         shard=shard,

@@ -19,7 +19,6 @@ from control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:
     from control.config.profile import Profile
-    from control.config.run import RunConfig
 
 
 def scheduler_for(profile: Union[Profile, WorkspaceProfile]) -> Scheduler:
@@ -31,13 +30,6 @@ def _profile(profile: Optional[str]) -> Profile:
     from control.config.profile import load_profile
 
     return load_profile(profile)[0]
-
-
-def _load_run_config(run_file: Path) -> RunConfig:
-    from control.config.loader import load_model
-    from control.config.run import RunConfig
-
-    return load_model(run_file, RunConfig)
 
 
 def _run(run_id: str, profile: Optional[str]) -> tuple[WorkspaceProfile, RunLayout]:

@@ -153,7 +153,7 @@ class Allocation:
         self.execution = self._new_execution(restarts + 1)
         self.services = Services(self.inv.plan, self.supervisor, self.signals, self.logs,
                                  self.inv.agent_pyz)
-        self.readiness("restarting" if restarting else "starting")
+        self.readiness(states.READY_RESTARTING if restarting else states.READY_STARTING)
         return record
 
     def _new_execution(self, first: int) -> int:
@@ -171,7 +171,7 @@ class Allocation:
         services.start_servers(self.sites)
         services.wait_ready()
         services.start_proxies()
-        self.readiness("ready", endpoints=dict(services.endpoints),
+        self.readiness(states.READY, endpoints=dict(services.endpoints),
                        backends=services.backends())
 
     @property
@@ -265,12 +265,13 @@ class Allocation:
     def _cleanup(self, reason: Optional[str]) -> None:
         """Stop everything (idempotent), confirm it is gone, then publish ``stopped``."""
         endpoints = dict(self.services.endpoints) if self.services else {}
-        self.readiness("stopping", endpoints=endpoints, reason=reason)
+        self.readiness(states.READY_STOPPING, endpoints=endpoints, reason=reason)
         if self.supervisor.stop_all(self.inv.plan.runtime.grace_s):
-            self.readiness("stopped", reason=reason)
+            self.readiness(states.READY_STOPPED, reason=reason)
         else:
-            self.readiness("failed", reason="cleanup: a managed process or step survived "
-                                            f"SIGKILL ({reason or 'after success'})")
+            self.readiness(states.READY_FAILED,
+                           reason="cleanup: a managed process or step survived SIGKILL "
+                                  f"({reason or 'after success'})")
 
     def _partial(self) -> Optional[int]:
         try:

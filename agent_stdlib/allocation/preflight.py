@@ -61,11 +61,6 @@ class Context:
     hash_cache: Optional[Path] = None  # the run's image-hashes/ folder (None: always hash)
 
 
-def server_count(plan: Plan) -> int:
-    """How many server processes the plan starts."""
-    return sum(dep.replicas for dep in plan.deployments)
-
-
 def assign_ports(base: int, key: str, count: int) -> List[int]:
     """The ports of ``count`` servers of the allocation ``key`` (deterministic per job).
 

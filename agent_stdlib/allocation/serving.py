@@ -21,7 +21,6 @@ from agent_stdlib.allocation.launch import (
     LOOPBACK,
     LaunchError,
     Site,
-    fill_placeholders,
     server_launch,
 )
 from agent_stdlib.allocation.probes import http_ok
@@ -33,8 +32,6 @@ from agent_stdlib.contracts import BackendStatus, DeploymentSpec, Plan
 POLL_S = 0.2
 PROXY_START_S = 30.0
 HOST = LOOPBACK
-
-__all__ = ["AllocationFailure", "Services", "fail_on_exit", "fill_placeholders"]
 
 
 

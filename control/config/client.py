@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Dict, List, Literal, Optional, Union
+from typing import Annotated, Dict, List, Optional, Union
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
@@ -77,9 +77,3 @@ def _client_kind(value: object) -> str:
 Client = Annotated[Union[Annotated[GenerateClient, Tag("<generate>")],
                          Annotated[CommandClient, Tag("<command>")]],
                    Discriminator(_client_kind)]
-ClientKind = Literal["generate", "command"]
-
-
-def client_kind(client: Union[GenerateClient, CommandClient]) -> ClientKind:
-    """``generate`` or ``command``."""
-    return "command" if isinstance(client, CommandClient) else "generate"

@@ -6,12 +6,9 @@ from typing import List, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from control.config.client import Client, CommandClient, GenerateClient
-from control.config.deployment import Deployment, placeholders
+from control.config.client import Client, GenerateClient
+from control.config.deployment import Deployment
 from control.config.fields import Name, Strict, TimeLimit
-
-__all__ = ["CommandClient", "Deployment", "GenerateClient", "Resources", "RunConfig", "Shards",
-           "placeholders"]
 
 
 class Shards(Strict):

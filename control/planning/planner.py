@@ -22,10 +22,10 @@ from agent_stdlib.contracts import (
 )
 from agent_stdlib.layout import run_dir
 from control.config.client import CommandClient, GenerateClient
-from control.config.deployment import SecretRef
+from control.config.deployment import Deployment, SecretRef
 from control.config.engines import PARALLEL
 from control.config.profile import Profile
-from control.config.run import Deployment, RunConfig
+from control.config.run import RunConfig
 from control.errors import InvalidInput
 from control.images.registry import ImageEntry
 from control.planning.arrays import array_chunks

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, load_attempt
+from agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt
 from agent_stdlib.contracts import AttemptRecord, Plan
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import load_winner
 from agent_stdlib.resume import scan_kept
-from agent_stdlib.statefile import StateError, ensure_dir, write_json_atomic
+from agent_stdlib.statefile import StateError, ensure_dir
 from control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
 from control.runs import normalize as norm
 from control.runs.store import attempt_numbers, load_plan, load_run, load_submissions
@@ -266,7 +266,8 @@ def create_attempts(layout: RunLayout, run_id: str, choices: Sequence[Choice]) -
         paths = layout.attempt(choice.shard, choice.attempt)
         if choice.existing:
             if not paths.attempt_json.exists():
-                _write_created(paths.attempt_json, run_id, choice)
+                create_attempt(paths.attempt_json, run_id, choice.shard, choice.attempt,
+                               choice.resume_from)
             ready.append(choice)
             continue
         ensure_dir(paths.root.parent)
@@ -274,16 +275,10 @@ def create_attempts(layout: RunLayout, run_id: str, choices: Sequence[Choice]) -
             paths.root.mkdir(mode=0o700)
         except FileExistsError:
             continue
-        _write_created(paths.attempt_json, run_id, choice)
+        create_attempt(paths.attempt_json, run_id, choice.shard, choice.attempt,
+                       choice.resume_from)
         ready.append(choice)
     return ready
-
-
-def _write_created(path: Path, run_id: str, choice: Choice) -> None:
-    record = AttemptRecord(run_id=run_id, shard=choice.shard, attempt=choice.attempt,
-                           state=states.CREATED, revision=1, updated_at=time.time(),
-                           resume_from=choice.resume_from)
-    write_json_atomic(path, record.to_dict())
 
 
 def _abandon(layout: RunLayout, choices: Sequence[Choice], reason: str) -> None:

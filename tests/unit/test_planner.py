@@ -12,9 +12,10 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from agent_stdlib.contracts import ArraySpec, Plan, ResourceSpec, ShardSpec
+from control.config.deployment import Deployment
 from control.config.loader import load_model
 from control.config.profile import Profile
-from control.config.run import Deployment, RunConfig
+from control.config.run import RunConfig
 from control.errors import InvalidInput
 from control.images import registry
 from control.planning.arrays import array_chunks

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.attempts import advance_attempt, load_readiness, publish_readiness
+from agent_stdlib.attempts import advance_attempt, load_readiness
 from agent_stdlib.contracts import AttemptRecord
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import load_winner, publish_result
@@ -17,6 +17,7 @@ from control.runs.reconcile import complete_missing_winner, mark_ended
 from control.runs.status import SchedulerView, gone
 from control.slurm.parsers import JobRow
 from tests.agent_runs import local_plan, stage
+from tests.fakes import write_readiness
 
 
 @pytest.mark.parametrize("row, asked, is_gone", [
@@ -67,7 +68,7 @@ def test_mark_ended_keeps_a_record_the_agent_finished_meanwhile(run):
 
 def test_mark_ended_closes_an_open_readiness_and_only_that(run):
     path = run.attempt(0, 1).readiness_json
-    publish_readiness(path, 0, 1, 2, "ready", endpoints={"tiny": "http://127.0.0.1:9/v1"})
+    write_readiness(path, 0, 1, 2, "ready", endpoints={"tiny": "http://127.0.0.1:9/v1"})
     mark_ended(run, 0, 1, "cancelled", "job cancelled outside synthbatch")
     closed = load_readiness(path)
     assert (closed.state, closed.revision, closed.execution, closed.endpoints) == \
@@ -78,7 +79,7 @@ def test_mark_ended_closes_an_open_readiness_and_only_that(run):
 
 def test_a_closed_readiness_is_left_as_the_agent_wrote_it(run):
     path = run.attempt(0, 1).readiness_json
-    publish_readiness(path, 0, 1, 1, "stopped")
+    write_readiness(path, 0, 1, 1, "stopped")
     mark_ended(run, 0, 1, "failed", "job failed before the agent recorded an outcome")
     assert (load_readiness(path).state, load_readiness(path).revision) == ("stopped", 1)
 

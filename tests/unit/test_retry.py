@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, load_attempt
+from agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt
 from agent_stdlib.contracts import WinnerRecord
 from agent_stdlib.statefile import publish_json_immutable
 from control.config.loader import load_model
@@ -201,8 +201,7 @@ def test_resume_policies(tmp_path: Path, agent_pyz: Path) -> None:
     assert resume_source(layout, plan, 0, [1], "never") == (None, 0)
     # attempt 2 was lost (killed; the agent recorded no partial) but left 2 records
     (layout.attempt(0, 2).root).mkdir(parents=True)
-    retrying._write_created(layout.attempt(0, 2).attempt_json, plan.run_id,
-                            retrying.Choice(0, 2, 1, resume_from=1))
+    create_attempt(layout.attempt(0, 2).attempt_json, plan.run_id, 0, 2, resume_from=1)
     _end(staged, 0, 2, states.FAILED, partial=None, records=[0, 1, 2, 3])
     assert resume_source(layout, plan, 0, [1, 2], "auto") == (1, 3)  # trusts the records
     assert resume_source(layout, plan, 0, [1, 2], "always") == (2, 4)  # scans the output
@@ -213,8 +212,7 @@ def test_resume_prefers_the_latest_attempt_on_a_tie(tmp_path: Path, agent_pyz: P
     layout = staged.layout
     _end(staged, 0, 1, states.FAILED, partial=2, records=[0, 1])
     layout.attempt(0, 2).root.mkdir(parents=True)
-    retrying._write_created(layout.attempt(0, 2).attempt_json, "retry-1",
-                            retrying.Choice(0, 2, 1, resume_from=1))
+    create_attempt(layout.attempt(0, 2).attempt_json, "retry-1", 0, 2, resume_from=1)
     _end(staged, 0, 2, states.FAILED, partial=2, records=[0, 1])
     assert resume_source(layout, staged.plan, 0, [1, 2], "auto") == (2, 2)
 

@@ -381,12 +381,28 @@ def test_readiness_endpoints_and_backends(tmp_path: Path) -> None:
     path = tmp_path / "readiness.json"
     backends = {"tiny": (BackendStatus(url="http://127.0.0.1:20001", ready=True),
                          BackendStatus(url="http://127.0.0.1:20002", ready=False))}
+    publish_readiness(path, 1, 2, 1, "starting")
     record = publish_readiness(path, 1, 2, 1, "ready",
                                endpoints={"tiny": "http://127.0.0.1:20000/v1"},
                                backends=backends)
     loaded = load_readiness(path)
     assert loaded == record
     assert loaded is not None and loaded.backends["tiny"][1].ready is False
+
+
+def test_readiness_edges_are_checked_and_a_refused_one_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "readiness.json"
+    with pytest.raises(TransitionError, match="illegal readiness transition none -> ready"):
+        publish_readiness(path, 0, 1, 1, "ready")
+    assert not path.exists()
+    publish_readiness(path, 0, 1, 1, "starting")
+    publish_readiness(path, 0, 1, 1, "stopping")
+    before = path.read_bytes()
+    with pytest.raises(TransitionError, match="stopping -> ready"):
+        publish_readiness(path, 0, 1, 1, "ready")
+    assert path.read_bytes() == before
+    publish_readiness(path, 0, 1, 1, "stopped")
+    assert publish_readiness(path, 0, 1, 2, "restarting").revision == 4  # the next execution
 
 
 def test_readiness_unknown_state(tmp_path: Path) -> None:
