@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 import pytest
 from click.testing import CliRunner, Result
 
 from control.cli.main import cli
+from tests.conftest import FAKE_SERVER
 
 PROFILE_DEFAULTS: Dict[str, Any] = {
     "partition": "debug",
@@ -56,3 +58,33 @@ def wait_final(run_id: str, profile: Path, timeout_s: float = 240,
         if time.monotonic() > deadline:
             pytest.fail(f"run {run_id} still running after {timeout_s}s: {status['counts']}")
         time.sleep(interval_s)
+
+
+def write_run(tmp_path: Path, records: int, shards: int, latency: float) -> Path:
+    command = ["{python}", str(FAKE_SERVER), "--host", "{host}", "--port", "{port}",
+               "--model", "{served_name}", "--token-latency", str(latency)]
+    path = tmp_path / "run.toml"
+    path.write_text(
+        "schema_version = 1\n"
+        'name = "observe"\n'
+        f"records = {records}\n"
+        f"[shards]\ncount = {shards}\n"
+        '[client]\nmodel = "tiny"\nprompt_template = "Item {index}."\n'
+        "max_tokens = 8\ntemperature = 0.0\nconcurrency = 1\nmax_retries = 1\n"
+        '[[deployments]]\nalias = "tiny"\n'
+        f'model = "fake-{secrets.token_hex(4)}"\n'
+        f"command = {json.dumps(command)}\n"
+        "gpus = 1\nstartup_timeout_s = 60\n"
+    )
+    return path
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 90) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(1.0)

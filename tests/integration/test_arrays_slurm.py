@@ -19,8 +19,7 @@ from agent_stdlib.layout import RunLayout
 from control import api
 from control.runs import store, submit
 from tests.fakes import Crash, crash_on_call
-from tests.integration.runs import cli_json, wait_final, write_profile
-from tests.integration.test_observe_slurm import write_run
+from tests.integration.runs import cli_json, wait_final, write_profile, write_run
 
 pytestmark = pytest.mark.slurm
 

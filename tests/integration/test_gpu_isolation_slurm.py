@@ -24,7 +24,7 @@ import pytest
 
 from agent_stdlib.contracts import Plan, ReplicaSpec
 from control.planning.placement import Shape, place
-from tests.integration.test_runtime_slurm import Job, assert_stopped_and_clean, make_plan, submit
+from tests.integration.allocations import Job, assert_stopped_and_clean, make_plan, submit
 
 pytestmark = pytest.mark.slurm
 PORT_BASE = 21000

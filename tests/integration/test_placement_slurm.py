@@ -18,7 +18,7 @@ from agent_stdlib.allocation.launch import Site
 from agent_stdlib.allocation.preflight import plan_sites
 from agent_stdlib.contracts import Plan, ReplicaSpec
 from agent_stdlib.publish import load_winner
-from tests.integration.test_runtime_slurm import (
+from tests.integration.allocations import (
     Job,
     assert_failed_in_preflight,
     assert_stopped_and_clean,

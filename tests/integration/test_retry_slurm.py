@@ -26,8 +26,14 @@ from agent_stdlib.attempts import load_attempt, load_readiness
 from agent_stdlib.layout import RunLayout
 from fixtures.fake_openai_server import expected_completion
 from tests.conftest import FAKE_SERVER
-from tests.integration.runs import cli_json, invoke, wait_final, write_profile
-from tests.integration.test_observe_slurm import wait_until, write_run
+from tests.integration.runs import (
+    cli_json,
+    invoke,
+    wait_final,
+    wait_until,
+    write_profile,
+    write_run,
+)
 from tests.processes import processes_mentioning
 
 pytestmark = pytest.mark.slurm

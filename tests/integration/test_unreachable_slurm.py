@@ -26,8 +26,7 @@ from typing import Dict
 
 import pytest
 
-from tests.integration.runs import cli_json, invoke, write_profile
-from tests.integration.test_observe_slurm import write_run
+from tests.integration.runs import cli_json, invoke, write_profile, write_run
 
 pytestmark = pytest.mark.slurm
 

@@ -12,8 +12,7 @@ from control.errors import InvalidInput
 from control.runs.cancel import BY_CANCEL, cancel_run
 from control.runs.ledger import cancel_requested
 from control.slurm.scheduler import Scheduler
-from tests.unit.test_observe import Shard, make_run
-from tests.unit.test_scheduler import FakeSlurm
+from tests.fakes import FakeSlurm, Shard, make_run
 
 
 class Clock:

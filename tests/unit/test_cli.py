@@ -347,7 +347,7 @@ def test_runs_lists_committed(profile_file: Path, workspace: Path) -> None:
 
 # ----------------------------------------------------------------------------- observation
 
-from tests.unit.test_observe import Shard, make_run  # noqa: E402
+from tests.fakes import Shard, make_run  # noqa: E402
 
 
 def fake_slurm_bin(tmp_path: Path, **scripts: str) -> Path:

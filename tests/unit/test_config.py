@@ -15,30 +15,16 @@ from control.config.loader import load_model
 from control.config.profile import Profile, load_profile, resolve_profile_path
 from control.config.run import RunConfig
 from control.errors import InvalidInput, NotFound
+from tests.fakes import profile_data, run_data, write_json
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover
-    import tomli as tomllib
+    pass
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
-
-
-def run_data() -> Dict[str, Any]:
-    """The quickstart run as plain data (a fresh copy each call)."""
-    return copy.deepcopy(tomllib.loads(QUICKSTART.read_text(encoding="utf-8")))
-
-
-def profile_data() -> Dict[str, Any]:
-    return copy.deepcopy(tomllib.loads(TESTBED.read_text(encoding="utf-8")))
-
-
-def write_json(tmp_path: Path, data: Any, name: str = "run.json") -> Path:
-    path = tmp_path / name
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return path
 
 
 def write_toml(tmp_path: Path, text: str, name: str = "run.toml") -> Path:

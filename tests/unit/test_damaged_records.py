@@ -30,8 +30,7 @@ from control.runs.retry import select
 from control.runs.status import observe
 from control.runs.store import load_plan, scan_shard
 from control.slurm.scheduler import Scheduler
-from tests.unit.test_observe import RUN_ID, Shard, make_run
-from tests.unit.test_retry import FakeSlurm
+from tests.fakes import RUN_ID, SbatchRecorder, Shard, make_run
 
 REPO = Path(__file__).resolve().parents[2]
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
@@ -108,7 +107,7 @@ def test_a_fifo_in_place_of_a_winner_is_refused_not_waited_on(tmp_path: Path) ->
 
 def test_status_progress_never_outranks_a_winner_or_a_terminal_attempt(tmp_path: Path) -> None:
     layout = damaged_run(tmp_path)
-    data = observe(layout, Scheduler(runner=FakeSlurm()), now=time.time())
+    data = observe(layout, Scheduler(runner=SbatchRecorder()), now=time.time())
     states = [s["state"] for s in data["shards"]]
     assert states == ["succeeded", "unknown", "unknown", "failed", "failed", "unknown"]
     reasons = [s["reason"] or "" for s in data["shards"]]
@@ -122,7 +121,7 @@ def test_status_progress_never_outranks_a_winner_or_a_terminal_attempt(tmp_path:
 def test_progress_problem_is_shown_for_a_running_shard(tmp_path: Path) -> None:
     layout = make_run(tmp_path, [Shard("running")])
     layout.attempt(0, 1).progress_json.write_bytes(GARBAGE)
-    from tests.unit.test_scheduler import FakeSlurm as QueueFake
+    from tests.fakes import FakeSlurm as QueueFake
 
     fake = QueueFake()
     fake.on("squeue", stdout="500_0|RUNNING|None\n")
@@ -208,7 +207,7 @@ def cli_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dict[str, object
     profile = tmp_path / "profile.toml"
     profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
                                                    json.dumps(str(workspace))))
-    slurm = FakeSlurm()  # answers sbatch and scontrol release, fails on anything else
+    slurm = SbatchRecorder()  # answers sbatch and scontrol release, fails on anything else
     monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
     monkeypatch.setenv("HOME", str(tmp_path))
     return {"layout": layout, "profile": str(profile), "slurm": slurm}

@@ -12,7 +12,7 @@ from agent_stdlib.statefile import ensure_dir
 from control.errors import NotFound
 from control.runs.logs import copy_from, follow, locate, newer_target, read_tail
 from control.runs.watch import Backoff
-from tests.unit.test_observe import Shard, make_run
+from tests.fakes import Shard, make_run
 
 
 def add_logs(layout, shard: int, execution: int, *steps: str) -> Path:  # type: ignore[no-untyped-def]

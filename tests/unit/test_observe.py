@@ -6,35 +6,19 @@ import itertools
 import json
 import random
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import pytest
 
 from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, create_attempt, publish_readiness
-from agent_stdlib.contracts import (
-    ProgressRecord,
-    RunRecord,
-    ShardSpec,
-    SubmissionRecord,
-    WinnerRecord,
-)
+from agent_stdlib.attempts import create_attempt, publish_readiness
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import (
     StateError,
     ensure_dir,
-    publish_immutable,
-    publish_json_immutable,
-    write_json_atomic,
 )
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.run import RunConfig
 from control.errors import EvidenceConflict
-from control.planning.arrays import array_chunks
-from control.planning.planner import make_plan
 from control.runs import normalize as norm
 from control.runs import store
 from control.runs.ledger import lag_path
@@ -48,13 +32,7 @@ from control.runs.store import (
 )
 from control.slurm.parsers import ACTIVE_STATES, TERMINAL_STATES, JobRow
 from control.slurm.scheduler import Scheduler
-from tests.unit.test_scheduler import FakeSlurm
-
-REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = REPO / "examples" / "fake-server.toml"
-TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
-RUN_ID = "obs-20240101-000000-abcdef"
-NOW = 1_700_000_000.0
+from tests.fakes import NOW, RUN_ID, FakeSlurm, Shard, make_run
 
 # ============================================================================= the table
 
@@ -246,73 +224,6 @@ def test_run_state(counts: Dict[str, int], committed: bool, expected: str) -> No
 
 
 # ============================================================================= observe()
-
-
-@dataclass
-class Shard:
-    """How a test shard should look on disk."""
-
-    state: str = "submitted"  # latest attempt state; "winner" publishes a winner
-    reason: Optional[str] = None
-    progress: Optional[int] = None  # records done
-    updated_at: float = NOW
-
-
-def make_run(workspace: Path, shards: List[Shard], job_id: Optional[str] = "500",
-             committed: bool = True, released: bool = True,
-             submitted_at: float = NOW - 3600, per_shard: int = 10) -> RunLayout:
-    """A run directory written with the real record writers."""
-    base = make_plan(load_model(QUICKSTART, RunConfig), load_model(TESTBED, Profile), RUN_ID,
-                     QUICKSTART.parent)
-    plan = replace(base, shards=tuple(ShardSpec(i, i * per_shard, per_shard)
-                                      for i in range(len(shards))),
-                   total_records=per_shard * len(shards), arrays=array_chunks(len(shards)))
-    layout = RunLayout(ensure_dir(workspace / "runs" / RUN_ID))
-    publish_immutable(layout.plan_json, plan.to_json().encode(), mode=0o400)
-    ensure_dir(layout.submissions)
-    ensure_dir(layout.slurm_logs)
-    for index, shard in enumerate(shards):
-        write_shard(layout, index, shard, job_id, per_shard)
-    record = SubmissionRecord(number=1, argv=("sbatch",), job_id=job_id,
-                              attempts={str(i): 1 for i in range(len(shards))},
-                              submitted_at=submitted_at, released=released)
-    write_json_atomic(layout.submission_json(1), record.to_dict())
-    if committed:
-        run = RunRecord(run_id=RUN_ID, name=plan.name, created_at=NOW, plan_sha256="0" * 64,
-                        agent_pyz="agent-x.pyz", agent_sha256="0" * 64, backend="slurm",
-                        job_name=f"synthbatch-{RUN_ID}", shard_count=len(shards))
-        publish_immutable(layout.run_json, run.to_json().encode())
-    return layout
-
-
-PATHS = {"submitted": ["submitted"], "pending": ["submitted", "pending"],
-         "running": ["submitted", "running"], "winner": ["submitted", "running", "succeeded"],
-         "succeeded": ["submitted", "running", "succeeded"],
-         "failed": ["submitted", "running", "failed"],
-         "cancelled": ["submitted", "running", "cancelled"], "created": []}
-
-
-def write_shard(layout: RunLayout, index: int, shard: Shard, job_id: Optional[str],
-                per_shard: int) -> None:
-    paths = layout.attempt(index, 1)
-    ensure_dir(paths.root)
-    create_attempt(paths.attempt_json, RUN_ID, index, 1)
-    for step in PATHS[shard.state]:
-        extra = {"job_id": f"{job_id}_{index}", "submission": 1} if step == "submitted" else {}
-        reason = shard.reason if step in states.TERMINAL else None
-        advance_attempt(paths.attempt_json, step, reason=reason, **extra)
-    if shard.updated_at != NOW or shard.state in states.TERMINAL or shard.state == "winner":
-        data = json.loads(paths.attempt_json.read_text())
-        data["updated_at"] = shard.updated_at
-        write_json_atomic(paths.attempt_json, data)
-    if shard.progress is not None:
-        write_json_atomic(paths.progress_json, ProgressRecord(
-            records_done=shard.progress, records_total=per_shard, tokens=7 * shard.progress,
-            requests_per_s=2.5, updated_at=NOW - 5).to_dict())
-    if shard.state == "winner":
-        publish_json_immutable(layout.winner_json(index), WinnerRecord(
-            shard=index, attempt=1, records=per_shard, result_sha256="0" * 64, files=(),
-            created_at=NOW).to_dict())
 
 
 def squeue_cmd(fake: FakeSlurm, stdout: str) -> None:

@@ -24,38 +24,10 @@ from control.planning.planner import make_plan
 from control.runs import retry as retrying
 from control.runs.retry import RetryLock, resume_source, retry_run, select
 from control.runs.submit import Staged, commit_run, stage_run, submit_all
-from control.slurm.runner import CommandResult
 from control.slurm.scheduler import Scheduler
+from tests.fakes import SbatchRecorder
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class FakeSlurm:
-    """sbatch answers increasing ids (or refuses); sbatch/release calls are recorded."""
-
-    def __init__(self, refuse: bool = False, delay_s: float = 0.0) -> None:
-        self.calls: List[List[str]] = []
-        self.next_id = 900
-        self.refuse = refuse
-        self.delay_s = delay_s
-        self.lock = threading.Lock()
-
-    def __call__(self, argv, timeout):  # noqa: ANN001 - the Runner protocol
-        name = argv[0].rsplit("/", 1)[-1]
-        with self.lock:
-            self.calls.append(list(argv))
-        if name == "sbatch":
-            time.sleep(self.delay_s)
-            if self.refuse:
-                return CommandResult(argv, 1, "", "sbatch: error: invalid partition\n")
-            with self.lock:
-                self.next_id += 1
-                return CommandResult(argv, 0, f"{self.next_id}\n", "")
-        assert name == "scontrol" and argv[1] == "release", argv
-        return CommandResult(argv, 0, "", "")
-
-    def sbatch(self) -> List[List[str]]:
-        return [c for c in self.calls if c[0].endswith("sbatch")]
 
 
 def _run(tmp_path: Path, agent_pyz: Path, shards: int = 6, max_array_size: Optional[int] = None,
@@ -70,7 +42,7 @@ def _run(tmp_path: Path, agent_pyz: Path, shards: int = 6, max_array_size: Optio
                      max_array_size=max_array_size)
     staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
     commit_run(staged, "slurm")
-    submit_all(staged, profile, Scheduler(runner=FakeSlurm()), {i: 1 for i in range(shards)})
+    submit_all(staged, profile, Scheduler(runner=SbatchRecorder()), {i: 1 for i in range(shards)})
     return staged, profile
 
 
@@ -125,7 +97,7 @@ def test_select_refuses_named_shards_that_won_or_run(failed_run) -> None:
     selection = select(staged.layout, staged.plan, [0, 1])
     assert selection.refused == {0: "shard 0 already has a winner"}
     with pytest.raises(Conflict, match="shard 0 already has a winner"):
-        retry_run(staged.layout, failed_run[1], Scheduler(runner=FakeSlurm()), [0, 1])
+        retry_run(staged.layout, failed_run[1], Scheduler(runner=SbatchRecorder()), [0, 1])
     with pytest.raises(NotFound, match="no shard 6"):
         select(staged.layout, staged.plan, [6])
     with pytest.raises(InvalidInput, match="--resume"):
@@ -166,7 +138,7 @@ def test_auto_takes_failed_only_and_stops_at_max_attempts(tmp_path: Path,
     _end(staged, 2, 1, states.FAILED)
     selection = select(staged.layout, staged.plan, auto=True)
     assert [c.shard for c in selection.choices] == [0, 2]
-    slurm = FakeSlurm()
+    slurm = SbatchRecorder()
     retry_run(staged.layout, profile, Scheduler(runner=slurm), auto=True)
     _end(staged, 0, 2, states.FAILED)
     _end(staged, 2, 2, states.SUCCEEDED)
@@ -222,7 +194,7 @@ def test_resume_prefers_the_latest_attempt_on_a_tie(tmp_path: Path, agent_pyz: P
 
 def test_retry_creates_attempt_two_and_submits_one_sparse_held_array(failed_run) -> None:
     staged, profile = failed_run
-    slurm = FakeSlurm()
+    slurm = SbatchRecorder()
     done = retry_run(staged.layout, profile, Scheduler(runner=slurm))
     assert [(c.shard, c.attempt) for c in done.submitted] == [(1, 2), (4, 2)]
     assert done.submissions == [{"number": 2, "job_id": "901", "shards": [1, 4]}]
@@ -244,7 +216,7 @@ def test_retry_creates_attempt_two_and_submits_one_sparse_held_array(failed_run)
 
 def test_dry_run_writes_nothing(failed_run) -> None:
     staged, profile = failed_run
-    slurm = FakeSlurm()
+    slurm = SbatchRecorder()
     done = retry_run(staged.layout, profile, Scheduler(runner=slurm), dry_run=True)
     assert [c.shard for c in done.submitted] == [1, 4]
     assert slurm.calls == []
@@ -255,7 +227,7 @@ def test_retry_splits_by_plan_array(tmp_path: Path, agent_pyz: Path) -> None:
     staged, profile = _run(tmp_path, agent_pyz, shards=5, max_array_size=2)
     for shard in (1, 4):
         _end(staged, shard, 1, states.FAILED)
-    slurm = FakeSlurm()
+    slurm = SbatchRecorder()
     done = retry_run(staged.layout, profile, Scheduler(runner=slurm))
     assert [s["shards"] for s in done.submissions] == [[1], [4]]
     assert [next(a for a in c if a.startswith("--array=")) for c in slurm.sbatch()] == \
@@ -265,7 +237,7 @@ def test_retry_splits_by_plan_array(tmp_path: Path, agent_pyz: Path) -> None:
 
 def test_concurrent_retries_converge_on_one_submission(failed_run) -> None:
     staged, profile = failed_run
-    slurm = FakeSlurm(delay_s=0.3)  # sbatch is slow: the others must wait on the lock
+    slurm = SbatchRecorder(delay_s=0.3)  # sbatch is slow: the others must wait on the lock
     results, errors = [], []
 
     def one() -> None:
@@ -292,7 +264,7 @@ def test_lock_wait_is_bounded(failed_run) -> None:
     with RetryLock(staged.layout):
         started = time.monotonic()
         with pytest.raises(Conflict, match="another retry of this run is in progress"):
-            retry_run(staged.layout, profile, Scheduler(runner=FakeSlurm()), lock_wait_s=0.3)
+            retry_run(staged.layout, profile, Scheduler(runner=SbatchRecorder()), lock_wait_s=0.3)
         assert time.monotonic() - started < 5
     assert "pid" in (staged.layout.root / "retry.lock").read_text()
 
@@ -311,7 +283,7 @@ def test_a_created_attempt_left_by_a_crashed_retry_is_submitted_not_replaced(
     assert [(c.shard, c.attempt, c.existing) for c in old.choices] == [(1, 2, True),
                                                                        (4, 2, False)]
     monkeypatch.setattr(retrying.time, "time", lambda: later)
-    done = retry_run(staged.layout, profile, Scheduler(runner=FakeSlurm()))
+    done = retry_run(staged.layout, profile, Scheduler(runner=SbatchRecorder()))
     assert [(c.shard, c.attempt) for c in done.submitted] == [(1, 2), (4, 2)]
     assert load_attempt(staged.layout.attempt(1, 2).attempt_json).resume_from == 1
     assert not staged.layout.attempt(1, 3).root.exists()
@@ -320,11 +292,11 @@ def test_a_created_attempt_left_by_a_crashed_retry_is_submitted_not_replaced(
 def test_a_rejected_sbatch_fails_the_new_attempts(failed_run) -> None:
     staged, profile = failed_run
     with pytest.raises(SchedulerRejected):
-        retry_run(staged.layout, profile, Scheduler(runner=FakeSlurm(refuse=True)))
+        retry_run(staged.layout, profile, Scheduler(runner=SbatchRecorder(refuse=True)))
     record = load_attempt(staged.layout.attempt(1, 2).attempt_json)
     assert record.state == "failed" and "sbatch was rejected" in record.reason
     # the next retry moves on to attempt 3 (attempt 2 never ran)
-    done = retry_run(staged.layout, profile, Scheduler(runner=FakeSlurm()))
+    done = retry_run(staged.layout, profile, Scheduler(runner=SbatchRecorder()))
     assert [(c.shard, c.attempt, c.resume_from) for c in done.submitted] == [(1, 3, 1),
                                                                              (4, 3, None)]
 
@@ -334,7 +306,7 @@ def test_uncommitted_run_is_refused(tmp_path: Path, agent_pyz: Path) -> None:
     os.chmod(staged.layout.run_json, 0o600)
     staged.layout.run_json.unlink()
     with pytest.raises(Conflict, match="never committed"):
-        retry_run(staged.layout, profile, Scheduler(runner=FakeSlurm()))
+        retry_run(staged.layout, profile, Scheduler(runner=SbatchRecorder()))
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -346,7 +318,7 @@ def _cli_env(staged: Staged, profile: Profile, tmp_path: Path, monkeypatch) -> P
     path = tmp_path / "profile.toml"
     path.write_text((REPO / "examples" / "profiles" / "testbed.toml").read_text()
                     .replace(_workspace_line(), f'workspace = "{profile.workspace}"'))
-    slurm = FakeSlurm()
+    slurm = SbatchRecorder()
     monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
     monkeypatch.setattr("control.runs.status.observe", lambda layout, sched: {"shards": []})
     return path

@@ -7,7 +7,7 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import List, Sequence
 
 import pytest
 
@@ -15,6 +15,7 @@ from control.errors import SchedulerRejected, SchedulerUnavailable, SchedulerUnc
 from control.slurm.parsers import JobRow
 from control.slurm.runner import CommandResult, CommandTimeout, binary, run_command
 from control.slurm.scheduler import ACCOUNTING_DISABLED, SQUEUE_FORMAT, Scheduler, array_spec
+from tests.fakes import FakeSlurm, Reply
 
 # ----------------------------------------------------------------------------- array_spec
 
@@ -52,66 +53,6 @@ def test_array_spec_round_trips() -> None:
         spec = array_spec(indices, 0)
         assert expand(spec) == sorted(set(indices))
         assert "--" not in spec and not spec.endswith(",")
-
-
-# ----------------------------------------------------------------------------- fake slurm
-
-# Flags each command may carry; a value flag consumes the next argv word.
-FLAGS: Dict[str, Dict[str, bool]] = {
-    "sbatch": {"--parsable": False, "--hold": False, "--array": True, "--job-name": True},
-    "scontrol": {},
-    "scancel": {},
-    "sinfo": {"-h": False, "-o": True},
-    "squeue": {"-h": False, "-t": True, "-j": True, "-o": True, "-n": True},
-    "sacct": {"-n": False, "-P": False, "-X": False, "-j": True, "--format": True},
-}
-
-Reply = Tuple[int, str, str]
-
-
-class FakeSlurm:
-    """A runner that dispatches on the command name and fails on unexpected flags."""
-
-    def __init__(self, timeout_s: float = 30.0, prefix: str = "") -> None:
-        self.calls: List[List[str]] = []
-        self.replies: Dict[str, Callable[[List[str]], Reply]] = {}
-        self.timeout_s = timeout_s
-        self.prefix = prefix
-
-    def on(self, name: str, code: int = 0, stdout: str = "", stderr: str = "") -> None:
-        self.replies[name] = lambda args: (code, stdout, stderr)
-
-    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
-        argv = list(argv)
-        self.calls.append(argv)
-        assert timeout_s == self.timeout_s
-        path = argv[0]
-        assert path.startswith(self.prefix), path
-        name = path[len(self.prefix):]
-        if name not in FLAGS or name not in self.replies:
-            pytest.fail(f"unexpected command {argv!r}")
-        self._check_flags(name, argv[1:])
-        code, stdout, stderr = self.replies[name](argv[1:])
-        return CommandResult(argv=argv, returncode=code, stdout=stdout, stderr=stderr)
-
-    @staticmethod
-    def _check_flags(name: str, args: List[str]) -> None:
-        allowed = FLAGS[name]
-        words = iter(args)
-        for word in words:
-            if not word.startswith("-"):
-                continue
-            flag, eq, _ = word.partition("=")
-            if flag not in allowed:
-                pytest.fail(f"{name}: unexpected flag {word!r} in {args!r}")
-            if allowed[flag] and not eq:
-                next(words)
-            if not allowed[flag] and eq:
-                pytest.fail(f"{name}: flag {flag} takes no value")
-
-    def only_call(self) -> List[str]:
-        assert len(self.calls) == 1, self.calls
-        return self.calls[0]
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from control.config.loader import load_model
 from control.config.run import RunConfig
 from control.config.secrets import credential, literal_secret, redact, redact_text
 from control.errors import one_line
-from tests.unit.test_config import run_data, write_json
+from tests.fakes import run_data, write_json
 
 HF = "hf_" + "A1b2C3d4E5f6G7h8I9j0K1l2"
 SK = "sk-" + "proj1234567890abcdefXYZ"

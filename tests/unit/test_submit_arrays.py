@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List
 
 import pytest
 
@@ -14,28 +13,10 @@ from control.config.profile import Profile
 from control.config.run import RunConfig
 from control.planning.planner import make_plan
 from control.runs.submit import array_groups, commit_run, stage_run, submit_all
-from control.slurm.runner import CommandResult
 from control.slurm.scheduler import Scheduler
-from tests.fakes import Crash, crash_on_call
+from tests.fakes import Crash, SbatchRecorder, crash_on_call
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class Recorder:
-    """A fake runner: sbatch answers increasing ids, every call is recorded."""
-
-    def __init__(self) -> None:
-        self.calls: List[List[str]] = []
-        self.next_id = 700
-
-    def __call__(self, argv, timeout):  # noqa: ANN001 - the Runner protocol
-        self.calls.append(list(argv))
-        name = argv[0].rsplit("/", 1)[-1]
-        if name == "sbatch":
-            self.next_id += 1
-            return CommandResult(argv, 0, f"{self.next_id}\n", "")
-        assert name == "scontrol" and argv[1] == "release", argv
-        return CommandResult(argv, 0, "", "")
 
 
 def _plan(tmp_path: Path, max_array_size: int):
@@ -59,7 +40,7 @@ def test_submit_all_sends_one_held_array_per_chunk(tmp_path: Path, agent_pyz: Pa
     plan, profile = _plan(tmp_path, 2)
     staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
     commit_run(staged, "slurm")
-    runner = Recorder()
+    runner = SbatchRecorder(next_id=700)
     records = submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
     sbatch = [c for c in runner.calls if c[0].endswith("sbatch")]
     assert [c[3] for c in sbatch] == ["--array=0-1", "--array=0-1", "--array=0"]
@@ -85,7 +66,7 @@ def test_recovery_of_a_crashed_submit_gives_each_array_task_its_job_id(
     commit_run(staged, "slurm")
     real = submit.advance_attempts  # dies after the second array's sbatch:
     monkeypatch.setattr(submit, "advance_attempts", crash_on_call(real, 2))
-    runner = Recorder()
+    runner = SbatchRecorder(next_id=700)
     with pytest.raises(Crash):
         submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
     monkeypatch.setattr(submit, "advance_attempts", real)
@@ -107,7 +88,8 @@ def test_cancel_folds_the_tasks_of_a_split_array_into_its_job_id(
     plan, profile = _plan(tmp_path, 2)
     staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
     commit_run(staged, "slurm")
-    submit_all(staged, profile, Scheduler(runner=Recorder()), {i: 1 for i in range(5)})
+    submit_all(staged, profile, Scheduler(runner=SbatchRecorder(next_id=700)),
+               {i: 1 for i in range(5)})
     every = {"701_0", "701_1", "702_0", "702_1", "703_0"}
     assert scancel_targets(staged.layout, plan.arrays, every) == ["701", "702", "703"]
     assert scancel_targets(staged.layout, plan.arrays, every - {"702_1"}) == \
