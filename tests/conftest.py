@@ -9,6 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_SERVER = REPO / "fixtures" / "fake_openai_server.py"
+GOLDENS = REPO / "tests" / "unit" / "goldens"  # expected outputs, compared line by line
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,7 @@ from typing import Callable
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-GOLDENS = Path(__file__).resolve().parent / "goldens"
+from tests.conftest import GOLDENS, REPO
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Dict, Tuple
 
 import pytest
@@ -20,8 +19,7 @@ from agent_stdlib.allocation.serve import (
     narrow,
     parse_indices,
 )
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO
 
 
 @pytest.mark.parametrize("env, positions, expected", [

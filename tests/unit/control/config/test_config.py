@@ -15,6 +15,7 @@ from control.config.loader import load_model
 from control.config.profile import Profile, load_profile, resolve_profile_path
 from control.config.run import RunConfig
 from control.errors import InvalidInput, NotFound
+from tests.conftest import REPO
 from tests.fakes import profile_data, run_data, write_json
 
 if sys.version_info >= (3, 11):
@@ -22,7 +23,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     pass
 
-REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 

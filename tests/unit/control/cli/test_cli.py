@@ -20,8 +20,8 @@ from control.config.loader import load_model
 from control.config.profile import Profile
 from control.config.run import RunConfig
 from control.planning.planner import make_plan
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 RUN_ID = "quickstart-20240101-000000-abcdef"

@@ -34,13 +34,13 @@ from agent_stdlib.contracts import (
 from control.config.profile import Profile
 from control.config.run import RunConfig
 from control.planning.planner import make_plan
+from tests.conftest import GOLDENS, REPO
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parents[2]
 FILES = (FileEntry(path="part-0.jsonl", sha256="c" * 64, bytes=120, records=3),
          FileEntry(path="sub/part-1.jsonl", sha256="d" * 64, bytes=40, records=1))
 
@@ -300,5 +300,5 @@ def test_plan_golden(golden: Callable[[str, str], None]) -> None:
 
 
 def test_plan_golden_decodes() -> None:
-    text = (Path(__file__).resolve().parent / "goldens" / "plan.json").read_text()
+    text = (GOLDENS / "plan.json").read_text()
     assert Plan.from_dict(json.loads(text)) == golden_plan()

@@ -13,8 +13,8 @@ from click.testing import CliRunner, Result
 from control.cli.main import cli
 from control.errors import Conflict, InvalidInput, NotFound
 from control.images import registry
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 
 

@@ -24,13 +24,13 @@ from control.planning.planner import make_plan, new_run_id, resolve_command, spl
 from control.runs.plan import dry_run
 from control.slurm.directives import apply_directives
 from control.slurm.parsers import parse_max_array_size
+from tests.conftest import REPO
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 RUN_ID = "quickstart-20240101-000000-abcdef"

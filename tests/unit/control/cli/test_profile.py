@@ -16,8 +16,8 @@ from control.config.loader import load_model
 from control.config.profile import Profile
 from control.runs import doctor as checks
 from control.slurm.runner import CommandResult
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 
 

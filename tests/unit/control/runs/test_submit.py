@@ -14,9 +14,8 @@ from control.config.run import RunConfig
 from control.planning.planner import make_plan
 from control.runs.submit import array_groups, commit_run, stage_run, submit_all
 from control.slurm.scheduler import Scheduler
+from tests.conftest import REPO
 from tests.fakes import Crash, SbatchRecorder, crash_on_call
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _plan(tmp_path: Path, max_array_size: int):

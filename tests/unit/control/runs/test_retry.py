@@ -25,9 +25,8 @@ from control.runs import retry as retrying
 from control.runs.retry import RetryLock, resume_source, retry_run, select
 from control.runs.submit import Staged, commit_run, stage_run, submit_all
 from control.slurm.scheduler import Scheduler
+from tests.conftest import REPO
 from tests.fakes import SbatchRecorder
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(tmp_path: Path, agent_pyz: Path, shards: int = 6, max_array_size: Optional[int] = None,

@@ -17,6 +17,7 @@ import pytest
 
 from agent_stdlib.contracts import ResourceSpec
 from control.slurm.renderer import BatchScript, render_batch_script, sbatch_directives
+from tests.conftest import GOLDENS, REPO
 
 BASH = "/bin/bash"
 SHA_A = "a" * 64
@@ -208,7 +209,7 @@ def test_validated_profile_with_trailing_newline_renders_valid_script(tmp_path: 
     from control.config.loader import load_model
     from control.config.profile import Profile
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = REPO
     text = (repo / "examples" / "profiles" / "testbed.toml").read_text()
     path = tmp_path / "p.toml"
     path.write_text(text.replace('partition = "debug"', 'partition = "debug\\n"'))
@@ -355,7 +356,7 @@ def test_golden_missing_is_not_created(request: pytest.FixtureRequest,
                                        golden: Callable[[str, str], None]) -> None:
     if request.config.getoption("--update-goldens"):
         pytest.skip("would create the golden file")
-    goldens = Path(__file__).resolve().parent / "goldens"
+    goldens = GOLDENS
     with pytest.raises(pytest.fail.Exception, match="missing"):
         golden("batch-does-not-exist.sh", "x")
     assert not (goldens / "batch-does-not-exist.sh").exists()

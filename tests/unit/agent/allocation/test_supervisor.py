@@ -16,6 +16,7 @@ from agent_stdlib.allocation.signals import SignalCoordinator
 from agent_stdlib.allocation.steps import StepControl, parse_steps, step_argv
 from agent_stdlib.allocation.supervisor import Supervisor, wait_group_gone
 from tests.agent_runs import local_plan
+from tests.conftest import REPO
 
 IGNORES_TERM = ("import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                 "subprocess.Popen(['sleep', '60']); print('up', flush=True); time.sleep(60)")
@@ -73,7 +74,7 @@ def test_children_die_with_the_agent(tmp_path):
         f"c = s.start('sleeper', ['sleep', '60'], {{'PATH': os.environ['PATH']}}, "
         f"Path({str(tmp_path / 'sleep.log')!r})); print(c.pid, flush=True); os._exit(0)")
     out = subprocess.run([sys.executable, "-c", agent], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parents[2], timeout=30)
+                         check=True, cwd=REPO, timeout=30)
     assert wait_group_gone(int(out.stdout.strip()), 10)
 
 

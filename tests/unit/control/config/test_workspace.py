@@ -15,9 +15,9 @@ from control.config.loader import load_model
 from control.config.profile import Profile
 from control.config.workspace import load_workspace_profile
 from control.errors import InvalidInput
+from tests.conftest import REPO
 from tests.fakes import profile_data
 
-REPO = Path(__file__).resolve().parents[2]
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 
 

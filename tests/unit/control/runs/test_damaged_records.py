@@ -30,9 +30,9 @@ from control.runs.retry import select
 from control.runs.status import observe
 from control.runs.store import load_plan, scan_shard
 from control.slurm.scheduler import Scheduler
+from tests.conftest import REPO
 from tests.fakes import RUN_ID, SbatchRecorder, Shard, make_run
 
-REPO = Path(__file__).resolve().parents[2]
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 GARBAGE = b"\x00\xff{progress: \x07 not json"
 

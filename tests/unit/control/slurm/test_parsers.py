@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
@@ -16,6 +15,7 @@ from control.slurm.parsers import (
     ParseError,
     parse_sbatch_id,
 )
+from tests.conftest import REPO
 
 
 def parse_squeue(text: str) -> dict:
@@ -232,7 +232,7 @@ def test_sbatch_non_ascii_digits_rejected() -> None:
 # fixtures/slurm/*.json were recorded from the real 22.05 testbed by
 # fixtures/slurm/capture.py, with the exact formats the scheduler client uses.
 
-RECORDED = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
+RECORDED = REPO / "fixtures" / "slurm"
 
 
 def recorded(scenario: str) -> Tuple[Dict[str, str], List[Dict[str, Any]]]:

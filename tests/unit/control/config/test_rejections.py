@@ -15,13 +15,13 @@ from click.testing import CliRunner
 
 from control.cli.main import cli
 from control.images import registry
+from tests.conftest import REPO
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 HF = "hf_" + "A1b2C3d4E5f6G7h8I9j0K1l2"
