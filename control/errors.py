@@ -9,7 +9,7 @@ import functools
 from typing import Optional
 
 from agent_stdlib.text import visible
-from control.config.secrets import redact_text
+from control.secrets import redact_text
 
 OK = 0
 INTERNAL = 1
@@ -24,7 +24,7 @@ REDACTED = "***"
 
 def redact(text: str) -> str:
     """``text`` with secret values (tokens, ``--api-key`` values, URL userinfo) replaced
-    by ``***``; the rules are ``control.config.secrets``'s."""
+    by ``***``; the rules are ``control.secrets``'s."""
     return redact_text(text, REDACTED)
 
 

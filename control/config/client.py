@@ -14,7 +14,7 @@ from control.config.deployment import (
     placeholders,
 )
 from control.config.fields import EnvName, Name, Strict, Text
-from control.config.secrets import check_args
+from control.secrets import check_args
 
 PROMPT_FIELDS = frozenset({"index"})
 CLIENT_PLACEHOLDERS = frozenset({"python", "config_dir"})

@@ -22,7 +22,7 @@ from control.config.fields import (
     UrlPath,
     under,
 )
-from control.config.secrets import check_args, literal_secret
+from control.secrets import check_args, literal_secret
 
 COMMAND_PLACEHOLDERS = frozenset({"host", "port", "model", "served_name", "python", "config_dir",
                                   "agent"})
@@ -91,7 +91,7 @@ EnvValue = Annotated[Union[Annotated[Text, Tag("<text>")],
 
 
 def check_env(env: Dict[str, EnvValue]) -> None:
-    """No literal secret (``control.config.secrets.literal_secret``): secrets are references."""
+    """No literal secret (``control.secrets.literal_secret``): secrets are references."""
     for key, value in env.items():
         if isinstance(value, SecretRef):
             continue

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from control.config.secrets import redact
 from control.errors import InvalidInput
+from control.secrets import redact
 
 if sys.version_info >= (3, 11):
     import tomllib

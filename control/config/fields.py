@@ -13,7 +13,7 @@ from control.config.rules import SAFE_PATH as SAFE_PATH  # re-exported
 from control.config.rules import check_abs_path as _abs_path
 from control.config.rules import check_safe_path as _safe_path
 from control.config.rules import check_text as _text
-from control.config.secrets import credential
+from control.secrets import credential
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TIME_LIMIT = re.compile(r"([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}|[0-9]+")

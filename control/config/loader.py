@@ -11,8 +11,8 @@ from pydantic import BaseModel, ValidationError
 from control.config.document import read_document as read_document  # re-exported
 from control.config.document import tomllib as tomllib  # re-exported (starter)
 from control.config.rules import CONTROL
-from control.config.secrets import redact
 from control.errors import InvalidInput
+from control.secrets import redact
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -22,8 +22,8 @@ from typing import Any, Dict, NamedTuple, Optional
 
 from control.config.document import read_document
 from control.config.rules import check_safe_path
-from control.config.secrets import redact
 from control.errors import InvalidInput, NotFound
+from control.secrets import redact
 
 # Every top-level field of Profile, in its order (tests assert they agree).
 FIELDS = ("schema_version", "backend", "workspace", "partition", "account", "qos",

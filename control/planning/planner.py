@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
-import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -42,12 +40,6 @@ from control.planning.placement import Placement, PlacementError, Shape, place
 # Placeholders the agent fills in on the node; the planner leaves them as they are.
 NODE_PLACEHOLDERS = {"host": "{host}", "port": "{port}", "agent": "{agent}"}
 EnvMap = Mapping[str, Union[str, SecretRef]]
-
-
-def new_run_id(name: str, now: Optional[float] = None) -> str:
-    """A sortable, unique run id: ``<name>-<UTC time>-<random>``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
-    return f"{name}-{stamp}-{secrets.token_hex(3)}"
 
 
 def split_records(records: int, count: Optional[int], per_shard: Optional[int]) -> List[ShardSpec]:

@@ -16,8 +16,9 @@ from control.config.loader import load_model
 from control.config.profile import Profile, load_profile
 from control.config.run import RunConfig
 from control.images import registry
-from control.planning.planner import make_plan, new_run_id
+from control.planning.planner import make_plan
 from control.planning.summary import plan_summary
+from control.runs.store import new_run_id
 from control.slurm.renderer import BatchScript, render_batch_script
 
 

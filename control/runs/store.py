@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
@@ -20,6 +22,12 @@ if TYPE_CHECKING:  # the contract classes cost ~11 ms to import; status needs th
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ATTEMPT_DIR = re.compile(r"^attempt-(\d{4,})$")
 SUBMISSION = re.compile(r"^[0-9]{4}\.json$")
+
+
+def new_run_id(name: str, now: Optional[float] = None) -> str:
+    """A sortable, unique run id: ``<name>-<UTC time>-<random>`` (matches ``RUN_ID``)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    return f"{name}-{stamp}-{secrets.token_hex(3)}"
 
 
 def run_layout(workspace: Path, run_id: str) -> RunLayout:

@@ -8,8 +8,8 @@ import pytest
 
 from control.config.loader import load_model
 from control.config.run import RunConfig
-from control.config.secrets import credential, literal_secret, redact, redact_text
 from control.errors import one_line
+from control.secrets import credential, literal_secret, redact, redact_text
 from tests.fakes import run_data, write_json
 
 HF = "hf_" + "A1b2C3d4E5f6G7h8I9j0K1l2"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -20,7 +19,7 @@ from control.errors import InvalidInput
 from control.images import registry
 from control.planning.arrays import array_chunks
 from control.planning.placement import PlacementError, Shape, place, spread
-from control.planning.planner import make_plan, new_run_id, resolve_command, split_records
+from control.planning.planner import make_plan, resolve_command, split_records
 from control.runs.plan import dry_run
 from control.slurm.directives import apply_directives
 from control.slurm.parsers import parse_max_array_size
@@ -285,26 +284,6 @@ def test_plan_json_keys_sorted() -> None:
                 check(item)
 
     check(json.loads(text))
-
-
-# ----------------------------------------------------------------------------- run ids
-
-
-def test_new_run_id_format() -> None:
-    run_id = new_run_id("quickstart", now=0)
-    assert re.fullmatch(r"quickstart-19700101-000000-[0-9a-f]{6}", run_id), run_id
-
-
-def test_new_run_id_uses_utc() -> None:
-    assert new_run_id("x", now=1_700_000_000).startswith("x-20231114-221320-")
-
-
-def test_new_run_id_unique_and_valid() -> None:
-    from control.runs.store import RUN_ID as RUN_ID_PATTERN
-
-    ids = {new_run_id("a.b_c-d") for _ in range(200)}
-    assert len(ids) == 200
-    assert all(RUN_ID_PATTERN.match(i) for i in ids)
 
 
 # ----------------------------------------------------------------------------- placement
