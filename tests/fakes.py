@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
+from click.testing import CliRunner, Result
 
 from agent_stdlib import states
 from agent_stdlib.attempts import advance_attempt, create_attempt
@@ -30,6 +31,7 @@ from agent_stdlib.statefile import (
     publish_json_immutable,
     write_json_atomic,
 )
+from control.cli.main import cli
 from control.config.loader import load_model
 from control.config.profile import Profile
 from control.config.run import RunConfig
@@ -249,3 +251,11 @@ def write_json(tmp_path: Path, data: Any, name: str = "run.json") -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
+
+
+# ------------------------------------------------ the command line
+
+
+def invoke(*args: str) -> Result:
+    """Run ``synthbatch ARGS`` in-process; never raises (the result holds the exit code)."""
+    return CliRunner().invoke(cli, list(args), catch_exceptions=True)

@@ -9,35 +9,22 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from agent_stdlib.candidate import build_manifest
 from agent_stdlib.contracts import RunRecord, WinnerRecord, sha256_bytes
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
-from control.cli.main import cli
 from control.config.loader import load_model
 from control.config.profile import Profile
 from control.config.run import RunConfig
 from control.planning.planner import make_plan
 from tests.conftest import REPO
+from tests.fakes import invoke
 
 QUICKSTART = REPO / "examples" / "fake-server.toml"
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 RUN_ID = "quickstart-20240101-000000-abcdef"
-
-
-@pytest.fixture(autouse=True)
-def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SYNTHBATCH_PROFILE", raising=False)
-    return home
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=True)
 
 
 def one_error_line(result: Result) -> str:
@@ -55,19 +42,6 @@ def json_error(result: Result) -> Dict[str, str]:
     assert list(payload) == ["error"]
     assert {"code", "message"} <= set(payload["error"])
     return payload["error"]
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return tmp_path / "ws"
-
-
-@pytest.fixture
-def profile_file(tmp_path: Path, workspace: Path) -> Path:
-    path = tmp_path / "profile.toml"
-    path.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
-                                                json.dumps(str(workspace))))
-    return path
 
 
 def build_run(workspace: Path, winners: List[int], committed: bool = True) -> RunLayout:

@@ -9,29 +9,15 @@ from pathlib import Path
 from typing import List, Sequence
 
 import pytest
-from click.testing import CliRunner, Result
 
-from control.cli.main import cli
 from control.config.loader import load_model
 from control.config.profile import Profile
 from control.runs import doctor as checks
 from control.slurm.runner import CommandResult
 from tests.conftest import REPO
+from tests.fakes import invoke
 
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
-
-
-@pytest.fixture(autouse=True)
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SYNTHBATCH_PROFILE", raising=False)
-    return home
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=True)
 
 
 # ----------------------------------------------------------------------------- init

@@ -8,12 +8,11 @@ import stat
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from control.cli.main import cli
 from control.errors import Conflict, InvalidInput, NotFound
 from control.images import registry
 from tests.conftest import REPO
+from tests.fakes import invoke
 
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 
@@ -24,23 +23,6 @@ def image(tmp_path: Path) -> Path:
     path.parent.mkdir()
     path.write_bytes(b"squashfs" * 1000)
     return path
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return tmp_path / "ws"
-
-
-@pytest.fixture
-def profile_file(tmp_path: Path, workspace: Path) -> Path:
-    path = tmp_path / "profile.toml"
-    path.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
-                                                json.dumps(str(workspace))))
-    return path
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=True)
 
 
 def test_add_pins_sha256(workspace: Path, image: Path) -> None:
