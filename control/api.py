@@ -19,6 +19,7 @@ from control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:
     from control.config.profile import Profile
+    from control.runs.status import Refresh
 
 
 def scheduler_for(profile: Union[Profile, WorkspaceProfile]) -> Scheduler:
@@ -120,6 +121,16 @@ def status(run_id: str, profile: Optional[str] = None,
     fresh = observe(layout, sched)
     return {**fresh, "retried": [c.to_dict() for c in done.submitted],
             "notes": [*fresh["notes"], *notes]}
+
+
+def status_refresh(run_id: str, profile: Optional[str] = None,
+                   scheduler: Optional[Scheduler] = None) -> Refresh:
+    """``status`` before it is plain data: ``status --json`` prints ``json_text()``, which
+    writes the settled rows as the index keeps their text instead of encoding them."""
+    from control.runs.status import refresh
+
+    prof, layout = _run(run_id, profile)
+    return refresh(layout, scheduler or scheduler_for(prof))
 
 
 def cancel(run_id: str, shards: Sequence[int] = (), profile: Optional[str] = None,

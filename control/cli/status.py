@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 import click
 
 from control.cli.common import common
-from control.cli.output import emit_json, emit_text, is_tty
+from control.cli.output import emit_encoded_json, emit_json, emit_text, is_tty
 from control.cli.render import frame, plain_line, status_text
 
 
@@ -53,15 +53,20 @@ def status_cmd(run_id: str, watch: bool, interval: float, profile: Optional[str]
     from control import api
     from control.runs.status import unreachable
 
+    if not watch and as_json:  # the settled rows are printed as the index keeps them
+        fresh = api.status_refresh(run_id, profile)
+        emit_encoded_json(fresh.json_text(), fresh.data)
+        error = unreachable(fresh.summary)
+        if error is not None:
+            raise error
+        return None
     if not watch:
         data = api.status(run_id, profile)
         error = unreachable(data)
         if error is None:
             return {"data": data, "text": status_text(data)}
-        if as_json:
-            emit_json(data)
-        else:  # the error line on stderr is the one message about the scheduler
-            click.echo(status_text({**data, "scheduler_error": None}))
+        # the error line on stderr is the one message about the scheduler
+        click.echo(status_text({**data, "scheduler_error": None}))
         raise error
     from control.runs.watch import Backoff
     from control.runs.watch import watch as watch_loop

@@ -41,6 +41,7 @@ from agent_stdlib.resume import scan_kept
 from agent_stdlib.statefile import StateError, ensure_dir
 from control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
 from control.runs import normalize as norm
+from control.runs import settled
 from control.runs.store import attempt_numbers, load_plan, load_run, load_submissions
 
 if TYPE_CHECKING:
@@ -322,7 +323,10 @@ def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
     with RetryLock(layout, lock_wait_s):
         selection = select(layout, plan, shards, policy, auto, verdicts=verdicts)
         _refuse(selection)
-        ready = create_attempts(layout, plan.run_id, selection.choices)
+        # A new attempt unsettles its shard: the settled index drops it first.
+        with settled.changing(layout, plan.run_id, len(plan.shards),
+                              [c.shard for c in selection.choices]):
+            ready = create_attempts(layout, plan.run_id, selection.choices)
         if not ready:
             return RetryResult(selection, [], [])
         staged = Staged(layout, plan, run.plan_sha256, run.agent_pyz, run.agent_sha256)
