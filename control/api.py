@@ -216,6 +216,6 @@ def runs(profile: Optional[str] = None) -> Dict[str, Any]:
         if record is not None:
             found.append({"run_id": record.run_id, "name": record.name,
                           "created_at": record.created_at, "shards": record.shard_count,
-                          **durable_state(layout, record.shard_count)})
+                          **durable_state(layout, record.shard_count, record.run_id)})
     found.sort(key=lambda r: r.get("created_at", 0), reverse=True)
     return {"runs": found}

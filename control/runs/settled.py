@@ -381,8 +381,8 @@ def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_
                 return False
             latest = _current(layout, run_id, shard_count)
             valid, there = _trusted(latest, base), set(latest.shards)
-            fresh = [r for r in rows if r["index"] not in there
-                     and r["index"] not in latest.pending and valid(r["index"])]
+            # (a pending shard's row is dropped below, with its pending mark)
+            fresh = [r for r in rows if r["index"] not in there and valid(r["index"])]
             changed = bool(fresh) or latest.problem is not None or bool(latest.pending)
             if plan is not None and latest.plan_identity != plan[0]:
                 latest.plan_identity, latest.plan = plan
