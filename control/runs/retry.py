@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt
+from agent_stdlib.attempts import advance_attempt, load_attempt
+from agent_stdlib.attempts import create_attempts as create_attempts_of
 from agent_stdlib.contracts import AttemptRecord, Plan
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import load_winner
@@ -260,25 +261,23 @@ def create_attempts(layout: RunLayout, run_id: str, choices: Sequence[Choice]) -
     """Write the ``created`` record of every new attempt; return the choices now on disk.
 
     ``mkdir`` is exclusive: a folder that already exists belongs to another writer, and
-    its shard is left out (it is never overwritten).
+    its shard is left out (it is never overwritten). The records are written together,
+    each atomically, with one sync for all (``attempts.create_attempts``).
     """
-    ready = []
+    ready, items = [], []
     for choice in choices:
         paths = layout.attempt(choice.shard, choice.attempt)
-        if choice.existing:
-            if not paths.attempt_json.exists():
-                create_attempt(paths.attempt_json, run_id, choice.shard, choice.attempt,
-                               choice.resume_from)
-            ready.append(choice)
-            continue
-        ensure_dir(paths.root.parent)
-        try:
-            paths.root.mkdir(mode=0o700)
-        except FileExistsError:
-            continue
-        create_attempt(paths.attempt_json, run_id, choice.shard, choice.attempt,
-                       choice.resume_from)
+        if not choice.existing:
+            ensure_dir(paths.root.parent)
+            try:
+                paths.root.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+        if not choice.existing or not paths.attempt_json.exists():
+            items.append((paths.attempt_json, run_id, choice.shard, choice.attempt,
+                          choice.resume_from))
         ready.append(choice)
+    create_attempts_of(items)
     return ready
 
 

@@ -22,7 +22,7 @@ from typing import (
     Tuple,
 )
 
-from agent_stdlib.layout import RunLayout, run_dir, runs_root
+from agent_stdlib.layout import RunLayout, run_dir, runs_root, shard_name
 from agent_stdlib.statefile import StateError, load_record, open_state_file
 from control.errors import InvalidInput, NotFound
 
@@ -303,7 +303,7 @@ def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[st
     Plain strings and two ``listdir`` calls; ``scan_shard`` falls back to it when the
     submission records do not name the shard's latest attempt.
     """
-    folder = f"{layout.root}/shards/shard-{shard:05d}"
+    folder = f"{layout.root}/shards/{shard_name(shard)}"
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
@@ -358,7 +358,7 @@ def _scan_expected(layout: RunLayout, shard: int, expected: int) -> Optional[Sha
     looked for. Anything unexpected (no record, another number, a damaged record) falls
     back to listing.
     """
-    folder = f"{layout.root}/shards/shard-{shard:05d}"
+    folder = f"{layout.root}/shards/{shard_name(shard)}"
     present = _exists(f"{folder}/winner.json")
     base = f"{folder}/attempts/attempt-{expected:04d}"
     try:
@@ -391,7 +391,7 @@ def scan_shard(layout: RunLayout, shard: int, expected: Optional[int] = None) ->
         present, folder = latest_attempt_dir(layout, shard)
     except OSError as err:
         return ShardView(shard, False, None, None, problem=str(err))
-    winner, winner_problem = _winner(f"{layout.root}/shards/shard-{shard:05d}", shard, present)
+    winner, winner_problem = _winner(f"{layout.root}/shards/{shard_name(shard)}", shard, present)
     attempt, problem = None, None
     progress, progress_problem = None, None
     if folder:
