@@ -63,8 +63,13 @@ def _indented(value: Any, pad: str) -> str:
         items = sorted(value.items())
         if any(type(k) is not str for k, _ in items):
             raise TypeError("non-string key")
-        return "{\n" + ",\n".join(f"{inner}{_encode_str(k)}: {_indented(v, inner)}"
-                                   for k, v in items) + f"\n{pad}}}"
+        parts = []
+        for key, item in items:  # scalars inline: most records are flat
+            kind = type(item)
+            text = _encode_str(item) if kind is str else int.__repr__(item) \
+                if kind is int else "null" if item is None else _indented(item, inner)
+            parts.append(f"{inner}{_encode_str(key)}: {text}")
+        return "{\n" + ",\n".join(parts) + f"\n{pad}}}"
     if kind in (list, tuple) and value:
         inner = pad + "  "
         return "[\n" + ",\n".join(f"{inner}{_indented(v, inner)}" for v in value) + \
