@@ -223,6 +223,7 @@ class GenerateSpec:
     concurrency: int
     max_retries: int
     request_timeout_s: float
+    container: Optional[ContainerSpec] = None  # a client image the generator runs in
 
 
 @dataclass(frozen=True)

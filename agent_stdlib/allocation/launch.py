@@ -8,11 +8,13 @@ One builder per step kind, no I/O, so the exact command lines are golden-tested
   GPUs asks Slurm for all of the allocation's GPUs on its node and runs behind the
   ``serve`` role, which narrows the step's device lists to the plan's GPU indices
   (:mod:`agent_stdlib.allocation.serve`, ``docs/runtime.md`` "GPU binding");
-* the client step runs the built-in ``generate`` role, or the run's own command
-  (``plan.client_command``) with its env, secrets and container;
+* the client step runs the built-in ``generate`` role (on the host, or with the image's
+  ``python3`` in its client image), or the run's own command (``plan.client_command``)
+  with its env, secrets and container;
 * secrets are copied by name from the agent's environment into the step's environment,
   never into an argv; inside a container the ``SYNTHBATCH_*`` paths and ``{agent}`` are
-  translated to the container's view of the run directory.
+  translated to the container's view of the run directory, and the agent's node-local
+  scratch (``SHIV_ROOT``) is mounted (:func:`scratch_for`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from agent_stdlib.containers import (
     env_prefix,
     task_in_image,
     translate,
+    with_scratch,
     wrap,
 )
 from agent_stdlib.contracts import ContainerSpec, DeploymentSpec, Plan
@@ -95,11 +98,25 @@ def in_container(path: str, container: Optional[ContainerSpec], what: str) -> st
     return moved
 
 
+def scratch_for(name: str, container: Optional[ContainerSpec],
+                ambient: Mapping[str, str]) -> Optional[ContainerSpec]:
+    """``container`` with the agent's node-local scratch (``SHIV_ROOT``, set by the batch
+    script) mounted, so shiv extracts there inside the image and never into a home."""
+    if container is None or container.runtime == "none":
+        return container
+    scratch = ambient.get("SHIV_ROOT", "")
+    if not scratch.startswith("/"):
+        raise LaunchError(f"{name}: a step in image {container.image} needs SHIV_ROOT (an "
+                          "absolute node-local scratch directory; the batch script sets it)")
+    return with_scratch(container, scratch)
+
+
 def _step(plan: Plan, name: str, argv: Sequence[str], extra: Mapping[str, str],
           ambient: Mapping[str, str], container: Optional[ContainerSpec], gpus: int,
           relative: Optional[int], task_prefix: Sequence[str] = ()) -> Launch:
     names = sorted(extra)
-    wrapped = wrap(container, argv, names, gpus, task_prefix)
+    container = scratch_for(name, container, ambient)
+    wrapped = wrap(container, argv, names, gpus, task_prefix, inherit=plan.runtime.env_allow)
     if wrapped.srun_flags and plan.runtime.launcher != "srun":
         raise LaunchError(f"{name}: a {container.runtime if container else ''} image needs the "
                           "srun launcher")
@@ -193,6 +210,12 @@ def client_contract(plan: Plan, paths: ClientPaths,
     return env
 
 
+def _contract_inside(contract: Dict[str, str], container: Optional[ContainerSpec]) -> None:
+    """The contract's host paths (:data:`PATH_VARS`) as ``container`` sees them."""
+    for var in (v for v in PATH_VARS if v in contract):
+        contract[var] = in_container(contract[var], container, f"client: {var}")
+
+
 def client_launch(plan: Plan, paths: ClientPaths, endpoints: Mapping[str, str],
                   ambient: Mapping[str, str]) -> Launch:
     """The client step: built-in ``generate``, or ``plan.client_command`` when set.
@@ -204,11 +227,14 @@ def client_launch(plan: Plan, paths: ClientPaths, endpoints: Mapping[str, str],
     relative = 0 if plan.resources.nodes > 1 else None
     command = plan.client_command
     if command is None:
-        argv = [plan.runtime.python, "-I", paths.agent_pyz, "generate", "--plan",
-                paths.plan_json]
-        return _step(plan, "client", argv, contract, ambient, None, 0, relative)
-    for var in (v for v in PATH_VARS if v in contract):
-        contract[var] = in_container(contract[var], command.container, f"client: {var}")
+        box = plan.client.container if plan.client is not None else None
+        _contract_inside(contract, box)
+        python = IMAGE_PYTHON if box is not None and box.runtime != "none" \
+            else plan.runtime.python
+        argv = [python, "-I", in_container(paths.agent_pyz, box, "client: agent"),
+                "generate", "--plan", in_container(paths.plan_json, box, "client: plan")]
+        return _step(plan, "client", argv, contract, ambient, box, 0, relative)
+    _contract_inside(contract, command.container)
     extra = dict(command.env)
     extra.update(secret_values(command.secret_env, ambient, "client"))
     extra.update(contract)  # the contract wins over a same-named literal

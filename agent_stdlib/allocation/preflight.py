@@ -24,6 +24,7 @@ import hashlib
 import os
 import shutil
 import socket
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,8 @@ from agent_stdlib.allocation.errors import LaunchError, PreflightError
 from agent_stdlib.allocation.imagehash import cached_sha256
 from agent_stdlib.allocation.launch import LOOPBACK, Site, in_container, secret_values
 from agent_stdlib.allocation.slurmjob import JobIdentity
-from agent_stdlib.containers import DEFAULT_EXECUTABLE
+from agent_stdlib.allocation.steps import COMMAND_TIMEOUT_S
+from agent_stdlib.containers import DEFAULT_EXECUTABLE, SCRATCH_MOUNT
 from agent_stdlib.contracts import AttemptRecord, ContainerSpec, Plan
 
 MIN_PYTHON = (3, 9)
@@ -267,28 +269,82 @@ def _containers(plan: Plan) -> Iterator[Tuple[str, ContainerSpec]]:
     for dep in plan.deployments:
         if dep.container is not None and dep.container.runtime != "none":
             yield f"deployment {dep.alias}", dep.container
-    command = plan.client_command
-    if command is not None and command.container is not None \
-            and command.container.runtime != "none":
-        yield "client", command.container
+    for client in (plan.client, plan.client_command):
+        if client is not None and client.container is not None \
+                and client.container.runtime != "none":
+            yield "client", client.container
+
+
+def _readable_image(path: str) -> bool:
+    """A sealed image file, or an image directory (charliecloud), that can be read."""
+    if os.path.isdir(path):
+        return os.access(path, os.R_OK | os.X_OK)
+    return os.path.isfile(path) and os.access(path, os.R_OK)
+
+
+def missing_mount_point(box: ContainerSpec) -> Optional[str]:
+    """The first bind target a charliecloud image directory lacks (None if it has all).
+
+    ch-run 0.31 mounts the image read-only and binds only onto directories that exist in
+    it ("can't mkdir: ... Read-only file system"); a SquashFS image is not looked into.
+    """
+    if box.runtime != "charliecloud" or not os.path.isdir(box.path):
+        return None
+    for target in [m.container for m in box.mounts] + [SCRATCH_MOUNT]:
+        if not os.path.isdir(os.path.join(box.path, target.lstrip("/"))):
+            return target
+    return None
+
+
+def _runtime_problem(box: ContainerSpec, exe: str, env: Mapping[str, str]) -> Optional[str]:
+    """Why the runtime cannot run steps here as :mod:`agent_stdlib.containers` wraps them."""
+    if box.runtime != "charliecloud":
+        return None
+    if not env.get("USER"):
+        return "ch-run needs $USER, which is not set in the job environment"
+    try:
+        done = subprocess.run([exe, "--feature=extglob"], env=dict(env), capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=COMMAND_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"{exe} --feature=extglob did not run ({err})"
+    if done.returncode != 0:
+        return (f"{exe} has no extglob support (--feature=extglob), so --unset-env cannot "
+                "keep only the step's own variables")
+    return None
 
 
 def check_images(ctx: Context, hashed: Optional[Dict[str, str]] = None) -> None:
-    """Each image exists and matches its pinned sha256 (each file hashed once); the
-    runtime's binary is executable; the run directory is visible inside the container."""
+    """Each image exists and matches its pinned digest (each image hashed once); the
+    runtime's binary is executable and can wrap steps; the run directory is visible
+    inside the container; a charliecloud image directory has every mount point."""
     hashed = {} if hashed is None else hashed
+    checked: Dict[str, Optional[str]] = {}
     for owner, box in _containers(ctx.plan):
         where = f"images: {owner}: image {box.image} ({box.path})"
-        if not (os.path.isfile(box.path) and os.access(box.path, os.R_OK)):
+        if not _readable_image(box.path):
             raise PreflightError(f"{where} is missing or not readable")
+        if not ctx.env.get("SHIV_ROOT", "").startswith("/"):
+            raise PreflightError(f"images: {owner}: SHIV_ROOT (the node-local scratch "
+                                 "mounted into images) is not an absolute path")
         if box.path not in hashed:
-            hashed[box.path] = cached_sha256(box.path, ctx.hash_cache)
+            try:
+                hashed[box.path] = cached_sha256(box.path, ctx.hash_cache)
+            except OSError as err:
+                raise PreflightError(f"{where}: {err.strerror or err}") from err
         if hashed[box.path] != box.sha256:
             raise PreflightError(f"{where}: sha256 {hashed[box.path]} does not match the "
                                  f"pinned {box.sha256}")
         if box.runtime in DEFAULT_EXECUTABLE:
-            _executable(f"{owner}: container runtime",
-                        box.executable or DEFAULT_EXECUTABLE[box.runtime])
+            exe = box.executable or DEFAULT_EXECUTABLE[box.runtime]
+            _executable(f"{owner}: container runtime", exe)
+            if exe not in checked:
+                checked[exe] = _runtime_problem(box, exe, ctx.env)
+            if checked[exe]:
+                raise PreflightError(f"images: {owner}: {checked[exe]}")
+        target = missing_mount_point(box)
+        if target is not None:
+            raise PreflightError(f"{where} has no directory {target} to mount onto "
+                                 "(ch-run binds only onto directories the image has)")
         try:
             in_container(str(ctx.agent_pyz), box, f"{owner}: agent")
             for folder in ctx.writable:

@@ -31,6 +31,7 @@ class GenerateClient(Strict):
     concurrency: int = Field(default=8, ge=1, le=4096)
     max_retries: int = Field(default=5, ge=0, le=100)
     request_timeout_s: float = Field(default=600.0, gt=0)
+    image: Optional[Name] = None  # a client image the generator runs in (its python3)
 
     @model_validator(mode="after")
     def _template(self) -> GenerateClient:

@@ -204,7 +204,9 @@ def _runtime(placement: Placement, profile: Profile, resources: ResourceSpec) ->
     )
 
 
-def _generate_spec(client: GenerateClient) -> GenerateSpec:
+def _generate_spec(client: GenerateClient, profile: Profile,
+                   images: Mapping[str, ImageEntry],
+                   mounts: Tuple[MountSpec, ...]) -> GenerateSpec:
     return GenerateSpec(
         model=client.model,
         prompt_template=client.prompt_template,
@@ -214,6 +216,7 @@ def _generate_spec(client: GenerateClient) -> GenerateSpec:
         concurrency=client.concurrency,
         max_retries=client.max_retries,
         request_timeout_s=client.request_timeout_s,
+        container=container_for(profile, client.image, "client.image", images, mounts),
     )
 
 
@@ -243,7 +246,8 @@ def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
         deployments=tuple(_deployment(i, d, profile, config_dir, images, mounts,
                                       placement.replicas[i])
                           for i, d in enumerate(run.deployments)),
-        client=_generate_spec(client) if isinstance(client, GenerateClient) else None,
+        client=(_generate_spec(client, profile, images, mounts)
+                if isinstance(client, GenerateClient) else None),
         client_command=(_command_spec(client, profile, config_dir, images, mounts)
                         if isinstance(client, CommandClient) else None),
         resources=resources,

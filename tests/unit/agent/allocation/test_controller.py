@@ -378,7 +378,9 @@ def test_fake_apptainer_wraps_server_and_command_client(tmp_path, agent_pyz, pyt
     server_call, client_call = calls
     assert server_call["argv"][1:6] == ["exec", "--cleanenv", "--no-home", "--bind",
                                         f"{repo_root}:/code:ro,{tools}:/opt/tools:ro,"
-                                        f"{run}:/synthbatch/run"]
+                                        f"{run}:/synthbatch/run,"
+                                        f"{tmp_path / '.shiv'}:/synthbatch/scratch"]
+    assert server_call["env"]["APPTAINERENV_SHIV_ROOT"] == "/synthbatch/scratch"
     assert server_call["argv"][6] == str(image)
     assert "/synthbatch/run/agent.pyz" in server_call["argv"]  # {agent}, translated
     assert "APPTAINERENV_MY_TOKEN" in server_call["names"]

@@ -30,7 +30,7 @@ RUN = "/ws/runs/r-1"
 AGENT = f"{RUN}/agent-{'a' * 64}.pyz"
 AMBIENT = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "SLURM_JOB_ID": "12",
            "JOB_HF_TOKEN": "hf-secret-value", "JOB_API_KEY": "api-secret-value",
-           "UNRELATED": "dropped"}
+           "UNRELATED": "dropped", "SHIV_ROOT": "/tmp/synthbatch-shiv-0"}
 MOUNTS = (MountSpec("/shared/models", "/models", True), MountSpec(RUN, "/synthbatch/run", False))
 PYXIS = ContainerSpec(runtime="pyxis", image="vllm", path="/img/vllm.sqsh", sha256="b" * 64,
                       mounts=MOUNTS)
@@ -95,8 +95,16 @@ def command_plan(container: Optional[ContainerSpec]) -> Plan:
     return srun_plan().replace(client=None, client_command=command)
 
 
+def builtin_plan(container: ContainerSpec) -> Plan:
+    plan = srun_plan(nodes=1)
+    return plan.replace(client=dataclasses.replace(plan.client, container=container))
+
+
 CLIENTS: Dict[str, Callable[[], Launch]] = {
     "builtin": lambda: client_launch(srun_plan(nodes=1), PATHS, ENDPOINTS, AMBIENT),
+    "builtin-charliecloud": lambda: client_launch(builtin_plan(CHARLIECLOUD), PATHS, ENDPOINTS,
+                                                  AMBIENT),
+    "builtin-pyxis": lambda: client_launch(builtin_plan(PYXIS), PATHS, ENDPOINTS, AMBIENT),
     "command-host": lambda: client_launch(command_plan(None), PATHS, ENDPOINTS, AMBIENT),
     "command-apptainer": lambda: client_launch(command_plan(APPTAINER), PATHS,
                                                {**ENDPOINTS, "big": "http://127.0.0.1:41001"},
@@ -144,7 +152,7 @@ def test_secrets_reach_the_env_by_name_never_the_argv() -> None:
         assert not any("hf-secret-value" in a for a in launch.argv)
         assert "JOB_HF_TOKEN" not in launch.env and "UNRELATED" not in launch.env
     assert SERVERS["apptainer-agent"]().env["APPTAINERENV_HF_TOKEN"] == "hf-secret-value"
-    assert "--container-env=HF_TOKEN,VLLM_LOGGING_LEVEL" in SERVERS["pyxis"]().argv
+    assert "--container-env=HF_TOKEN,SHIV_ROOT,VLLM_LOGGING_LEVEL" in SERVERS["pyxis"]().argv
 
 
 def test_pyxis_flags_go_before_the_separator() -> None:
@@ -242,7 +250,7 @@ def test_every_replica_asks_for_the_node_and_is_bound_to_its_own_gpus(
     (None, ("/usr/bin/python3", "-I", AGENT), ()),
     (PYXIS, ("python3", "-I", f"/synthbatch/run/agent-{'a' * 64}.pyz"), ()),
     (APPTAINER, ("/usr/bin/python3", "-I", AGENT), ("apptainer", "exec", "--nv")),
-    (CHARLIECLOUD, ("/usr/bin/python3", "-I", AGENT), ("ch-run", "-b")),
+    (CHARLIECLOUD, ("/usr/bin/python3", "-I", AGENT), ("ch-run", "--private-tmp")),
 ])
 def test_the_binder_runs_where_the_task_runs(container: Optional[ContainerSpec],
                                              binder: Tuple[str, ...],
