@@ -12,6 +12,7 @@ import codecs
 import json
 import re
 import sys
+import time
 from typing import Any, BinaryIO, Dict, Optional
 
 import click
@@ -95,3 +96,43 @@ def emit_error(err: Exception, as_json: bool) -> int:
 def is_tty() -> bool:
     """True when stdout is a terminal."""
     return sys.stdout.isatty()
+
+
+class ByteProgress:
+    """A one-line progress bar on stderr for hashing large images (only on a terminal).
+
+    Called as ``progress(done, total)``; redraws at most every :attr:`interval` seconds and
+    ends its line on :meth:`close`. Off the terminal (pipes, CI logs) it prints nothing.
+    """
+
+    interval = 0.2
+    width = 30
+
+    def __init__(self, label: str, stream: Any = None) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last = 0.0
+        self._drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        """Redraw the bar: ``done`` of ``total`` bytes."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last < self.interval and done < total:
+            return
+        self._last = now
+        share = done / total if total else 1.0
+        bar = "#" * int(share * self.width)
+        self.stream.write(f"\r{visible(self.label)} [{bar:<{self.width}}] {share:6.1%} "
+                          f"{done / 2**30:.2f}/{total / 2**30:.2f} GiB")
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        """End the bar's line (if one was drawn)."""
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = False

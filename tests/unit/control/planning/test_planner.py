@@ -497,6 +497,36 @@ def test_command_client_in_an_image(images: Dict[str, Any]) -> None:
     assert Plan.from_dict(plan.to_dict()) == plan
 
 
+def test_the_built_in_client_in_a_client_image(images: Dict[str, Any]) -> None:
+    data = run_data()
+    data["client"]["image"] = "vllm"
+    plan = make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
+    assert plan.client is not None and plan.client.container is not None
+    assert (plan.client.container.path, plan.client.container.sha256) == (
+        images["vllm"].path, images["vllm"].sha256)
+    assert plan.client.container.mounts[-1].container == "/synthbatch/run"
+    assert Plan.from_dict(plan.to_dict()) == plan
+    data["client"]["image"] = "nope"
+    with pytest.raises(InvalidInput, match=r"client\.image: no image 'nope' is registered"):
+        make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
+
+
+def test_an_image_directory_runs_only_with_charliecloud(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "etc").mkdir(parents=True)
+    for name in ("passwd", "group"):
+        (tree / "etc" / name).write_text("")
+    images = {"tree": registry.add(tmp_path / "ws", "tree", str(tree))}
+    assert images["tree"].format == "directory"
+    data = vllm_run(image="tree", gpus=1)
+    charlie = profile(workspace="/ws", container={"runtime": "charliecloud"})
+    plan = make_plan(run_config(data), charlie, RUN_ID, QUICKSTART.parent, images=images)
+    assert plan.deployment("tiny").container.path == str(tree)
+    with pytest.raises(InvalidInput, match=r"deployments\[0\]\.image: image 'tree' is a "
+                                           r"directory, which pyxis cannot run"):
+        make_plan(run_config(data), pyxis_profile(), RUN_ID, QUICKSTART.parent, images=images)
+
+
 # ----------------------------------------------------------------------------- dry run
 
 
