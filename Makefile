@@ -35,9 +35,9 @@ serving-llamacpp:  ## serving environment: llama.cpp (xllamacpp) + SmolLM2-135M 
 serving-vllm:  ## serving environment: vLLM CPU + SmolLM2 as safetensors (~3.5 GB, ~2 min)
 	scripts/serving-env vllm >/dev/null
 
-# The sealed test image the real-container tests run (docs/containers.md): Debian bookworm
-# minbase + python3 from Debian, nothing of synthbatch; built once, then cached.
-TEST_IMAGE_DIR ?= $(CURDIR)/.work/images/python3-bookworm
+# The sealed test image the real-container tests run (docs/containers.md): Debian trixie
+# minbase + python3 (3.13) from Debian, nothing of synthbatch; built once, then cached.
+TEST_IMAGE_DIR ?= $(CURDIR)/.work/images/python3-trixie
 export SYNTHBATCH_TEST_IMAGE_DIR := $(TEST_IMAGE_DIR)
 
 test-image:  ## sealed test image for charliecloud: rootfs/ + image.sqfs (~1 min once, cached)

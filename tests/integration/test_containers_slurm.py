@@ -1,10 +1,11 @@
 """Sealed images for real: the agent runs inside a real container (charliecloud's ch-run)
 on the testbed, and the image registry knows what is inside.
 
-The image is ``scripts/test-image``'s (``make test-image``): Debian bookworm minbase +
+The image is ``scripts/test-image``'s (``make test-image``): Debian trixie minbase +
 Debian's python3, nothing of synthbatch, as a directory and as a SquashFS file. Its Python
-is ``/usr/bin/python3`` 3.11.2; the tests run with another interpreter (the checkout's
-venv), so every ``sys.executable`` below tells the two apart.
+is ``/usr/bin/python3`` 3.13 (the build records it in ``python.txt``); the tests run with
+another version (the checkout's venv, 3.11 on Debian 12), so every version and
+``sys.executable`` below tells the two apart.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import pytest
 
@@ -29,15 +30,15 @@ from tests.integration.runs import cli_json, invoke, wait_final, write_profile
 from tests.processes import processes_mentioning
 
 IMAGE_DIR = Path(os.environ.get("SYNTHBATCH_TEST_IMAGE_DIR")
-                 or REPO / ".work" / "images" / "python3-bookworm")
-IMAGE_PYTHON = ("3.11.2", "/usr/bin/python3")  # Debian bookworm's
+                 or REPO / ".work" / "images" / "python3-trixie")
 FIXTURES_MOUNT = "/mnt/0"  # the test image has /mnt/0 ... /mnt/9 for user mounts
 
 
 @pytest.fixture(scope="session")
 def test_image() -> Path:
     """The built test image (``make test-image``); skipped (failed under CI) without it."""
-    missing = [p for p in (IMAGE_DIR / "rootfs", IMAGE_DIR / "image.sqfs") if not p.exists()]
+    missing = [p for p in (IMAGE_DIR / "rootfs", IMAGE_DIR / "image.sqfs",
+                           IMAGE_DIR / "python.txt") if not p.exists()]
     problem = f"no test image at {IMAGE_DIR} (build it: make test-image)" if missing else \
         ("ch-run is not installed (make test-image installs charliecloud-runtime)"
          if subprocess.run(["sh", "-c", "command -v ch-run"], capture_output=True).returncode
@@ -46,8 +47,16 @@ def test_image() -> Path:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(problem, pytrace=False)
         pytest.skip(problem)
-    assert (platform.python_version(), sys.executable) != IMAGE_PYTHON  # distinguishable
+    version, executable = image_python(IMAGE_DIR)
+    assert version != platform.python_version(), "the image's Python must differ from the host's"
+    assert executable == "/usr/bin/python3" != sys.executable
     return IMAGE_DIR
+
+
+def image_python(image: Path) -> Tuple[str, str]:
+    """(version, executable) of the image's python3, as its build recorded them."""
+    version, executable = (image / "python.txt").read_text().split()
+    return version, executable
 
 
 def charliecloud_profile(tmp_path: Path, python: str) -> Path:
@@ -80,7 +89,8 @@ def test_image_add_inspects_the_test_image(test_image: Path, tmp_path: Path,
     text = info.stdout
     assert "format: directory" in text and "kind: client" in text
     assert "inspection: ran with charliecloud" in text
-    assert "  python: 3.11.2 (/usr/bin/python3)" in text
+    version, executable = image_python(test_image)
+    assert f"  python: {version} ({executable})" in text
     assert "  vllm: absent" in text and "  data_designer: absent" in text
     assert "  mount points: all present" in text
     assert " imports with the image's python3" in text  # the zipapp import check, inside
@@ -88,7 +98,7 @@ def test_image_add_inspects_the_test_image(test_image: Path, tmp_path: Path,
     data = cli_json("image", "info", "py", "--profile", str(profile))
     assert data["sha256"] == tree_digest(tree)[0]
     inspected = data["inspection"]["python"]
-    assert (inspected["version"], inspected["executable"]) == IMAGE_PYTHON
+    assert (inspected["version"], inspected["executable"]) == (version, executable)
     squash = cli_json("image", "add", "sq", str(test_image / "image.sqfs"),
                       "--profile", str(profile))
     assert squash["format"] == "squashfs" and squash["inspection"]["agent"]["ok"] is True
@@ -174,10 +184,11 @@ def test_a_shard_runs_inside_the_image(slurm_cluster, test_image: Path, tmp_path
     assert status["state"] == "succeeded", (status, server_logs, client_log)
 
     # both steps ran the image's Python, not the host's
-    assert "generate: python 3.11.2 (/usr/bin/python3)\n" in client_log, client_log
+    python = "python {} ({})".format(*image_python(test_image))
+    assert f"generate: {python}\n" in client_log, client_log
     seen = []
     for replica, log in enumerate(server_logs):
-        assert "fake-openai-server python 3.11.2 (/usr/bin/python3)\n" in log, log
+        assert f"fake-openai-server {python}\n" in log, log
         # the binder ran on the host, and the device list it narrowed reached the image
         binder = [line for line in log.splitlines() if line.startswith("serve: ")]
         assert binder and f": plan GPUs {replica} -> CUDA_VISIBLE_DEVICES=" in binder[0], log
