@@ -5,8 +5,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install testbed testbeds serving-llamacpp serving-vllm demo test test-fast lint bundle \
-	clean
+.PHONY: install testbed testbeds serving-llamacpp serving-vllm client-dd demo test test-fast lint \
+	bundle clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,9 @@ serving-llamacpp:  ## serving environment: llama.cpp (xllamacpp) + SmolLM2-135M 
 serving-vllm:  ## serving environment: vLLM CPU + SmolLM2 as safetensors (~3.5 GB, ~2 min)
 	scripts/serving-env vllm >/dev/null
 
+client-dd:  ## client environment: data-designer 0.9.7 (NeMo Data Designer, ~800 MB, ~1 min)
+	scripts/client-env dd >/dev/null
+
 demo: install testbed serving-llamacpp  ## examples/quickstart.toml end to end: real text
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
 
@@ -43,7 +46,7 @@ FAST_WORKERS ?= 4
 
 test: install  ## every test: fast suite, then real-Slurm and real-engine suites
 	$(BIN)/python -m pytest -m "not slurm and not slow" -n $(FAST_WORKERS)
-	$(MAKE) --no-print-directory testbeds serving-llamacpp serving-vllm
+	$(MAKE) --no-print-directory testbeds serving-llamacpp serving-vllm client-dd
 	. scripts/testbed-env && $(BIN)/python -m pytest -m "slurm or slow"
 
 test-fast: install  ## unit, contract and packaging tests (no Slurm)

@@ -14,7 +14,7 @@ import hashlib
 import json
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Type, TypeVar
 
 from agent_stdlib import arrays
 from agent_stdlib.errors import AgentError
@@ -481,3 +481,22 @@ class WinnerRecord(Record):
 def sha256_bytes(payload: bytes) -> str:
     """Hex sha256 of ``payload``."""
     return hashlib.sha256(payload).hexdigest()
+
+
+def dd_check_report(stdout: str, stderr: str, code: int) -> Tuple[List[str], List[str]]:
+    """``(problems, notes)`` of ``agent.pyz dd --validate``: its last JSON line of stdout
+    (``{"problems": [...], "notes": [...]}``); without one, a problem saying why."""
+    for line in reversed(stdout.splitlines()):
+        try:
+            report = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(report, dict) and isinstance(report.get("problems"), list):
+            problems = [str(p) for p in report["problems"]]
+            notes = [str(n) for n in report.get("notes") or []]
+            if not problems and code != 0:
+                problems = [f"the check exited with status {code}"]
+            return problems, notes
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return [f"the check printed no verdict (exit status {code}"
+            + (f": {lines[-1]}" if lines else "") + ")"], []

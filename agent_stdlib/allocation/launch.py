@@ -247,3 +247,16 @@ def dd_argv(plan: Plan, agent_pyz: str, plan_json: str, *extra: str) -> List[str
     box = spec.container
     return [spec.python, "-I", in_container(agent_pyz, box, "client: agent"), "dd", "--plan",
             in_container(plan_json, box, "client: plan"), *extra]
+
+
+def dd_validate_launch(plan: Plan, agent_pyz: str, plan_json: str,
+                       ambient: Mapping[str, str]) -> Launch:
+    """The preflight step that runs ``dd --validate`` where the client step will run (same
+    Python, image, env and secrets), before any server starts."""
+    spec = plan.client_data_designer
+    assert spec is not None
+    extra = dict(spec.env)
+    extra.update(secret_values(spec.secret_env, ambient, "client"))
+    relative = 0 if plan.resources.nodes > 1 else None
+    return _step(plan, "preflight-dd", dd_argv(plan, agent_pyz, plan_json, "--validate"),
+                 extra, ambient, spec.container, 0, relative)

@@ -316,11 +316,38 @@ def open_session(plan: Plan, endpoints: Mapping[str, str], artifacts: str) -> Se
                                     model_providers=providers(plan, endpoints))
     session.designer.set_run_config(settings)
     point_models(builder, plan, session.targets)
+    violations = collect_violations()
     try:
         session.designer.validate(builder)
     except Exception as err:  # noqa: BLE001 - Data Designer's InvalidConfigError and kin
-        session.problems += config_problems(err, spec.config)
+        errors = [v for v in violations if str(getattr(v.level, "value", v.level)) == "ERROR"]
+        session.problems += [violation_line(v, spec.config) for v in errors] \
+            or config_problems(err, spec.config)
+    session.notes += [violation_line(v, spec.config) for v in violations
+                      if str(getattr(v.level, "value", v.level)) != "ERROR"]
     return session
+
+
+def collect_violations() -> List[Any]:
+    """A list that Data Designer's config check fills with its violations (it only logs
+    them, then raises one generic error); empty if this version checks differently."""
+    from data_designer.engine import compiler  # noqa: PLC0415
+
+    found: List[Any] = []
+    shown = getattr(compiler, "rich_print_violations", None)
+    if callable(shown):
+        def keep(violations: List[Any]) -> None:
+            found.extend(violations)
+            shown(violations)
+        compiler.rich_print_violations = keep
+    return found
+
+
+def violation_line(violation: Any, config: str) -> str:
+    """One Data Designer violation as one line."""
+    column = getattr(violation, "column", None)
+    where = f"column {column!r}: " if column else ""
+    return f"{config}: {where}{one_line(getattr(violation, 'message', violation))}"
 
 
 # ----------------------------------------------------------------------------- seed rows
