@@ -3,14 +3,11 @@ a NeMo Data Designer config (``data_designer``, run by the agent's ``dd`` role).
 
 from __future__ import annotations
 
-from typing import Annotated, Dict, List, Optional, Tuple, Union
+from typing import Annotated, Any, Dict, List, Optional, Tuple, Union
 
 from pydantic import (
     Discriminator,
     Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
     Tag,
     TypeAdapter,
     ValidationError,
@@ -25,6 +22,7 @@ from control.config.deployment import (
     placeholders,
 )
 from control.config.fields import ConfigPath, EnvName, Name, Strict, Text
+from control.config.rules import check_text
 from control.secrets import check_args
 
 PROMPT_FIELDS = frozenset({"index"})
@@ -83,7 +81,7 @@ DD_SUFFIXES = (".yaml", ".yml", ".json")
 # Data Designer RunConfig fields synthbatch sets itself (docs/data-designer.md).
 DD_RESERVED_RUN_CONFIG = {"otel_metrics_port": "synthbatch turns Data Designer's metrics "
                           "endpoint off: several clients may share a node"}
-RunConfigValue = Union[StrictBool, StrictInt, StrictFloat, Text]
+RUN_CONFIG_TYPES = (bool, int, float, str)
 
 
 def split_dd_config(value: str) -> Tuple[str, str]:
@@ -100,7 +98,7 @@ class DataDesignerClient(Strict):
     python: Optional[ConfigPath] = None
     image: Optional[Name] = None
     models: Dict[Name, Name] = {}  # Data Designer model alias -> deployment alias
-    run_config: Dict[Name, RunConfigValue] = {}
+    run_config: Dict[Name, Any] = {}
     max_passes: int = Field(default=3, ge=1, le=100)
     env: Dict[EnvName, EnvValue] = {}
 
@@ -122,8 +120,14 @@ class DataDesignerClient(Strict):
         if self.python is None and self.image is None:
             raise ValueError("python: give the Python of an environment with data-designer "
                              "installed (scripts/client-env dd builds one), or an image")
-        for key in sorted(set(self.run_config) & set(DD_RESERVED_RUN_CONFIG)):
-            raise ValueError(f"run_config.{key}: {DD_RESERVED_RUN_CONFIG[key]}")
+        for key, value in sorted(self.run_config.items()):
+            if key in DD_RESERVED_RUN_CONFIG:
+                raise ValueError(f"run_config.{key}: {DD_RESERVED_RUN_CONFIG[key]}")
+            if not isinstance(value, RUN_CONFIG_TYPES):
+                raise ValueError(f"run_config.{key}: expected a boolean, number or string "
+                                 "(a Data Designer RunConfig field; tables are not supported)")
+            if isinstance(value, str):
+                check_text(value)
         check_env(self.env)
         return self
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -37,12 +38,21 @@ def check_on_login_node(plan: Plan, plan_bytes: bytes, run_file: Path, workspace
     if not (os.path.isfile(spec.python) and os.access(spec.python, os.X_OK)):
         out["notes"] = [f"not checked here: {spec.python} is not on this node; " + LATER]
         return out
-    try:
-        pyz = bundle.locate_agent_bundle(workspace / ".cache" / "bundles")
-    except bundle.BundleError as err:
-        out["notes"] = [f"not checked here: no agent bundle ({err}); " + LATER]
-        return out
-    env = dict(ambient)
+    with tempfile.TemporaryDirectory(prefix="synthbatch-plan-") as scratch:
+        cache = workspace / ".cache" / "bundles"  # a dry run creates no workspace
+        try:
+            pyz = bundle.locate_agent_bundle(cache if cache.is_dir() else Path(scratch))
+        except bundle.BundleError as err:
+            out["notes"] = [f"not checked here: no agent bundle ({err}); " + LATER]
+            return out
+        return _run_check(plan, plan_bytes, run_file, pyz, ambient, out, scratch)
+
+
+def _run_check(plan: Plan, plan_bytes: bytes, run_file: Path, pyz: Path,
+               ambient: Mapping[str, str], out: Dict[str, Any], scratch: str) -> Dict[str, Any]:
+    spec = plan.client_data_designer
+    assert spec is not None
+    env = dict(ambient, SHIV_ROOT=scratch)  # the bundle unpacks here, not in ~/.shiv
     env.update(spec.env)
     env.update({var: ambient[job] for var, job in spec.secret_env.items() if job in ambient})
     try:
