@@ -53,7 +53,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import (
+    Any,
+    BinaryIO,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from agent_stdlib.client import ddshard
 from agent_stdlib.client.generate import EXIT_PARTIAL, resume_count
@@ -474,18 +485,20 @@ class ShardFile:
         os.fsync(self.handle.fileno())
 
     def finish(self) -> None:
-        """Close the file, sorted by index (rewritten through a hidden temp file if not)."""
+        """Close the file sorted by index, one line per record (rewritten through a hidden
+        temp file if it is not)."""
         with self.lock:
             self._sync()
             self.handle.close()
             kept = scan_kept(self.output, self.offset, self.count)
             order = [kept.spans[i][:2] for i in range(self.offset, self.offset + self.count)
                      if i in kept.spans]
-            if len(order) != self.count or kept.skipped:
+            if len(order) != self.count:
                 raise DDError(f"{self.path}: holds {len(order)} usable records of "
-                              f"{self.count} ({kept.skipped} unusable line(s))")
-            if order == sorted(order) and len({n for n, _ in order}) == 1:
-                return
+                              f"{self.count}")
+            if order == sorted(order) and len({n for n, _ in order}) == 1 \
+                    and not kept.skipped:
+                return  # else rewritten: in index order, without unusable lines
             temp = self.output / f".{self.path.name}.sorting"
             handles: Dict[int, BinaryIO] = {}
             try:
@@ -535,14 +548,17 @@ def batch_number(path: str) -> Optional[int]:
 
 def run_pass(session: Session, seed: Seed, targets: Sequence[int], shard: ShardFile,
              progress: Progress, number: int, artifacts: str) -> int:
-    """One ``DataDesigner.create`` for ``targets``; returns how many records it added."""
+    """One ``DataDesigner.create`` for ``targets``; returns how many records it added.
+
+    Each row group Data Designer writes is appended at once; the rows it asked for and did
+    not get count as failures as they happen (:func:`fill` makes the count exact).
+    """
     import pyarrow.parquet as pq  # noqa: PLC0415
     from data_designer.config.seed_source_dataframe import DataFrameSeedSource  # noqa
     from data_designer.interface.errors import DataDesignerProfilingError  # noqa: PLC0415
 
     buffer_size = int(session.designer.run_config.buffer_size)
     added = [0]
-    failures = progress.failures
 
     def written(path: Any) -> None:
         lines = [ddshard.record_line(row) for row in pq.read_table(str(path)).to_pylist()]
@@ -562,32 +578,48 @@ def run_pass(session: Session, seed: Seed, targets: Sequence[int], shard: ShardF
     except DataDesignerProfilingError as err:  # the records are written; stats are extra
         print(f"dd: Data Designer's profile failed (records kept): {one_line(err)}",
               file=sys.stderr, flush=True)
-    progress.failures = failures + len(targets) - added[0]  # exact, whatever the file names
-    progress.write(len(shard.present))
     return added[0]
 
 
-def generate(session: Session, shard: ShardFile, progress: Progress, artifacts: str) -> None:
-    """Fill every missing record of the shard, in at most ``max_passes`` runs."""
+PassFn = Callable[[List[int], int], int]  # (record indices to generate, pass number) -> added
+
+
+def fill(shard: ShardFile, progress: Progress, max_passes: int, one_pass: PassFn) -> None:
+    """Generate the shard's missing records in at most ``max_passes`` passes: each pass asks
+    for the indices still missing (rows Data Designer dropped come back in the next one);
+    a pass that adds nothing ends it. DDError when records are still missing."""
     todo = ddshard.missing(shard.present, shard.offset, shard.count)
-    if not todo:
-        return
-    seed = shard_seed(session, shard.offset, shard.count)
-    for number in range(1, session.spec.max_passes + 1):
+    number = 0
+    while todo and number < max_passes:
+        number += 1
         print(f"dd: pass {number}: generating {len(todo)} of {shard.count} records",
               file=sys.stderr, flush=True)
-        before = len(todo)
+        failures = progress.failures
         try:
-            run_pass(session, seed, todo, shard, progress, number, artifacts)
+            added = one_pass(todo, number)
         except Exception as err:  # noqa: BLE001 - Data Designer's errors end the shard
-            raise DDError(f"Data Designer failed: {one_line(err)}") from err
-        todo = ddshard.missing(shard.present, shard.offset, shard.count)
-        if not todo or len(todo) == before:
+            raise DDError(f"Data Designer failed in pass {number}: {one_line(err)}; the "
+                          f"{len(shard.present)} records written are kept") from err
+        progress.failures = failures + len(todo) - added  # exact, whatever the file names
+        progress.write(len(shard.present))
+        left = ddshard.missing(shard.present, shard.offset, shard.count)
+        if len(left) == len(todo):
             break
+        todo = left
     if todo:
         raise DDError(f"{len(todo)} of {shard.count} records are still missing after "
-                      f"{number} Data Designer pass(es) (it dropped rows; see client.log); "
+                      f"{number} Data Designer pass(es) (it dropped them; see client.log); "
                       f"the {shard.count - len(todo)} written are kept")
+
+
+def generate(session: Session, shard: ShardFile, progress: Progress, artifacts: str) -> None:
+    """Fill every missing record of the shard with Data Designer (:func:`fill`)."""
+    if not ddshard.missing(shard.present, shard.offset, shard.count):
+        return
+    seed = shard_seed(session, shard.offset, shard.count)
+    fill(shard, progress, session.spec.max_passes,
+         lambda todo, number: run_pass(session, seed, todo, shard, progress, number,
+                                       artifacts))
 
 
 def stop_on_signals() -> threading.Event:

@@ -10,9 +10,11 @@ import pytest
 
 from agent_stdlib.client.data_designer import (
     DDError,
+    Progress,
     ShardFile,
     batch_number,
     dd_environment,
+    fill,
     split_config,
     version_problem,
 )
@@ -54,6 +56,14 @@ def test_an_earlier_attempts_records_are_copied_not_generated(tmp_path: Path) ->
     shard.finish()
     assert indices(shard.path) == [0, 1, 2, 3, 4]
     assert (old / "records-000000000000.jsonl").read_bytes().count(b"\n") == 4  # untouched
+
+
+def test_finish_drops_lines_that_are_not_records_of_the_shard(tmp_path: Path) -> None:
+    (tmp_path / "records-000000000000.jsonl").write_bytes(line(0) + b"[1]\n" + line(7))
+    shard = ShardFile(tmp_path, 0, 2)
+    shard.append([(1, line(1))])
+    shard.finish()
+    assert shard.path.read_bytes() == line(0) + line(1)
 
 
 def test_finish_refuses_a_shard_with_records_missing(tmp_path: Path) -> None:
@@ -99,3 +109,57 @@ def test_config_references_and_batch_files() -> None:
     assert split_config("/x/config.yaml") == ("/x/config.yaml", "")
     assert batch_number("/a/parquet-files/batch_00003.parquet") == 3
     assert batch_number("/a/other.parquet") is None
+
+
+def test_rows_dropped_in_one_pass_are_generated_in_the_next(tmp_path: Path) -> None:
+    out = tmp_path / "output"
+    out.mkdir()
+    shard = ShardFile(out, 100, 6)
+    progress = Progress(tmp_path / "progress.json", 6, 0)
+    asked = []
+
+    def one_pass(todo: list, number: int) -> int:
+        asked.append(list(todo))
+        keep = [i for i in todo if number > 1 or i % 3]  # pass 1 drops 102 and 105
+        return shard.append([(i, line(i)) for i in keep])
+
+    fill(shard, progress, 3, one_pass)
+    assert asked == [[100, 101, 102, 103, 104, 105], [102, 105]]
+    shard.finish()
+    assert indices(shard.path) == [100, 101, 102, 103, 104, 105]
+    record = json.loads((tmp_path / "progress.json").read_text())
+    assert (record["records_done"], record["failures"]) == (6, 2)
+
+
+def test_a_pass_that_adds_nothing_ends_the_shard_keeping_the_rest(tmp_path: Path) -> None:
+    shard = ShardFile(tmp_path, 0, 4)
+    progress = Progress(None, 4, 0)
+    calls = []
+
+    def one_pass(todo: list, number: int) -> int:
+        calls.append(number)
+        return shard.append([(i, line(i)) for i in todo if i < 2])
+
+    with pytest.raises(DDError, match=r"2 of 4 records are still missing after 2 Data "
+                                      r"Designer pass\(es\).*the 2 written are kept"):
+        fill(shard, progress, 5, one_pass)
+    assert calls == [1, 2] and progress.failures == 4  # 2 dropped, then 2 again
+
+
+def test_a_data_designer_error_ends_the_shard_in_one_line(tmp_path: Path) -> None:
+    shard = ShardFile(tmp_path, 0, 2)
+    shard.append([(0, line(0))])
+
+    def one_pass(todo: list, number: int) -> int:
+        raise RuntimeError("🛑 Error generating dataset:\n  model 'x' not found")
+
+    with pytest.raises(DDError) as info:
+        fill(shard, Progress(None, 2, 1), 3, one_pass)
+    assert str(info.value) == ("Data Designer failed in pass 1: 🛑 Error generating "
+                               "dataset: model 'x' not found; the 1 records written are kept")
+
+
+def test_a_complete_shard_runs_no_pass(tmp_path: Path) -> None:
+    shard = ShardFile(tmp_path, 0, 1)
+    shard.append([(0, line(0))])
+    fill(shard, Progress(None, 1, 1), 3, lambda todo, number: pytest.fail("no pass needed"))
