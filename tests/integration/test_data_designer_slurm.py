@@ -155,3 +155,71 @@ def test_a_requeue_mid_shard_keeps_what_was_written(slurm_cluster, tmp_path, pyt
     assert f"dd: pass 1: generating {30 - len(kept)} of 30 records" in second
     attempt = read_json(paths.attempt_json)
     assert attempt is not None and attempt["restarts"] == 1
+
+
+def test_data_designer_with_the_real_llamacpp_model_writes_real_text(slurm_cluster, tmp_path,
+                                                                       python_exe):
+    serving = REPO / ".work" / "serving" / "llamacpp"
+    if not (serving / ".complete").exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("no llamacpp serving environment: run scripts/serving-env llamacpp")
+        pytest.skip("no llamacpp serving environment: run scripts/serving-env llamacpp")
+    write_dd_run(tmp_path, records=4, shards=2, writer_tokens=24, buffer_size=2)
+    run = tmp_path / "run.toml"
+    head = run.read_text().split("[[deployments]]")[0]
+    run.write_text(
+        head.replace('critic = "judge"', 'writer = "smol"\ncritic = "smol"')
+        + '[[deployments]]\nalias = "smol"\nengine = "llamacpp"\n'
+        f'model = "{serving / "model.gguf"}"\npython = "{serving / "venv" / "bin" / "python"}"\n'
+        'served_name = "smollm2"\nextra_args = ["-t", "1", "-np", "2", "-c", "2048"]\n'
+        'startup_timeout_s = 120\n[resources]\nmem_mb = 3072\ntime_limit = "00:15:00"\n')
+    profile = write_profile(tmp_path, python_exe, mem_mb=3072, cpus_per_task=2,
+                            default_time_limit="00:15:00", grace_s=10)
+    run_id = cli_json("submit", str(run), "--profile", str(profile))["run_id"]
+    status = wait_final(run_id, profile, timeout_s=600, interval_s=2.0)
+    assert status["state"] == "succeeded", status
+    out = tmp_path / "merged.jsonl"
+    cli_json("merge", run_id, "--output", str(out), "--profile", str(profile))
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2, 3]
+    for record in records:
+        assert record["topic"] == TOPICS[record["index"]] and record["tone"] in TONES
+        assert len(record["sentence"].split()) >= 3, record  # real model text
+        assert record["critique"].strip(), record
+    assert len({r["sentence"] for r in records}) > 1
+
+
+def preflight_failure(tmp_path: Path, python_exe: str) -> str:
+    """Submit (no login-node check: submit does not run one), wait, return the reason."""
+    profile = write_profile(tmp_path, python_exe, mem_mb=3072)
+    run_id = cli_json("submit", str(tmp_path / "run.toml"), "--profile", str(profile))["run_id"]
+    status = wait_final(run_id, profile, timeout_s=240, interval_s=2.0)
+    assert status["state"] == "failed", status
+    paths = RunLayout(tmp_path / "workspace" / "runs" / run_id).attempt(0, 1)
+    attempt = read_json(paths.attempt_json)
+    assert attempt is not None and attempt["state"] == "failed"
+    assert not list(paths.execution_logs(1).glob("server-*"))  # no server was started
+    return str(attempt["reason"])
+
+
+def test_a_client_environment_without_data_designer_fails_preflight(slurm_cluster, tmp_path,
+                                                                    python_exe):
+    write_dd_run(tmp_path, records=2, shards=1)
+    run = tmp_path / "run.toml"
+    run.write_text(run.read_text().replace(dd_python(), python_exe))
+    reason = preflight_failure(tmp_path, python_exe)
+    assert reason == (f"preflight: data designer: data-designer is not installed for "
+                      f"{python_exe}; install it there: {python_exe} -m pip install "
+                      "'data-designer==0.9.7' (scripts/client-env dd builds such an "
+                      "environment)")
+
+
+def test_a_config_data_designer_rejects_fails_preflight_with_its_message(
+        slurm_cluster, tmp_path, python_exe):
+    write_dd_run(tmp_path, records=2, shards=1)
+    config = tmp_path / "dataset.yaml"
+    config.write_text(config.read_text().replace("{{ topic }}", "{{ subject }}"))
+    reason = preflight_failure(tmp_path, python_exe)
+    assert reason == (f"preflight: data designer: {config}: column 'sentence': The prompt "
+                      "template for 'sentence' references a column that does not exist: "
+                      "'subject'.")
