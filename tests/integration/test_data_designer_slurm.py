@@ -122,6 +122,7 @@ def test_three_shard_data_designer_run_merges_exactly(slurm_cluster, tmp_path, p
         log = (layout.attempt(shard, 1).execution_logs(1) / "client.log").read_text()
         assert f"dd: pass 1: generating {count} of {count} records" in log
         assert "9464" not in log  # no metrics endpoint
+        assert "openaipublic" not in log and "column profile calculation" not in log
 
 
 def test_a_requeue_mid_shard_keeps_what_was_written(slurm_cluster, tmp_path, python_exe):
