@@ -684,7 +684,11 @@ def run_shard(plan: Plan, stop: threading.Event, artifacts: str) -> int:
                 shutil.rmtree(artifacts, ignore_errors=True)
                 os._exit(EXIT_PARTIAL)  # the row groups in flight are abandoned
     if failure:
-        raise failure[0]
+        err = failure[0]
+        if isinstance(err, AgentError):
+            raise err
+        raise DDError(f"{type(err).__name__}: {one_line(err)}; the {len(shard.present)} "
+                      "records written are kept") from err
     shard.finish()
     progress.write(len(shard.present))
     print(f"dd: wrote {count} records to {shard.path} ({progress.failures} dropped row(s) "
