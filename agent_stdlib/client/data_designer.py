@@ -97,20 +97,21 @@ def one_line(err: object) -> str:
 
 
 def dd_environment(env: Mapping[str, str], home: str) -> Dict[str, str]:
-    """The variables to set before ``data_designer`` is imported (pure).
+    """The variables to set before ``data_designer`` is imported.
 
     NeMo telemetry off unless asked for; ``DATA_DESIGNER_HOME`` private (``home``) unless
-    set, with managed assets (person datasets) still found where the user keeps them.
+    set, with managed assets (person datasets) still read from the user's
+    ``~/.data-designer/managed-assets`` when that folder exists (nothing is created there).
     """
     out: Dict[str, str] = {}
     if "NEMO_TELEMETRY_ENABLED" not in env:
         out["NEMO_TELEMETRY_ENABLED"] = "false"
     if "DATA_DESIGNER_HOME" not in env:
         out["DATA_DESIGNER_HOME"] = home
-        if "DATA_DESIGNER_MANAGED_ASSETS_PATH" not in env:
-            user_home = env.get("HOME") or os.path.expanduser("~")
-            out["DATA_DESIGNER_MANAGED_ASSETS_PATH"] = os.path.join(
-                user_home, ".data-designer", "managed-assets")
+        assets = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".data-designer",
+                              "managed-assets")
+        if "DATA_DESIGNER_MANAGED_ASSETS_PATH" not in env and os.path.isdir(assets):
+            out["DATA_DESIGNER_MANAGED_ASSETS_PATH"] = assets
     return out
 
 

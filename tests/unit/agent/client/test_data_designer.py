@@ -79,16 +79,21 @@ def test_a_sort_cut_off_earlier_is_cleaned_up(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*"))
 
 
-def test_the_environment_keeps_data_designer_private_and_quiet() -> None:
-    env = dd_environment({"HOME": "/home/u"}, "/tmp/x/home")
-    assert env == {"NEMO_TELEMETRY_ENABLED": "false", "DATA_DESIGNER_HOME": "/tmp/x/home",
-                   "DATA_DESIGNER_MANAGED_ASSETS_PATH":
-                       "/home/u/.data-designer/managed-assets"}
-    mine = {"HOME": "/h", "NEMO_TELEMETRY_ENABLED": "true", "DATA_DESIGNER_HOME": "/dd"}
+def test_the_environment_keeps_data_designer_private_and_quiet(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    assert dd_environment({"HOME": str(home)}, "/tmp/x/home") == {
+        "NEMO_TELEMETRY_ENABLED": "false", "DATA_DESIGNER_HOME": "/tmp/x/home"}
+    assert not (home / ".data-designer").exists()
+    assets = home / ".data-designer" / "managed-assets"
+    assets.mkdir(parents=True)  # the user keeps person datasets there: still found
+    assert dd_environment({"HOME": str(home)}, "/t")["DATA_DESIGNER_MANAGED_ASSETS_PATH"] \
+        == str(assets)
+    mine = {"HOME": str(home), "NEMO_TELEMETRY_ENABLED": "true", "DATA_DESIGNER_HOME": "/dd"}
     assert dd_environment(mine, "/tmp/x/home") == {}
-    assets = {"HOME": "/h", "DATA_DESIGNER_MANAGED_ASSETS_PATH": "/assets"}
-    assert dd_environment(assets, "/t")["DATA_DESIGNER_HOME"] == "/t"
-    assert "DATA_DESIGNER_MANAGED_ASSETS_PATH" not in dd_environment(assets, "/t")
+    given = {"HOME": str(home), "DATA_DESIGNER_MANAGED_ASSETS_PATH": "/assets"}
+    assert dd_environment(given, "/t") == {"NEMO_TELEMETRY_ENABLED": "false",
+                                           "DATA_DESIGNER_HOME": "/t"}
 
 
 def test_versions() -> None:
