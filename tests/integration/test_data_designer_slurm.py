@@ -224,3 +224,50 @@ def test_a_config_data_designer_rejects_fails_preflight_with_its_message(
     assert reason == (f"preflight: data designer: {config}: column 'sentence': The prompt "
                       "template for 'sentence' references a column that does not exist: "
                       "'subject'.")
+
+
+CRASH_ONCE = """\
+import os, sys
+marker, args = sys.argv[1], sys.argv[2:]
+try:
+    os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+    args += ["--exit-after", "16"]  # the first start of this server dies mid-shard
+except FileExistsError:
+    pass
+os.execv(sys.executable, [sys.executable, FAKE_SERVER] + args)
+"""
+
+
+def test_a_retry_copies_the_records_the_failed_attempt_kept(slurm_cluster, tmp_path,
+                                                             python_exe):
+    served = write_dd_run(tmp_path, records=20, shards=1, latency=0.02, buffer_size=2)
+    wrapper = tmp_path / "crash_once.py"
+    wrapper.write_text(CRASH_ONCE.replace("FAKE_SERVER", repr(str(FAKE_SERVER))))
+    run = tmp_path / "run.toml"
+    text = run.read_text()
+    writer = text.index('alias = "writer"')
+    head, rest = text[:writer], text[writer:]
+    rest = rest.replace(f'"{FAKE_SERVER}"', f'"{wrapper}", "{tmp_path / "crashed"}"', 1)
+    run.write_text(head + rest)
+    profile = write_profile(tmp_path, python_exe, mem_mb=3072)
+    run_id = cli_json("submit", str(run), "--profile", str(profile))["run_id"]
+    first = wait_final(run_id, profile, timeout_s=300, interval_s=2.0)
+    assert first["state"] == "failed", first
+    layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
+    kept = (layout.attempt(0, 1).output / "records-000000000000.jsonl").read_bytes()
+    kept_lines = [ln for ln in kept.split(b"\n") if ln]
+    assert 0 < len(kept_lines) < 20
+    cli_json("retry", run_id, "--yes", "--profile", str(profile))
+    final = wait_final(run_id, profile, timeout_s=300, interval_s=2.0)
+    assert final["state"] == "succeeded", final
+    second = layout.attempt(0, 2)
+    lines = [ln for ln in (second.output / "records-000000000000.jsonl").read_bytes()
+             .split(b"\n") if ln]
+    assert set(kept_lines) <= set(lines)  # copied byte for byte, not generated again
+    assert [json.loads(ln)["index"] for ln in lines] == list(range(20))
+    for raw in lines:
+        check_record(json.loads(raw), served, writer_tokens=6)
+    log = (second.execution_logs(1) / "client.log").read_text()
+    assert f"dd: resuming: {len(kept_lines)} records copied from {layout.attempt(0, 1).output}" \
+        in log
+    assert f"dd: pass 1: generating {20 - len(kept_lines)} of 20 records" in log
