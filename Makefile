@@ -5,8 +5,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install testbed testbeds serving-llamacpp serving-vllm test-image demo test test-fast \
-	lint bundle clean
+.PHONY: install testbed testbeds serving-llamacpp serving-vllm client-dd test-image demo test \
+	test-fast lint bundle clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ export SYNTHBATCH_TEST_IMAGE_DIR := $(TEST_IMAGE_DIR)
 test-image:  ## sealed test image for charliecloud: rootfs/ + image.sqfs (~1 min once, cached)
 	scripts/test-image $(TEST_IMAGE_DIR) >/dev/null
 
+client-dd:  ## client environment: data-designer 0.9.7 (NeMo Data Designer, ~800 MB, ~1 min)
+	scripts/client-env dd >/dev/null
+
 demo: install testbed serving-llamacpp  ## examples/quickstart.toml end to end: real text
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
 
@@ -51,7 +54,7 @@ FAST_WORKERS ?= 4
 
 test: install  ## every test: fast suite, then real-Slurm and real-engine suites
 	$(BIN)/python -m pytest -m "not slurm and not slow" -n $(FAST_WORKERS)
-	$(MAKE) --no-print-directory testbeds serving-llamacpp serving-vllm test-image
+	$(MAKE) --no-print-directory testbeds serving-llamacpp serving-vllm client-dd test-image
 	. scripts/testbed-env && $(BIN)/python -m pytest -m "slurm or slow"
 
 test-fast: install  ## unit, contract and packaging tests (no Slurm)

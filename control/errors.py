@@ -6,7 +6,7 @@ Also ``one_line``: the redaction, escaping and capping every message goes throug
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Optional, Sequence
 
 from agent_stdlib.text import visible
 from control.secrets import redact_text
@@ -37,15 +37,18 @@ def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
 
 
 class SynthbatchError(Exception):
-    """Base error: a one-line message, an exit code and an optional hint."""
+    """Base error: a one-line message, an exit code, an optional hint and ``details``
+    (one line per problem, when there are several)."""
 
     exit_code = INTERNAL
     code = "internal"
 
-    def __init__(self, message: str, hint: Optional[str] = None) -> None:
+    def __init__(self, message: str, hint: Optional[str] = None,
+                 details: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.details = tuple(details)
 
 
 class InvalidInput(SynthbatchError):

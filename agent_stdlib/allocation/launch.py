@@ -9,8 +9,9 @@ One builder per step kind, no I/O, so the exact command lines are golden-tested
   ``serve`` role, which narrows the step's device lists to the plan's GPU indices
   (:mod:`agent_stdlib.allocation.serve`, ``docs/runtime.md`` "GPU binding");
 * the client step runs the built-in ``generate`` role (on the host, or with the image's
-  ``python3`` in its client image), or the run's own command (``plan.client_command``)
-  with its env, secrets and container;
+  ``python3`` in its client image), the run's own command (``plan.client_command``), or the
+  Data Designer adapter (``dd`` role) under the client environment's Python
+  (``plan.client_data_designer``), with its env, secrets and container;
 * secrets are copied by name from the agent's environment into the step's environment,
   never into an argv; inside a container the ``SYNTHBATCH_*`` paths and ``{agent}`` are
   translated to the container's view of the run directory, and the agent's node-local
@@ -193,9 +194,20 @@ class ClientPaths:
 
 def client_contract(plan: Plan, paths: ClientPaths,
                     endpoints: Mapping[str, str]) -> Dict[str, str]:
-    """The ``SYNTHBATCH_*`` variables of the client step (host paths)."""
+    """The ``SYNTHBATCH_*`` variables of the client step (host paths).
+
+    ``SYNTHBATCH_ENDPOINTS`` maps each alias to its proxy's root URL (no ``/v1``: the
+    readiness and metrics paths hang off it too); ``SYNTHBATCH_DEPLOYMENTS`` gives what an
+    OpenAI client needs per alias: ``base_url`` (ending in ``/v1``) and ``model`` (the
+    served name). With one deployment, ``SYNTHBATCH_OPENAI_BASE_URL`` and
+    ``SYNTHBATCH_MODEL`` say the same without JSON.
+    """
+    deployments = {alias: {"base_url": openai_base_url(url),
+                           "model": plan.deployment(alias).served_name}
+                   for alias, url in endpoints.items()}
     env = {
         "SYNTHBATCH_ENDPOINTS": json.dumps(dict(endpoints), sort_keys=True),
+        "SYNTHBATCH_DEPLOYMENTS": json.dumps(deployments, sort_keys=True),
         "SYNTHBATCH_SHARD_INDEX": str(paths.shard),
         "SYNTHBATCH_SHARD_COUNT": str(len(plan.shards)),
         "SYNTHBATCH_RECORD_OFFSET": str(paths.record_offset),
@@ -205,8 +217,10 @@ def client_contract(plan: Plan, paths: ClientPaths,
     }
     if paths.resume:
         env["SYNTHBATCH_RESUME_DIR"] = paths.resume
-    if len(endpoints) == 1:
-        env["SYNTHBATCH_OPENAI_BASE_URL"] = next(iter(endpoints.values())) + "/v1"
+    if len(deployments) == 1:
+        only = next(iter(deployments.values()))
+        env["SYNTHBATCH_OPENAI_BASE_URL"] = only["base_url"]
+        env["SYNTHBATCH_MODEL"] = only["model"]
     return env
 
 
@@ -216,26 +230,59 @@ def _contract_inside(contract: Dict[str, str], container: Optional[ContainerSpec
         contract[var] = in_container(contract[var], container, f"client: {var}")
 
 
+def openai_base_url(endpoint: str) -> str:
+    """The OpenAI-compatible base URL of a proxy endpoint: ``<endpoint>/v1``."""
+    return endpoint.rstrip("/") + "/v1"
+
+
 def client_launch(plan: Plan, paths: ClientPaths, endpoints: Mapping[str, str],
                   ambient: Mapping[str, str]) -> Launch:
-    """The client step: built-in ``generate``, or ``plan.client_command`` when set.
+    """The client step: built-in ``generate``, ``plan.client_command``, or the ``dd`` role
+    under the client environment's Python (``plan.client_data_designer``).
 
     It runs on the batch node (``--relative=0`` in multi-node allocations), where the
     loopback proxies listen.
     """
     contract = client_contract(plan, paths, endpoints)
     relative = 0 if plan.resources.nodes > 1 else None
-    command = plan.client_command
-    if command is None:
-        box = plan.client.container if plan.client is not None else None
+    if plan.client is not None:
+        box = plan.client.container
         _contract_inside(contract, box)
         python = IMAGE_PYTHON if box is not None and box.runtime != "none" \
             else plan.runtime.python
         argv = [python, "-I", in_container(paths.agent_pyz, box, "client: agent"),
                 "generate", "--plan", in_container(paths.plan_json, box, "client: plan")]
         return _step(plan, "client", argv, contract, ambient, box, 0, relative)
-    _contract_inside(contract, command.container)
-    extra = dict(command.env)
-    extra.update(secret_values(command.secret_env, ambient, "client"))
+    spec = plan.client_command or plan.client_data_designer
+    assert spec is not None  # the Plan contract holds exactly one client
+    box = spec.container
+    argv = list(plan.client_command.argv) if plan.client_command is not None \
+        else dd_argv(plan, paths.agent_pyz, paths.plan_json)
+    _contract_inside(contract, box)
+    extra = dict(spec.env)
+    extra.update(secret_values(spec.secret_env, ambient, "client"))
     extra.update(contract)  # the contract wins over a same-named literal
-    return _step(plan, "client", command.argv, extra, ambient, command.container, 0, relative)
+    return _step(plan, "client", argv, extra, ambient, box, 0, relative)
+
+
+def dd_argv(plan: Plan, agent_pyz: str, plan_json: str, *extra: str) -> List[str]:
+    """``<client python> -I <agent> dd --plan <plan.json> [extra]`` as the client step sees
+    it (paths inside the client image, when there is one)."""
+    spec = plan.client_data_designer
+    assert spec is not None
+    box = spec.container
+    return [spec.python, "-I", in_container(agent_pyz, box, "client: agent"), "dd", "--plan",
+            in_container(plan_json, box, "client: plan"), *extra]
+
+
+def dd_validate_launch(plan: Plan, agent_pyz: str, plan_json: str,
+                       ambient: Mapping[str, str]) -> Launch:
+    """The preflight step that runs ``dd --validate`` where the client step will run (same
+    Python, image, env and secrets), before any server starts."""
+    spec = plan.client_data_designer
+    assert spec is not None
+    extra = dict(spec.env)
+    extra.update(secret_values(spec.secret_env, ambient, "client"))
+    relative = 0 if plan.resources.nodes > 1 else None
+    return _step(plan, "preflight-dd", dd_argv(plan, agent_pyz, plan_json, "--validate"),
+                 extra, ambient, spec.container, 0, relative)

@@ -6,7 +6,8 @@ model. Checks: scheduler identity, node list and count, GPUs (this node's cover 
 highest GPU index the plan uses on a node; :func:`replica_slots` is the one rule for each
 replica's node, port offset and GPU indices), controller Python,
 every path the plan names (on the batch node here, on every other replica node through
-:mod:`agent_stdlib.allocation.nodecheck`), secrets (by name), container images (sha256), the address
+:mod:`agent_stdlib.allocation.nodecheck`), secrets (by name), container images (sha256), a
+Data Designer config (``dd --validate`` where the client will run), the address
 of every node that runs a replica, and the ports the servers will listen on.
 
 Ports (one rule, :func:`plan_sites`): replica *k* has the plan's offset
@@ -33,16 +34,23 @@ from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence
 from agent_stdlib.allocation import nodecheck, slurmjob
 from agent_stdlib.allocation.errors import LaunchError, PreflightError
 from agent_stdlib.allocation.imagehash import cached_sha256
-from agent_stdlib.allocation.launch import LOOPBACK, Site, in_container, secret_values
+from agent_stdlib.allocation.launch import (
+    LOOPBACK,
+    Site,
+    dd_validate_launch,
+    in_container,
+    secret_values,
+)
 from agent_stdlib.allocation.slurmjob import JobIdentity
 from agent_stdlib.allocation.steps import COMMAND_TIMEOUT_S
 from agent_stdlib.containers import DEFAULT_EXECUTABLE, SCRATCH_MOUNT
-from agent_stdlib.contracts import AttemptRecord, ContainerSpec, Plan
+from agent_stdlib.contracts import AttemptRecord, ContainerSpec, Plan, dd_check_report
 
 MIN_PYTHON = (3, 9)
 PORT_SLOTS = 512  # distinct port blocks per port_base
 PORT_STRIDE = 16  # ports per block (servers of one allocation)
 CONNECT_S = 0.5  # a remote port is taken when something accepts within this
+DD_CHECK_TIMEOUT_S = 300.0  # importing Data Designer from a cold shared filesystem is slow
 
 
 
@@ -207,6 +215,13 @@ def check_paths(ctx: Context) -> None:
     command = ctx.plan.client_command
     if command is not None and command.container is None and command.argv:
         _executable("client command", command.argv[0])
+    dd = ctx.plan.client_data_designer
+    if dd is not None and dd.container is None:  # in an image it is the image's business
+        _executable("client python", dd.python)
+        config = dd.config.rpartition(":")[0] or dd.config
+        if not os.access(config, os.R_OK):
+            raise PreflightError(f"paths: client: Data Designer config {config} is missing "
+                                 "or not readable")
     for dep in ctx.plan.deployments:
         if dep.command and dep.container is None:  # in an image it is the image's business
             _executable(f"deployment {dep.alias}: command", dep.command[0])
@@ -259,8 +274,7 @@ def check_secrets(ctx: Context) -> None:
     try:
         for dep in ctx.plan.deployments:
             secret_values(dep.secret_env, ctx.env, f"deployment {dep.alias}")
-        if ctx.plan.client_command is not None:
-            secret_values(ctx.plan.client_command.secret_env, ctx.env, "client")
+        secret_values(ctx.plan.client_secret_env, ctx.env, "client")
     except LaunchError as err:
         raise PreflightError(f"secrets: {err}") from err
 
@@ -269,10 +283,9 @@ def _containers(plan: Plan) -> Iterator[Tuple[str, ContainerSpec]]:
     for dep in plan.deployments:
         if dep.container is not None and dep.container.runtime != "none":
             yield f"deployment {dep.alias}", dep.container
-    for client in (plan.client, plan.client_command):
-        if client is not None and client.container is not None \
-                and client.container.runtime != "none":
-            yield "client", client.container
+    box = plan.client_container
+    if box is not None and box.runtime != "none":
+        yield "client", box
 
 
 def _readable_image(path: str) -> bool:
@@ -351,6 +364,27 @@ def check_images(ctx: Context, hashed: Optional[Dict[str, str]] = None) -> None:
                 in_container(str(folder), box, f"{owner}: run path")
         except LaunchError as err:
             raise PreflightError(f"images: {err}") from err
+
+
+def check_data_designer(ctx: Context) -> None:
+    """The Data Designer config passes the adapter's own checks where the client will run
+    (``dd --validate`` as a step: the client's Python, image, env): installation, config,
+    model aliases, seed dataset. One PreflightError naming every problem."""
+    if ctx.plan.client_data_designer is None:
+        return
+    try:
+        launch = dd_validate_launch(ctx.plan, str(ctx.agent_pyz), str(ctx.plan_json), ctx.env)
+    except LaunchError as err:
+        raise PreflightError(f"data designer: {err}") from err
+    try:
+        done = subprocess.run(list(launch.argv), env=launch.env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=DD_CHECK_TIMEOUT_S,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise PreflightError(f"data designer: the config check did not run ({err})") from err
+    problems, _ = dd_check_report(done.stdout, done.stderr, done.returncode)
+    if problems:
+        raise PreflightError("data designer: " + "; ".join(problems))
 
 
 def _resolve(addr: str) -> Optional[str]:
@@ -466,6 +500,7 @@ def run_preflight(ctx: Context) -> Dict[str, List[Site]]:
     check_paths(ctx)
     check_secrets(ctx)
     check_images(ctx)
+    check_data_designer(ctx)
     needed = sorted({slot.node for row in replica_slots(ctx.plan) for slot in row})
     hosts = node_hosts(ctx, needed)
     if ctx.plan.runtime.launcher == "srun":

@@ -13,7 +13,7 @@ import json
 import re
 import sys
 import time
-from typing import Any, BinaryIO, Dict, Optional
+from typing import Any, BinaryIO, Dict, List
 
 import click
 
@@ -76,20 +76,26 @@ def emit_error(err: Exception, as_json: bool) -> int:
     Messages are redacted (tokens, ``--api-key`` values, URL userinfo), made visible and
     capped (``control.errors.one_line``).
     """
+    details: List[str] = []
     if isinstance(err, SynthbatchError):
         code, message, hint, exit_code = err.code, err.message, err.hint, err.exit_code
+        details = [one_line(line, MAX_MESSAGE) for line in err.details]
     else:
         code, message, hint, exit_code = "internal", f"{type(err).__name__}: {err}", None, 1
     message = one_line(message, MAX_MESSAGE)
     hint = one_line(hint, MAX_MESSAGE) if hint else None
     if as_json:
-        payload: Dict[str, Optional[str]] = {"code": code, "message": message}
+        payload: Dict[str, Any] = {"code": code, "message": message}
         if hint:
             payload["hint"] = hint
+        if details:
+            payload["details"] = details
         click.echo(json.dumps({"error": payload}, sort_keys=True), err=True)
     else:
         click.echo(f"synthbatch: error: {message}" + (f" (hint: {hint})" if hint else ""),
                    err=True)
+        for line in details:  # one line per problem
+            click.echo(f"  {line}", err=True)
     return exit_code
 
 

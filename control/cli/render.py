@@ -32,9 +32,11 @@ def headline(data: Status) -> str:
 
 
 def metrics(data: Status) -> str:
-    """Tokens, rate and ETA on one line."""
+    """Tokens, rate and ETA on one line (and the records clients gave up on, if any)."""
+    failed = data.get("record_failures", 0)
     return (f"  tokens {data.get('tokens', 0):,}  rate {data.get('rate', 0.0):.2f} records/s"
-            f"  ETA {duration(data.get('eta_s'))}")
+            f"  ETA {duration(data.get('eta_s'))}"
+            + (f"  record failures {failed:,}" if failed else ""))
 
 
 def _notes(data: Status) -> List[str]:

@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from agent_stdlib.containers import IMAGE_PYTHON
 from agent_stdlib.contracts import (
     CommandClientSpec,
     ContainerSpec,
+    DataDesignerSpec,
     DeploymentSpec,
     GenerateSpec,
     MountSpec,
@@ -19,7 +21,7 @@ from agent_stdlib.contracts import (
     ShardSpec,
 )
 from agent_stdlib.layout import run_dir
-from control.config.client import CommandClient, GenerateClient
+from control.config.client import CommandClient, DataDesignerClient, GenerateClient, split_dd_config
 from control.config.deployment import Deployment, SecretRef
 from control.config.engines import PARALLEL
 from control.config.profile import Profile
@@ -230,6 +232,20 @@ def _command_spec(client: CommandClient, profile: Profile, config_dir: Path,
                              secret_env=secret_env, container=container)
 
 
+def _data_designer_spec(client: DataDesignerClient, profile: Profile, config_dir: Path,
+                        images: Mapping[str, ImageEntry],
+                        mounts: Tuple[MountSpec, ...]) -> DataDesignerSpec:
+    container = container_for(profile, client.image, "client.image", images, mounts)
+    path, function = split_dd_config(client.data_designer)
+    path = model_inside(config_path(path, config_dir), container, "client.data_designer")
+    python = config_path(client.python, config_dir) if client.python else IMAGE_PYTHON
+    env, secret_env = _env(client.env, "client.env", profile, container)
+    return DataDesignerSpec(config=f"{path}:{function}" if function else path, python=python,
+                            models=dict(client.models), run_config=dict(client.run_config),
+                            max_passes=client.max_passes, env=env, secret_env=secret_env,
+                            container=container)
+
+
 def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
           images: Mapping[str, ImageEntry], max_array_size: Optional[int],
           agent_sha256: str) -> Plan:
@@ -250,6 +266,8 @@ def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
                 if isinstance(client, GenerateClient) else None),
         client_command=(_command_spec(client, profile, config_dir, images, mounts)
                         if isinstance(client, CommandClient) else None),
+        client_data_designer=(_data_designer_spec(client, profile, config_dir, images, mounts)
+                              if isinstance(client, DataDesignerClient) else None),
         resources=resources,
         runtime=_runtime(placement, profile, resources),
         max_attempts=run.max_attempts,

@@ -1,4 +1,6 @@
-"""``synthbatch plan``: validate and resolve a run, render its script, write nothing.
+"""``synthbatch plan``: validate and resolve a run, render its script, write nothing (a
+Data Designer config is also checked on this node when its client environment is here,
+``control/runs/ddcheck.py``).
 
 ``dry_run`` is what ``control.api.plan`` returns: the plan, its sha256, the batch script
 and the human summary. ``resolve`` is the shared first half of ``plan`` and ``submit``.
@@ -18,6 +20,7 @@ from control.config.run import RunConfig
 from control.images import registry
 from control.planning.planner import make_plan
 from control.planning.summary import plan_summary
+from control.runs.ddcheck import check_on_login_node
 from control.runs.store import new_run_id
 from control.slurm.renderer import BatchScript, render_batch_script
 
@@ -64,11 +67,20 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
     """Everything ``synthbatch plan`` prints; no state is written anywhere."""
     resolved = resolve(run_file, profile, max_array_size=max_array_size)
     plan = resolved.plan
-    return {
+    summary = plan_summary(plan, resolved.plan_sha256, resolved.profile.gpus_per_node)
+    out = {
         "plan": plan.to_dict(),
         "plan_sha256": resolved.plan_sha256,
         "script": preview_script(resolved),
-        "summary": plan_summary(plan, resolved.plan_sha256, resolved.profile.gpus_per_node),
         "shards": len(plan.shards),
         "records": plan.total_records,
     }
+    if plan.client_data_designer is not None:
+        check = check_on_login_node(plan, resolved.plan_bytes, run_file,
+                                    Path(resolved.profile.workspace))
+        out["data_designer"] = check
+        lines = [f"data designer: config checked with {check['python']}"] \
+            if check["checked"] else []
+        summary = summary.rstrip("\n") + "\n" + "".join(
+            f"{line}\n" for line in lines + [f"data designer: {n}" for n in check["notes"]])
+    return {**out, "summary": summary}

@@ -115,6 +115,7 @@ class ProgressView(NamedTuple):
     tokens: int
     rate: float  # records per second, as the client measured it
     updated_at: float
+    failures: int = 0  # records the client gave up on so far (0 when it does not say)
 
 
 class ShardView(NamedTuple):
@@ -207,10 +208,11 @@ def _progress_view(path: str) -> Optional[ProgressView]:
     data = _json_object(path)
     if data is None:
         return None
+    failures = _field(data, "failures", (int,), path) if "failures" in data else 0
     return ProgressView(_field(data, "records_done", (int,), path),
                         _field(data, "tokens", (int,), path),
                         float(_field(data, "requests_per_s", (int, float), path)),
-                        float(_field(data, "updated_at", (int, float), path)))
+                        float(_field(data, "updated_at", (int, float), path)), failures)
 
 
 def submission_views(layout: RunLayout) -> List[SubmissionView]:

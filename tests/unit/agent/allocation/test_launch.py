@@ -20,6 +20,7 @@ from agent_stdlib.allocation.launch import (
 from agent_stdlib.contracts import (
     CommandClientSpec,
     ContainerSpec,
+    DataDesignerSpec,
     MountSpec,
     Plan,
     ReplicaSpec,
@@ -88,6 +89,12 @@ SERVERS: Dict[str, Callable[[], Launch]] = {
 }
 
 
+def with_big(plan: Plan) -> Plan:
+    """``plan`` with a second deployment ``big`` (served as ``org/big-model``)."""
+    big = dataclasses.replace(plan.deployments[0], alias="big", served_name="org/big-model")
+    return plan.replace(deployments=(*plan.deployments, big))
+
+
 def command_plan(container: Optional[ContainerSpec]) -> Plan:
     command = CommandClientSpec(argv=("/opt/client/run", "--out", "/synthbatch/run/x"),
                                 env={"MODE": "fast"}, secret_env={"API_KEY": "JOB_API_KEY"},
@@ -100,15 +107,25 @@ def builtin_plan(container: ContainerSpec) -> Plan:
     return plan.replace(client=dataclasses.replace(plan.client, container=container))
 
 
+def dd_plan(container: Optional[ContainerSpec]) -> Plan:
+    spec = DataDesignerSpec(config="/models/dd/config.yaml",
+                            python="/envs/dd/bin/python" if container is None else "python3",
+                            models={"writer": "tiny"}, env={"HF_HOME": "/models/hf"},
+                            secret_env={"API_KEY": "JOB_API_KEY"}, container=container)
+    return with_big(srun_plan(nodes=1)).replace(client=None, client_data_designer=spec)
+
+
+BOTH = {**ENDPOINTS, "big": "http://127.0.0.1:41001"}
 CLIENTS: Dict[str, Callable[[], Launch]] = {
     "builtin": lambda: client_launch(srun_plan(nodes=1), PATHS, ENDPOINTS, AMBIENT),
     "builtin-charliecloud": lambda: client_launch(builtin_plan(CHARLIECLOUD), PATHS, ENDPOINTS,
                                                   AMBIENT),
     "builtin-pyxis": lambda: client_launch(builtin_plan(PYXIS), PATHS, ENDPOINTS, AMBIENT),
     "command-host": lambda: client_launch(command_plan(None), PATHS, ENDPOINTS, AMBIENT),
-    "command-apptainer": lambda: client_launch(command_plan(APPTAINER), PATHS,
-                                               {**ENDPOINTS, "big": "http://127.0.0.1:41001"},
-                                               AMBIENT),
+    "command-apptainer": lambda: client_launch(with_big(command_plan(APPTAINER)), PATHS,
+                                               BOTH, AMBIENT),
+    "dd-host": lambda: client_launch(dd_plan(None), PATHS, BOTH, AMBIENT),
+    "dd-pyxis": lambda: client_launch(dd_plan(PYXIS), PATHS, BOTH, AMBIENT),
 }
 
 

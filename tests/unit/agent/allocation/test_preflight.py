@@ -38,6 +38,7 @@ from agent_stdlib.contracts import (
     AttemptRecord,
     CommandClientSpec,
     ContainerSpec,
+    DataDesignerSpec,
     MountSpec,
     Plan,
     ReplicaSpec,
@@ -513,3 +514,51 @@ def test_gpus_are_counted_per_node_of_the_placement(tmp_path):
     with pytest.raises(PreflightError, match=r"needs 1 GPU\(s\) per node, the allocation "
                                              r"shows none"):
         check_gpus(dataclasses.replace(ctx, plan=two_node_plan(ctx), env=TWO_NODES))
+
+
+def dd_ctx(tmp_path: Path, problems: Any, code: int = 0) -> Context:
+    """A local plan with a Data Designer client whose 'python' is a stand-in that prints
+    ``problems`` as ``dd --validate`` would (None: prints nothing)."""
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    verdict = "" if problems is None else json.dumps({"problems": problems, "notes": []})
+    (tmp_path / "verdict").write_text(verdict)
+    python.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{tmp_path}/argv"\n'
+                      f'echo "log"\ncat "{tmp_path}/verdict"\necho "oops" >&2\nexit {code}\n')
+    python.chmod(0o755)
+    (tmp_path / "dd.yaml").write_text("columns: []\n")
+    ctx = make_ctx(tmp_path)
+    spec = DataDesignerSpec(config=str(tmp_path / "dd.yaml"), python=str(python))
+    return dataclasses.replace(ctx, plan=ctx.plan.replace(client=None,
+                                                          client_data_designer=spec))
+
+
+def test_a_data_designer_config_is_checked_before_any_server(tmp_path):
+    ctx = dd_ctx(tmp_path, ["alias 'x' is served by no deployment", "column 'y': bad"], 1)
+    with pytest.raises(PreflightError, match="^data designer: alias 'x' is served by no "
+                                             "deployment; column 'y': bad$"):
+        run_preflight(ctx)
+    assert (tmp_path / "argv").read_text().split() == [
+        "-I", str(tmp_path / "agent.pyz"), "dd", "--plan", str(tmp_path / "plan.json"),
+        "--validate"]
+
+
+def test_a_clean_data_designer_check_passes(tmp_path):
+    assert "tiny" in run_preflight(dd_ctx(tmp_path, []))
+
+
+def test_a_data_designer_check_without_verdict_names_its_last_words(tmp_path):
+    with pytest.raises(PreflightError, match=r"printed no verdict \(exit status 1: oops\)"):
+        run_preflight(dd_ctx(tmp_path, None, 1))
+
+
+def test_the_data_designer_python_and_config_must_be_there(tmp_path):
+    ctx = dd_ctx(tmp_path, [])
+    spec = ctx.plan.client_data_designer
+    gone = dataclasses.replace(spec, python="/nowhere/python")
+    with pytest.raises(PreflightError, match="client python /nowhere/python is missing"):
+        check_paths(dataclasses.replace(ctx, plan=ctx.plan.replace(client_data_designer=gone)))
+    gone = dataclasses.replace(spec, config="/nowhere/build.py:make")
+    with pytest.raises(PreflightError, match="Data Designer config /nowhere/build.py is "
+                                             "missing"):
+        check_paths(dataclasses.replace(ctx, plan=ctx.plan.replace(client_data_designer=gone)))

@@ -570,3 +570,53 @@ def test_plan_errors_name_the_profile_file(tmp_path: Path) -> None:
         make_plan(run_config(data), profile(port_base=65000), RUN_ID, QUICKSTART.parent,
                   profile_file=Path("p.toml"))
     assert info.value.message.startswith("p.toml: port_base: 65000 + 576 server ports")
+
+
+# ----------------------------------------------------------------------------- data designer
+
+
+def dd_run(**client: Any) -> Dict[str, Any]:
+    data = run_data()
+    data["client"] = {"data_designer": "{config_dir}/dd/config.yaml",
+                      "python": "{config_dir}/envs/dd/bin/python", **client}
+    return data
+
+
+def test_data_designer_client_plan() -> None:
+    data = dd_run(models={"writer": "tiny"}, run_config={"buffer_size": 50},
+                  env={"HF_HOME": "/shared/hf"}, max_passes=2)
+    plan = make_plan(run_config(data), profile(), RUN_ID, Path("/cfg"))
+    spec = plan.client_data_designer
+    assert plan.client is None and plan.client_command is None and spec is not None
+    assert (spec.config, spec.python) == ("/cfg/dd/config.yaml", "/cfg/envs/dd/bin/python")
+    assert spec.models == {"writer": "tiny"} and spec.run_config == {"buffer_size": 50}
+    assert spec.env == {"HF_HOME": "/shared/hf"} and spec.max_passes == 2
+    assert spec.container is None
+    assert Plan.from_dict(plan.to_dict()) == plan
+
+
+def test_data_designer_python_builder_keeps_its_function() -> None:
+    data = dd_run(data_designer="/abs/build.py:make")
+    spec = make_plan(run_config(data), profile(), RUN_ID, Path("/cfg")).client_data_designer
+    assert spec is not None and spec.config == "/abs/build.py:make"
+
+
+def test_data_designer_in_an_image(images: Dict[str, Any]) -> None:
+    data = dd_run(data_designer="/shared/dd/config.yaml", image="vllm")
+    del data["client"]["python"]
+    plan = make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
+    spec = plan.client_data_designer
+    assert spec is not None and spec.container is not None
+    assert (spec.config, spec.python) == ("/data/dd/config.yaml", "python3")
+    assert plan.client_container == spec.container
+    data["client"]["data_designer"] = "/elsewhere/config.yaml"
+    with pytest.raises(InvalidInput, match=r"client\.data_designer: /elsewhere/config.yaml "
+                                           r"is not under any of the profile's container"):
+        make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
+
+
+def test_old_plans_without_a_data_designer_field_still_parse() -> None:
+    plan = make_plan(run_config(), profile(), RUN_ID, QUICKSTART.parent)
+    data = plan.to_dict()
+    del data["client_data_designer"]
+    assert Plan.from_dict(data) == plan
