@@ -279,6 +279,13 @@ class DataDesignerSpec:
     env: Dict[str, str] = field(default_factory=dict)
     secret_env: Dict[str, str] = field(default_factory=dict)
     container: Optional[ContainerSpec] = None
+    config_sha256: str = ""  # the config file's digest at submit ("": not readable there)
+
+
+def split_dd_config(config: str) -> Tuple[str, str]:
+    """``"/x/build.py:builder"`` -> ``("/x/build.py", "builder")``; a file -> ``(file, "")``."""
+    path, colon, function = config.rpartition(":")
+    return (path, function) if colon else (config, "")
 
 
 @dataclass(frozen=True)

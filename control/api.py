@@ -76,11 +76,12 @@ def submit(run_file: Path, profile: Optional[str] = None,
     resolved = resolve(run_file, profile, max_array_size=sched.max_array_size(),
                        agent_sha256=agent_sha256)
     plan = resolved.plan
-    staged = submitting.stage_run(
-        workspace, plan,
-        {"run" + run_file.suffix: run_file,
-         "profile" + resolved.profile_path.suffix: resolved.profile_path},
-        pyz, agent_sha256, resolved.plan_bytes, resolved.plan_sha256)
+    inputs = {"run" + run_file.suffix: run_file,
+              "profile" + resolved.profile_path.suffix: resolved.profile_path}
+    if resolved.client_config is not None:  # a copy of what the plan pinned, for the record
+        inputs["data-designer" + resolved.client_config.suffix] = resolved.client_config
+    staged = submitting.stage_run(workspace, plan, inputs, pyz, agent_sha256,
+                                  resolved.plan_bytes, resolved.plan_sha256)
     try:
         submitting.commit_run(staged, prof.backend)
     except BaseException:

@@ -42,6 +42,7 @@ node and preflight runs it before any server starts.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
@@ -68,7 +69,7 @@ from typing import (
 
 from agent_stdlib.client import ddshard
 from agent_stdlib.client.generate import EXIT_PARTIAL, resume_count
-from agent_stdlib.contracts import DataDesignerSpec, Plan, ProgressRecord
+from agent_stdlib.contracts import DataDesignerSpec, Plan, ProgressRecord, split_dd_config
 from agent_stdlib.errors import AgentError
 from agent_stdlib.resume import KeptRecords, scan_kept
 from agent_stdlib.statefile import read_json, write_json_atomic
@@ -196,10 +197,21 @@ class Session:
     notes: List[str] = field(default_factory=list)
 
 
-def split_config(config: str) -> Tuple[str, str]:
-    """``"/x/build.py:builder"`` -> ``("/x/build.py", "builder")``; a file -> ``(file, "")``."""
-    path, colon, function = config.rpartition(":")
-    return (path, function) if colon else (config, "")
+def changed_config(spec: DataDesignerSpec) -> Optional[str]:
+    """Why the config file is not the one the run pinned at submit (None: it is, or the
+    login node could not read it then); one line naming the file and both digests."""
+    if not spec.config_sha256:
+        return None
+    path = split_dd_config(spec.config)[0]
+    try:
+        with open(path, "rb") as handle:
+            got = hashlib.sha256(handle.read()).hexdigest()
+    except OSError as err:
+        return f"{path}: cannot be read ({err.strerror})"
+    if got == spec.config_sha256:
+        return None
+    return (f"{path}: changed since the run was submitted (sha256 {got}, the run pinned "
+            f"{spec.config_sha256}); restore it, or submit a new run")
 
 
 def load_builder(config: str) -> Any:
@@ -210,7 +222,7 @@ def load_builder(config: str) -> Any:
     )
     from data_designer.config.data_designer_config import DataDesignerConfig  # noqa: PLC0415
 
-    path, function = split_config(config)
+    path, function = split_dd_config(config)
     folder = os.path.dirname(path) or "."
     os.chdir(folder)
     if not function:
@@ -302,6 +314,10 @@ def open_session(plan: Plan, endpoints: Mapping[str, str], artifacts: str) -> Se
         return session
     note = keep_tiktoken_offline()
     session.notes += [note] if note else []
+    changed = changed_config(spec)
+    if changed:
+        session.problems.append(changed)
+        return session
     try:
         session.builder = load_builder(spec.config)
     except Exception as err:  # noqa: BLE001 - whatever the config's code raises

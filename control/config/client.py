@@ -3,7 +3,7 @@ a NeMo Data Designer config (``data_designer``, run by the agent's ``dd`` role).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Dict, List, Optional, Tuple, Union
+from typing import Annotated, Any, Dict, List, Optional, Union
 
 from pydantic import (
     Discriminator,
@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from agent_stdlib.contracts import split_dd_config
 from control.config.deployment import (
     EnvValue,
     check_env,
@@ -83,12 +84,6 @@ DD_SUFFIXES = (".yaml", ".yml", ".json")
 DD_RESERVED_RUN_CONFIG = {"otel_metrics_port": "synthbatch turns Data Designer's metrics "
                           "endpoint off: several clients may share a node"}
 RUN_CONFIG_TYPES = (bool, int, float, str)
-
-
-def split_dd_config(value: str) -> Tuple[str, str]:
-    """``"build.py:builder"`` -> ``("build.py", "builder")``; ``"x.yaml"`` -> ``("x.yaml", "")``."""
-    path, colon, function = value.rpartition(":")
-    return (path, function) if colon else (value, "")
 
 
 class DataDesignerClient(Strict):

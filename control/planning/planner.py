@@ -19,9 +19,10 @@ from agent_stdlib.contracts import (
     ResourceSpec,
     RuntimeSpec,
     ShardSpec,
+    split_dd_config,
 )
 from agent_stdlib.layout import run_dir
-from control.config.client import CommandClient, DataDesignerClient, GenerateClient, split_dd_config
+from control.config.client import CommandClient, DataDesignerClient, GenerateClient
 from control.config.deployment import Deployment, SecretRef
 from control.config.engines import PARALLEL
 from control.config.profile import Profile

@@ -8,17 +8,19 @@ and the human summary. ``resolve`` is the shared first half of ``plan`` and ``su
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from agent_stdlib.contracts import Plan, sha256_bytes
+from agent_stdlib.contracts import Plan, sha256_bytes, split_dd_config
 from agent_stdlib.layout import job_name, run_dir
+from control.config.client import DataDesignerClient
 from control.config.loader import load_model
 from control.config.profile import Profile, load_profile
 from control.config.run import RunConfig
 from control.images import registry
-from control.planning.planner import make_plan
+from control.planning.planner import config_path, make_plan
 from control.planning.summary import plan_summary
 from control.runs.ddcheck import check_on_login_node
 from control.runs.store import new_run_id
@@ -35,6 +37,7 @@ class Resolved:
     profile: Profile
     profile_path: Path
     run_file: Path
+    client_config: Optional[Path] = None  # a Data Designer config file the run pinned
 
 
 def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str] = None,
@@ -47,8 +50,30 @@ def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str]
                      run_file.resolve().parent, images=images, run_file=run_file,
                      profile_file=profile_path, max_array_size=max_array_size,
                      agent_sha256=agent_sha256)
+    plan = pin_client_config(plan, config, run_file.resolve().parent)
     payload = plan.to_json().encode("utf-8")
-    return Resolved(plan, payload, sha256_bytes(payload), prof, profile_path, run_file)
+    return Resolved(plan, payload, sha256_bytes(payload), prof, profile_path, run_file,
+                    client_config_file(config, run_file.resolve().parent))
+
+
+def client_config_file(config: RunConfig, config_dir: Path) -> Optional[Path]:
+    """The host path of a Data Designer client's config file, when the login node sees it."""
+    client = config.client
+    if not isinstance(client, DataDesignerClient):
+        return None
+    path = Path(config_path(split_dd_config(client.data_designer)[0], config_dir))
+    return path if path.is_file() else None
+
+
+def pin_client_config(plan: Plan, config: RunConfig, config_dir: Path) -> Plan:
+    """``plan`` with the Data Designer config's sha256 pinned: every shard then runs the
+    config as submitted, and one edited mid-run fails its shard instead of changing the
+    data silently (``agent_stdlib/client/data_designer.py``)."""
+    spec, path = plan.client_data_designer, client_config_file(config, config_dir)
+    if spec is None or path is None:
+        return plan
+    return plan.replace(client_data_designer=dataclasses.replace(
+        spec, config_sha256=sha256_bytes(path.read_bytes())))
 
 
 def preview_script(resolved: Resolved) -> str:

@@ -13,11 +13,12 @@ from agent_stdlib.client.data_designer import (
     Progress,
     ShardFile,
     batch_number,
+    changed_config,
     dd_environment,
     fill,
-    split_config,
     version_problem,
 )
+from agent_stdlib.contracts import DataDesignerSpec, split_dd_config
 from agent_stdlib.resume import scan_kept
 
 
@@ -110,8 +111,8 @@ def test_versions() -> None:
 
 
 def test_config_references_and_batch_files() -> None:
-    assert split_config("/x/build.py:builder") == ("/x/build.py", "builder")
-    assert split_config("/x/config.yaml") == ("/x/config.yaml", "")
+    assert split_dd_config("/x/build.py:builder") == ("/x/build.py", "builder")
+    assert split_dd_config("/x/config.yaml") == ("/x/config.yaml", "")
     assert batch_number("/a/parquet-files/batch_00003.parquet") == 3
     assert batch_number("/a/other.parquet") is None
 
@@ -168,3 +169,23 @@ def test_a_complete_shard_runs_no_pass(tmp_path: Path) -> None:
     shard = ShardFile(tmp_path, 0, 1)
     shard.append([(0, line(0))])
     fill(shard, Progress(None, 1, 1), 3, lambda todo, number: pytest.fail("no pass needed"))
+
+
+def test_a_config_edited_after_submit_fails_the_shard_naming_both_digests(tmp_path: Path) -> None:
+    import hashlib
+
+    config = tmp_path / "dd.yaml"
+    config.write_text("columns: []\n")
+    pinned = hashlib.sha256(config.read_bytes()).hexdigest()
+    spec = DataDesignerSpec(config=str(config), python="/p", config_sha256=pinned)
+    assert changed_config(spec) is None
+    assert changed_config(DataDesignerSpec(config=str(config), python="/p")) is None  # unpinned
+    builder = DataDesignerSpec(config=f"{config}:build", python="/p", config_sha256=pinned)
+    assert changed_config(builder) is None  # "<file>:<function>" pins the file
+    config.write_text("columns: [x]\n")
+    problem = changed_config(spec)
+    assert problem is not None and problem.startswith(f"{config}: changed since the run was "
+                                                      "submitted")
+    assert pinned in problem
+    config.unlink()
+    assert "cannot be read" in (changed_config(spec) or "")

@@ -106,3 +106,17 @@ def test_without_the_client_python_here_preflight_checks_it(tmp_path: Path,
     assert out["data_designer"]["checked"] is False
     assert ("data designer: not checked here: /nowhere/bin/python is not on this node; "
             "preflight checks it before any server starts") in out["summary"]
+
+
+def test_the_plan_pins_the_config_file_it_read(tmp_path: Path, profile_file: Path,
+                                               workspace: Path) -> None:
+    import hashlib
+
+    from control.runs.plan import resolve
+
+    run = write_run(tmp_path, str(stand_in(tmp_path, [], [], 0)))
+    spec = resolve(run, str(profile_file)).plan.client_data_designer
+    assert spec is not None and spec.config == str(tmp_path / "dataset.yaml")
+    assert spec.config_sha256 == hashlib.sha256(CONFIG.encode()).hexdigest()
+    (tmp_path / "dataset.yaml").unlink()  # not visible on the login node: nothing pinned
+    assert resolve(run, str(profile_file)).plan.client_data_designer.config_sha256 == ""
