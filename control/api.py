@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 from agent_stdlib.layout import RunLayout, runs_root
 from control.config.workspace import WorkspaceProfile, load_workspace_profile
 from control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
-from control.runs.store import load_run, run_layout
+from control.runs.store import latest_run_id, load_run, run_layout
 from control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -32,13 +32,20 @@ def _profile(profile: Optional[str]) -> Profile:
     return load_profile(profile)[0]
 
 
-def _run(run_id: str, profile: Optional[str]) -> tuple[WorkspaceProfile, RunLayout]:
+def _run(run_id: Optional[str], profile: Optional[str]) -> tuple[WorkspaceProfile, RunLayout]:
     prof = load_workspace_profile(profile)
-    return prof, run_layout(Path(prof.workspace), run_id)
+    workspace = Path(prof.workspace)
+    return prof, run_layout(workspace, run_id or latest_run_id(workspace))
 
 
-def run_dir(run_id: str, profile: Optional[str] = None) -> RunLayout:
-    """The directory layout of an existing run of the profile's workspace."""
+def latest_run(profile: Optional[str] = None) -> str:
+    """The id of the workspace's latest run (the one committed last); NotFound if none."""
+    return latest_run_id(Path(load_workspace_profile(profile).workspace))
+
+
+def run_dir(run_id: Optional[str] = None, profile: Optional[str] = None) -> RunLayout:
+    """The directory layout of an existing run of the profile's workspace (None: the
+    latest run)."""
     return _run(run_id, profile)[1]
 
 

@@ -181,27 +181,28 @@ class Shard:
 
 def make_run(workspace: Path, shards: List[Shard], job_id: Optional[str] = "500",
              committed: bool = True, released: bool = True,
-             submitted_at: float = NOW - 3600, per_shard: int = 10) -> RunLayout:
+             submitted_at: float = NOW - 3600, per_shard: int = 10,
+             run_id: str = RUN_ID) -> RunLayout:
     """A run directory written with the real record writers."""
-    base = make_plan(load_model(QUICKSTART, RunConfig), load_model(TESTBED, Profile), RUN_ID,
+    base = make_plan(load_model(QUICKSTART, RunConfig), load_model(TESTBED, Profile), run_id,
                      QUICKSTART.parent)
     plan = replace(base, shards=tuple(ShardSpec(i, i * per_shard, per_shard)
                                       for i in range(len(shards))),
                    total_records=per_shard * len(shards), arrays=array_chunks(len(shards)))
-    layout = RunLayout(ensure_dir(workspace / "runs" / RUN_ID))
+    layout = RunLayout(ensure_dir(workspace / "runs" / run_id))
     publish_immutable(layout.plan_json, plan.to_json().encode(), mode=0o400)
     ensure_dir(layout.submissions)
     ensure_dir(layout.slurm_logs)
     for index, shard in enumerate(shards):
-        write_shard(layout, index, shard, job_id, per_shard)
+        write_shard(layout, index, shard, job_id, per_shard, run_id)
     record = SubmissionRecord(number=1, argv=("sbatch",), job_id=job_id,
                               attempts={str(i): 1 for i in range(len(shards))},
                               submitted_at=submitted_at, released=released)
     write_json_atomic(layout.submission_json(1), record.to_dict())
     if committed:
-        run = RunRecord(run_id=RUN_ID, name=plan.name, created_at=NOW, plan_sha256="0" * 64,
+        run = RunRecord(run_id=run_id, name=plan.name, created_at=NOW, plan_sha256="0" * 64,
                         agent_pyz="agent-x.pyz", agent_sha256="0" * 64, backend="slurm",
-                        job_name=f"synthbatch-{RUN_ID}", shard_count=len(shards))
+                        job_name=f"synthbatch-{run_id}", shard_count=len(shards))
         publish_immutable(layout.run_json, run.to_json().encode())
     return layout
 
@@ -214,10 +215,10 @@ PATHS = {"submitted": ["submitted"], "pending": ["submitted", "pending"],
 
 
 def write_shard(layout: RunLayout, index: int, shard: Shard, job_id: Optional[str],
-                per_shard: int) -> None:
+                per_shard: int, run_id: str = RUN_ID) -> None:
     paths = layout.attempt(index, 1)
     ensure_dir(paths.root)
-    create_attempt(paths.attempt_json, RUN_ID, index, 1)
+    create_attempt(paths.attempt_json, run_id, index, 1)
     for step in PATHS[shard.state]:
         extra = {"job_id": f"{job_id}_{index}", "submission": 1} if step == "submitted" else {}
         reason = shard.reason if step in states.TERMINAL else None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, List
 
 import click
 
@@ -46,3 +47,17 @@ def common(func: F) -> F:
             emit_text(result["text"])
 
     return wrapper
+
+
+class SuggestingGroup(click.Group):
+    """A group that answers an unknown command with the closest known ones."""
+
+    def resolve_command(self, ctx: click.Context, args: List[str]) -> Any:
+        """Raise a usage error naming the closest commands for a name that is not one."""
+        name = args[0] if args else ""
+        if args and not name.startswith("-") and not ctx.resilient_parsing \
+                and self.get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
+        return super().resolve_command(ctx, args)

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import click
 
-from control.cli.common import common
+from control.cli.common import SuggestingGroup, common
 
 
 def _workspace(profile: Optional[str]) -> Path:
@@ -24,7 +24,7 @@ def _line(entry: Any) -> str:
     return f"{entry.alias:<20} {entry.sha256[:12]}  {entry.bytes:>14}  {added}  {entry.path}"
 
 
-@click.group("image")
+@click.group("image", cls=SuggestingGroup)
 def image_group() -> None:
     """Register sealed container images (sha256 pinned at add)."""
 

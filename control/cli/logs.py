@@ -13,7 +13,7 @@ from control.cli.output import VisibleStream, emit_text, is_tty
 
 
 @click.command("logs")
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @click.option("--shard", type=click.IntRange(min=0), default=None,
               help="Shard index (default: the first failed, else the first running, else 0).")
 @click.option("--step", default=None,
@@ -23,9 +23,10 @@ from control.cli.output import VisibleStream, emit_text, is_tty
               help="Keep printing until the shard ends (moving on to the next execution "
                    "after a requeue, or to a retry's attempt).")
 @common
-def logs_cmd(run_id: str, shard: Optional[int], step: Optional[str], follow: bool,
+def logs_cmd(run_id: Optional[str], shard: Optional[int], step: Optional[str], follow: bool,
              profile: Optional[str], as_json: bool) -> Any:
-    """Print a log of RUN_ID without knowing the run directory's layout.
+    """Print a log of RUN_ID (default: the latest run) without knowing the run
+    directory's layout.
 
     With --json: the file's path, the steps that have logs, and the last 64 KiB. On a
     terminal, control characters other than newline and tab are shown as escapes
@@ -34,6 +35,7 @@ def logs_cmd(run_id: str, shard: Optional[int], step: Optional[str], follow: boo
     from control import api
     from control.runs import logs
 
+    run_id = run_id or api.latest_run(profile)
     data = api.logs(run_id, shard, step, profile)
     path = Path(data["path"])
     if as_json:

@@ -12,8 +12,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
+from control.cli.common import SuggestingGroup
 from control.cli.output import emit_error
 from control.errors import InvalidInput
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}  # inherited by every subcommand
 
 # name -> (module, attribute, short help)
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
@@ -31,7 +34,7 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SuggestingGroup):
     """A group whose commands are imported on first use; usage errors honour ``--json``."""
 
     def list_commands(self, ctx: click.Context) -> List[str]:
@@ -69,7 +72,7 @@ class LazyGroup(click.Group):
             sys.exit(emit_error(InvalidInput(err.format_message()), True))
 
 
-@click.group(cls=LazyGroup)
+@click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.version_option(package_name="synthbatch")
 def cli() -> None:
     """Run large LLM synthetic-data generation jobs on Slurm."""

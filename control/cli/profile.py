@@ -8,13 +8,13 @@ from typing import Any, Dict, Optional
 
 import click
 
-from control.cli.common import common
+from control.cli.common import SuggestingGroup, common
 from control.cli.output import emit_json, emit_text
 
 MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 
 
-@click.group("profile")
+@click.group("profile", cls=SuggestingGroup)
 def profile_group() -> None:
     """Create, check and show cluster profiles."""
 

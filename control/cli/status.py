@@ -36,15 +36,16 @@ class Screen:
 
 
 @click.command("status")
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @click.option("--watch", is_flag=True,
               help="Refresh until the run ends (backing off while nothing changes).")
 @click.option("--interval", type=click.FloatRange(1.0, 600.0), default=2.0, show_default=True,
               help="First refresh interval of --watch, seconds.")
 @common
-def status_cmd(run_id: str, watch: bool, interval: float, profile: Optional[str],
+def status_cmd(run_id: Optional[str], watch: bool, interval: float, profile: Optional[str],
                as_json: bool) -> Any:
-    """Show the shards of RUN_ID by state, records, tokens, rate, ETA and failures.
+    """Show the shards of RUN_ID (default: the latest run) by state, records, tokens,
+    rate, ETA and failures.
 
     Exits 5 (after printing what the records say) when Slurm could not be asked about a
     run that is not over; --watch shows that as a note and keeps refreshing. With --json
@@ -53,6 +54,7 @@ def status_cmd(run_id: str, watch: bool, interval: float, profile: Optional[str]
     from control import api
     from control.runs.status import unreachable
 
+    run_id = run_id or api.latest_run(profile)
     if not watch:
         data = api.status(run_id, profile)
         error = unreachable(data)
