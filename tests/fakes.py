@@ -84,11 +84,11 @@ def write_readiness(path: Path, shard: int, attempt: int, execution: int, state:
 # Flags each command may carry; a value flag consumes the next argv word.
 FLAGS: Dict[str, Dict[str, bool]] = {
     "sbatch": {"--parsable": False, "--hold": False, "--array": True, "--job-name": True},
-    "scontrol": {},
+    "scontrol": {"-o": False},
     "scancel": {},
-    "sinfo": {"-h": False, "-o": True},
+    "sinfo": {"-h": False, "-o": True, "-N": False, "-p": True},
     "squeue": {"-h": False, "-t": True, "-j": True, "-o": True, "-n": True},
-    "sacct": {"-n": False, "-P": False, "-X": False, "-j": True, "--format": True},
+    "sacct": {"-n": False, "-P": False, "-X": False, "-D": False, "-j": True, "--format": True},
 }
 
 Reply = Tuple[int, str, str]

@@ -8,12 +8,12 @@ from typing import Any, Optional
 
 import click
 
-from control.cli.common import common
+from control.cli.common import common, run_id_argument
 from control.cli.output import VisibleStream, emit_text, is_tty
 
 
 @click.command("logs")
-@click.argument("run_id", required=False)
+@run_id_argument(required=False)
 @click.option("--shard", type=click.IntRange(min=0), default=None,
               help="Shard index (default: the first failed, else the first running, else 0).")
 @click.option("--step", default=None,

@@ -25,12 +25,16 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "status": ("control.cli.status", "status_cmd",
                "Shards by state, records, rate, ETA, failures (--watch)."),
     "runs": ("control.cli.runs", "runs_cmd", "List the runs of the workspace, newest first."),
+    "wait": ("control.cli.wait", "wait_cmd",
+             "Wait until a run ends; exit 0 only if every shard succeeded."),
     "logs": ("control.cli.logs", "logs_cmd", "Print or follow a shard's log."),
     "cancel": ("control.cli.cancel", "cancel_cmd", "Cancel a run or some of its shards."),
     "merge": ("control.cli.merge", "merge_cmd", "Concatenate the verified winners of a run."),
     "retry": ("control.cli.retry", "retry_cmd", "Submit the next attempt of failed shards."),
     "profile": ("control.cli.profile", "profile_group", "Create, check and show profiles."),
     "image": ("control.cli.image", "image_group", "Register sealed container images."),
+    "completion": ("control.cli.completion", "completion_cmd",
+                   "Print the shell completion script (bash, zsh, fish)."),
 }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 Status = Dict[str, Any]
 
@@ -113,12 +113,27 @@ def plain_line(data: Status) -> str:
     return f"{headline(data)}{metrics(data)}{down}"
 
 
+RUNS_HEADER = ("RUN", "STATE", "RECORDS", "SHARDS", "SUBMITTED", "ELAPSED")
+
+
+def table(header: Sequence[str], rows: List[Sequence[str]]) -> List[str]:
+    """Columns padded to their widest cell (the last one is not padded)."""
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
+            for row in [header, *rows]]
+
+
 def runs_text(runs: List[Dict[str, Any]]) -> str:
-    """``runs``: one line per run, newest first."""
-    lines = []
+    """``runs``: an aligned table, newest first; a run that cannot be read says why."""
+    rows = []
     for run in runs:
-        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.get("created_at", 0)))
-        lines.append(f"{run['run_id']}  {run.get('state', '?'):<11} {created}  "
-                     f"{run.get('shards', '?')} shards" +
-                     (f"  ({run['problem']})" if run.get("problem") else ""))
-    return "\n".join(lines) or "no runs"
+        submitted = time.strftime("%Y-%m-%d %H:%M", time.localtime(run["created_at"])) \
+            if "created_at" in run else "-"
+        records = f"{run['records_done']}/{run['records']}" if "records" in run else "-"
+        settled = run.get("counts", {}).get("succeeded", 0)
+        shards = f"{settled}/{run['shards']}" if "shards" in run else "-"
+        elapsed = duration(run.get("elapsed_s")) if "elapsed_s" in run else "-"
+        note = f"  ({run['problem']})" if run.get("problem") else ""
+        rows.append((run["run_id"], run.get("state", "?"), records, shards, submitted,
+                     elapsed + note))
+    return "\n".join(table(RUNS_HEADER, rows)) if rows else "no runs"

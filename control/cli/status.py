@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 
 import click
 
-from control.cli.common import common
+from control.cli.common import common, run_id_argument
 from control.cli.output import emit_json, emit_text, is_tty
 from control.cli.render import frame, plain_line, status_text
 
@@ -36,7 +36,7 @@ class Screen:
 
 
 @click.command("status")
-@click.argument("run_id", required=False)
+@run_id_argument(required=False)
 @click.option("--watch", is_flag=True,
               help="Refresh until the run ends (backing off while nothing changes).")
 @click.option("--interval", type=click.FloatRange(1.0, 600.0), default=2.0, show_default=True,
@@ -56,7 +56,7 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, profile: Opt
 
     run_id = run_id or api.latest_run(profile)
     if not watch:
-        data = api.status(run_id, profile)
+        data = api.status(run_id, profile).to_dict()
         error = unreachable(data)
         if error is None:
             return {"data": data, "text": status_text(data)}
@@ -71,7 +71,7 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, profile: Opt
     screen = Screen(is_tty() and not as_json)
     show = (lambda data: None) if as_json else screen.show
     try:
-        last = watch_loop(lambda: api.status(run_id, profile), show,
+        last = watch_loop(lambda: api.status(run_id, profile).to_dict(), show,
                           Backoff(base_s=interval))
     except KeyboardInterrupt:
         return None

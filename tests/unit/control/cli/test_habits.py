@@ -162,3 +162,92 @@ def test_status_without_any_run_says_how_to_make_one(profile_file: Path) -> None
     result = invoke("status", "--profile", str(profile_file))
     assert result.exit_code == 3
     assert "no runs in" in result.stderr and "synthbatch submit" in result.stderr
+
+
+# ----------------------------------------------------------------------------- runs table
+
+
+def test_runs_is_an_aligned_table_with_a_header(workspace: Path, profile_file: Path) -> None:
+    from tests.fakes import NOW
+
+    make_run(workspace, [Shard("winner", updated_at=NOW + 90), Shard("winner")],
+             run_id="done-20240101-000000-aaaaaa")
+    make_run(workspace, [Shard("running", progress=4), Shard("failed")],
+             run_id="a-much-longer-name-20240101-000000-bbbbbb")
+    result = invoke("runs", "--profile", str(profile_file))
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["RUN", "STATE", "RECORDS", "SHARDS", "SUBMITTED", "ELAPSED"]
+    for column in ("STATE", "RECORDS", "SHARDS", "SUBMITTED", "ELAPSED"):
+        start = header.index(column)
+        assert all(row[start - 2:start] == "  " and row[start] != " " for row in rows), column
+    cells = {row.split()[0]: row.split() for row in rows}
+    done = cells["done-20240101-000000-aaaaaa"]
+    assert done[1:4] == ["succeeded", "20/20", "2/2"]
+    assert done[-1] == "0:01:30"  # from run.json's created_at to the last shard's record
+    other = cells["a-much-longer-name-20240101-000000-bbbbbb"]
+    assert other[1:4] == ["running", "4/20", "0/2"]
+
+
+def test_runs_json_has_the_numbers_of_the_table(workspace: Path, profile_file: Path) -> None:
+    from tests.fakes import NOW
+
+    make_run(workspace, [Shard("winner", updated_at=NOW + 30)])
+    (run,) = json.loads(invoke("runs", "--profile", str(profile_file), "--json").stdout)["runs"]
+    assert (run["records"], run["records_done"], run["shards"]) == (10, 10, 1)
+    assert run["ended_at"] == NOW + 30 and run["elapsed_s"] == 30.0
+
+
+# ----------------------------------------------------------------------------- completion
+
+
+def completions(args: List[str], incomplete: str) -> List[str]:
+    from click.shell_completion import BashComplete
+
+    completer = BashComplete(cli, {}, "synthbatch", "_SYNTHBATCH_COMPLETE")
+    return [item.value for item in completer.get_completions(args, incomplete)]
+
+
+@pytest.mark.parametrize("shell, marker", [
+    ("bash", "complete -o nosort -F"), ("zsh", "compdef"),
+    ("fish", "complete --no-files --command synthbatch")])
+def test_completion_prints_the_shells_script(shell: str, marker: str) -> None:
+    result = invoke("completion", shell)
+    assert result.exit_code == 0, result.output
+    assert marker in result.stdout and "_SYNTHBATCH_COMPLETE" in result.stdout
+
+
+def test_completion_refuses_an_unknown_shell() -> None:
+    assert invoke("completion", "tcsh").exit_code == 2
+
+
+def test_completion_offers_commands() -> None:
+    assert completions([], "sta") == ["status"]
+    assert "completion" in completions([], "")
+
+
+def test_completion_offers_run_ids_of_the_profiles_workspace(workspace: Path,
+                                                             profile_file: Path) -> None:
+    make_run(workspace, [Shard("winner")], run_id="alpha-20240101-000000-aaaaaa")
+    make_run(workspace, [Shard("winner")], run_id="beta-20240101-000000-bbbbbb")
+    make_run(workspace, [Shard("winner")], run_id="alpine-20240101-000000-cccccc",
+             committed=False)  # never committed: not a run to offer
+    for command in ("status", "logs", "cancel", "merge", "retry", "wait"):
+        offered = completions([command, "--profile", str(profile_file)], "al")
+        assert offered == ["alpha-20240101-000000-aaaaaa"], command
+    assert completions(["status", "--profile", str(profile_file)], "") == [
+        "beta-20240101-000000-bbbbbb", "alpha-20240101-000000-aaaaaa"]
+
+
+def test_completion_of_run_ids_without_a_profile_offers_nothing() -> None:
+    assert completions(["status"], "") == []
+
+
+def test_completion_offers_profile_names(home: Path) -> None:
+    folder = home / ".config" / "synthbatch" / "profiles"
+    folder.mkdir(parents=True)
+    for name in ("cluster-a", "cluster-b", "laptop"):
+        (folder / f"{name}.toml").write_text("schema_version = 1\n")
+    assert completions(["status", "--profile"], "cl") == ["cluster-a", "cluster-b"]
+    assert completions(["plan", "x.toml", "--profile"], "") == ["cluster-a", "cluster-b",
+                                                                "laptop"]
