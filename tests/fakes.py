@@ -237,6 +237,23 @@ def write_shard(layout: RunLayout, index: int, shard: Shard, job_id: Optional[st
             created_at=NOW).to_dict())
 
 
+def fake_slurm_bin(tmp_path: Path, **scripts: str) -> Path:
+    """A slurm_bin folder whose commands are small shell scripts."""
+    folder = tmp_path / "fakebin"
+    folder.mkdir()
+    for name, body in scripts.items():
+        path = folder / name
+        path.write_text("#!/bin/sh\n" + body + "\n")
+        path.chmod(0o755)
+    return folder
+
+
+def profile_with_bin(profile_file: Path, folder: Path) -> str:
+    """``profile_file`` with its ``slurm_bin`` set to ``folder``; its path."""
+    profile_file.write_text(profile_file.read_text() + f'slurm_bin = "{folder}"\n')
+    return str(profile_file)
+
+
 # ------------------------------------------------ authored inputs
 
 def run_data() -> Dict[str, Any]:

@@ -41,25 +41,32 @@ class Screen:
               help="Refresh until the run ends (backing off while nothing changes).")
 @click.option("--interval", type=click.FloatRange(1.0, 600.0), default=2.0, show_default=True,
               help="First refresh interval of --watch, seconds.")
+@click.option("--exit-status", is_flag=True,
+              help="Exit 6 if the run ended with a failed shard, 7 if cancelled (as `wait`).")
 @common
-def status_cmd(run_id: Optional[str], watch: bool, interval: float, profile: Optional[str],
-               as_json: bool) -> Any:
+def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status: bool,
+               profile: Optional[str], as_json: bool) -> Any:
     """Show the shards of RUN_ID (default: the latest run) by state, records, tokens,
     rate, ETA and failures.
 
     Exits 5 (after printing what the records say) when Slurm could not be asked about a
     run that is not over; --watch shows that as a note and keeps refreshing. With --json
-    --watch, one JSON object is printed when the run ends.
+    --watch, one JSON object is printed when the run ends. With --exit-status, a run that
+    ended failed exits 6 and cancelled 7 (`synthbatch wait` also waits for it to end).
     """
     from control import api
     from control.runs.status import unreachable
+    from control.runs.watch import outcome
 
     run_id = run_id or api.latest_run(profile)
     if not watch:
         data = api.status(run_id, profile).to_dict()
-        error = unreachable(data)
+        error = unreachable(data) or (outcome(data, waited=False) if exit_status else None)
         if error is None:
             return {"data": data, "text": status_text(data)}
+        if not unreachable(data):
+            emit_json(data) if as_json else emit_text(status_text(data))
+            raise error
         if as_json:
             emit_json(data)
         else:  # the error line on stderr is the one message about the scheduler
@@ -77,4 +84,7 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, profile: Opt
         return None
     if as_json:
         emit_json(last)
+    error = outcome(last, waited=False) if exit_status else None
+    if error is not None:
+        raise error
     return None

@@ -176,14 +176,18 @@ class Scheduler:
         """One ``sacct`` call for ``job_ids``; None when the cluster keeps no accounting."""
         if not job_ids:
             return []
-        result = self._ask("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids),
-                           f"--format={SACCT_FORMAT}")
+        result = self._sacct("-X", "-j", ",".join(job_ids), f"--format={SACCT_FORMAT}")
+        return None if result is None else self._parse(parse_sacct, result)
+
+    def _sacct(self, *args: str) -> Optional[CommandResult]:
+        """``sacct -n -P ARGS``; None when the cluster keeps no accounting."""
+        result = self._ask("sacct", "-n", "-P", *args)
         if result.returncode != 0:
             if ACCOUNTING_DISABLED in result.stderr + result.stdout:
                 return None
             raise SchedulerUnavailable(f"sacct failed: {result.error_line()}",
                                        hint=result.hint)
-        return self._parse(parse_sacct, result)
+        return result
 
     def max_array_size(self) -> Optional[int]:
         """``MaxArraySize`` from ``scontrol show config`` (None if Slurm does not say)."""
@@ -216,14 +220,8 @@ class Scheduler:
         ``sacct -D``); None when the cluster keeps no accounting."""
         if not job_ids:
             return []
-        result = self._ask("sacct", "-n", "-P", "-X", "-D", "-j", ",".join(job_ids),
-                           f"--format={USAGE_FORMAT}")
-        if result.returncode != 0:
-            if ACCOUNTING_DISABLED in result.stderr + result.stdout:
-                return None
-            raise SchedulerUnavailable(f"sacct failed: {result.error_line()}",
-                                       hint=result.hint)
-        return self._parse(parse_usage, result)
+        result = self._sacct("-X", "-D", "-j", ",".join(job_ids), f"--format={USAGE_FORMAT}")
+        return None if result is None else self._parse(parse_usage, result)
 
     @staticmethod
     def _parse(parser: Callable[[str], T], result: CommandResult) -> T:

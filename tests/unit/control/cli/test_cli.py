@@ -322,23 +322,7 @@ def test_runs_lists_committed(profile_file: Path, workspace: Path) -> None:
 
 # ----------------------------------------------------------------------------- observation
 
-from tests.fakes import Shard, make_run  # noqa: E402
-
-
-def fake_slurm_bin(tmp_path: Path, **scripts: str) -> Path:
-    """A slurm_bin folder whose commands are small shell scripts."""
-    folder = tmp_path / "fakebin"
-    folder.mkdir()
-    for name, body in scripts.items():
-        path = folder / name
-        path.write_text("#!/bin/sh\n" + body + "\n")
-        path.chmod(0o755)
-    return folder
-
-
-def profile_with_bin(profile_file: Path, folder: Path) -> str:
-    profile_file.write_text(profile_file.read_text() + f'slurm_bin = "{folder}"\n')
-    return str(profile_file)
+from tests.fakes import Shard, fake_slurm_bin, make_run, profile_with_bin  # noqa: E402
 
 
 def test_help_lists_every_command() -> None:
