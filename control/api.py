@@ -172,10 +172,24 @@ def status(run_id: Optional[str] = None, profile: ProfileRef = None,
 
 def _status_data(run_id: Optional[str], profile: ProfileRef, scheduler: Optional[Scheduler],
                  auto_retry: bool) -> Dict[str, Any]:
-    from control.runs.status import observe, unreachable
-
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(prof)
+    return _presented(layout, _observed(layout, profile, sched, auto_retry), sched)
+
+
+def _presented(layout: RunLayout, data: Dict[str, Any], sched: Scheduler) -> Dict[str, Any]:
+    """The refresh with what is said about it: pending reasons that block shards
+    (``blocked``) and the run's numbers (``totals``)."""
+    from control.runs.pending import blocked
+    from control.runs.totals import totals
+
+    return {**data, "blocked": blocked(data["shards"]), "totals": totals(layout, data, sched)}
+
+
+def _observed(layout: RunLayout, profile: ProfileRef, sched: Scheduler,
+              auto_retry: bool) -> Dict[str, Any]:
+    from control.runs.status import observe, unreachable
+
     data = observe(layout, sched)
     if not auto_retry or not data["counts"].get("failed") or unreachable(data):
         return data

@@ -19,9 +19,10 @@ F = Callable[..., Any]
 def common(func: F) -> F:
     """Add ``--profile``, ``--json`` and ``--debug``; map errors to exit codes once.
 
-    The command returns ``{"data": ..., "text": ...}`` (printed as JSON or text), or None
-    when it printed its own output (``--watch``, ``--follow``); a command that declares
-    an ``as_json`` parameter receives the flag.
+    The command returns ``{"data": ..., "text": ...}`` (printed as JSON or text; with
+    ``"colour": True`` the text's states are coloured on a terminal), or None when it
+    printed its own output (``--watch``, ``--follow``); a command that declares an
+    ``as_json`` parameter receives the flag.
     """
 
     wants_json = "as_json" in inspect.signature(func).parameters
@@ -45,7 +46,7 @@ def common(func: F) -> F:
         if as_json:
             emit_json(result["data"])
         else:
-            emit_text(result["text"])
+            emit_text(result["text"], colour=result.get("colour", False))
 
     return wrapper
 

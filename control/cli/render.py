@@ -12,6 +12,7 @@ FAILURE_LIMIT = 20
 BAR_LIMIT = 40  # a bar per shard up to this many shards; beyond, a compact grid
 BAR_WIDTH = 24
 GRID_WIDTH = 64
+FINAL_STATES = ("succeeded", "failed", "cancelled")
 GLYPH = {"succeeded": "#", "running": ">", "cancelling": "x", "pending": ".",
          "created": " ", "failed": "F", "cancelled": "C", "lost": "L", "unknown": "?"}
 
@@ -32,13 +33,48 @@ def headline(data: Status) -> str:
 
 
 def metrics(data: Status) -> str:
-    """Tokens, rate and ETA on one line."""
-    return (f"  tokens {data.get('tokens', 0):,}  rate {data.get('rate', 0.0):.2f} records/s"
-            f"  ETA {duration(data.get('eta_s'))}")
+    """Tokens, rate and ETA on one line; a finished run's numbers instead of rate and ETA."""
+    totals = data.get("totals") or {}
+    tokens = f"  tokens {data.get('tokens', 0):,}"
+    if data.get("state") in FINAL_STATES and totals:
+        return tokens + finished_numbers(totals)
+    elapsed = f"  elapsed {duration(totals['elapsed_s'])}" if "elapsed_s" in totals else ""
+    return (f"{tokens}  rate {data.get('rate', 0.0):.2f} records/s"
+            f"  ETA {duration(data.get('eta_s'))}{elapsed}")
+
+
+def finished_numbers(totals: Dict[str, Any]) -> str:
+    """``  elapsed 0:05:00  1.20 records/s  35.2 tokens/s  GPU-hours 0.17``."""
+    line = f"  elapsed {duration(totals.get('elapsed_s'))}"
+    if totals.get("records_per_s") is not None:
+        line += (f"  {totals['records_per_s']:.2f} records/s  "
+                 f"{totals.get('tokens_per_s') or 0:.1f} tokens/s (average)")
+    if totals.get("gpu_hours") is not None:
+        line += f"  GPU-hours {totals['gpu_hours']:.2f}"
+    elif totals.get("gpu_hours_from"):
+        line += f"  GPU-hours unknown ({totals['gpu_hours_from']})"
+    return line
+
+
+def spans(indices: List[int]) -> str:
+    """``0-2,5`` for [0, 1, 2, 5] (the compression ``--array`` uses)."""
+    from control.slurm.scheduler import array_spec
+
+    return array_spec(indices, 0) if indices else ""
+
+
+def blocked_lines(data: Status) -> List[str]:
+    """Pending shards Slurm will not start by themselves: the reason and what to do."""
+    lines = []
+    for group in data.get("blocked") or []:
+        what = "can never start" if group["never"] else "waiting"
+        lines.append(f"  {what}: shard(s) {spans(group['shards'])} pending {group['reason']}: "
+                     f"{group['hint']}")
+    return lines
 
 
 def _notes(data: Status) -> List[str]:
-    lines = []
+    lines = blocked_lines(data)
     if data.get("accounting") is False:
         lines.append("  accounting is disabled on this cluster: using squeue and the agent's "
                      "records only")

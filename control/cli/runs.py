@@ -17,4 +17,4 @@ def runs_cmd(profile: Optional[str]) -> Any:
     from control import api
 
     runs = [r.to_dict() for r in api.runs(profile)]
-    return {"data": {"runs": runs}, "text": runs_text(runs)}
+    return {"data": {"runs": runs}, "text": runs_text(runs), "colour": True}

@@ -46,7 +46,7 @@ def finish(data: Dict[str, Any], as_json: bool, extra: Optional[Dict[str, Any]] 
     if as_json:
         emit_json(data if extra is None else {**extra, "status": data})
     else:
-        emit_text(status_text(data))
+        emit_text(status_text(data), colour=True)
     error = outcome(data)
     if error is not None:
         raise error
