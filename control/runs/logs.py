@@ -78,14 +78,43 @@ def _default_step(view: ShardView, files: dict, slurm_log: Optional[Path]) -> st
     return SLURM_STEP if has_slurm or not files else sorted(files)[0]
 
 
-def locate(layout: RunLayout, shard: Optional[int] = None,
-           step: Optional[str] = None) -> LogTarget:
-    """The log to show; NotFound lists the steps that exist when ``step`` is not one."""
+def shard_index(layout: RunLayout, shard: Optional[int] = None) -> int:
+    """``shard``, or the one a user most likely means; NotFound if the run has no such."""
     count = len(load_plan_view(layout).shard_records)
     index = default_shard(layout, count) if shard is None else shard
     if not 0 <= index < count:
         raise NotFound(f"shard {index}: the run has {count} shards (0-{count - 1})")
-    return shard_target(layout, index, step)
+    return index
+
+
+def locate(layout: RunLayout, shard: Optional[int] = None,
+           step: Optional[str] = None) -> LogTarget:
+    """The log to show; NotFound lists the steps that exist when ``step`` is not one."""
+    return shard_target(layout, shard_index(layout, shard), step)
+
+
+def await_target(layout: RunLayout, index: int, step: Optional[str] = None,
+                 notify: Callable[[str], None] = lambda message: None,
+                 sleep: Optional[Callable[[float], None]] = None,
+                 backoff: Optional[Backoff] = None) -> LogTarget:
+    """``shard_target`` once the log exists, like ``tail -F``: right after submit there is
+    none until the job starts. ``notify`` hears why it waits (once per attempt state);
+    NotFound once the shard ended without that log."""
+    backoff = backoff or Backoff(base_s=0.5, cap_s=5.0, floor_s=0.2)
+    said = None
+    while True:
+        try:
+            return shard_target(layout, index, step)
+        except NotFound:
+            if shard_ended(layout, index):
+                return shard_target(layout, index, step)  # raises, unless it just came
+        view = scan_shard(layout, index)
+        state = view.attempt.state if view.attempt else "not recorded yet"
+        if state != said:
+            notify(f"waiting for the {step or 'first'} log of shard {index} (attempt "
+                   f"{view.attempt.number if view.attempt else '?'} is {state})")
+            said = state
+        (sleep or time.sleep)(backoff.next(changed=False))
 
 
 def shard_target(layout: RunLayout, index: int, step: Optional[str] = None) -> LogTarget:
