@@ -22,6 +22,7 @@ from control.runs.store import ShardView, attempt_numbers, load_plan_view, scan_
 from control.runs.watch import Backoff
 
 SLURM_STEP = "slurm"
+CLIENT_STEP = "client"
 EXECUTION = re.compile(r"^execution-(\d+)$")
 TAIL_BYTES = 64 * 1024
 
@@ -93,30 +94,6 @@ def locate(layout: RunLayout, shard: Optional[int] = None,
     return shard_target(layout, shard_index(layout, shard), step)
 
 
-def await_target(layout: RunLayout, index: int, step: Optional[str] = None,
-                 notify: Callable[[str], None] = lambda message: None,
-                 sleep: Optional[Callable[[float], None]] = None,
-                 backoff: Optional[Backoff] = None) -> LogTarget:
-    """``shard_target`` once the log exists, like ``tail -F``: right after submit there is
-    none until the job starts. ``notify`` hears why it waits (once per attempt state);
-    NotFound once the shard ended without that log."""
-    backoff = backoff or Backoff(base_s=0.5, cap_s=5.0, floor_s=0.2)
-    said = None
-    while True:
-        try:
-            return shard_target(layout, index, step)
-        except NotFound:
-            if shard_ended(layout, index):
-                return shard_target(layout, index, step)  # raises, unless it just came
-        view = scan_shard(layout, index)
-        state = view.attempt.state if view.attempt else "not recorded yet"
-        if state != said:
-            notify(f"waiting for the {step or 'first'} log of shard {index} (attempt "
-                   f"{view.attempt.number if view.attempt else '?'} is {state})")
-            said = state
-        (sleep or time.sleep)(backoff.next(changed=False))
-
-
 def shard_target(layout: RunLayout, index: int, step: Optional[str] = None) -> LogTarget:
     """``locate`` for a known, valid shard index (no plan read)."""
     view = scan_shard(layout, index)
@@ -142,6 +119,33 @@ def shard_target(layout: RunLayout, index: int, step: Optional[str] = None) -> L
     number = int(execution.name.split("-", 1)[1]) if execution else None
     return LogTarget(shard=index, attempt=numbers[-1] if numbers else None,
                      execution=number, step=chosen, path=path, steps=steps)
+
+
+def await_target(layout: RunLayout, index: int, step: Optional[str] = None,
+                 notify: Callable[[str], None] = lambda message: None,
+                 sleep: Optional[Callable[[float], None]] = None,
+                 backoff: Optional[Backoff] = None) -> LogTarget:
+    """``shard_target`` once the log exists, like ``tail -F``: right after submit there is
+    none until the job starts. Without ``step`` it waits for the client's log (the run's
+    progress), or, once the shard ended without one, takes the log a failure names.
+    ``notify`` hears why it waits (once per attempt state); NotFound once the shard ended
+    without the log."""
+    backoff = backoff or Backoff(base_s=0.5, cap_s=5.0, floor_s=0.2)
+    wanted = step or CLIENT_STEP
+    said = None
+    while True:
+        try:
+            return shard_target(layout, index, wanted)
+        except NotFound:
+            if shard_ended(layout, index):
+                return shard_target(layout, index, step)  # raises, unless there is one
+        view = scan_shard(layout, index)
+        state = view.attempt.state if view.attempt else "not recorded yet"
+        if state != said:
+            notify(f"waiting for the {wanted} log of shard {index} (attempt "
+                   f"{view.attempt.number if view.attempt else '?'} is {state})")
+            said = state
+        (sleep or time.sleep)(backoff.next(changed=False))
 
 
 def newer_target(layout: RunLayout, current: LogTarget) -> Optional[LogTarget]:

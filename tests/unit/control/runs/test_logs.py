@@ -150,7 +150,7 @@ def test_follow_moves_on_to_a_retry_attempt(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- waiting (tail -F)
 
 
-def test_await_target_waits_for_the_log_to_appear(tmp_path: Path) -> None:
+def test_await_target_waits_for_the_client_log_to_appear(tmp_path: Path) -> None:
     from control.runs.logs import await_target
 
     layout = make_run(tmp_path, [Shard("submitted")])
@@ -159,13 +159,24 @@ def test_await_target_waits_for_the_log_to_appear(tmp_path: Path) -> None:
 
     def sleep(seconds: float) -> None:  # the job starts while we wait
         naps.append(seconds)
+        if len(naps) == 2:  # Slurm's own log comes first: not the one to follow
+            (layout.slurm_logs / "slurm-500_0.out").write_text("")
         if len(naps) == 3:
-            (layout.slurm_logs / "slurm-500_0.out").write_text("agent: preflight\n")
+            add_logs(layout, 0, 1, "server-tiny-0", "client")
 
     target = await_target(layout, 0, notify=notes.append, sleep=sleep)
-    assert target.step == "slurm" and target.path.read_text() == "agent: preflight\n"
+    assert target.step == "client" and target.path.read_text() == "client of execution 1\n"
     assert len(naps) == 3
-    assert notes == ["waiting for the first log of shard 0 (attempt 1 is submitted)"]
+    assert notes == ["waiting for the client log of shard 0 (attempt 1 is submitted)"]
+
+
+def test_await_target_of_a_shard_that_failed_before_its_client_ran(tmp_path: Path) -> None:
+    from control.runs.logs import await_target
+
+    layout = make_run(tmp_path, [Shard("failed", reason="preflight: no GPUs")])
+    (layout.slurm_logs / "slurm-500_0.out").write_text("agent: preflight failed\n")
+    target = await_target(layout, 0, sleep=lambda s: pytest.fail("must not wait"))
+    assert target.step == "slurm"  # the default of a failed shard without a client log
 
 
 def test_await_target_of_a_named_step_says_which(tmp_path: Path) -> None:
