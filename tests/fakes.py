@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 import threading
 import time
@@ -252,6 +253,23 @@ def profile_with_bin(profile_file: Path, folder: Path) -> str:
     """``profile_file`` with its ``slurm_bin`` set to ``folder``; its path."""
     profile_file.write_text(profile_file.read_text() + f'slurm_bin = "{folder}"\n')
     return str(profile_file)
+
+
+# ------------------------------------------------ documentation
+
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+
+
+def fenced_blocks(path: Path, info: Optional[str] = None) -> List[str]:
+    """The fenced code blocks of a Markdown file, in order; with ``info``, only those whose
+    info string is exactly it (``bash testbed``, ``toml run``)."""
+    return [body for tag, body in FENCE.findall(path.read_text(encoding="utf-8"))
+            if info is None or tag.strip() == info]
+
+
+def fenced_infos(path: Path) -> List[str]:
+    """The info strings of every fenced block of a Markdown file."""
+    return [tag.strip() for tag, _ in FENCE.findall(path.read_text(encoding="utf-8"))]
 
 
 # ------------------------------------------------ authored inputs

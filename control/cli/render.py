@@ -50,7 +50,8 @@ def finished_numbers(totals: Dict[str, Any]) -> str:
         line += (f"  {totals['records_per_s']:.2f} records/s  "
                  f"{totals.get('tokens_per_s') or 0:.1f} tokens/s (average)")
     if totals.get("gpu_hours") is not None:
-        line += f"  GPU-hours {totals['gpu_hours']:.2f}"
+        hours = totals["gpu_hours"]
+        line += f"  GPU-hours {hours:.2f}" if hours >= 1 else f"  GPU-hours {hours:.3f}"
     elif totals.get("gpu_hours_from"):
         line += f"  GPU-hours unknown ({totals['gpu_hours_from']})"
     return line

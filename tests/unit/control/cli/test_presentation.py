@@ -95,7 +95,7 @@ def test_a_finished_run_keeps_its_numbers(tmp_path: Path, workspace: Path,
     assert again == totals and len(calls.read_text().splitlines()) == 1  # kept: not asked
     text = invoke("status", RUN, "--profile", profile).stdout.splitlines()[1]
     assert text == ("  tokens 140  elapsed 0:01:40  0.20 records/s  1.4 tokens/s (average)  "
-                    "GPU-hours 0.05")
+                    "GPU-hours 0.050")
 
 
 def test_gpu_hours_wait_until_accounting_has_every_shard(tmp_path: Path, workspace: Path,
