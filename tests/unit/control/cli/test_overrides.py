@@ -15,6 +15,12 @@ from tests.fakes import invoke
 FAKE = REPO / "examples" / "fake-server.toml"
 
 
+@pytest.fixture(autouse=True)
+def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plan without a cluster (partitions -p names do not exist on the testbed)."""
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+
+
 def planned(profile_file: Path, *flags: str) -> dict:
     result = invoke("plan", str(FAKE), "--profile", str(profile_file), "--json", *flags)
     assert result.exit_code == 0, result.output
