@@ -26,7 +26,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from agent_stdlib.contracts import ContainerSpec, Plan
 from control.errors import SynthbatchError
-from control.runs.doctor import SHARED_FS, _fs_type
+from control.runs.doctor import SHARED_FS, fs_type
 from control.slurm.renderer import PATH_DIRS
 from control.slurm.runner import Runner, run_command
 
@@ -85,7 +85,7 @@ class Sight:
             self._devices = {os.stat(_existing(self.workspace)).st_dev}
         above = _existing(path)
         return os.stat(above).st_dev in self._devices or \
-            _fs_type(above, self.mounts_file) in SHARED_FS
+            fs_type(above, self.mounts_file) in SHARED_FS
 
 
 def _existing(path: Path) -> Path:

@@ -272,7 +272,7 @@ def test_check_secrets_names_only(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/mounts")
 def test_fs_type_of_root() -> None:
-    assert checks._fs_type(Path("/")) is not None
+    assert checks.fs_type(Path("/")) is not None
 
 
 

@@ -281,14 +281,17 @@ def test_plan_flags_a_missing_script_and_exits_2(tmp_path: Path, profile_file: P
     assert "check failed" in data["stderr"]
 
 
-def fake_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeSlurm:
-    """The testbed's answers to submit's queries; sbatch is not expected."""
+def fake_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                 nodes: str = "node1|8|4096|gpu:4|idle\n") -> FakeSlurm:
+    """The testbed's answers to submit's queries (sbatch answers job 901)."""
     from control import api, bundle
 
     fake = FakeSlurm()
     fake.replies["scontrol"] = lambda args: (0, "MaxArraySize = 1001\n", "") \
-        if args[:2] == ["show", "config"] else (0, partition(), "")
-    fake.on("sinfo", stdout="node1|8|4096|gpu:4|idle\n")
+        if args[:2] == ["show", "config"] else (0, "", "") if args[0] == "release" \
+        else (0, partition(), "")
+    fake.on("sinfo", stdout=nodes)
+    fake.on("sbatch", stdout="901\n")
     monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=fake))
     agent = tmp_path / "agent.pyz"
     agent.write_bytes(b"not run")
@@ -307,6 +310,35 @@ def test_submit_refuses_what_plan_flags(tmp_path: Path, profile_file: Path,
                                     f"deployments[0].command[1]: script ")
     assert not (workspace / "runs").exists()  # nothing staged, nothing queued
     assert "sbatch" not in [call[0] for call in fake.calls]
+
+
+def test_submit_keeps_the_warnings_in_the_run(tmp_path: Path, profile_file: Path,
+                                              workspace: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_stdlib.contracts import RunRecord
+
+    fake_cluster(monkeypatch, tmp_path, nodes="node1|8|4096|gpu:4|drained\n")
+    path = run_file(tmp_path, "count = 3", "count = 3")
+    result = invoke("submit", str(path), "--profile", str(profile_file), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    expected = (f"{profile_file}: partition: the nodes that fit are not taking jobs now "
+                f"(node1 drained): the run waits")
+    assert data["warnings"] == [expected]
+    assert f"synthbatch: warning: {expected}" in result.stderr
+    record = RunRecord.from_dict(json.loads((workspace / "runs" / data["run_id"] /
+                                             "run.json").read_text()))
+    assert record.warnings == (expected,) and record.overrides == {}
+
+
+def test_an_old_run_json_without_warnings_still_reads() -> None:
+    from agent_stdlib.contracts import RunRecord
+
+    old = {"schema_version": 1, "run_id": "r-1", "name": "r", "created_at": 1.0,
+           "plan_sha256": "a" * 64, "agent_pyz": "agent-x.pyz", "agent_sha256": "b" * 64,
+           "backend": "slurm", "job_name": "synthbatch-r-1", "shard_count": 2}
+    record = RunRecord.from_dict(old)
+    assert record.warnings == () and record.overrides == {}
 
 
 def test_plan_text_separates_what_only_the_node_can_check(profile_file: Path) -> None:
