@@ -379,6 +379,11 @@ class RunRecord(Record):
     job_name: str
     shard_count: int
     schema_version: int = SCHEMA_VERSION
+    # What ``plan`` warned about at submit (login-node checks), and the command-line
+    # overrides of the profile (``-p/-A/-q/-t/--reservation``: field -> value). Both have
+    # defaults: run.json files written before they existed still read.
+    warnings: Tuple[str, ...] = ()
+    overrides: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

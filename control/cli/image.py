@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 
 import click
 
-from control.cli.common import common
+from control.cli.common import SuggestingGroup, common
 
 
 def _profile(profile: Optional[str]) -> Any:
@@ -51,7 +51,7 @@ def _text(entry: Any, data: Dict[str, Any]) -> str:
                      describe(entry.inspection, entry.kind))
 
 
-@click.group("image")
+@click.group("image", cls=SuggestingGroup)
 def image_group() -> None:
     """Register sealed container images (sha256 pinned at add)."""
 

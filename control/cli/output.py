@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 import re
 import sys
 import time
@@ -46,9 +47,37 @@ def emit_json(data: Dict[str, Any]) -> None:
     click.echo(text)
 
 
-def emit_text(text: str, err: bool = False) -> None:
-    """Human text on stdout (or stderr), made visible."""
-    click.echo(visible(text, KEEP), err=err)
+def emit_text(text: str, err: bool = False, colour: bool = False) -> None:
+    """Human text on stdout (or stderr), made visible; with ``colour``, run and shard
+    states coloured (``paint``) when the stream is a terminal and NO_COLOR is not set."""
+    shown_text = visible(text, KEEP)
+    if colour and use_colour(err):
+        click.echo(paint(shown_text), err=err, color=True)
+        return
+    click.echo(shown_text, err=err)
+
+
+# States as status, runs and wait print them -> their colour on a terminal.
+COLOURS = {"succeeded": "green", "running": "cyan", "pending": "yellow", "cancelling": "yellow",
+           "failed": "red", "lost": "red", "cancelled": "magenta", "unknown": "yellow"}
+STATE_WORD = re.compile(r"(?<![\w-])(" + "|".join(COLOURS) + r")(?![\w-])")
+
+
+def use_colour(err: bool = False) -> bool:
+    """True on a terminal, unless NO_COLOR is set (https://no-color.org) or TERM=dumb."""
+    stream = sys.stderr if err else sys.stdout
+    return stream.isatty() and not os.environ.get("NO_COLOR") and \
+        os.environ.get("TERM") != "dumb"
+
+
+def paint(text: str) -> str:
+    """``text`` (already made visible) with every state word in its colour."""
+    return STATE_WORD.sub(lambda m: click.style(m.group(1), fg=COLOURS[m.group(1)]), text)
+
+
+def fit_width(line: str, width: int) -> str:
+    """``line`` cut to ``width`` columns (with ``…``) so that a terminal never wraps it."""
+    return line if len(line) <= width else line[: max(1, width - 1)] + "…"
 
 
 class VisibleStream:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import click
 
-from control.cli.common import common
+from control.cli.common import SuggestingGroup, common
 from control.cli.output import emit_json, emit_text
 
 MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 
 
-@click.group("profile")
+@click.group("profile", cls=SuggestingGroup)
 def profile_group() -> None:
     """Create, check and show cluster profiles."""
 
@@ -92,13 +91,12 @@ def validate_cmd(profile: Optional[str], as_json: bool) -> Any:
 @profile_group.command("show")
 @common
 def show_cmd(profile: Optional[str]) -> Any:
-    """Print the resolved profile (every field, defaults filled in)."""
+    """Print the resolved profile as TOML (every field, defaults filled in): valid as a
+    profile file itself."""
     from control.config.profile import load_profile
+    from control.config.tomltext import toml_text
 
     prof, path = load_profile(profile)
     values = prof.model_dump(mode="json")
-    lines = [f"# {path}"] + [f"{key} = {json.dumps(value)}" for key, value in values.items()
-                             if not isinstance(value, dict)]
-    lines += [f"{key} = {json.dumps(value, sort_keys=True)}" for key, value in values.items()
-              if isinstance(value, dict)]
-    return {"data": {"path": str(path), "profile": values}, "text": "\n".join(lines)}
+    text = f"# {path} with every default filled in\n{toml_text(values)}"
+    return {"data": {"path": str(path), "profile": values}, "text": text.rstrip("\n")}

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, NamedTuple, Optional
 
 from control.config.document import read_document
-from control.config.rules import check_safe_path
+from control.config.rules import check_safe_path, unknown_field
 from control.errors import InvalidInput, NotFound
 from control.secrets import redact
 
@@ -117,7 +117,7 @@ def _check(data: Dict[str, Any], path: Path) -> WorkspaceProfile:
     timeout = _timeout(data)
     for key, value in data.items():
         if key not in FIELDS:
-            raise _Bad(key, "Extra inputs are not permitted", value)
+            raise _Bad(key, unknown_field(key, FIELDS), value)
     return WorkspaceProfile(path, str(workspace), slurm_bin, timeout)
 
 

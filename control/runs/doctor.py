@@ -46,7 +46,7 @@ class Check:
         return {"name": self.name, "status": self.status, "detail": self.detail}
 
 
-def _fs_type(path: Path, mounts_file: Path = Path("/proc/mounts")) -> Optional[str]:
+def fs_type(path: Path, mounts_file: Path = Path("/proc/mounts")) -> Optional[str]:
     """The filesystem type of the mount holding ``path`` (Linux), or None."""
     try:
         lines = mounts_file.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -86,7 +86,7 @@ def check_workspace(workspace: Path, mounts_file: Path = Path("/proc/mounts")) -
     if mode != 0o700:
         return Check("workspace", "fail", f"{workspace}: new directories get mode "
                                           f"{mode:o}, not 700")
-    fs = _fs_type(workspace, mounts_file)
+    fs = fs_type(workspace, mounts_file)
     if fs in SHARED_FS:
         return Check("workspace", "ok", f"{workspace}: writable, 0700 run dirs, shared ({fs})")
     return Check("workspace", "warn", f"{workspace}: writable, 0700 run dirs, but on a "

@@ -75,11 +75,49 @@ def test_show_prints_resolved_defaults() -> None:
     result = invoke("profile", "show", "--profile", str(TESTBED))
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == f"# {TESTBED}"
+    assert lines[0] == f"# {TESTBED} with every default filled in"
     assert 'partition = "debug"' in lines and "port_base = 20000" in lines
-    assert 'container = {"executable": null, "mounts": [], "runtime": "none"}' in lines
+    assert "[container]" in lines and 'runtime = "none"' in lines
+    assert "# account is not set" in lines  # was `account = null`: not TOML
     data = json.loads(invoke("profile", "show", "--profile", str(TESTBED), "--json").stdout)
     assert data["profile"]["gpus_per_node"] == 4 and data["path"] == str(TESTBED)
+
+
+HOSTILE = """schema_version = 1
+workspace = "/shared/ws"
+partition = "gpu"
+env_allow = ["HF_HOME", "VLLM_LOGGING_LEVEL"]
+secrets = ["HF_TOKEN"]
+[container]
+runtime = "apptainer"
+executable = "/opt/apptainer/bin/apptainer"
+mounts = [{ host = "/shared/models", container = "/models", read_only = true },
+          { host = "/scratch", container = "/scratch" }]
+[sbatch_options]
+exclusive = ""
+gres-flags = "enforce-binding"
+constraint = "a100&ib"
+comment = "team:llm/batch"
+"""
+
+
+@pytest.mark.parametrize("source", ["testbed", "pyxis", "hostile"])
+def test_show_prints_a_profile_that_reads_back_as_itself(tmp_path: Path, source: str) -> None:
+    from control.config.document import tomllib
+
+    path = {"testbed": TESTBED, "pyxis": REPO / "examples" / "profiles" / "pyxis.toml",
+            "hostile": tmp_path / "hostile.toml"}[source]
+    if source == "hostile":
+        path.write_text(HOSTILE)
+    shown = invoke("profile", "show", "--profile", str(path))
+    assert shown.exit_code == 0, shown.output
+    again = tmp_path / "again.toml"
+    again.write_text(shown.stdout)
+    original = load_model(path, Profile)
+    assert tomllib.loads(shown.stdout)  # valid TOML
+    assert load_model(again, Profile) == original  # and the same profile, every field
+    assert invoke("profile", "show", "--profile", str(again)).stdout.splitlines()[1:] == \
+        shown.stdout.splitlines()[1:]  # a fixed point
 
 
 # ----------------------------------------------------------------------------- validate
@@ -234,7 +272,7 @@ def test_check_secrets_names_only(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/mounts")
 def test_fs_type_of_root() -> None:
-    assert checks._fs_type(Path("/")) is not None
+    assert checks.fs_type(Path("/")) is not None
 
 
 

@@ -112,7 +112,8 @@ def test_valid_time_limits(tmp_path: Path, limit: str) -> None:
 def test_unknown_top_level_key_json(tmp_path: Path) -> None:
     data = run_data()
     data["recrods"] = 3
-    invalid(write_json(tmp_path, data), RunConfig, "recrods", "Extra inputs")
+    invalid(write_json(tmp_path, data), RunConfig, "recrods",
+            "unknown field (did you mean records?)")
 
 
 def test_unknown_top_level_key_toml(tmp_path: Path) -> None:

@@ -146,7 +146,7 @@ CASES = [
                   'a number, boolean, path, URL or variable name (value not shown); write '
                   '{ secret = "NAME" } and list NAME in the profile\'s secrets'),
     Case("unknown-secret-named-key-intact", "client.max_token",
-         put(["client", "max_token"], 24), fragment=": Extra inputs are not permitted"),
+         put(["client", "max_token"], 24), fragment=": unknown field (did you mean max_tokens?)"),
     Case("api-key-flag", "deployments[0].extra_args[0]",
          lambda d: vllm(d, extra_args=["--api-key", SK]), secret=SK,
          fragment="--api-key is set by synthbatch"),  # was "--api-key *** set"
