@@ -193,6 +193,18 @@ def test_make_plan_quickstart() -> None:
     assert plan.max_attempts == 3
 
 
+def test_a_local_profile_plans_the_local_launcher_on_one_machine() -> None:
+    local = profile(backend="local")
+    plan = make_plan(run_config(), local, RUN_ID, QUICKSTART.parent)
+    assert plan.runtime.launcher == "local" and plan.resources.nodes == 1
+    data = run_data()
+    data["deployments"][0].update(nodes=2, replicas=2)
+    assert make_plan(run_config(data), profile(), RUN_ID, QUICKSTART.parent).resources.nodes == 2
+    with pytest.raises(InvalidInput, match=r"deployments\[0\]\.nodes: 2 nodes: the local "
+                                           r"backend runs on one machine"):
+        make_plan(run_config(data), local, RUN_ID, QUICKSTART.parent)
+
+
 def test_profile_defaults_apply() -> None:
     data = run_data()
     del data["resources"]
