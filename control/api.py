@@ -11,19 +11,42 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
-from agent_stdlib.layout import RunLayout, runs_root
+from agent_stdlib.layout import RunLayout, job_name, runs_root
 from control.config.workspace import WorkspaceProfile, load_workspace_profile
 from control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
-from control.runs.store import load_run, run_layout
+from control.runs.store import load_run, run_backend, run_layout
 from control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:
+    from control.backends.local.scheduler import LocalScheduler
     from control.config.profile import Profile
 
+AnyProfile = Union["Profile", WorkspaceProfile]
 
-def scheduler_for(profile: Union[Profile, WorkspaceProfile]) -> Scheduler:
-    """The Slurm client configured by a profile."""
+
+def scheduler_for(profile: AnyProfile) -> Union[Scheduler, LocalScheduler]:
+    """The scheduler a profile names: the Slurm client, or the local backend's table."""
+    if profile.backend == "local":
+        from control.backends.local.scheduler import LocalScheduler, Settings
+
+        local = getattr(profile, "local", None)  # None: a read-only command's profile
+        settings = None if local is None else Settings(
+            gpus_per_node=profile.gpus_per_node,  # type: ignore[union-attr]
+            gpus=tuple(local.gpus) if local.gpus is not None else None,
+            max_concurrent=local.max_concurrent, kill_wait_s=local.kill_wait_s)
+        return LocalScheduler(profile.workspace, settings=settings)
     return Scheduler(slurm_bin=profile.slurm_bin, timeout_s=profile.scheduler_timeout_s)
+
+
+def _of_run(profile: AnyProfile, layout: RunLayout) -> AnyProfile:
+    """``profile`` with the backend the run was submitted to (the profile may have changed
+    since), so that its jobs are asked where they are."""
+    backend = run_backend(layout)
+    if backend is None or backend == profile.backend:
+        return profile
+    if isinstance(profile, WorkspaceProfile):
+        return profile._replace(backend=backend)
+    return profile.model_copy(update={"backend": backend})
 
 
 def _profile(profile: Optional[str]) -> Profile:
@@ -92,6 +115,16 @@ def submit(run_file: Path, profile: Optional[str] = None,
             "shards": len(plan.shards)}
 
 
+def _observed(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Dict[str, Any]:
+    """``observe`` plus ``backend``: which scheduler answered (and, for the local backend,
+    where each supervisor of the run is)."""
+    from control.runs.status import observe
+
+    data = observe(layout, sched)
+    data["backend"] = sched.describe(job_name(layout.root.name))
+    return data
+
+
 def status(run_id: str, profile: Optional[str] = None,
            scheduler: Optional[Scheduler] = None, auto_retry: bool = False) -> Dict[str, Any]:
     """Shards by state, records done, tokens, rate, ETA, failures with reasons and logs.
@@ -100,24 +133,26 @@ def status(run_id: str, profile: Optional[str] = None,
     ``max_attempts`` (as ``retry --auto``; skipped while another retry holds the lock) and
     adds what it submitted as ``retried``.
     """
-    from control.runs.status import observe, unreachable
+    from control.runs.status import unreachable
 
     prof, layout = _run(run_id, profile)
-    sched = scheduler or scheduler_for(prof)
-    data = observe(layout, sched)
+    sched = scheduler or scheduler_for(_of_run(prof, layout))
+    data = _observed(layout, sched)
     if not auto_retry or not data["counts"].get("failed") or unreachable(data):
         return data
     from control.errors import Conflict
     from control.runs.retry import retry_run
 
     try:
-        done = retry_run(layout, _profile(profile), sched, auto=True, lock_wait_s=0.0)
+        full = _of_run(_profile(profile), layout)  # submitting needs the whole profile
+        done = retry_run(layout, full, scheduler or scheduler_for(full), auto=True,
+                         lock_wait_s=0.0)
     except Conflict as err:
         return {**data, "retried": [], "notes": [*data["notes"], err.message]}
     notes = [done.selection.skipped[s] for s in sorted(done.selection.skipped)]
     if not done.submitted:
         return {**data, "retried": [], "notes": [*data["notes"], *notes]}
-    fresh = observe(layout, sched)
+    fresh = _observed(layout, sched)
     return {**fresh, "retried": [c.to_dict() for c in done.submitted],
             "notes": [*fresh["notes"], *notes]}
 
@@ -128,7 +163,8 @@ def cancel(run_id: str, shards: Sequence[int] = (), profile: Optional[str] = Non
     from control.runs.cancel import cancel_run
 
     prof, layout = _run(run_id, profile)
-    return cancel_run(layout, scheduler or scheduler_for(prof), list(shards), wait_s)
+    return cancel_run(layout, scheduler or scheduler_for(_of_run(prof, layout)), list(shards),
+                      wait_s)
 
 
 def logs(run_id: str, shard: Optional[int] = None, step: Optional[str] = None,
@@ -170,6 +206,7 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
 
     prof = _profile(profile)
     layout = run_layout(Path(prof.workspace), run_id)
+    prof = _of_run(prof, layout)  # type: ignore[assignment]
     sched = scheduler or scheduler_for(prof)
     seen = observe(layout, sched)
     error = unreachable(seen)

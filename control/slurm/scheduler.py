@@ -12,7 +12,7 @@ once, in ``control.slurm.runner``; every error for an unreachable cluster carrie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
 from control.errors import (
     SchedulerRejected,
@@ -183,6 +183,10 @@ class Scheduler:
     def partitions(self) -> List[Partition]:
         """``sinfo``: partitions, their availability and node states."""
         return self._parse(parse_sinfo, self.query("sinfo", "-h", "-o", SINFO_FORMAT))
+
+    def describe(self, job_name: str) -> Dict[str, Any]:
+        """``status``'s ``backend``: this is Slurm (no call is made)."""
+        return {"name": "slurm"}
 
     @staticmethod
     def _parse(parser: Callable[[str], T], result: CommandResult) -> T:
