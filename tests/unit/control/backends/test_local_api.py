@@ -4,6 +4,8 @@ status says so."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from agent_stdlib.layout import RunLayout
@@ -15,6 +17,7 @@ from control.config.profile import Profile
 from control.config.workspace import load_workspace_profile
 from control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
+from tests.fakes import RUN_ID, Shard, make_run
 
 LOCAL = REPO / "examples" / "profiles" / "local.toml"
 
@@ -56,3 +59,26 @@ def test_status_says_backend_local_and_where_the_supervisor_is() -> None:
     assert "supervisor pid 77 on ws1 (gone;" in backend_lines(gone)[0]
     assert backend_lines({**base, "backend": {"name": "slurm"}}) == []
     assert backend_lines(base) == []
+
+
+def test_status_of_a_local_run_imports_no_pydantic(tmp_path: Path, workspace: Path) -> None:
+    """As with Slurm (tests/unit/control/config/test_workspace.py): the local scheduler is
+    built from the stdlib profile reader and reads its table without the contracts."""
+    layout = make_run(workspace, [Shard("running")])
+    record = json.loads(layout.run_json.read_text())
+    layout.run_json.unlink()
+    layout.run_json.write_text(json.dumps({**record, "backend": "local"}))
+    profile = tmp_path / "local.toml"
+    profile.write_text(LOCAL.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                 json.dumps(str(workspace))))
+    code = ("import sys\nfrom control.cli.main import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pydantic'"
+            " or m == 'agent_stdlib.contracts'))")
+    out = subprocess.run([sys.executable, "-c", code, "status", RUN_ID, "--profile",
+                          str(profile), "--json"], capture_output=True, text=True, cwd=REPO,
+                         check=False)
+    printed, modules = out.stdout.strip().rsplit("\n", 1)
+    assert modules == "[]", out.stderr
+    status = json.loads(printed)  # its (empty) table answered, not Slurm
+    assert status["backend"]["name"] == "local" and status["scheduler_error"] is None
