@@ -33,6 +33,7 @@ from control.backends.local.jobs import (
     PENDING,
     RUNNING,
     Job,
+    Supervisor,
     Table,
     Task,
     supervisor_alive,
@@ -144,7 +145,7 @@ class LocalScheduler:
         job = self._job(job_id)
         if job is None:
             raise SchedulerRejected(f"local backend: release {job_id}: Invalid job id specified")
-        record = self.table.load_supervisor(job_id)
+        record = self._supervisor(job_id)
         if record is not None and (supervisor_alive(record) or not job.held):
             return  # running, or it ran (its tasks ended with it)
         self._spawn(job_id)
@@ -206,7 +207,7 @@ class LocalScheduler:
                 job = self._job(job_id)
                 if job is None:
                     continue
-                alive = supervisor_alive(table.load_supervisor(job_id))
+                alive = supervisor_alive(self._supervisor(job_id))
                 now, changed = time.time(), job
                 for task in job.tasks.values():
                     if task.ended or (tasks is not None and task.task not in tasks):
@@ -235,17 +236,19 @@ class LocalScheduler:
         except ValueError:
             return None
 
+    def _supervisor(self, job_id: str) -> Optional[Supervisor]:
+        try:
+            return self.table.load_supervisor(job_id)
+        except StateError as err:
+            raise SchedulerUnavailable(f"local backend: {err}") from err
+
     def _rows(self, ids: Sequence[str], accounting: bool) -> List[JobRow]:
         rows: List[JobRow] = []
-        table = self.table
         for job_id in ids:
             job = self._job(job_id)
             if job is None:
                 continue
-            try:
-                record = table.load_supervisor(job_id)
-            except StateError as err:
-                raise SchedulerUnavailable(f"local backend: {err}") from err
+            record = self._supervisor(job_id)
             alive = supervisor_alive(record)
             for task in sorted(job.tasks.values(), key=lambda t: t.task):
                 row = task_row(job, task, alive, record, accounting)

@@ -197,7 +197,12 @@ class JobSupervisor:
     def _chores(self, job: Job) -> None:
         now = time.time()
         if self.record is not None and now - self.record.heartbeat_at >= HEARTBEAT_S:
-            self.record = self.table.save_supervisor(replace(self.record, heartbeat_at=now))
+            try:
+                self.record = self.table.save_supervisor(replace(self.record,
+                                                                 heartbeat_at=now))
+            except OSError as err:  # a full disk: keep running the tasks; say so
+                say(f"cannot write the heartbeat: {err}")
+                self.record = replace(self.record, heartbeat_at=now)  # next try in 2 s
         if now - self.swept >= SWEEP_S:
             self.swept = now
             self._sweep(force=not any(t.state == RUNNING for t in job.tasks.values()))
