@@ -46,7 +46,8 @@ test-image:  ## sealed test image for charliecloud: rootfs/ + image.sqfs (~1 min
 client-dd:  ## client environment: data-designer 0.9.7 (NeMo Data Designer, ~800 MB, ~1 min)
 	scripts/client-env dd >/dev/null
 
-demo: install testbed serving-llamacpp  ## examples/quickstart.toml end to end: real text
+# scripts/demo starts the testbed itself, or (no root, no apt-get) runs on the local backend
+demo: install serving-llamacpp  ## examples/quickstart.toml end to end: real text
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
 
 # The fast suite waits more than it computes: 4 workers on 2 cores take it from ~56 s to ~25 s.

@@ -18,20 +18,22 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Union
 
-from agent_stdlib.layout import RunLayout
+from agent_stdlib.layout import RunLayout, job_name
 from control.config.workspace import WorkspaceProfile, load_workspace_profile
 from control.errors import InvalidInput, SchedulerUnavailable
 from control.runs.results import MergeResult, PlanResult, RunStatus, RunSummary
-from control.runs.store import latest_run_id, run_layout
+from control.runs.store import latest_run_id, run_backend, run_layout
 from control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:
+    from control.backends.local.scheduler import LocalScheduler
     from control.config.overrides import Overrides
     from control.config.profile import Profile
 
 PathLike = Union[str, "os.PathLike[str]"]
 ProfileRef = Union[str, "os.PathLike[str]", None]  # a name, a file, or None (the default)
 Show = Callable[[Dict[str, Any]], None]
+AnyProfile = Union["Profile", WorkspaceProfile]
 
 
 def profile_ref(profile: ProfileRef) -> Optional[str]:
@@ -42,9 +44,29 @@ def profile_ref(profile: ProfileRef) -> Optional[str]:
     return text if "/" in text or text.endswith((".toml", ".json")) else f"./{text}"
 
 
-def scheduler_for(profile: Union[Profile, WorkspaceProfile]) -> Scheduler:
-    """The Slurm client configured by a profile."""
+def scheduler_for(profile: AnyProfile) -> Union[Scheduler, LocalScheduler]:
+    """The scheduler a profile names: the Slurm client, or the local backend's table."""
+    if profile.backend == "local":
+        from control.backends.local.scheduler import LocalScheduler, Settings
+
+        local = getattr(profile, "local", None)  # None: a read-only command's profile
+        settings = None if local is None else Settings(
+            gpus_per_node=profile.gpus_per_node,  # type: ignore[union-attr]
+            gpus=tuple(local.gpus) if local.gpus is not None else None,
+            max_concurrent=local.max_concurrent, kill_wait_s=local.kill_wait_s)
+        return LocalScheduler(profile.workspace, settings=settings)
     return Scheduler(slurm_bin=profile.slurm_bin, timeout_s=profile.scheduler_timeout_s)
+
+
+def _of_run(profile: AnyProfile, layout: RunLayout) -> AnyProfile:
+    """``profile`` with the backend the run was submitted to (the profile may have changed
+    since), so that its jobs are asked where they are."""
+    backend = run_backend(layout)
+    if backend is None or backend == profile.backend:
+        return profile
+    if isinstance(profile, WorkspaceProfile):
+        return profile._replace(backend=backend)
+    return profile.model_copy(update={"backend": backend})
 
 
 def _profile(profile: ProfileRef) -> Profile:
@@ -174,8 +196,18 @@ def status(run_id: Optional[str] = None, profile: ProfileRef = None,
 def _status_data(run_id: Optional[str], profile: ProfileRef, scheduler: Optional[Scheduler],
                  auto_retry: bool) -> Dict[str, Any]:
     prof, layout = _run(run_id, profile)
-    sched = scheduler or scheduler_for(prof)
-    return _presented(layout, _observed(layout, profile, sched, auto_retry), sched)
+    sched = scheduler or scheduler_for(_of_run(prof, layout))
+    return _presented(layout, _observed(layout, profile, sched, auto_retry, scheduler), sched)
+
+
+def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Dict[str, Any]:
+    """``observe`` plus ``backend``: which scheduler answered (and, for the local backend,
+    where each supervisor of the run is)."""
+    from control.runs.status import observe
+
+    data = observe(layout, sched)
+    data["backend"] = sched.describe(job_name(layout.root.name))
+    return data
 
 
 def _presented(layout: RunLayout, data: Dict[str, Any], sched: Scheduler) -> Dict[str, Any]:
@@ -187,24 +219,28 @@ def _presented(layout: RunLayout, data: Dict[str, Any], sched: Scheduler) -> Dic
     return {**data, "blocked": blocked(data["shards"]), "totals": totals(layout, data, sched)}
 
 
-def _observed(layout: RunLayout, profile: ProfileRef, sched: Scheduler,
-              auto_retry: bool) -> Dict[str, Any]:
-    from control.runs.status import observe, unreachable
+def _observed(layout: RunLayout, profile: ProfileRef, sched: Scheduler, auto_retry: bool,
+              given: Optional[Scheduler] = None) -> Dict[str, Any]:
+    """One refresh; with ``auto_retry``, failed shards resubmitted (through ``given``, the
+    caller's scheduler, or one made from the whole profile: submitting needs all of it)."""
+    from control.runs.status import unreachable
 
-    data = observe(layout, sched)
+    data = _refresh(layout, sched)
     if not auto_retry or not data["counts"].get("failed") or unreachable(data):
         return data
     from control.errors import Conflict
     from control.runs.retry import retry_run
 
     try:
-        done = retry_run(layout, _profile(profile), sched, auto=True, lock_wait_s=0.0)
+        full = _of_run(_profile(profile), layout)  # submitting needs the whole profile
+        done = retry_run(layout, full, given or scheduler_for(full), auto=True,
+                         lock_wait_s=0.0)
     except Conflict as err:
         return {**data, "retried": [], "notes": [*data["notes"], err.message]}
     notes = [done.selection.skipped[s] for s in sorted(done.selection.skipped)]
     if not done.submitted:
         return {**data, "retried": [], "notes": [*data["notes"], *notes]}
-    fresh = observe(layout, sched)
+    fresh = _refresh(layout, sched)
     return {**fresh, "retried": [c.to_dict() for c in done.submitted],
             "notes": [*fresh["notes"], *notes]}
 
@@ -223,7 +259,7 @@ def wait(run_id: Optional[str] = None, profile: ProfileRef = None,
     from control.runs.watch import watch as watch_loop
 
     prof, layout = _run(run_id, profile)
-    sched = scheduler or scheduler_for(prof)
+    sched = scheduler or scheduler_for(_of_run(prof, layout))
     name = layout.root.name
     last = watch_loop(lambda: _status_data(name, profile, sched, False),
                       show or (lambda data: None), Backoff(base_s=interval_s),
@@ -237,7 +273,8 @@ def cancel(run_id: str, shards: Sequence[int] = (), profile: ProfileRef = None,
     from control.runs.cancel import cancel_run
 
     prof, layout = _run(run_id, profile)
-    return cancel_run(layout, scheduler or scheduler_for(prof), list(shards), wait_s)
+    return cancel_run(layout, scheduler or scheduler_for(_of_run(prof, layout)), list(shards),
+                      wait_s)
 
 
 def logs(run_id: Optional[str] = None, shard: Optional[int] = None,
@@ -280,6 +317,7 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
 
     prof = _profile(profile)
     layout = run_layout(Path(prof.workspace), run_id)
+    prof = _of_run(prof, layout)  # type: ignore[assignment]
     sched = scheduler or scheduler_for(prof)
     seen = observe(layout, sched)
     error = unreachable(seen)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from agent_stdlib.allocation.errors import LaunchError
-from agent_stdlib.allocation.steps import step_argv, step_env
+from agent_stdlib.allocation.steps import local_devices, step_argv, step_env
 from agent_stdlib.containers import (
     IMAGE_PYTHON,
     container_env,
@@ -123,8 +123,9 @@ def _step(plan: Plan, name: str, argv: Sequence[str], extra: Mapping[str, str],
                           "srun launcher")
     cmd = step_argv(plan.runtime, plan.resources, name, wrapped.argv, gpus,
                     relative=relative, flags=wrapped.srun_flags)
-    env = container_env(container, step_env(plan.runtime, ambient, extra), names)
-    return Launch(name=name, argv=tuple(cmd), env=env)
+    env = step_env(plan.runtime, ambient, extra)
+    env.update(local_devices(plan.runtime, ambient, gpus))
+    return Launch(name=name, argv=tuple(cmd), env=container_env(container, env, names))
 
 
 def server_name(dep: DeploymentSpec, replica: int) -> str:
@@ -135,13 +136,15 @@ def server_name(dep: DeploymentSpec, replica: int) -> str:
 def gpu_binder(plan: Plan, dep: DeploymentSpec, name: str, gpus: Sequence[int],
                agent_pyz: str) -> List[str]:
     """The ``serve`` role in front of a replica's command: ``python -I agent.pyz serve
-    --gpus I,J --replica NAME [--env-prefix P] --`` ([] without GPUs or without srun).
+    --gpus I,J --replica NAME [--env-prefix P] --`` ([] without GPUs). With the local
+    launcher it narrows the allocation's ``CUDA_VISIBLE_DEVICES`` (set by the local
+    backend) the same way it narrows a Slurm step's lists.
 
     It runs where the step's task runs: inside a pyxis image (``python3`` and the agent's
     path there), on the host in front of apptainer (which also needs the narrowed
     variables as ``APPTAINERENV_*``) and charliecloud.
     """
-    if plan.runtime.launcher != "srun" or dep.gpus_per_replica == 0:
+    if dep.gpus_per_replica == 0:
         return []
     if len(gpus) != dep.gpus_per_replica:
         raise LaunchError(f"{name}: the plan gives it GPUs {tuple(gpus)}, the deployment "

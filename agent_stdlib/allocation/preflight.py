@@ -492,8 +492,10 @@ def check_sites(ctx: Context, sites: Mapping[str, Sequence[Site]],
 
 def run_preflight(ctx: Context) -> Dict[str, List[Site]]:
     """Run every check in order; return each alias's replica sites. Raises PreflightError."""
-    if ctx.plan.runtime.launcher == "srun":
+    srun = ctx.plan.runtime.launcher == "srun"
+    if srun or ctx.ident.job_id:  # Slurm, or the local backend's supervisor
         check_identity(ctx)
+    if srun:
         check_nodes(ctx)
     check_gpus(ctx)
     check_python()

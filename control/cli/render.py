@@ -77,8 +77,32 @@ def blocked_lines(data: Status) -> List[str]:
     return lines
 
 
+def backend_lines(data: Status) -> List[str]:
+    """``backend local``: where the run's supervisors are and whether they still run."""
+    backend = data.get("backend") or {}
+    if backend.get("name") != "local":
+        return []
+    found = backend.get("supervisors", [])
+    lines = []
+    for item in [i for i in found if i.get("alive")] or found[-1:]:  # else the latest
+        where = f"pid {item.get('pid', '?')} on {item.get('host', '?')}"
+        if item.get("problem"):
+            state = item["problem"]
+        elif item.get("alive"):
+            state = f"running, heartbeat {item.get('heartbeat_age_s', 0):g} s ago"
+        elif item.get("stopped"):
+            state = "stopped: its tasks ended"
+        elif item.get("alive") is None:
+            state, where = "not started", "-"
+        else:
+            state = "gone"
+        lines.append(f"  backend local: job {item['job_id']} supervisor {where} ({state}; "
+                     f"log {item.get('log', '?')})")
+    return lines or ["  backend local"]
+
+
 def _notes(data: Status) -> List[str]:
-    lines = blocked_lines(data)
+    lines = backend_lines(data) + blocked_lines(data)
     if data.get("accounting") is False:
         lines.append("  accounting is disabled on this cluster: using squeue and the agent's "
                      "records only")

@@ -153,6 +153,11 @@ def _placement(run: RunConfig, profile: Profile) -> Placement:
                     gpu_field="gpus" if d.gpus is not None or d.engine not in PARALLEL
                     else "tensor_parallel")
               for d in run.deployments]
+    if profile.backend == "local":
+        for index, dep in enumerate(run.deployments):
+            if dep.nodes > 1:
+                raise PlanError(f"deployments[{index}].nodes", f"{dep.nodes} nodes: the local "
+                                                               "backend runs on one machine")
     try:
         return place(shapes, profile.gpus_per_node, profile.port_base)
     except PlacementError as err:
@@ -197,7 +202,7 @@ def _runtime(placement: Placement, profile: Profile, resources: ResourceSpec) ->
         raise PlanError("resources.mem_mb", f"{resources.mem_mb} MB is too little for "
                                             f"{steps} concurrent steps")
     return RuntimeSpec(
-        launcher="srun",
+        launcher="local" if profile.backend == "local" else "srun",
         python=profile.python,
         port_base=profile.port_base,
         env_allow=tuple(profile.env_allow),

@@ -122,6 +122,9 @@ def plan_summary(plan: Plan, plan_sha256: str, gpus_per_node: Optional[int] = No
         f"retries: {plan.max_attempts} attempts per shard, resume {plan.resume}; output "
         f"{plan.output_format}",
         *_resources(plan.resources),
+        *(["backend local: no Slurm; each shard runs on this machine (the batch script below "
+           "as it is; partition, account, cpus and memory are not enforced)"]
+          if plan.runtime.launcher == "local" else []),
         f"total: up to {len(plan.shards)} allocations x {plan.resources.nodes} node(s) x "
         f"{plan.resources.gpus} GPU(s)",
         *_layout(plan, gpus_per_node),

@@ -68,6 +68,17 @@ def load_run(layout: RunLayout) -> Optional[RunRecord]:
     return load_record(layout.run_json, RunRecord)
 
 
+def run_backend(layout: RunLayout) -> Optional[str]:
+    """The backend ``run.json`` names (``slurm``/``local``); None before the run committed
+    or when the record cannot say (without the contract classes: status reads it)."""
+    try:
+        data = _json_object(str(layout.run_json))
+    except StateError:
+        return None
+    backend = (data or {}).get("backend")
+    return backend if isinstance(backend, str) else None
+
+
 def load_plan(layout: RunLayout) -> Plan:
     """The run's plan; NotFound if missing."""
     from agent_stdlib.contracts import Plan

@@ -12,7 +12,7 @@ once, in ``control.slurm.runner``; every error for an unreachable cluster carrie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
 from control.errors import (
     SchedulerRejected,
@@ -222,6 +222,10 @@ class Scheduler:
             return []
         result = self._sacct("-X", "-D", "-j", ",".join(job_ids), f"--format={USAGE_FORMAT}")
         return None if result is None else self._parse(parse_usage, result)
+
+    def describe(self, job_name: str) -> Dict[str, Any]:
+        """``status``'s ``backend``: this is Slurm (no call is made)."""
+        return {"name": "slurm"}
 
     @staticmethod
     def _parse(parser: Callable[[str], T], result: CommandResult) -> T:

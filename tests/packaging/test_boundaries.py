@@ -7,7 +7,7 @@
 * the control plane imports only the shared top-level modules of ``agent_stdlib``, never
   the allocation, proxy, client or engine roles;
 * no module imports one above its layer (control: errors/secrets/bundle < config < images <
-  planning, slurm < runs < api < cli; planning and slurm never import each other; the
+  planning, slurm < backends < runs < api < cli; planning and slurm never import each other; the
   agent's shared modules never import its roles, the roles never import each other; the
   proxy's modules run config/http/loop < route < exchange < client/upstream < core < main);
 * ``control/planning`` does no I/O: no file, process, socket, clock or randomness calls;
@@ -28,10 +28,10 @@ from tests.conftest import REPO
 CLIENT_ENV_MODULE = "agent_stdlib.client.data_designer"
 CLIENT_ENV_PACKAGES = {"data_designer", "pandas", "pyarrow", "tiktoken"}
 SHARED = {"arrays", "attempts", "candidate", "containers", "contracts", "errors", "imagedigest",
-          "layout", "publish", "resume", "statefile", "states", "text"}
+          "layout", "localjob", "publish", "resume", "statefile", "states", "text"}
 ROLES = ("allocation", "proxy", "client", "engines")
 CONTROL_LAYERS = {"errors": 0, "secrets": 0, "bundle": 0, "config": 1, "images": 2, "planning": 3,
-                  "slurm": 3, "runs": 4, "api": 5, "cli": 6}
+                  "slurm": 3, "backends": 4, "runs": 5, "api": 6, "cli": 7}
 PROXY_LAYERS = {"config": 0, "http": 0, "loop": 0, "route": 1, "exchange": 2, "client": 3,
                 "upstream": 3, "core": 4, "main": 5}
 # Names whose use in control/planning would be I/O (or a clock or randomness).

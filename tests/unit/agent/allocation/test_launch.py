@@ -17,6 +17,7 @@ from agent_stdlib.allocation.launch import (
     fill_placeholders,
     server_launch,
 )
+from agent_stdlib.allocation.serve import narrow
 from agent_stdlib.contracts import (
     CommandClientSpec,
     ContainerSpec,
@@ -62,8 +63,10 @@ def dump(launch: Launch) -> str:
                        "env": dict(sorted(launch.env.items()))}, indent=2) + "\n"
 
 
-def server(plan: Plan, replica: int, site: Site) -> Launch:
-    return server_launch(plan, plan.deployments[0], replica, site, AGENT, AMBIENT)
+def server(plan: Plan, replica: int, site: Site,
+           ambient: Optional[Dict[str, str]] = None) -> Launch:
+    return server_launch(plan, plan.deployments[0], replica, site, AGENT,
+                         AMBIENT if ambient is None else ambient)
 
 
 VLLM = ("vllm", "serve", "/models/llama", "--host", "{host}", "--port", "{port}")
@@ -217,10 +220,12 @@ def test_pyxis_refuses_the_local_launcher() -> None:
     plan = srun_plan(container=PYXIS)
     local = plan.replace(runtime=dataclasses.replace(plan.runtime, launcher="local"))
     with pytest.raises(LaunchError, match="a pyxis image needs the srun launcher"):
-        server(local, 0, Site(0, "127.0.0.1", 20000))
+        server(local, 0, Site(0, "127.0.0.1", 20000, gpus=(0, 1)))
     apptainer = srun_plan(container=APPTAINER)
-    argv = server(apptainer.replace(runtime=local.runtime), 0, Site(0, "127.0.0.1", 1)).argv
-    assert argv[:2] == ("apptainer", "exec")  # no srun: the wrapper runs as it is
+    argv = server(apptainer.replace(runtime=local.runtime), 0,
+                  Site(0, "127.0.0.1", 1, gpus=(0, 1))).argv
+    binder, rest = split_task(("--",) + argv)  # no srun: the binder runs in front, on host
+    assert binder[3:6] == ("serve", "--gpus", "0,1") and rest[:2] == ("apptainer", "exec")
 
 
 # ----------------------------------------------------------------------------- GPU binding
@@ -284,15 +289,35 @@ def test_the_binder_runs_where_the_task_runs(container: Optional[ContainerSpec],
     assert bool(pyxis_flags) == (container is PYXIS)  # pyxis: the whole task is in the image
 
 
-def test_no_binder_without_gpus_or_without_srun() -> None:
+def test_no_binder_without_gpus() -> None:
     plan = one_node_plan("gres", 2)
     cpu = plan.replace(deployments=(dataclasses.replace(plan.deployments[0],
                                                          gpus_per_replica=0),))
     argv = server(cpu, 0, Site(0, "127.0.0.1", 24000)).argv
     assert "--gres=none" in argv and split_task(argv)[0] == ()
-    local = one_node_plan("gres", 2, launcher="local")
-    assert server(local, 0, replica_sites(2)[0]).argv == (
-        "serve", "--host", "127.0.0.1", "--port", "24000")
+    local_cpu = cpu.replace(runtime=dataclasses.replace(cpu.runtime, launcher="local"))
+    launch = server(local_cpu, 0, Site(0, "127.0.0.1", 24000),
+                    ambient={"CUDA_VISIBLE_DEVICES": "2,3", "PATH": "/bin"})
+    assert launch.argv == ("serve", "--host", "127.0.0.1", "--port", "24000")
+    assert launch.env["CUDA_VISIBLE_DEVICES"] == ""  # a step without GPUs sees none
+
+
+@pytest.mark.parametrize("per_replica", [1, 2, 4])
+def test_local_replicas_are_bound_to_their_gpus_of_the_allocation(per_replica: int) -> None:
+    # The local backend gives the allocation CUDA_VISIBLE_DEVICES (here the machine's GPUs
+    # 4-7); each replica's binder narrows it to the plan's positions, as on Slurm.
+    plan = one_node_plan("gres", per_replica, launcher="local")
+    ambient = {"CUDA_VISIBLE_DEVICES": "4,5,6,7", "PATH": "/bin"}
+    for replica, site in enumerate(replica_sites(per_replica)):
+        launch = server(plan, replica, site, ambient=ambient)
+        binder, engine = split_task(("--",) + launch.argv)
+        gpus = ",".join(str(g) for g in site.gpus)
+        assert binder == ("/usr/bin/python3", "-I", AGENT, "serve", "--gpus", gpus,
+                          "--replica", f"server-tiny-{replica}", "--")
+        assert engine == ("serve", "--host", "127.0.0.1", "--port", str(site.port))
+        assert launch.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"  # the binder narrows it
+        narrowed = narrow(launch.env, site.gpus).env["CUDA_VISIBLE_DEVICES"]
+        assert narrowed == ",".join(str(4 + g) for g in site.gpus)
 
 
 def test_a_site_without_the_replicas_gpus_is_refused() -> None:

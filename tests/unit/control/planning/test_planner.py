@@ -20,6 +20,7 @@ from control.images import registry
 from control.planning.arrays import array_chunks
 from control.planning.placement import PlacementError, Shape, place, spread
 from control.planning.planner import make_plan, resolve_command, split_records
+from control.planning.summary import plan_summary
 from control.runs.plan import dry_run
 from control.slurm.directives import apply_directives
 from control.slurm.parsers import parse_max_array_size
@@ -191,6 +192,21 @@ def test_make_plan_quickstart() -> None:
     assert plan.runtime.launcher == "srun"
     assert plan.client.model == "tiny"
     assert plan.max_attempts == 3
+
+
+def test_a_local_profile_plans_the_local_launcher_on_one_machine() -> None:
+    local = profile(backend="local")
+    plan = make_plan(run_config(), local, RUN_ID, QUICKSTART.parent)
+    assert plan.runtime.launcher == "local" and plan.resources.nodes == 1
+    assert "backend local: no Slurm" in plan_summary(plan, "0" * 64)
+    assert "backend local" not in plan_summary(
+        make_plan(run_config(), profile(), RUN_ID, QUICKSTART.parent), "0" * 64)
+    data = run_data()
+    data["deployments"][0].update(nodes=2, replicas=2)
+    assert make_plan(run_config(data), profile(), RUN_ID, QUICKSTART.parent).resources.nodes == 2
+    with pytest.raises(InvalidInput, match=r"deployments\[0\]\.nodes: 2 nodes: the local "
+                                           r"backend runs on one machine"):
+        make_plan(run_config(data), local, RUN_ID, QUICKSTART.parent)
 
 
 def test_profile_defaults_apply() -> None:
