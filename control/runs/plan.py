@@ -27,7 +27,7 @@ from control.errors import SchedulerUnavailable
 from control.images import registry
 from control.planning.planner import config_path, make_plan
 from control.planning.summary import plan_summary
-from control.runs.checks import DeploymentInputs, Finding, Sight, check_plan_paths
+from control.runs.checks import ERROR, OK, DeploymentInputs, Finding, Sight, check_plan_paths
 from control.runs.ddcheck import check_on_login_node
 from control.runs.fit import Origins, check_fit
 from control.runs.store import new_run_id
@@ -137,8 +137,34 @@ def login_checks(resolved: Resolved, scheduler: Scheduler,
                              Sight(Path(prof.workspace)),
                              os.environ if environ is None else environ, runner,
                              files=(str(resolved.run_file), str(resolved.profile_path)))
+    if prof.backend == "local":
+        return found + local_fit(resolved)
     return found + check_fit(resolved.plan.resources, scheduler, origins(resolved),
                              unavailable)
+
+
+def local_fit(resolved: Resolved) -> List[Finding]:
+    """The local backend's "partition" is this machine: an allocation needs its GPUs (the
+    backend enforces no CPU or memory limits, so those cannot fail to fit)."""
+    from control.backends.local.gpus import detect, gpu_pool
+
+    prof, res = resolved.profile, resolved.plan.resources
+    local = prof.local
+    try:
+        pool = gpu_pool(tuple(local.gpus) if local.gpus is not None else None,
+                        prof.gpus_per_node, detect())
+    except ValueError as err:
+        return [Finding(ERROR, f"{resolved.profile_path}: local.gpus", str(err))]
+    if res.gpus > len(pool):
+        return [Finding(ERROR, origins(resolved).gpus,
+                        f"{res.gpus} GPUs per allocation, but this machine's local backend "
+                        f"has {len(pool)} ({','.join(pool) or 'none'})")]
+    if res.nodes > 1:
+        return [Finding(ERROR, origins(resolved).nodes,
+                        f"{res.nodes} nodes per allocation, but the local backend runs on "
+                        "this machine only")]
+    return [Finding(OK, "local backend", f"fits this machine: {res.gpus} of {len(pool)} "
+                                         "GPUs per allocation")]
 
 
 def preview_script(resolved: Resolved) -> str:

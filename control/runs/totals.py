@@ -63,7 +63,7 @@ def gpu_hours(scheduler: Scheduler, job_ids: List[str],
             continue
         seen.update([job] if tasks is None else [f"{job}_{t}" for t in tasks])
     used = sum(row.elapsed_s * row.gpus for row in rows) / 3600.0
-    return {"gpu_hours": round(used, 4), "gpu_hours_from": "accounting (sacct)",
+    return {"gpu_hours": round(used, 4), "gpu_hours_from": scheduler.USAGE_FROM,
             "complete": all(job in seen for job in shard_jobs)}
 
 

@@ -12,7 +12,7 @@ once, in ``control.slurm.runner``; every error for an unreachable cluster carrie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, TypeVar
 
 from control.errors import (
     SchedulerRejected,
@@ -93,6 +93,7 @@ class Scheduler:
 
     slurm_bin: Optional[str] = None
     timeout_s: float = 30.0
+    USAGE_FROM: ClassVar[str] = "accounting (sacct)"  # where ``usage`` comes from
     runner: Runner = field(default=run_command)
 
     def _run(self, name: str, *args: str) -> CommandResult:

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
 
 from agent_stdlib.arrays import array_job_id
 from agent_stdlib.statefile import StateError, ensure_dir, write_json_atomic
@@ -41,7 +41,7 @@ from control.backends.local.jobs import (
     workspace_root,
 )
 from control.errors import SchedulerRejected, SchedulerUnavailable
-from control.slurm.parsers import JobRow, Partition
+from control.slurm.parsers import JobRow, JobUsage, Partition
 
 FIRST_IDS = 900_000  # first job ids of a new workspace: random below this (port blocks)
 START_TIMEOUT_S = 30.0
@@ -84,6 +84,7 @@ class LocalScheduler:
 
     workspace: str
     settings: Optional[Settings] = None
+    USAGE_FROM: ClassVar[str] = "the local backend's job table"  # where ``usage`` comes from
     python: str = sys.executable  # runs the supervisors
     start_timeout_s: float = START_TIMEOUT_S
 
@@ -284,6 +285,24 @@ class LocalScheduler:
     def max_array_size(self) -> Optional[int]:
         """No limit: a run is one array."""
         return None
+
+    def usage(self, job_ids: Sequence[str]) -> Optional[List[JobUsage]]:
+        """What ``sacct -D`` would say each task of ``job_ids`` used: its elapsed seconds
+        (start to end, or to now while it runs) and the GPUs it held. A requeued task's
+        earlier executions are not kept apart (the table holds one start per task)."""
+        now = time.time()
+        found: List[JobUsage] = []
+        for job_id in sorted({array_job_id(j) for j in job_ids if array_job_id(j).isdigit()},
+                             key=int):
+            job = self._job(job_id)
+            for task in sorted(job.tasks.values(), key=lambda t: t.task) if job else []:
+                if task.started_at is None:
+                    continue
+                end = task.ended_at if task.ended_at is not None else now
+                found.append(JobUsage(job_id=f"{job_id}_{task.task}",
+                                      elapsed_s=int(max(0.0, end - task.started_at)),
+                                      gpus=len(task.gpus)))
+        return found
 
     def partitions(self) -> List[Partition]:
         """This machine, as one partition."""

@@ -125,6 +125,17 @@ def test_a_held_job_runs_its_script_per_task_once_released(local, tmp_path):
     assert local.table.load_supervisor(job_id).pid == view["pid"]
 
 
+def test_usage_is_each_task_s_elapsed_time_and_gpus(local, tmp_path):
+    script = write_script(tmp_path, "sleep 1", gres="gpu:1")
+    job_id = run(local, script, [0, 1])
+    wait_rows(local, job_id, ended)
+    used = {u.job_id: u for u in local.usage([job_id])}
+    assert sorted(used) == [f"{job_id}_0", f"{job_id}_1"]
+    assert all(u.gpus == 1 and 1 <= u.elapsed_s <= 30 for u in used.values())
+    assert local.usage(["424242"]) == []  # a job the table does not hold
+    wait_stopped(local, job_id)
+
+
 def test_submit_refuses_what_this_machine_cannot_run(local, tmp_path):
     with pytest.raises(SchedulerRejected, match="asks for 2 nodes; it runs on this machine"):
         local.submit_held_array(str(write_script(tmp_path, "true", nodes="2")), [0], 0, NAME)
