@@ -11,8 +11,11 @@ Every exit path (failure, signal, time limit, requeue) goes through ``_finish``,
 owner of cleanup. SIGUSR1 stops generation gracefully, keeps partial output and requeues
 the job while ``--max-requeues`` allows; SIGTERM from a requeue leaves the attempt
 ``running`` for the next execution; SIGTERM at a time limit fails it; any other SIGTERM
-cancels it. The scheduler is Slurm (``srun`` launcher) or the local backend's supervisor
-(``local`` launcher, ``agent_stdlib/localjob.py``); ``slurmjob`` answers for both.
+cancels it. A cancellation or a time limit is recorded before cleanup (the client gets a
+second to save): Slurm SIGKILLs the job ``KillWait`` after that SIGTERM, which a graceful
+stop of several servers can outlast. The scheduler is Slurm (``srun`` launcher) or the
+local backend's supervisor (``local`` launcher, ``agent_stdlib/localjob.py``); ``slurmjob``
+answers for both.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from agent_stdlib.publish import complete_winner, publish_result
 from agent_stdlib.statefile import ensure_dir
 
 POLL_S = 0.2
+RECORD_FIRST_WAIT_S = 1.0  # how long a cancelled client may save before the outcome is recorded
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,9 @@ class Outcome:
     state: Optional[str]
     reason: Optional[str] = None
     requeue: bool = False  # the agent asks Slurm to requeue the job after cleanup
+    # recorded before cleanup: Slurm SIGKILLs the whole job KillWait after this SIGTERM
+    # (30 s by default, often less), which a graceful stop can outlast
+    record_first: bool = False
 
 
 @dataclass
@@ -230,8 +237,8 @@ class Allocation:
         if cause == slurmjob.REQUEUED:
             return Outcome(None, f"{err}: requeued by the scheduler")
         if cause == slurmjob.TIME_LIMIT:
-            return Outcome(states.FAILED, f"{err}: time limit reached")
-        return Outcome(states.CANCELLED, str(err))
+            return Outcome(states.FAILED, f"{err}: time limit reached", record_first=True)
+        return Outcome(states.CANCELLED, str(err), record_first=True)
 
     def _stop_client_gracefully(self) -> None:
         """Ask the client to stop and save its records (SIGUSR1), bounded by the grace."""
@@ -239,17 +246,33 @@ class Allocation:
         if client is None or client.exit_code() is not None:
             return
         self.supervisor.interrupt(client, signal.SIGUSR1)
-        deadline = time.monotonic() + self.inv.plan.runtime.grace_s
-        while client.exit_code() is None and time.monotonic() < deadline \
-                and not self.signals.urgent:
+        self._wait_client(self.inv.plan.runtime.grace_s)
+
+    def _wait_client(self, budget_s: float) -> None:
+        """Wait up to ``budget_s`` for the client to exit (not past an urgent signal)."""
+        client = self.client
+        deadline = time.monotonic() + budget_s
+        while client is not None and client.exit_code() is None \
+                and time.monotonic() < deadline and not self.signals.urgent:
             time.sleep(0.05)
 
     # ------------------------------------------------------------------ the one exit path
 
     def _finish(self, outcome: Outcome) -> int:
         self.signals.defer()
+        if not (outcome.record_first and outcome.state is not None):
+            if self.execution:
+                self._cleanup(outcome.reason)
+            return self._record(outcome)
+        # the client got Slurm's SIGTERM too: let it save, briefly, then record, then stop
+        self._wait_client(min(self.inv.plan.runtime.grace_s, RECORD_FIRST_WAIT_S))
+        status = self._record(outcome)
         if self.execution:
             self._cleanup(outcome.reason)
+        return status
+
+    def _record(self, outcome: Outcome) -> int:
+        """Write the attempt's outcome (and winner); return the agent's exit status."""
         partial = self._partial() if outcome.state != states.SUCCEEDED else None
         if partial and outcome.reason:
             total = self.inv.plan.shard(self.inv.shard).num_records

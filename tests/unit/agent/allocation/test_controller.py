@@ -147,6 +147,35 @@ def test_sigterm_cancels_cleans_up_and_records_cancelled(tmp_path, agent_pyz, py
     assert not processes_mentioning(*ours)
 
 
+STUBBORN = ("import signal, subprocess, sys, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "subprocess.run(sys.argv[1:])\n"
+            "time.sleep(60)\n")  # serves through its child, then outlives SIGTERM
+
+
+def test_a_cancellation_is_recorded_before_a_slow_cleanup(tmp_path, agent_pyz, python_exe):
+    # Slurm SIGKILLs the job KillWait after its SIGTERM (5 s on the testbed, 30 s by
+    # default); stopping a server that outlives SIGTERM (the urgent grace, then SIGKILL and
+    # the confirmation that every step is gone) must not keep the outcome unwritten: the
+    # agent was SIGKILLed first under load in CI and status said 'cancelled outside
+    # synthbatch' (before: the attempt was recorded only once readiness was 'stopped')
+    command = [python_exe, "-c", STUBBORN, *_server(python_exe, "--token-latency", "0.5")]
+    args = stage(tmp_path / "run", local_plan(python_exe, command, records=6))
+    paths = RunLayout(tmp_path / "run").attempt(0, 1)
+    proc = _allocation(python_exe, agent_pyz, args)
+    _wait_readiness(paths.readiness_json, "ready", proc)
+    proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while load_attempt(paths.attempt_json).state == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    attempt, stopping = load_attempt(paths.attempt_json), load_readiness(paths.readiness_json)
+    _, err = proc.communicate(timeout=60)
+    assert attempt.state == "cancelled" and "SIGTERM" in attempt.reason, err
+    assert stopping.state == "stopping"  # recorded while the server was still stopping
+    assert load_readiness(paths.readiness_json).state == "stopped"
+    assert proc.returncode == 1 and not processes_mentioning(STUBBORN.splitlines()[0])
+
+
 def test_wrong_plan_digest_is_refused_before_anything_starts(tmp_path, agent_pyz, python_exe):
     plan = local_plan(python_exe, _server(python_exe))
     args = stage(tmp_path / "run", plan)
