@@ -111,7 +111,7 @@ def submit_child(shards: int, max_array: int, work: Path) -> Dict[str, Any]:
     if max_array:
         scheduler.max_array_size = lambda: max_array  # type: ignore[method-assign]
     warm = api.submit(run, str(profile), scheduler)  # builds and caches the agent bundle
-    _cancel(warm["job_ids"])
+    _cancel(warm.job_ids)
     calls.clear()
     counts, times = counters(), phase_timer()
     started = time.perf_counter()
@@ -120,8 +120,8 @@ def submit_child(shards: int, max_array: int, work: Path) -> Dict[str, Any]:
     finally:
         _cancel_named(work)
     wall = time.perf_counter() - started
-    _cancel(result["job_ids"])
-    return {"shards": shards, "arrays": len(result["job_ids"]), "wall_s": wall,
+    _cancel(result.job_ids)
+    return {"shards": shards, "arrays": len(result.job_ids), "wall_s": wall,
             "phases": times, "syncs": counts,
             "slurm_calls": {c: calls.count(c) for c in sorted(set(calls))},
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

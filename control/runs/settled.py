@@ -29,7 +29,8 @@ its attempt survives it. A missing index is built by the next status; a damaged 
 one of another run or run directory) is ignored, named in the notes and rebuilt.
 
 Format: one compact JSON header line (the fields above, and the rows as columns: shard,
-state code, attempt, job id, records, records done, tokens, and any other field of a row
+state code, attempt, job id, records, records done, tokens, records the client gave up
+on (``record_failures``), and any other field of a row
 that is not its default, such as a reason or log path), then each row as status prints it
 (``json.dumps(row, sort_keys=True)``, one a line, so ``status --json`` writes them as they
 are), then ``#sha256=<digest of everything before it>``.
@@ -54,12 +55,12 @@ from agent_stdlib.statefile import StateError, ensure_dir, write_bytes_atomic
 from control.errors import Conflict
 from control.runs.store import read_limited
 
-SCHEMA = 1
+SCHEMA = 2  # 2: the record_failures column (an index of schema 1 is rebuilt)
 MAX_INDEX = 1 << 30
 DIGEST = b"#sha256="
 STATE_CODES = {"succeeded": "s", "failed": "f", "cancelled": "c", "lost": "l"}
 CODE_STATES = {code: state for state, code in STATE_CODES.items()}
-COLUMNS = ("attempt", "job_id", "records", "records_done", "tokens")
+COLUMNS = ("attempt", "job_id", "records", "records_done", "tokens", "record_failures")
 LOCK_WAIT_S = 30.0  # an invalidator waits this long; status never waits
 LOCK_TRIES = 3  # status: non-blocking tries, LOCK_POLL_S apart, then it writes nothing
 LOCK_POLL_S = 0.02
@@ -98,6 +99,7 @@ class Index:
     plan_identity: Optional[Identity] = None
     run_id: Optional[str] = None
     root: Optional[str] = None  # the run directory the rows were read in (log paths)
+    ended_at: float = 0.0  # latest ``updated_at`` of the rows' attempts (0: none known)
     shards: List[int] = field(default_factory=list)
     codes: str = ""
     columns: Dict[str, List[Any]] = field(default_factory=lambda: {c: [] for c in COLUMNS})
@@ -128,10 +130,11 @@ class Index:
             return [self.row(p) for p in positions]
         shards, codes, cols = self.shards, self.codes, self.columns
         attempt, job, records = cols["attempt"], cols["job_id"], cols["records"]
-        done, tokens = cols["records_done"], cols["tokens"]
+        done, tokens, failed = cols["records_done"], cols["tokens"], cols["record_failures"]
         rows = [{"index": shards[p], "state": CODE_STATES[codes[p]], "reason": None,
                  "attempt": attempt[p], "job_id": job[p], "records": records[p],
-                 "records_done": done[p], "tokens": tokens[p]} for p in positions]
+                 "records_done": done[p], "tokens": tokens[p], "record_failures": failed[p]}
+                for p in positions]
         if codes.count("s") != len(codes):
             for row in rows:
                 if row["state"] != "succeeded":
@@ -165,7 +168,7 @@ def decode(raw: bytes) -> Index:
     lines = body.decode("utf-8").split("\n")
     data = json.loads(lines[0])
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA:
-        raise ValueError("not a schema_version 1 settled index")
+        raise ValueError(f"not a schema_version {SCHEMA} settled index")
     run_id, root = data.get("run_id"), data.get("root")
     lineage, generation = data.get("lineage"), data.get("generation")
     if not isinstance(run_id, str) or not isinstance(root, str) or \
@@ -195,13 +198,17 @@ def decode(raw: bytes) -> Index:
     if not isinstance(invalidated, dict) or not all(
             k.isdigit() and type(v) is int for k, v in invalidated.items()):
         raise ValueError("'invalidated' is not a shard -> generation map")
+    ended = data.get("ended_at")
+    if type(ended) not in (int, float):
+        raise ValueError("'ended_at' is not a number")
     plan, plan_identity = data.get("plan"), data.get("plan_identity")
     if plan is not None and (not isinstance(plan, dict) or not isinstance(plan_identity, list)):
         raise ValueError("'plan' is malformed")
     return Index(lineage, generation, frozenset(_ints(data.get("pending"), "pending")),
                  {int(k): v for k, v in invalidated.items()}, plan,
                  tuple(plan_identity) if plan is not None else None, run_id, root,
-                 shards, codes, columns, {int(k): v for k, v in extra.items()}, texts, raw)
+                 float(ended), shards, codes, columns,
+                 {int(k): v for k, v in extra.items()}, texts, raw)
 
 
 def load(layout: RunLayout) -> Index:
@@ -251,6 +258,7 @@ def encode(index: Index, layout: RunLayout, run_id: str) -> bytes:
         "invalidated": {str(k): v for k, v in sorted(index.invalidated.items())},
         "plan": index.plan,
         "plan_identity": list(index.plan_identity) if index.plan is not None else None,
+        "ended_at": index.ended_at,
         "shards": index.shards, "state": index.codes, "columns": index.columns,
         "extra": {str(k): v for k, v in sorted(index.extra.items())},
     }
@@ -364,8 +372,12 @@ def _trusted(latest: Index, base: Index) -> Callable[[int], bool]:
 
 
 def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_count: int,
-        plan: Optional[Tuple[Identity, Dict[str, Any]]] = None) -> bool:
+        plan: Optional[Tuple[Identity, Dict[str, Any]]] = None, ended_at: float = 0.0) -> bool:
     """Add the newly settled ``rows`` (verified after ``base`` was read); True if written.
+
+    ``ended_at`` is the latest ``updated_at`` of their attempts: the header keeps the
+    largest, so a finished run's end is known without reading its shards (a shard
+    invalidated since only ever gets a later attempt, so the largest stays right).
 
     Under the lock the latest index is read again: rows of shards invalidated since
     ``base`` (or pending) are dropped, every row already there is kept, and a pending
@@ -395,6 +407,8 @@ def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_
                 latest.invalidated.update((s, latest.generation) for s in leftover)
                 latest.pending = frozenset()
             _merge(latest, fresh, leftover)
+            if fresh:
+                latest.ended_at = max(latest.ended_at, ended_at)
             write_bytes_atomic(index_path(layout), encode(latest, layout, run_id))
             return True
     except (OSError, StateError):

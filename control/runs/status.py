@@ -158,6 +158,7 @@ def _shard_row(layout: RunLayout, shard: ShardView, size: int,
         "job_id": attempt.job_id if attempt else None,
         "records": size, "records_done": min(done, size),
         "tokens": progress.tokens if progress else 0,
+        "record_failures": progress.failures if progress else 0,
     }
     if verdict.state in (norm.FAILED, norm.CANCELLED, norm.LOST, norm.UNKNOWN):
         row["log"] = log_path(layout, shard, verdict.reason)
@@ -199,6 +200,7 @@ class Refresh:
     index: settled.Index
     known: Dict[int, int]  # shard -> position of its row in the index
     fresh: List[Dict[str, Any]]  # the rows read this refresh, in shard order
+    ended_at: Optional[float] = None  # latest update of any shard's attempt (None: none)
 
     def rows(self) -> List[Dict[str, Any]]:
         """Every shard's row, in shard order."""
@@ -279,12 +281,17 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     fresh = [_shard_row(layout, s, plan.shard_records[s.index], v)
              for s, v in zip(shards, verdicts)]
     if use_index:
-        settled.add(layout, index, [row for s, row in zip(shards, fresh) if settles(s, now)],
-                    plan.run_id, count, plan_copy)
+        settling = [(s, row) for s, row in zip(shards, fresh) if settles(s, now)]
+        settled.add(layout, index, [row for _, row in settling], plan.run_id, count,
+                    plan_copy, max((s.attempt.updated_at for s, _ in settling if s.attempt),
+                                   default=0.0))
     summary = summarize(plan.run_id, plan.name, plan.total_records, committed, fresh,
                         _rate(shards, fresh, now), sched, notes, _tally_index(index, known))
     del summary["shards"]
-    return Refresh(summary, count, index, known, fresh)
+    ended = max((s.attempt.updated_at for s in shards if s.attempt), default=0.0)
+    if known:
+        ended = max(ended, index.ended_at)
+    return Refresh(summary, count, index, known, fresh, ended or None)
 
 
 def _rescan(layout: RunLayout, shards: List[ShardView],
@@ -373,16 +380,19 @@ def unreachable(data: Dict[str, Any]) -> Optional[SchedulerUnavailable]:
 
 
 _STATE, _DONE, _TOKENS = itemgetter("state"), itemgetter("records_done"), itemgetter("tokens")
+_RECORD_FAILURES = itemgetter("record_failures")
 _MAYBE_FAILED = frozenset({norm.FAILED, norm.LOST, norm.UNKNOWN, norm.CANCELLED})
 
 
 class Tally(NamedTuple):
-    """What ``summarize`` counts over rows: states, records done, tokens, failures."""
+    """What ``summarize`` counts over rows: states, records done, tokens, failed shards,
+    records the clients gave up on."""
 
     counts: Counter
     done: int
     tokens: int
     failures: List[Dict[str, Any]]  # in shard order
+    record_failures: int
 
 
 def _failure(row: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -401,7 +411,8 @@ def tally(rows: List[Dict[str, Any]]) -> Tally:
     states = list(map(_STATE, rows))
     failures = [f for f in map(_failure, compress(rows, map(_MAYBE_FAILED.__contains__,
                                                             states))) if f]
-    return Tally(Counter(states), sum(map(_DONE, rows)), sum(map(_TOKENS, rows)), failures)
+    return Tally(Counter(states), sum(map(_DONE, rows)), sum(map(_TOKENS, rows)), failures,
+                 sum(map(_RECORD_FAILURES, rows)))
 
 
 def _tally_index(index: settled.Index, known: Dict[int, int]) -> Optional[Tally]:
@@ -409,13 +420,13 @@ def _tally_index(index: settled.Index, known: Dict[int, int]) -> Optional[Tally]
     if not known:
         return None
     if len(known) == len(index.shards):  # no pending shard: every column whole
-        codes, done, tokens = index.codes, index.columns["records_done"], \
-            index.columns["tokens"]
+        codes, columns = index.codes, index.columns
         counts = Counter({settled.CODE_STATES[c]: codes.count(c) for c in set(codes)})
         odd = [p for p, c in enumerate(codes) if c != "s"] if counts.get(norm.SUCCEEDED, 0) \
             != len(codes) else []
-        return Tally(counts, sum(done), sum(tokens),
-                     [f for f in map(_failure, index.rows(odd)) if f])
+        return Tally(counts, sum(columns["records_done"]), sum(columns["tokens"]),
+                     [f for f in map(_failure, index.rows(odd)) if f],
+                     sum(columns["record_failures"]))
     return tally(index.rows(sorted(known.values())))
 
 
@@ -429,13 +440,15 @@ def summarize(run_id: str, name: str, total: int, committed: bool,
         counted = Tally(counted.counts + settled_rows.counts, counted.done + settled_rows.done,
                         counted.tokens + settled_rows.tokens,
                         sorted(counted.failures + settled_rows.failures,
-                               key=itemgetter("shard")))
+                               key=itemgetter("shard")),
+                        counted.record_failures + settled_rows.record_failures)
     counts, done = dict(counted.counts), counted.done
     state = norm.run_state(counts, committed)
     eta = (total - done) / rate if rate > 0 and state not in norm.FINAL else None
     return {
         "run_id": run_id, "name": name, "committed": committed, "state": state,
         "records": total, "records_done": done, "tokens": counted.tokens,
+        "record_failures": counted.record_failures,
         "rate": round(rate, 3), "eta_s": round(eta, 1) if eta is not None else None,
         "counts": dict(sorted(counts.items())), "accounting": sched.accounting,
         "scheduler_error": sched.error, "scheduler_hint": sched.hint, "notes": notes,

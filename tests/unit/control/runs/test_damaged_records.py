@@ -266,7 +266,7 @@ def test_damaged_shards_are_never_kept_in_the_settled_index(tmp_path: Path) -> N
     assert index.shards == [3]  # 0: garbage progress; 1, 2, 5: damaged; 4: garbage progress
     second = observe(layout, Scheduler(runner=SbatchRecorder()), now=now)
     assert second == first
-    assert durable_state(layout, 6, RUN_ID)["counts"] == durable_state(layout, 6)["counts"] \
+    assert durable_state(layout, 6, run_id=RUN_ID)["counts"] == durable_state(layout, 6)["counts"] \
         == {"failed": 2, "succeeded": 1, "unknown": 3}
     manifest = merge_run(layout, None, allow_partial=True)  # merge reads winners, not the index
     assert manifest["missing_shards"] == [1, 2, 3, 4, 5]
@@ -284,4 +284,4 @@ def test_a_half_written_index_is_ignored_and_rebuilt(tmp_path: Path) -> None:
     assert {**again, "notes": []} == first
     assert "settled index not used" in again["notes"][0]
     assert "digest missing or wrong" in again["notes"][0]
-    assert durable_state(layout, 6, RUN_ID)["counts"] == first["counts"]
+    assert durable_state(layout, 6, run_id=RUN_ID)["counts"] == first["counts"]

@@ -515,10 +515,11 @@ def test_rows_with_fields_beyond_the_columns_are_kept_as_they_are(tmp_path: Path
     ``extra`` and comes back the same, as dict and as text."""
     layout = make_run(tmp_path, [Shard("winner")] * 2)
     rows = [{"index": 0, "state": "succeeded", "reason": None, "attempt": 1, "job_id": None,
-             "records": 10, "records_done": 10, "tokens": 0,
+             "records": 10, "records_done": 10, "tokens": 0, "record_failures": 0,
              "aliases": {"m": {"tokens": 3.5}}},
             {"index": 1, "state": "lost", "reason": "lost: x", "attempt": 1,
-             "job_id": "5_1", "records": 10, "records_done": 2, "tokens": 4, "log": "/l"}]
+             "job_id": "5_1", "records": 10, "records_done": 2, "tokens": 4,
+             "record_failures": 1, "log": "/l"}]
     assert settled.add(layout, settled.Index(), rows, RUN_ID, 2)
     index = settled.load(layout)
     assert index.rows([0, 1]) == rows and [index.row(0), index.row(1)] == rows
