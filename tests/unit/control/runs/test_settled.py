@@ -27,9 +27,11 @@ from agent_stdlib.statefile import publish_json_immutable, write_json_atomic
 from control.config.loader import load_model
 from control.config.profile import Profile
 from control.runs import settled, status
+from control.runs.listing import durable_state
 from control.runs.retry import retry_run
 from control.runs.status import observe, refresh
 from control.runs.store import submission_views
+from control.runs.totals import ended_at
 from control.slurm.runner import CommandResult
 from control.slurm.scheduler import Scheduler
 from tests.fakes import NOW, RUN_ID, TESTBED, Crash, Shard, crash_on_call, make_run
@@ -136,13 +138,18 @@ def random_run(workspace: Path, rng: random.Random) -> Tuple[RunLayout, Cluster]
 
 
 def compare(layout: RunLayout, cluster: Cluster, now: float) -> Dict[str, Any]:
-    """Indexed status == from-scratch status (and ``--json`` text == its data)."""
+    """Indexed status == from-scratch status (and ``--json`` text == its data); so are
+    the end of the run that ``totals`` uses and what ``runs`` says without Slurm."""
     fresh = refresh(layout, scheduler(cluster), now)
     indexed = fresh.data()
     assert fresh.json_text() == json.dumps(indexed, sort_keys=True)
     scratch = observe(layout, scheduler(cluster), now, use_index=False)
     notes = [n for n in indexed["notes"] if not n.startswith("settled index not used")]
     assert {**indexed, "notes": notes} == scratch
+    count = len(indexed["shards"])
+    assert fresh.ended_at == (ended_at(layout, count) or None)
+    sizes = [row["records"] for row in indexed["shards"]]
+    assert durable_state(layout, count, sizes, RUN_ID) == durable_state(layout, count, sizes)
     return indexed
 
 
@@ -190,7 +197,8 @@ class Scenario:
                         reason=None if outcome == "succeeded" else "client exited 2")
         write_json_atomic(self.layout.attempt(index, row["attempt"]).progress_json,
                           ProgressRecord(records_done=5, records_total=10, tokens=35,
-                                         requests_per_s=1.0, updated_at=self.now).to_dict())
+                                         requests_per_s=1.0, updated_at=self.now,
+                                         failures=self.rng.randint(0, 3)).to_dict())
         if outcome == "succeeded":
             publish_json_immutable(self.layout.winner_json(index), WinnerRecord(
                 shard=index, attempt=row["attempt"], records=10, result_sha256="0" * 64,
