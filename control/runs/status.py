@@ -212,6 +212,15 @@ class Refresh:
         return [read[i] if i in read else self.index.row(self.known[i])
                 for i in range(self.count)]
 
+    def column(self, name: str) -> List[Any]:
+        """Every shard's ``name`` field, in shard order, without building the settled
+        rows (``name`` is one of the index's columns)."""
+        if not self.known:
+            return [row[name] for row in self.fresh]
+        values = self.index.columns[name]
+        read = {row["index"]: row[name] for row in self.fresh}
+        return [read[i] if i in read else values[self.known[i]] for i in range(self.count)]
+
     def data(self) -> Dict[str, Any]:
         """The status as plain data (``observe``)."""
         return {**self.summary, "shards": self.rows()}

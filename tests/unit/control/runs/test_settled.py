@@ -148,6 +148,7 @@ def compare(layout: RunLayout, cluster: Cluster, now: float) -> Dict[str, Any]:
     assert {**indexed, "notes": notes} == scratch
     count = len(indexed["shards"])
     assert fresh.ended_at == (ended_at(layout, count) or None)
+    assert fresh.column("job_id") == [row["job_id"] for row in indexed["shards"]]
     sizes = [row["records"] for row in indexed["shards"]]
     assert durable_state(layout, count, sizes, RUN_ID) == durable_state(layout, count, sizes)
     return indexed
