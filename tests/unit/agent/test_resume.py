@@ -75,6 +75,27 @@ def test_scan_kept_of_a_missing_or_symlinked_folder_is_empty(tmp_path: Path) -> 
     assert len(scan_kept(tmp_path / "link", 0, 10)) == 0
 
 
+def test_scan_kept_counts_the_dropped_records_as_done(tmp_path: Path) -> None:
+    folder = tmp_path / "output"
+    write(folder / "r.jsonl", line(0) + "\n" + line(2) + "\n")
+    write(folder / ".dropped-000000000000.jsonl", '{"index": 1, "error": "x"}\n'
+          '{"index": 9}\n{"index": 3')  # out of range, torn
+    kept = scan_kept(folder, 0, 4)
+    assert sorted(kept.spans) == [0, 2] and sorted(kept.dropped) == [1]
+    assert len(kept) == 3 and 1 in kept and list(kept.missing(range(4))) == [3]
+    assert kept.dropped[1] == b'{"index": 1, "error": "x"}\n'
+
+
+def test_completion_tokens_of_both_record_shapes() -> None:
+    from agent_stdlib.resume import completion_tokens
+
+    assert completion_tokens({"usage": {"completion_tokens": 4}}) == 4
+    assert completion_tokens({"_meta": {"columns": {
+        "q": {"usage": {"completion_tokens": 5}}, "a": {"usage": {"completion_tokens": 7}},
+        "bad": {"usage": {"completion_tokens": True}}, "none": "x"}}}) == 12
+    assert completion_tokens({"_meta": "x", "usage": {"completion_tokens": 2}}) == 2
+
+
 def test_scan_kept_ignores_hidden_files_and_symlinked_files(tmp_path: Path) -> None:
     out = tmp_path / "output"
     write(out / ".tmp.jsonl", line(0) + "\n")
