@@ -175,6 +175,16 @@ def scan(path: str, validate: bool = True, required: Sequence[str] = ()) -> Seed
     return SeedIndex(path, kind, fields, offsets, end)
 
 
+def peek_fields(path: str) -> Tuple[str, ...]:
+    """The fields of a seed file from its first row (the CSV header), reading no further."""
+    kind = format_of(path)
+    with _open(path) as handle:
+        for _, line, raw in _records(handle, kind == "csv"):
+            return _header(raw, path, line) if kind == "csv" else \
+                tuple(parse_jsonl(raw, path, line))
+    raise SeedError(f"{path}: empty (no rows)")
+
+
 def line_of(index: SeedIndex, row: int) -> int:
     """The line number row ``row`` starts on (counted again: only for messages)."""
     with _open(index.path) as handle:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from agent_stdlib.contracts import (
+    ColumnSpec,
     CommandClientSpec,
     ContainerSpec,
     DeploymentSpec,
@@ -16,6 +17,7 @@ from agent_stdlib.contracts import (
     ReplicaSpec,
     ResourceSpec,
     RuntimeSpec,
+    SeedDataSpec,
     ShardSpec,
 )
 from agent_stdlib.layout import run_dir
@@ -204,16 +206,26 @@ def _runtime(placement: Placement, profile: Profile, resources: ResourceSpec) ->
     )
 
 
-def _generate_spec(client: GenerateClient) -> GenerateSpec:
+def _generate_spec(client: GenerateClient, config_dir: Path) -> GenerateSpec:
+    seed_data = None
+    if client.seed_data is not None:
+        seed_data = SeedDataSpec(path=config_path(client.seed_data.path, config_dir),
+                                 order=client.seed_data.order,
+                                 fields=tuple(client.graph().seed_fields))
     return GenerateSpec(
-        model=client.model,
-        prompt_template=client.prompt_template,
+        model=client.model or "",
+        prompt_template=client.prompt_template or "",
         system_prompt=client.system_prompt,
         max_tokens=client.max_tokens,
         temperature=client.temperature,
         concurrency=client.concurrency,
         max_retries=client.max_retries,
         request_timeout_s=client.request_timeout_s,
+        seed=client.seed,
+        on_error=client.on_error,
+        columns=tuple(ColumnSpec(name=c.name, type=c.type, params=c.params(), drop=c.drop)
+                      for c in client.columns or ()),
+        seed_data=seed_data,
     )
 
 
@@ -243,7 +255,8 @@ def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
         deployments=tuple(_deployment(i, d, profile, config_dir, images, mounts,
                                       placement.replicas[i])
                           for i, d in enumerate(run.deployments)),
-        client=_generate_spec(client) if isinstance(client, GenerateClient) else None,
+        client=(_generate_spec(client, config_dir) if isinstance(client, GenerateClient)
+                else None),
         client_command=(_command_spec(client, profile, config_dir, images, mounts)
                         if isinstance(client, CommandClient) else None),
         resources=resources,

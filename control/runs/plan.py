@@ -12,12 +12,14 @@ from typing import Any, Dict, Optional
 
 from agent_stdlib.contracts import Plan, sha256_bytes
 from agent_stdlib.layout import job_name, run_dir
+from control.config.client import GenerateClient
 from control.config.loader import load_model
 from control.config.profile import Profile, load_profile
 from control.config.run import RunConfig
 from control.images import registry
 from control.planning.planner import make_plan
 from control.planning.summary import plan_summary
+from control.runs.seeds import check_seed_data
 from control.runs.store import new_run_id
 from control.slurm.renderer import BatchScript, render_batch_script
 
@@ -44,6 +46,8 @@ def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str]
                      run_file.resolve().parent, images=images, run_file=run_file,
                      profile_file=profile_path, max_array_size=max_array_size,
                      agent_sha256=agent_sha256)
+    if isinstance(config.client, GenerateClient):
+        plan = check_seed_data(plan, config.client, run_file)
     payload = plan.to_json().encode("utf-8")
     return Resolved(plan, payload, sha256_bytes(payload), prof, profile_path, run_file)
 

@@ -22,7 +22,7 @@ from typing import Dict, Iterator, List, Set, Tuple
 from tests.conftest import REPO
 
 SHARED = {"arrays", "attempts", "candidate", "containers", "contracts", "errors", "layout",
-          "publish", "resume", "statefile", "states", "text"}
+          "publish", "recipe", "resume", "statefile", "states", "text"}
 ROLES = ("allocation", "proxy", "client", "engines")
 CONTROL_LAYERS = {"errors": 0, "secrets": 0, "bundle": 0, "config": 1, "images": 2, "planning": 3,
                   "slurm": 3, "runs": 4, "api": 5, "cli": 6}
