@@ -58,6 +58,23 @@ def plan(run_file: Path, profile: Optional[str] = None,
                    max_array_size=_max_array_size(_profile(profile), scheduler))
 
 
+def preview(run_file: Path, profile: Optional[str] = None, count: int = 5,
+            endpoints: Sequence[str] = (), api_key_env: Optional[str] = None,
+            timeout_s: float = 600.0) -> Dict[str, Any]:
+    """The first ``count`` records of the run's recipe, made here by the agent bundle's
+    generator against ``endpoints`` (``ALIAS=URL``); nothing is submitted."""
+    from control import bundle
+    from control.runs.preview import parse_endpoints, run_preview
+
+    prof = _profile(profile)
+    urls = parse_endpoints(endpoints)
+    try:
+        pyz = bundle.locate_agent_bundle(Path(prof.workspace) / ".cache" / "bundles")
+    except bundle.BundleError as err:
+        raise InvalidInput(f"agent bundle: {err}") from err
+    return run_preview(run_file, profile, count, urls, pyz, api_key_env, timeout_s)
+
+
 def submit(run_file: Path, profile: Optional[str] = None,
            scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
     """Plan, stage, commit and submit a run; return its id and job id."""

@@ -206,6 +206,9 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
     resumed = Resumed(shard.offset) if preview else shard.output.resume()
     shard.progress.start_at(resumed.records + resumed.dropped, resumed.dropped,
                             resumed.tokens)
+    if recipe.skipped:
+        print(f"generate: preview: no endpoint for {', '.join(recipe.unavailable)}: "
+              f"columns {', '.join(recipe.skipped)} left out", file=sys.stderr, flush=True)
     width = window(limits, shard.count)
     producer = Producer(engine, shard, width, stop or threading.Event())
     print(f"generate: records {shard.offset}..{shard.offset + shard.count - 1}, "

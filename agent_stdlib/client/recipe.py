@@ -56,6 +56,7 @@ class Recipe:
     seed_fields: List[str]
     legacy: bool = False
     skipped: List[str] = field(default_factory=list)  # LLM columns with no endpoint (preview)
+    unavailable: List[str] = field(default_factory=list)  # ... and their aliases
 
     @property
     def aliases(self) -> List[str]:
@@ -120,5 +121,7 @@ def compile_recipe(plan: Plan, available: Optional[Set[str]] = None) -> Recipe:
                 gone.add(column.name)
                 skipped.append(column.name)
         order = [c for c in order if c.name not in gone]
-    return Recipe(columns, order, graph.seed_fields, legacy, skipped)
+    unavailable = sorted({c.alias for c in columns if c.llm and available is not None
+                          and c.alias not in available})
+    return Recipe(columns, order, graph.seed_fields, legacy, skipped, unavailable)
 
