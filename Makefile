@@ -35,7 +35,7 @@ serving-llamacpp:  ## serving environment: llama.cpp (xllamacpp) + SmolLM2-135M 
 serving-vllm:  ## serving environment: vLLM CPU + SmolLM2 as safetensors (~3.5 GB, ~2 min)
 	scripts/serving-env vllm >/dev/null
 
-demo: install testbed serving-llamacpp  ## examples/quickstart.toml end to end: real text
+demo: install testbed serving-llamacpp  ## examples/qa-dataset.toml end to end: a real Q/A/grade dataset
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
 
 # The fast suite waits more than it computes: 4 workers on 2 cores take it from ~56 s to ~25 s.

@@ -501,7 +501,8 @@ def test_command_client_in_an_image(images: Dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("example", ["fake-server.toml", "vllm-multigpu.toml",
-                                     "multi-deployment.toml"])
+                                     "multi-deployment.toml", "qa-fake.toml",
+                                     "qa-dataset.toml", "quickstart.toml"])
 def test_examples_plan_on_the_testbed_profile(example: str, tmp_path: Path) -> None:
     prof = tmp_path / "p.toml"
     prof.write_text(TESTBED.read_text().replace("/tmp/synthbatch-workspace",
@@ -511,6 +512,16 @@ def test_examples_plan_on_the_testbed_profile(example: str, tmp_path: Path) -> N
     assert "GPU layout:" in out["summary"] and out["plan_sha256"] in out["summary"]
     assert out["script"].startswith("#!/bin/bash\n")
     assert not (tmp_path / "ws").exists()  # a dry run writes no state
+
+
+def test_the_multi_deployment_example_uses_both_models(tmp_path: Path) -> None:
+    prof = tmp_path / "p.toml"
+    prof.write_text(TESTBED.read_text().replace("/tmp/synthbatch-workspace",
+                                                str(tmp_path / "ws")))
+    plan = Plan.from_dict(dry_run(EXAMPLES / "multi-deployment.toml", str(prof))["plan"])
+    assert plan.client is not None
+    used = {c.params["model"] for c in plan.client.columns if "model" in c.params}
+    assert used == {d.alias for d in plan.deployments} == {"writer", "judge"}
 
 
 def test_containers_example_plans_with_registered_images(tmp_path: Path) -> None:
