@@ -9,7 +9,10 @@
 * ``llm-judge``: a rubric (each score's description and options) goes out as the system
   prompt with a schema of the scores; the answer becomes
   ``{"<score>": {"score": <option>, "reasoning": "..."}}``. An option whose key is an
-  integer (``"1"``) scores as that integer.
+  integer (``"1"``) scores as that integer. The schema bounds each reasoning's length by
+  the column's ``max_tokens`` (:func:`reasoning_chars`), so that constrained decoding
+  closes the object in time; the answer itself is read leniently (a bare score, a
+  missing or longer reasoning are accepted).
 """
 
 from __future__ import annotations
@@ -33,13 +36,22 @@ def option_value(key: str) -> Any:
     return int(key) if INTEGER.fullmatch(key) else key
 
 
-def judge_schema(scores: List[Dict[str, Any]]) -> Dict[str, Any]:
+def reasoning_chars(max_tokens: int, scores: int) -> int:
+    """How long each score's reasoning may be: about three characters a token of the
+    judge's ``max_tokens``, split over its scores, with room for the JSON around them, so
+    that an engine decoding under the schema finishes the object instead of running out
+    of tokens inside a sentence."""
+    return max(16, max_tokens * 3 // (2 * max(1, scores)))
+
+
+def judge_schema(scores: List[Dict[str, Any]], max_tokens: int = 256) -> Dict[str, Any]:
     """The JSON schema of a judge's answer."""
     properties = {}
+    reasoning = {"type": "string", "maxLength": reasoning_chars(max_tokens, len(scores))}
     for score in scores:
         properties[score["name"]] = {
             "type": "object",
-            "properties": {"reasoning": {"type": "string"},
+            "properties": {"reasoning": reasoning,
                            "score": {"enum": [option_value(k) for k in score["options"]]}},
             "required": ["reasoning", "score"], "additionalProperties": False}
     return {"type": "object", "properties": properties, "required": list(properties),
@@ -88,7 +100,7 @@ def column_schema(kind: str, params: Dict[str, Any]) -> Optional[Dict[str, Any]]
     if kind == "llm-structured":
         return dict(params["schema"])
     if kind == "llm-judge":
-        return judge_schema(params["scores"])
+        return judge_schema(params["scores"], int(params.get("max_tokens", 256)))
     return None
 
 

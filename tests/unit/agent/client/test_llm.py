@@ -75,6 +75,11 @@ def test_judge_sends_a_rubric_and_a_satisfiable_schema() -> None:
     schema = body["response_format"]["json_schema"]["schema"]
     assert schema == judge_schema(SCORES)
     check(schema)
+    reasoning = schema["properties"]["tone"]["properties"]["reasoning"]
+    assert reasoning == {"type": "string", "maxLength": 256 * 3 // 4}  # 2 scores, 256 tokens
+    small = request_body("llm-judge", "g", {"scores": SCORES[:1], "max_tokens": 64}, "m",
+                         "x", None)["response_format"]["json_schema"]["schema"]
+    assert small["properties"]["correct"]["properties"]["reasoning"]["maxLength"] == 96
     assert schema["properties"]["correct"]["properties"]["score"]["enum"] == [1, 0]
 
 
