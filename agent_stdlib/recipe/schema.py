@@ -73,8 +73,27 @@ def _types(schema: Dict[str, Any]) -> List[str]:
 # ----------------------------------------------------------------------------- check
 
 
+def _plain(value: Any, where: str) -> None:
+    """Only JSON values (a TOML date or an infinite number is not one)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _plain(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _plain(item, f"{where}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise SchemaError(f"{where}: {value} is not a JSON number")
+    elif not isinstance(value, (str, int, float, bool, type(None))):
+        raise SchemaError(f"{where}: a {type(value).__name__} is not a JSON value")
+
+
 def check(schema: Any, where: str = "schema") -> None:
     """Raise SchemaError when ``schema`` leaves the subset or cannot be satisfied."""
+    _plain(schema, where)
+    _check(schema, where)
+
+
+def _check(schema: Any, where: str) -> None:
     if not isinstance(schema, dict):
         raise SchemaError(f"{where}: expected an object (a JSON schema)")
     unknown = sorted(set(schema) - KEYWORDS)
@@ -119,12 +138,12 @@ def _check_shape(schema: Dict[str, Any], where: str) -> None:
     if not isinstance(properties, dict):
         raise SchemaError(f"{where}.properties: expected an object")
     for name, sub in properties.items():
-        check(sub, f"{where}.properties.{name}")
+        _check(sub, f"{where}.properties.{name}")
     extra = schema.get("additionalProperties", True)
     if not isinstance(extra, bool):
-        check(extra, f"{where}.additionalProperties")
+        _check(extra, f"{where}.additionalProperties")
     if "items" in schema:
-        check(schema["items"], f"{where}.items")
+        _check(schema["items"], f"{where}.items")
     if "anyOf" in schema:
         branches = schema["anyOf"]
         if not isinstance(branches, list) or not branches:

@@ -19,9 +19,9 @@ from agent_stdlib.recipe.template import show
 from control.config.fields import Name, Prompt, Strict, Text
 
 COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
-Scalar = Union[str, int, float, bool]
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+Scalar = Union[str, int, Finite, bool]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Decimals = Optional[Annotated[int, Field(ge=0, le=15)]]
 
 

@@ -93,6 +93,9 @@ def test_unique_items_compare_by_value() -> None:
      "no branch of anyOf"),
     ({"type": "object", "properties": {"a": {"enum": []}}},
      "schema.properties.a: no document can satisfy it"),
+    ({"enum": [__import__("datetime").date(2024, 1, 1)]},
+     "schema.enum[0]: a date is not a JSON value"),
+    ({"maximum": float("inf")}, "schema.maximum: inf is not a JSON number"),
 ])
 def test_check_rejects_what_the_subset_cannot_mean_or_nothing_satisfies(schema: Any,
                                                                         message: str) -> None:
