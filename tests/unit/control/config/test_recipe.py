@@ -312,3 +312,20 @@ def test_a_seed_file_names_unknown_columns_once_its_fields_are_known(tmp_path: P
 def test_an_invisible_seed_file_is_left_to_preflight(tmp_path: Path) -> None:
     plan = plan_of(tmp_path)
     assert check_seed_data(plan, load(tmp_path).client, tmp_path / "run.toml") == plan
+
+
+def test_the_plan_summary_shows_the_recipe_and_each_aliases_sizing(tmp_path: Path) -> None:
+    from control.planning.summary import plan_summary
+
+    (tmp_path / "topics.jsonl").write_text('{"topic": "tides"}\n')
+    plan = check_seed_data(plan_of(tmp_path), load(tmp_path).client, tmp_path / "run.toml")
+    text = plan_summary(plan, "0" * 64, 4)
+    assert ("client: generate 4 columns, seed 1234, on_error drop, adaptive concurrency "
+            "gen 32->256, judge 32->256") in text
+    assert f"    seed data: {tmp_path}/topics.jsonl (shuffle, 1 rows)" in text
+    assert "    column grade: llm-judge -> judge" in text
+    fixed = plan_of(tmp_path, RECIPE.replace("seed = 1234", "seed = 1234\nconcurrency = 16"))
+    assert "concurrency 16 per alias" in plan_summary(fixed, "0" * 64, 4)
+    (tmp_path / "topics.jsonl").unlink()
+    assert "not visible here: preflight checks it" in plan_summary(plan_of(tmp_path),
+                                                                    "0" * 64, 4)
