@@ -117,6 +117,24 @@ def parse_record(line: bytes) -> Optional[Dict[str, Any]]:
     return data
 
 
+def resume_count(out_file: Path) -> Tuple[int, int]:
+    """Complete records already in ``out_file`` and their completion tokens; a torn last
+    line is cut off. Reads line by line (the file is not held in memory)."""
+    if not out_file.exists():
+        return 0, 0
+    count = tokens = keep = 0
+    with open(out_file, "rb+") as handle:
+        for line in handle:
+            if not line.endswith(b"\n"):
+                break
+            record = parse_record(line)
+            count, keep = count + 1, keep + len(line)
+            tokens += completion_tokens(record) if record is not None else 0
+        if keep != os.fstat(handle.fileno()).st_size:
+            handle.truncate(keep)
+    return count, tokens
+
+
 def record_index(line: bytes) -> Optional[int]:
     """The ``index`` of one complete JSONL line, or None when it is not a usable record."""
     record = parse_record(line)

@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import platform
 import signal
 import sys
 import threading
@@ -277,6 +278,9 @@ def main(argv: List[str]) -> int:
                         help="print the first N records on stdout instead")
     args = parser.parse_args(argv)
     stop = stop_on_signals()
+    # which interpreter runs the client (the host's, or an image's: docs/containers.md)
+    print(f"generate: python {platform.python_version()} ({sys.executable})", file=sys.stderr,
+          flush=True)
     data = read_json(args.plan)
     if data is None:
         print(f"generate: {args.plan}: missing", file=sys.stderr)

@@ -6,10 +6,12 @@ import os
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from agent_stdlib.containers import IMAGE_PYTHON
 from agent_stdlib.contracts import (
     ColumnSpec,
     CommandClientSpec,
     ContainerSpec,
+    DataDesignerSpec,
     DeploymentSpec,
     GenerateSpec,
     MountSpec,
@@ -19,9 +21,10 @@ from agent_stdlib.contracts import (
     RuntimeSpec,
     SeedDataSpec,
     ShardSpec,
+    split_dd_config,
 )
 from agent_stdlib.layout import run_dir
-from control.config.client import CommandClient, GenerateClient
+from control.config.client import CommandClient, DataDesignerClient, GenerateClient
 from control.config.deployment import Deployment, SecretRef
 from control.config.engines import PARALLEL
 from control.config.profile import Profile
@@ -152,6 +155,11 @@ def _placement(run: RunConfig, profile: Profile) -> Placement:
                     gpu_field="gpus" if d.gpus is not None or d.engine not in PARALLEL
                     else "tensor_parallel")
               for d in run.deployments]
+    if profile.backend == "local":
+        for index, dep in enumerate(run.deployments):
+            if dep.nodes > 1:
+                raise PlanError(f"deployments[{index}].nodes", f"{dep.nodes} nodes: the local "
+                                                               "backend runs on one machine")
     try:
         return place(shapes, profile.gpus_per_node, profile.port_base)
     except PlacementError as err:
@@ -196,7 +204,7 @@ def _runtime(placement: Placement, profile: Profile, resources: ResourceSpec) ->
         raise PlanError("resources.mem_mb", f"{resources.mem_mb} MB is too little for "
                                             f"{steps} concurrent steps")
     return RuntimeSpec(
-        launcher="srun",
+        launcher="local" if profile.backend == "local" else "srun",
         python=profile.python,
         port_base=profile.port_base,
         env_allow=tuple(profile.env_allow),
@@ -206,7 +214,9 @@ def _runtime(placement: Placement, profile: Profile, resources: ResourceSpec) ->
     )
 
 
-def _generate_spec(client: GenerateClient, config_dir: Path) -> GenerateSpec:
+def _generate_spec(client: GenerateClient, config_dir: Path, profile: Profile,
+                   images: Mapping[str, ImageEntry],
+                   mounts: Tuple[MountSpec, ...]) -> GenerateSpec:
     seed_data = None
     if client.seed_data is not None:
         seed_data = SeedDataSpec(path=config_path(client.seed_data.path, config_dir),
@@ -226,6 +236,7 @@ def _generate_spec(client: GenerateClient, config_dir: Path) -> GenerateSpec:
         columns=tuple(ColumnSpec(name=c.name, type=c.type, params=c.params(), drop=c.drop)
                       for c in client.columns or ()),
         seed_data=seed_data,
+        container=container_for(profile, client.image, "client.image", images, mounts),
     )
 
 
@@ -237,6 +248,20 @@ def _command_spec(client: CommandClient, profile: Profile, config_dir: Path,
     env, secret_env = _env(client.env, "client.env", profile, container)
     return CommandClientSpec(argv=tuple(inside(a, container) for a in argv), env=env,
                              secret_env=secret_env, container=container)
+
+
+def _data_designer_spec(client: DataDesignerClient, profile: Profile, config_dir: Path,
+                        images: Mapping[str, ImageEntry],
+                        mounts: Tuple[MountSpec, ...]) -> DataDesignerSpec:
+    container = container_for(profile, client.image, "client.image", images, mounts)
+    path, function = split_dd_config(client.data_designer)
+    path = model_inside(config_path(path, config_dir), container, "client.data_designer")
+    python = config_path(client.python, config_dir) if client.python else IMAGE_PYTHON
+    env, secret_env = _env(client.env, "client.env", profile, container)
+    return DataDesignerSpec(config=f"{path}:{function}" if function else path, python=python,
+                            models=dict(client.models), run_config=dict(client.run_config),
+                            max_passes=client.max_passes, env=env, secret_env=secret_env,
+                            container=container)
 
 
 def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
@@ -255,10 +280,12 @@ def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
         deployments=tuple(_deployment(i, d, profile, config_dir, images, mounts,
                                       placement.replicas[i])
                           for i, d in enumerate(run.deployments)),
-        client=(_generate_spec(client, config_dir) if isinstance(client, GenerateClient)
-                else None),
+        client=(_generate_spec(client, config_dir, profile, images, mounts)
+                if isinstance(client, GenerateClient) else None),
         client_command=(_command_spec(client, profile, config_dir, images, mounts)
                         if isinstance(client, CommandClient) else None),
+        client_data_designer=(_data_designer_spec(client, profile, config_dir, images, mounts)
+                              if isinstance(client, DataDesignerClient) else None),
         resources=resources,
         runtime=_runtime(placement, profile, resources),
         max_attempts=run.max_attempts,

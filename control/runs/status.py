@@ -129,6 +129,7 @@ def _shard_row(layout: RunLayout, shard: ShardView, size: int,
         "records": size, "records_done": min(done, size),
         "records_dropped": progress.dropped if progress else 0,
         "tokens": progress.tokens if progress else 0,
+        "record_failures": progress.failures if progress else 0,
     }
     if progress is not None and progress.aliases and verdict.state == norm.RUNNING:
         row["aliases"] = progress.aliases
@@ -304,6 +305,7 @@ def summarize(run_id: str, name: str, total: int, committed: bool,
         "records_dropped": sum(row.get("records_dropped", 0) for row in rows),
         "tokens": sum(row["tokens"] for row in rows),
         "aliases": alias_totals(rows),
+        "record_failures": sum(row.get("record_failures", 0) for row in rows),
         "rate": round(rate, 3), "eta_s": round(eta, 1) if eta is not None else None,
         "counts": dict(sorted(counts.items())), "accounting": sched.accounting,
         "scheduler_error": sched.error, "scheduler_hint": sched.hint, "notes": notes,
