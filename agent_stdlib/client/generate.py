@@ -32,7 +32,7 @@ import platform
 import signal
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -270,12 +270,23 @@ def _shard_from_env(count: Optional[int]) -> Shard:
                  Progress(Path(progress_env) if progress_env else None, count), kept)
 
 
+def seed_data_at(plan: Plan, path: Optional[str]) -> Plan:
+    """``plan`` with its seed data read from ``path`` (the client image's view of the
+    plan's host path, given by the agent); unchanged when ``path`` is None."""
+    spec = plan.client
+    if path is None or spec is None or spec.seed_data is None:
+        return plan
+    return plan.replace(client=replace(spec, seed_data=replace(spec.seed_data, path=path)))
+
+
 def main(argv: List[str]) -> int:
     """``python agent.pyz generate --plan PLAN [--preview N]``: one shard, or a preview."""
     parser = argparse.ArgumentParser(prog="agent generate")
     parser.add_argument("--plan", required=True, type=Path)
     parser.add_argument("--preview", type=int, metavar="N",
                         help="print the first N records on stdout instead")
+    parser.add_argument("--seed-data", metavar="PATH",
+                        help="read the seed data here (the plan's path inside a client image)")
     args = parser.parse_args(argv)
     stop = stop_on_signals()
     # which interpreter runs the client (the host's, or an image's: docs/containers.md)
@@ -286,7 +297,7 @@ def main(argv: List[str]) -> int:
         print(f"generate: {args.plan}: missing", file=sys.stderr)
         return 2
     try:
-        plan = Plan.from_dict(data)
+        plan = seed_data_at(Plan.from_dict(data), args.seed_data)
         recipe = compile_recipe(plan)
         endpoints = _endpoints(recipe, args.preview is not None)
         shard = _shard_from_env(args.preview)

@@ -217,10 +217,14 @@ def _runtime(placement: Placement, profile: Profile, resources: ResourceSpec) ->
 def _generate_spec(client: GenerateClient, config_dir: Path, profile: Profile,
                    images: Mapping[str, ImageEntry],
                    mounts: Tuple[MountSpec, ...]) -> GenerateSpec:
+    container = container_for(profile, client.image, "client.image", images, mounts)
     seed_data = None
     if client.seed_data is not None:
-        seed_data = SeedDataSpec(path=config_path(client.seed_data.path, config_dir),
-                                 order=client.seed_data.order,
+        path = config_path(client.seed_data.path, config_dir)
+        # the plan keeps the host path (plan and preflight read it there); the agent hands
+        # the generator in an image the path under its mount (launch.client_launch)
+        model_inside(path, container, "client.seed_data.path")
+        seed_data = SeedDataSpec(path=path, order=client.seed_data.order,
                                  fields=tuple(client.graph().seed_fields))
     return GenerateSpec(
         model=client.model or "",
@@ -236,7 +240,7 @@ def _generate_spec(client: GenerateClient, config_dir: Path, profile: Profile,
         columns=tuple(ColumnSpec(name=c.name, type=c.type, params=c.params(), drop=c.drop)
                       for c in client.columns or ()),
         seed_data=seed_data,
-        container=container_for(profile, client.image, "client.image", images, mounts),
+        container=container,
     )
 
 

@@ -308,3 +308,21 @@ def test_preview_prints_records_and_leaves_out_models_without_an_endpoint(
     rows = [json.loads(x) for x in out.decode().splitlines()]
     assert proc.returncode == 0 and set(rows[0]) == {"index", "topic", "source", "level",
                                                      "_meta"}
+
+
+def test_the_seed_data_is_read_where_the_agent_says(tmp_path: Path) -> None:
+    """In a client image the plan's host path is not visible; ``--seed-data`` (the path
+    under the image's mount, from launch) is read instead."""
+    real = seed_file(tmp_path)
+    plan = recipe_plan(records=100, seed_data=replace(
+        real, path=str(tmp_path / "host-only" / "topics.jsonl")))
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO),
+           "SYNTHBATCH_ENDPOINTS": "{}"}
+    proc = start_role(plan, tmp_path, env, "--preview", "2")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and b"host-only/topics.jsonl" in err
+    proc = start_role(plan, tmp_path, env, "--preview", "2", "--seed-data", real.path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    rows = [json.loads(x) for x in out.decode().splitlines()]
+    assert [r["topic"] in TOPICS for r in rows] == [True, True]
