@@ -18,6 +18,7 @@ from control.runs.store import load_run, run_layout
 from control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:
+    from agent_stdlib.contracts import ShardSpec
     from control.config.profile import Profile
 
 
@@ -76,8 +77,10 @@ def preview(run_file: Path, profile: Optional[str] = None, count: int = 5,
 
 
 def submit(run_file: Path, profile: Optional[str] = None,
-           scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
-    """Plan, stage, commit and submit a run; return its id and job id."""
+           scheduler: Optional[Scheduler] = None, run_id: Optional[str] = None,
+           shards: Optional[Sequence[ShardSpec]] = None) -> Dict[str, Any]:
+    """Plan, stage, commit and submit a run; return its id and job id (``run_id`` and
+    ``shards``: a benchmark case's deterministic id and sized points)."""
     from control import bundle
     from control.runs import submit as submitting
     from control.runs.plan import resolve
@@ -90,8 +93,8 @@ def submit(run_file: Path, profile: Optional[str] = None,
         raise InvalidInput(f"agent bundle: {err}") from err
     agent_sha256 = bundle.sha256_file(pyz)
     sched = scheduler or scheduler_for(prof)
-    resolved = resolve(run_file, profile, max_array_size=sched.max_array_size(),
-                       agent_sha256=agent_sha256)
+    resolved = resolve(run_file, profile, run_id=run_id, max_array_size=sched.max_array_size(),
+                       agent_sha256=agent_sha256, shards=shards)
     plan = resolved.plan
     staged = submitting.stage_run(
         workspace, plan,
@@ -225,3 +228,74 @@ def runs(profile: Optional[str] = None) -> Dict[str, Any]:
                           **durable_state(layout, record.shard_count)})
     found.sort(key=lambda r: r.get("created_at", 0), reverse=True)
     return {"runs": found}
+
+
+def benchmark_run(bench_file: Path, profile: Optional[str] = None,
+                  scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
+    """Compile a benchmark file and submit each case's run that does not exist yet (a case
+    already submitted is left alone: resubmitting is idempotent)."""
+    from control.benchmark import store
+    from control.benchmark.sweep import compile_sweep
+    from control.config.benchmark import BenchmarkConfig
+    from control.config.loader import load_model, read_document
+
+    config = load_model(bench_file, BenchmarkConfig)
+    base_file = (bench_file.resolve().parent / config.run).resolve()
+    if not base_file.is_file():
+        raise InvalidInput(f"{bench_file}: run: {config.run}: no such file")
+    try:
+        bench_id, case_runs = compile_sweep(config, read_document(base_file))
+    except InvalidInput as err:
+        raise InvalidInput(f"{bench_file}: {err.message}") from err
+    prof = load_workspace_profile(profile)
+    workspace = Path(prof.workspace)
+    store.save(workspace, store.manifest(bench_id, config, case_runs))
+    cases = []
+    for case in case_runs:
+        try:
+            run_layout(workspace, case.run_id)
+        except SynthbatchError:
+            path = store.case_file(base_file, case.run_id, case.run)
+            try:
+                done = submit(path, profile, scheduler, run_id=case.run_id, shards=case.shards)
+            except InvalidInput as err:
+                raise InvalidInput(f"{bench_file}: case {case.case}: {err.message}") from err
+            cases.append({"case": case.case, "run_id": case.run_id, "submitted": True,
+                          "job_ids": done["job_ids"]})
+        else:
+            cases.append({"case": case.case, "run_id": case.run_id, "submitted": False})
+    return {"benchmark_id": bench_id, "cases": cases}
+
+
+def _benchmark_data(bench_id: str, profile: Optional[str]) -> Dict[str, Any]:
+    from control.benchmark import store
+    from control.benchmark.analyze import analyze
+
+    prof = load_workspace_profile(profile)
+    workspace = Path(prof.workspace)
+    manifest = store.load(workspace, bench_id)
+    layouts: Dict[str, Optional[RunLayout]] = {}
+    for case in manifest["cases"]:
+        try:
+            layouts[case["run_id"]] = run_layout(workspace, case["run_id"])
+        except SynthbatchError:
+            layouts[case["run_id"]] = None
+    return analyze(manifest, layouts)
+
+
+def benchmark_analyze(bench_id: str, profile: Optional[str] = None) -> Dict[str, Any]:
+    """Every point's figures, the Pareto front and the recommendation, from durable state."""
+    return _benchmark_data(bench_id, profile)
+
+
+def benchmark_report(bench_id: str, output: Optional[Path] = None,
+                     profile: Optional[str] = None) -> Dict[str, Any]:
+    """Write the report directory (default ``<workspace>/benchmarks/<id>/report``)."""
+    from control.benchmark import report, store
+
+    data = _benchmark_data(bench_id, profile)
+    folder = output or store.bench_dir(
+        Path(load_workspace_profile(profile).workspace), bench_id) / "report"
+    return {"benchmark_id": bench_id, "report_dir": str(folder),
+            "files": report.write(data, folder), "complete": data["complete"],
+            "missing": data["missing"]}

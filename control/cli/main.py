@@ -30,6 +30,8 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "retry": ("control.cli.retry", "retry_cmd", "Submit the next attempt of failed shards."),
     "profile": ("control.cli.profile", "profile_group", "Create, check and show profiles."),
     "image": ("control.cli.image", "image_group", "Register sealed container images."),
+    "benchmark": ("control.cli.benchmark", "benchmark_group",
+                  "Sweep deployment cases x concurrency; analyze; report with charts."),
 }
 
 

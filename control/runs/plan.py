@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
-from agent_stdlib.contracts import Plan, sha256_bytes
+from agent_stdlib.contracts import Plan, ShardSpec, sha256_bytes
 from agent_stdlib.layout import job_name, run_dir
 from control.config.client import GenerateClient
 from control.config.loader import load_model
@@ -37,8 +37,10 @@ class Resolved:
 
 
 def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str] = None,
-            max_array_size: Optional[int] = None, agent_sha256: str = "") -> Resolved:
-    """Load the profile, the run config and the image registry; make the plan."""
+            max_array_size: Optional[int] = None, agent_sha256: str = "",
+            shards: Optional[Sequence[ShardSpec]] = None) -> Resolved:
+    """Load the profile, the run config and the image registry; make the plan (with
+    ``shards`` in place of the planner's split: a benchmark's sized points)."""
     prof, profile_path = load_profile(profile)
     config = load_model(run_file, RunConfig)
     images = registry.load(Path(prof.workspace))
@@ -46,6 +48,8 @@ def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str]
                      run_file.resolve().parent, images=images, run_file=run_file,
                      profile_file=profile_path, max_array_size=max_array_size,
                      agent_sha256=agent_sha256)
+    if shards is not None:
+        plan = plan.replace(shards=tuple(shards))
     if isinstance(config.client, GenerateClient):
         plan = check_seed_data(plan, config.client, run_file)
     payload = plan.to_json().encode("utf-8")
