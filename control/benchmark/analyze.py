@@ -161,10 +161,11 @@ def size(row: Dict[str, Any], targets: Dict[str, Any]) -> Dict[str, Any]:
 
 def recommend(rows: List[Dict[str, Any]], targets: Optional[Dict[str, Any]]
               ) -> Optional[Dict[str, Any]]:
-    """The feasible point with the fewest GPU-hours (then fewest jobs); every option."""
+    """The feasible finished point with the fewest GPU-hours (then fewest jobs), the one
+    with the fewest jobs, and every option with its reason."""
     if not targets:
         return None
-    options = [size(r, targets) for r in rows if r.get("state") in ("done", "partial")]
+    options = [size(r, targets) for r in rows if r.get("state") == "done"]
     feasible = sorted((o for o in options if o["feasible"]),
                       key=lambda o: (o["gpu_hours"], o["jobs"]))
     fewest = min(feasible, key=lambda o: (o["jobs"], o["gpu_hours"])) if feasible else None
