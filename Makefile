@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install testbed testbeds serving-llamacpp serving-vllm demo test test-fast lint bundle \
+.PHONY: install testbed testbeds serving-llamacpp serving-vllm demo test test-fast lint bundle bench \
 	clean
 
 $(STAMP): pyproject.toml setup.py
@@ -51,6 +51,9 @@ test-fast: install  ## unit, contract and packaging tests (no Slurm)
 
 lint: install
 	$(BIN)/ruff check .
+
+bench: install  ## the performance suite: every benchmark in turn -> benchmarks/results/latest.json (docs/performance.md)
+	$(VENV)/bin/python -m benchmarks all $(BENCH_ARGS)
 
 bundle: install  ## build dist/agent-<sha256>.pyz and check it
 	$(BIN)/python build_zipapp.py --check

@@ -123,7 +123,8 @@ def knee(rows: List[Dict[str, Any]], share: float = 0.9) -> Optional[int]:
 
 def pareto(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Points no other point beats on both records/s (more) and GPU-hours/1000 (fewer)."""
-    done = [r for r in rows if r.get("records_per_s") and r.get("gpu_hours_per_1000")]
+    done = [r for r in rows  # 0 GPU-hours (a CPU deployment) is a cost like any other
+            if r.get("records_per_s") and r.get("gpu_hours_per_1000") is not None]
 
     def beaten(r: Dict[str, Any]) -> bool:
         return any(o["records_per_s"] >= r["records_per_s"]

@@ -7,6 +7,7 @@ series per case."""
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -119,3 +120,88 @@ def test_the_case_with_more_capacity_wins_and_the_knee_is_at_capacity(
         names = {g.get("data-series") for g in root.iter("{http://www.w3.org/2000/svg}g")}
         assert {"small", "big"} <= {n.split(" ")[0] for n in names if n}, (name, names)
     assert "![throughput](throughput.svg)" in (out / "README.md").read_text()
+
+
+SERVING = REPO / ".work" / "serving" / "llamacpp"
+
+LLAMA_RUN = f"""
+schema_version = 1
+name = "smol"
+records = 1
+[shards]
+count = 1
+[client]
+seed = 3
+[[client.columns]]
+name = "topic"
+type = "category"
+values = ["tides", "stars", "bees"]
+[[client.columns]]
+name = "line"
+type = "llm-text"
+model = "smol"
+prompt = "Write one sentence about {{topic}}."
+max_tokens = 12
+temperature = 0.0
+[[deployments]]
+alias = "smol"
+engine = "llamacpp"
+model = "{SERVING}/model.gguf"
+python = "{SERVING}/venv/bin/python"
+served_name = "smollm2"
+extra_args = ["-t", "1", "-np", "1", "-c", "1024"]
+startup_timeout_s = 120
+[resources]
+time_limit = "00:20:00"
+cpus = 1
+mem_mb = 1024
+"""
+
+LLAMA_BENCH = """
+schema_version = 1
+name = "smol"
+run = "run.toml"
+concurrency = [1, 2]
+[records]
+fixed = 4
+[targets]
+records = 1000
+deadline_hours = 1
+[[cases]]
+name = "slots1"
+[[cases]]
+name = "slots2"
+deployments.smol.extra_args = ["-t", "1", "-np", "2", "-c", "2048"]
+"""
+
+
+def test_a_two_by_two_sweep_on_the_real_llamacpp_model(slurm_cluster, tmp_path, python_exe):
+    if not (SERVING / ".complete").exists():
+        message = "no llamacpp serving environment: run scripts/serving-env llamacpp"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    (tmp_path / "run.toml").write_text(LLAMA_RUN)
+    bench = tmp_path / "bench.toml"
+    bench.write_text(LLAMA_BENCH)
+    profile = write_profile(tmp_path, python_exe, mem_mb=1024, cpus_per_task=1,
+                            default_time_limit="00:20:00", grace_s=10)
+    first = cli_json("benchmark", "run", str(bench), "--profile", str(profile))
+    for case in first["cases"]:
+        status = wait_final(case["run_id"], profile, timeout_s=900, interval_s=3.0)
+        assert status["state"] == "succeeded", status
+    data = cli_json("benchmark", "analyze", first["benchmark_id"], "--profile", str(profile))
+    assert data["complete"], data["missing"]
+    assert sorted((r["case"], r["concurrency"]) for r in data["points"]) == [
+        ("slots1", 1), ("slots1", 2), ("slots2", 1), ("slots2", 2)]
+    for row in data["points"]:  # real engine figures: tokens counted, every request timed
+        assert row["records"] == 4 and row["records_per_s"] > 0
+        assert row["output_tokens_per_s"] > 0 and row["latency_ms"]["requests"] == 4
+        assert row["error_rate"] == 0.0 and row["boot_s"] > 0
+    assert data["recommendation"]["best"]["feasible"]
+    assert data["pareto"]
+    made = cli_json("benchmark", "report", first["benchmark_id"], "--output",
+                    str(tmp_path / "report"), "--profile", str(profile))
+    assert made["complete"]
+    print(json.dumps({"points": data["points"], "recommendation": data["recommendation"]},
+                     indent=1))

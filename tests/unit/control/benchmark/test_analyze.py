@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 from agent_stdlib.contracts import AliasProgress, ProgressRecord, ResultManifest
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import write_json_atomic
-from control.benchmark.analyze import analyze, percentile, recommend
+from control.benchmark.analyze import analyze, pareto, percentile, recommend
 from control.benchmark.report import charts, text, write
 from tests.fakes import NOW, RUN_ID, Shard, make_run
 
@@ -120,3 +120,10 @@ def test_a_series_name_from_a_case_is_escaped() -> None:
 def test_percentiles_interpolate() -> None:
     assert percentile([], 50) is None
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0 and percentile([1.0, 2.0], 99) == 1.99
+
+
+def test_a_cpu_deployment_costs_no_gpu_hours_and_is_still_on_the_front() -> None:
+    """The llama.cpp 2 x 2 sweep on the testbed runs on CPUs: 0 GPUs (failed: empty front)."""
+    rows = [{"case": "a", "concurrency": 1, "records_per_s": 2.0, "gpu_hours_per_1000": 0.0},
+            {"case": "a", "concurrency": 2, "records_per_s": 3.0, "gpu_hours_per_1000": 0.0}]
+    assert [r["concurrency"] for r in pareto(rows)] == [2]
