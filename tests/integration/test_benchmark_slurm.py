@@ -7,13 +7,18 @@ series per case."""
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from tests.conftest import REPO
-from tests.integration.runs import cli_json, wait_final, write_profile
+from tests.integration.runs import (
+    LLAMACPP_SERVING,
+    cli_json,
+    require_llamacpp,
+    wait_final,
+    write_profile,
+)
 
 pytestmark = pytest.mark.slurm
 FAKE = REPO / "fixtures" / "fake_openai_server.py"
@@ -122,7 +127,7 @@ def test_the_case_with_more_capacity_wins_and_the_knee_is_at_capacity(
     assert "![throughput](throughput.svg)" in (out / "README.md").read_text()
 
 
-SERVING = REPO / ".work" / "serving" / "llamacpp"
+SERVING = LLAMACPP_SERVING
 
 LLAMA_RUN = f"""
 schema_version = 1
@@ -176,11 +181,7 @@ deployments.smol.extra_args = ["-t", "1", "-np", "2", "-c", "2048"]
 
 
 def test_a_two_by_two_sweep_on_the_real_llamacpp_model(slurm_cluster, tmp_path, python_exe):
-    if not (SERVING / ".complete").exists():
-        message = "no llamacpp serving environment: run scripts/serving-env llamacpp"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_llamacpp()
     (tmp_path / "run.toml").write_text(LLAMA_RUN)
     bench = tmp_path / "bench.toml"
     bench.write_text(LLAMA_BENCH)
