@@ -280,7 +280,10 @@ def _benchmark_data(bench_id: str, profile: Optional[str]) -> Dict[str, Any]:
             layouts[case["run_id"]] = run_layout(workspace, case["run_id"])
         except SynthbatchError:
             layouts[case["run_id"]] = None
-    return analyze(manifest, layouts)
+    from control.benchmark.accounting import job_times
+
+    sched = scheduler_for(prof)
+    return analyze(manifest, layouts, lambda ids: job_times(sched, ids))
 
 
 def benchmark_analyze(bench_id: str, profile: Optional[str] = None) -> Dict[str, Any]:

@@ -7,8 +7,9 @@ attempt: ``progress.json`` (generator start = endpoints ready, first record, tok
 requests and errors per alias), ``result.json`` (records, when the shard ended) and the
 records' ``_meta`` (per-request latency). Throughput is over the generator's wall time,
 from its start to its last progress write (written when the last record settles); boot is
-ready -> first record. GPU-hours are the allocation's GPUs x that wall time (the job's
-start -> ready is not in durable state).
+ready -> first record. GPU-hours are the allocation's GPUs x that wall time, or x the
+job's elapsed time when ``sacct`` knows the job (``accounting.py``; then ``job_boot_s`` is
+the job's start -> ready).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from agent_stdlib.contracts import Plan, ProgressRecord, ResultManifest
 from agent_stdlib.layout import RunLayout
@@ -94,9 +95,12 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
     errors = sum(a.errors.get(k, 0) for a in aliases for k in ERROR_KINDS_NOT_429)
     tried = requests + n429 + errors
     lat = list(_latencies(folder / "output"))
+    attempt = _json(folder / "attempt.json") or {}
     rate = records / wall if wall and wall > 0 else None
     return {
         **row, "state": "done" if result else "partial", "records": records,
+        "job_id": attempt.get("job_id") if isinstance(attempt.get("job_id"), str) else None,
+        "started_at": started,
         "boot_s": (progress.first_record_at - started
                    if started is not None and progress.first_record_at is not None else None),
         "wall_s": wall, "records_per_s": rate,
@@ -110,6 +114,23 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
         "gpu_hours_per_1000": (gpus * wall / 3600.0 / records * 1000.0
                                if wall and records else None),
     }
+
+
+def with_job_times(row: Dict[str, Any], times: Dict[str, Any]) -> Dict[str, Any]:
+    """Add sacct's view of the point's job: start -> ready (``job_boot_s``) and the job's
+    wall time; GPU-hours then count the whole allocation (``gpu_hours_from``)."""
+    start, end = times.get(row.get("job_id") or "", (None, None))
+    if start is None or row.get("started_at") is None:
+        return {**row, "job_boot_s": None, "job_wall_s": None, "gpu_hours_from": "generator"}
+    out = {**row, "job_boot_s": max(0.0, row["started_at"] - start),
+           "job_wall_s": (end - start) if end is not None else None}
+    if out["job_wall_s"] and row.get("records"):
+        out["gpu_hours_per_1000"] = row["gpus"] * out["job_wall_s"] / 3600.0 \
+            / row["records"] * 1000.0
+        out["gpu_hours_from"] = "sacct"
+    else:
+        out["gpu_hours_from"] = "generator"
+    return out
 
 
 def knee(rows: List[Dict[str, Any]], share: float = 0.9) -> Optional[int]:
@@ -175,31 +196,44 @@ def recommend(rows: List[Dict[str, Any]], targets: Optional[Dict[str, Any]]
             "why": None if feasible else "no measured point meets the targets"}
 
 
-def analyze(manifest: Dict[str, Any], layouts: Dict[str, Optional[RunLayout]]) -> Dict[str, Any]:
+def _case_rows(case: Dict[str, Any], layout: Optional[RunLayout]) -> List[Dict[str, Any]]:
+    plan = _json(layout.plan_json) if layout else None
+    gpus = 0
+    if plan is not None:
+        resources = Plan.from_dict(plan).resources
+        gpus = resources.gpus * resources.nodes
+    rows = []
+    for p in case["points"]:
+        row = ({"concurrency": p["concurrency"], "shard": p["shard"], "gpus": gpus,
+                "state": "missing", "problem": "run not submitted"} if layout is None
+               else point(layout, p["shard"], p["concurrency"], gpus))
+        rows.append({"case": case["case"], "run_id": case["run_id"], **row})
+    return rows
+
+
+def analyze(manifest: Dict[str, Any], layouts: Dict[str, Optional[RunLayout]],
+            job_times: Optional[Callable[[List[str]], Dict[str, Any]]] = None
+            ) -> Dict[str, Any]:
     """Every point of every case, the missing ones named, the knee per case, the Pareto
-    front and the recommendation (``layouts``: run id -> its layout, None if absent)."""
+    front and the recommendation (``layouts``: run id -> its layout, None if absent;
+    ``job_times``: job ids -> their sacct start and end, when the cluster has them)."""
+    by_case = [(case, _case_rows(case, layouts.get(case["run_id"])))
+               for case in manifest["cases"]]
+    ids = [r["job_id"] for _, rows in by_case for r in rows if r.get("job_id")]
+    times = job_times(ids) if job_times and ids else {}
     rows, missing, cases = [], [], []
-    for case in manifest["cases"]:
-        layout = layouts.get(case["run_id"])
-        plan = _json(layout.plan_json) if layout else None
-        gpus = 0
-        if plan is not None:
-            resources = Plan.from_dict(plan).resources
-            gpus = resources.gpus * resources.nodes
-        case_rows = []
-        for p in case["points"]:
-            row = ({"concurrency": p["concurrency"], "shard": p["shard"], "gpus": gpus,
-                    "state": "missing", "problem": "run not submitted"} if layout is None
-                   else point(layout, p["shard"], p["concurrency"], gpus))
-            row = {"case": case["case"], "run_id": case["run_id"], **row}
+    for case, found in by_case:
+        case_rows = [with_job_times(r, times) if r["state"] != "missing" else r
+                     for r in found]
+        for row in case_rows:
             if row["state"] != "done":
-                missing.append(f"{case['case']} @ concurrency {p['concurrency']}: "
+                missing.append(f"{case['case']} @ concurrency {row['concurrency']}: "
                                f"{row.get('problem') or row['state']}")
-            case_rows.append(row)
         rows.extend(case_rows)
         best = max((r for r in case_rows if r.get("records_per_s")),
                    key=lambda r: r["records_per_s"], default=None)
-        cases.append({"case": case["case"], "run_id": case["run_id"], "gpus": gpus,
+        cases.append({"case": case["case"], "run_id": case["run_id"],
+                      "gpus": case_rows[0]["gpus"] if case_rows else 0,
                       "knee_concurrency": knee(case_rows),
                       "best_records_per_s": best["records_per_s"] if best else None})
     ranking = sorted((c for c in cases if c["best_records_per_s"]),

@@ -12,7 +12,8 @@ from agent_stdlib.statefile import ensure_dir, write_bytes_atomic
 from control.benchmark.svg import Series, chart, colour, optional_points
 
 COLUMNS = (("case", "case"), ("conc", "concurrency"), ("state", "state"),
-           ("records", "records"), ("boot s", "boot_s"), ("rec/s", "records_per_s"),
+           ("records", "records"), ("job boot s", "job_boot_s"), ("boot s", "boot_s"),
+           ("rec/s", "records_per_s"),
            ("tok/s", "output_tokens_per_s"), ("tok/s/GPU", "output_tokens_per_s_per_gpu"),
            ("p50 ms", "p50"), ("p95 ms", "p95"), ("p99 ms", "p99"), ("err", "error_rate"),
            ("429", "rate_429"), ("GPU-h/1k", "gpu_hours_per_1000"))

@@ -112,6 +112,9 @@ def test_the_case_with_more_capacity_wins_and_the_knee_is_at_capacity(
         assert row["latency_ms"]["p50"] <= row["latency_ms"]["p95"] <= row["latency_ms"]["p99"]
         assert row["output_tokens_per_s"] > 0 and row["error_rate"] == 0.0
         assert row["gpu_hours_per_1000"] > 0 and row["boot_s"] is not None
+        # the testbed keeps accounting: sacct's start -> ready, GPU-hours of the whole job
+        assert row["job_boot_s"] > 0 and row["gpu_hours_from"] == "sacct", row
+        assert row["job_wall_s"] >= row["wall_s"]
     assert {p["case"] for p in data["pareto"]} == {"big"}
     best = data["recommendation"]["best"]
     assert best["case"] == "big" and best["feasible"] and best["jobs"] >= 1

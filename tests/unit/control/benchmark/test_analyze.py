@@ -11,6 +11,7 @@ from typing import Any, Dict, List
 from agent_stdlib.contracts import AliasProgress, ProgressRecord, ResultManifest
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import write_json_atomic
+from control.benchmark.accounting import parse_times
 from control.benchmark.analyze import analyze, pareto, percentile, recommend
 from control.benchmark.report import charts, text, write
 from tests.fakes import NOW, RUN_ID, Shard, make_run
@@ -127,3 +128,30 @@ def test_a_cpu_deployment_costs_no_gpu_hours_and_is_still_on_the_front() -> None
     rows = [{"case": "a", "concurrency": 1, "records_per_s": 2.0, "gpu_hours_per_1000": 0.0},
             {"case": "a", "concurrency": 2, "records_per_s": 3.0, "gpu_hours_per_1000": 0.0}]
     assert [r["concurrency"] for r in pareto(rows)] == [2]
+
+
+def test_sacct_times_add_the_jobs_boot_and_count_the_whole_allocation(tmp_path) -> None:
+    """With accounting, boot starts at the job's start and GPU-hours cover the job."""
+    layout = make_run(tmp_path / "ws", [Shard("winner"), Shard("winner"), Shard("running")])
+    for shard, seconds in ((0, 10.0), (1, 5.0), (2, 2.0)):
+        fill(layout, shard, 10, seconds, [100.0], done=shard != 2)
+    asked = []
+
+    def times(ids):
+        asked.append(sorted(ids))
+        return {"500_0": (NOW - 4.0, NOW + 16.0)}  # started 4 s before ready, 20 s in all
+
+    data = analyze({**MANIFEST, "cases": MANIFEST["cases"][:1]}, {RUN_ID: layout}, times)
+    assert asked == [["500_0", "500_1", "500_2"]]
+    first, second = data["points"][0], data["points"][1]
+    assert (first["job_boot_s"], first["job_wall_s"], first["gpu_hours_from"]) == \
+        (4.0, 20.0, "sacct")
+    assert first["gpu_hours_per_1000"] == first["gpus"] * 20.0 / 3600 / 10 * 1000
+    assert (second["job_boot_s"], second["gpu_hours_from"]) == (None, "generator")
+
+
+def test_sacct_lines_parse_and_unknown_times_are_none() -> None:
+    got = parse_times("1640_0|2026-12-01T13:24:07|2026-12-01T13:24:15\n"
+                      "1640_1|2026-12-01T13:24:07|Unknown\nbad line\n")
+    assert got["1640_0"][1] - got["1640_0"][0] == 8.0 and got["1640_1"][1] is None
+    assert set(got) == {"1640_0", "1640_1"}
