@@ -91,7 +91,8 @@ def charts(data: Dict[str, Any]) -> Dict[str, str]:
     front = [Series(n, optional_points(by_case[n], "gpu_hours_per_1000", "records_per_s"),
                     colour(i), line=False) for i, n in enumerate(names)]
     front.append(Series("Pareto front", [(p["gpu_hours_per_1000"], p["records_per_s"])
-                                         for p in data["pareto"]], "#444444", dash=True))
+                                         for p in data["pareto"]], "#444444", dash=True,
+                        ring=True))
     return {
         "throughput.svg": chart("Throughput vs client concurrency", "client concurrency",
                                 "records/s", throughput, log2_x=True),

@@ -16,12 +16,20 @@ Point = Tuple[float, float]
 
 
 class Series:
-    """A named series of points; ``dash`` draws it dashed, ``line`` False: markers only."""
+    """A named series of points; ``dash`` draws it dashed, ``line`` False: markers only,
+    ``ring``: open rings around other series' points (a front drawn over them)."""
 
     def __init__(self, name: str, points: Sequence[Point], colour: str,
-                 dash: bool = False, line: bool = True) -> None:
+                 dash: bool = False, line: bool = True, ring: bool = False) -> None:
         self.name, self.points, self.colour = name, list(points), colour
-        self.dash, self.line = dash, line
+        self.dash, self.line, self.ring = dash, line, ring
+
+    def marker(self, x: float, y: float) -> str:
+        """One point's marker."""
+        if self.ring:
+            return (f'<circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="none" '
+                    f'stroke="{self.colour}" stroke-width="2"/>')
+        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{self.colour}"/>'
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> List[float]:
@@ -107,14 +115,12 @@ def chart(title: str, x_label: str, y_label: str, series: Sequence[Series],
             out.append('<polyline fill="none" stroke-width="2" stroke="' + s.colour + '"'
                        + dash + ' points="'
                        + " ".join(f"{a:.1f},{b:.1f}" for a, b in pts) + '"/>')
-        for a, b in pts:
-            out.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="4" fill="{s.colour}"/>')
+        out.extend(s.marker(a, b) for a, b in pts)
         ly = TOP + 10 + i * 20
         lx = LEFT + pw + 15
         dash = ' stroke-dasharray="6,4"' if s.dash else ""
         out.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 24}" y2="{ly}" stroke="{s.colour}" '
-                   f'stroke-width="2"{dash}/><circle cx="{lx + 12}" cy="{ly}" r="4" '
-                   f'fill="{s.colour}"/>')
+                   f'stroke-width="2"{dash}/>' + s.marker(lx + 12, ly))
         out.append(f'<text x="{lx + 30}" y="{ly + 4}">{name}</text></g>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
