@@ -20,8 +20,8 @@ def test_a_bad_field_is_one_line_naming_file_and_field(tmp_path, profile_file) -
     path.write_text(json.dumps({**BENCH, "concurency": [1]}))
     result = invoke("benchmark", "run", str(path), "--profile", str(profile_file))
     assert result.exit_code != 0
-    assert result.stderr.strip() == (f"synthbatch: error: {path}: concurency: Extra inputs are not "
-                                     f"permitted")
+    assert result.stderr.strip() == (f"synthbatch: error: {path}: concurency: unknown field "
+                                     "(did you mean concurrency?)")
 
 
 def test_a_missing_base_run_is_named(tmp_path, profile_file) -> None:
