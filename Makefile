@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install testbed testbeds serving-llamacpp serving-vllm client-dd test-image demo test \
-	test-fast lint bundle clean
+	test-fast lint bundle bench clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +47,7 @@ client-dd:  ## client environment: data-designer 0.9.7 (NeMo Data Designer, ~800
 	scripts/client-env dd >/dev/null
 
 # scripts/demo starts the testbed itself, or (no root, no apt-get) runs on the local backend
-demo: install serving-llamacpp  ## examples/quickstart.toml end to end: real text
+demo: install serving-llamacpp  ## examples/qa-dataset.toml end to end: a real Q/A/grade dataset
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
 
 # The fast suite waits more than it computes: 4 workers on 2 cores take it from ~56 s to ~25 s.
@@ -63,6 +63,9 @@ test-fast: install  ## unit, contract and packaging tests (no Slurm)
 
 lint: install
 	$(BIN)/ruff check .
+
+bench: install  ## the performance suite: every benchmark in turn -> benchmarks/results/latest.json (docs/performance.md)
+	$(VENV)/bin/python -m benchmarks all $(BENCH_ARGS)
 
 bundle: install  ## build dist/agent-<sha256>.pyz and check it
 	$(BIN)/python build_zipapp.py --check

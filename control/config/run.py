@@ -53,9 +53,11 @@ class RunConfig(Strict):
         dupes = sorted({a for a in aliases if aliases.count(a) > 1})
         if dupes:
             raise ValueError(f"deployments: alias {dupes[0]!r} is defined twice")
-        if isinstance(self.client, GenerateClient) and self.client.model not in aliases:
-            raise ValueError(f"client.model: {self.client.model!r} is not a deployment alias "
-                             f"(have: {', '.join(aliases)})")
+        for where, alias in (self.client.aliases() if isinstance(self.client, GenerateClient)
+                             else ()):
+            if alias not in aliases:
+                raise ValueError(f"client.{where}: {alias!r} is not a deployment alias "
+                                 f"(have: {', '.join(aliases)})")
         if isinstance(self.client, DataDesignerClient):
             for dd_alias, alias in sorted(self.client.models.items()):
                 if alias not in aliases:

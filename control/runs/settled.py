@@ -30,7 +30,7 @@ one of another run or run directory) is ignored, named in the notes and rebuilt.
 
 Format: one compact JSON header line (the fields above, and the rows as columns: shard,
 state code, attempt, job id, records, records done, tokens, records the client gave up
-on (``record_failures``), and any other field of a row
+on (``record_failures``), records dropped (``records_dropped``), and any other field of a row
 that is not its default, such as a reason or log path), then each row as status prints it
 (``json.dumps(row, sort_keys=True)``, one a line, so ``status --json`` writes them as they
 are), then ``#sha256=<digest of everything before it>``.
@@ -55,12 +55,13 @@ from agent_stdlib.statefile import StateError, ensure_dir, write_bytes_atomic
 from control.errors import Conflict
 from control.runs.store import read_limited
 
-SCHEMA = 2  # 2: the record_failures column (an index of schema 1 is rebuilt)
+SCHEMA = 2  # 2: record_failures and records_dropped columns (schema 1 is rebuilt)
 MAX_INDEX = 1 << 30
 DIGEST = b"#sha256="
 STATE_CODES = {"succeeded": "s", "failed": "f", "cancelled": "c", "lost": "l"}
 CODE_STATES = {code: state for state, code in STATE_CODES.items()}
-COLUMNS = ("attempt", "job_id", "records", "records_done", "tokens", "record_failures")
+COLUMNS = ("attempt", "job_id", "records", "records_done", "tokens", "record_failures",
+           "records_dropped")
 LOCK_WAIT_S = 30.0  # an invalidator waits this long; status never waits
 LOCK_TRIES = 3  # status: non-blocking tries, LOCK_POLL_S apart, then it writes nothing
 LOCK_POLL_S = 0.02
@@ -131,10 +132,11 @@ class Index:
         shards, codes, cols = self.shards, self.codes, self.columns
         attempt, job, records = cols["attempt"], cols["job_id"], cols["records"]
         done, tokens, failed = cols["records_done"], cols["tokens"], cols["record_failures"]
+        dropped = cols["records_dropped"]
         rows = [{"index": shards[p], "state": CODE_STATES[codes[p]], "reason": None,
                  "attempt": attempt[p], "job_id": job[p], "records": records[p],
-                 "records_done": done[p], "tokens": tokens[p], "record_failures": failed[p]}
-                for p in positions]
+                 "records_done": done[p], "tokens": tokens[p], "record_failures": failed[p],
+                 "records_dropped": dropped[p]} for p in positions]
         if codes.count("s") != len(codes):
             for row in rows:
                 if row["state"] != "succeeded":

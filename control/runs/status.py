@@ -157,9 +157,12 @@ def _shard_row(layout: RunLayout, shard: ShardView, size: int,
         "attempt": attempt.number if attempt else None,
         "job_id": attempt.job_id if attempt else None,
         "records": size, "records_done": min(done, size),
+        "records_dropped": progress.dropped if progress else 0,
         "tokens": progress.tokens if progress else 0,
         "record_failures": progress.failures if progress else 0,
     }
+    if progress is not None and progress.aliases and verdict.state == norm.RUNNING:
+        row["aliases"] = progress.aliases
     if verdict.state in (norm.FAILED, norm.CANCELLED, norm.LOST, norm.UNKNOWN):
         row["log"] = log_path(layout, shard, verdict.reason)
     return row
@@ -389,19 +392,20 @@ def unreachable(data: Dict[str, Any]) -> Optional[SchedulerUnavailable]:
 
 
 _STATE, _DONE, _TOKENS = itemgetter("state"), itemgetter("records_done"), itemgetter("tokens")
-_RECORD_FAILURES = itemgetter("record_failures")
+_RECORD_FAILURES, _DROPPED = itemgetter("record_failures"), itemgetter("records_dropped")
 _MAYBE_FAILED = frozenset({norm.FAILED, norm.LOST, norm.UNKNOWN, norm.CANCELLED})
 
 
 class Tally(NamedTuple):
     """What ``summarize`` counts over rows: states, records done, tokens, failed shards,
-    records the clients gave up on."""
+    records the clients gave up on, records they dropped."""
 
     counts: Counter
     done: int
     tokens: int
     failures: List[Dict[str, Any]]  # in shard order
     record_failures: int
+    dropped: int
 
 
 def _failure(row: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -421,7 +425,7 @@ def tally(rows: List[Dict[str, Any]]) -> Tally:
     failures = [f for f in map(_failure, compress(rows, map(_MAYBE_FAILED.__contains__,
                                                             states))) if f]
     return Tally(Counter(states), sum(map(_DONE, rows)), sum(map(_TOKENS, rows)), failures,
-                 sum(map(_RECORD_FAILURES, rows)))
+                 sum(map(_RECORD_FAILURES, rows)), sum(map(_DROPPED, rows)))
 
 
 def _tally_index(index: settled.Index, known: Dict[int, int]) -> Optional[Tally]:
@@ -435,8 +439,25 @@ def _tally_index(index: settled.Index, known: Dict[int, int]) -> Optional[Tally]
             != len(codes) else []
         return Tally(counts, sum(columns["records_done"]), sum(columns["tokens"]),
                      [f for f in map(_failure, index.rows(odd)) if f],
-                     sum(columns["record_failures"]))
+                     sum(columns["record_failures"]), sum(columns["records_dropped"]))
     return tally(index.rows(sorted(known.values())))
+
+
+def alias_totals(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Per model alias, the running shards' generator figures added up (concurrency is
+    the sum of every running client's current limit)."""
+    totals: Dict[str, Dict[str, Any]] = {}
+    for row in rows:
+        for alias, figures in (row.get("aliases") or {}).items():
+            total = totals.setdefault(alias, {"shards": 0, "errors": {}})
+            total["shards"] += 1
+            for key, value in figures.items():
+                if key == "errors":
+                    for kind, count in value.items():
+                        total["errors"][kind] = total["errors"].get(kind, 0) + count
+                else:
+                    total[key] = total.get(key, 0) + value
+    return dict(sorted(totals.items()))
 
 
 def summarize(run_id: str, name: str, total: int, committed: bool,
@@ -450,13 +471,16 @@ def summarize(run_id: str, name: str, total: int, committed: bool,
                         counted.tokens + settled_rows.tokens,
                         sorted(counted.failures + settled_rows.failures,
                                key=itemgetter("shard")),
-                        counted.record_failures + settled_rows.record_failures)
+                        counted.record_failures + settled_rows.record_failures,
+                        counted.dropped + settled_rows.dropped)
     counts, done = dict(counted.counts), counted.done
     state = norm.run_state(counts, committed)
     eta = (total - done) / rate if rate > 0 and state not in norm.FINAL else None
     return {
         "run_id": run_id, "name": name, "committed": committed, "state": state,
-        "records": total, "records_done": done, "tokens": counted.tokens,
+        "records": total, "records_done": done,
+        "records_dropped": counted.dropped, "tokens": counted.tokens,
+        "aliases": alias_totals(rows),  # running shards only: none is settled
         "record_failures": counted.record_failures,
         "rate": round(rate, 3), "eta_s": round(eta, 1) if eta is not None else None,
         "counts": dict(sorted(counts.items())), "accounting": sched.accounting,

@@ -4,6 +4,7 @@ as JSON, waiting."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from pathlib import Path
@@ -13,7 +14,20 @@ import pytest
 from click.testing import CliRunner, Result
 
 from control.cli.main import cli
-from tests.conftest import FAKE_SERVER
+from tests.conftest import FAKE_SERVER, REPO
+
+LLAMACPP_SERVING = REPO / ".work" / "serving" / "llamacpp"
+
+
+def require_llamacpp() -> Path:
+    """The llama.cpp serving environment; skip without it (fail in CI)."""
+    if not (LLAMACPP_SERVING / ".complete").exists():
+        message = "no llamacpp serving environment: run scripts/serving-env llamacpp"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return LLAMACPP_SERVING
+
 
 PROFILE_DEFAULTS: Dict[str, Any] = {
     "partition": "debug",

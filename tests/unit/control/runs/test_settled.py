@@ -199,7 +199,8 @@ class Scenario:
         write_json_atomic(self.layout.attempt(index, row["attempt"]).progress_json,
                           ProgressRecord(records_done=5, records_total=10, tokens=35,
                                          requests_per_s=1.0, updated_at=self.now,
-                                         failures=self.rng.randint(0, 3)).to_dict())
+                                         failures=self.rng.randint(0, 3),
+                                         records_dropped=self.rng.randint(0, 2)).to_dict())
         if outcome == "succeeded":
             publish_json_immutable(self.layout.winner_json(index), WinnerRecord(
                 shard=index, attempt=row["attempt"], records=10, result_sha256="0" * 64,
@@ -525,10 +526,11 @@ def test_rows_with_fields_beyond_the_columns_are_kept_as_they_are(tmp_path: Path
     layout = make_run(tmp_path, [Shard("winner")] * 2)
     rows = [{"index": 0, "state": "succeeded", "reason": None, "attempt": 1, "job_id": None,
              "records": 10, "records_done": 10, "tokens": 0, "record_failures": 0,
+             "records_dropped": 0,
              "aliases": {"m": {"tokens": 3.5}}},
             {"index": 1, "state": "lost", "reason": "lost: x", "attempt": 1,
              "job_id": "5_1", "records": 10, "records_done": 2, "tokens": 4,
-             "record_failures": 1, "log": "/l"}]
+             "record_failures": 1, "records_dropped": 2, "log": "/l"}]
     assert settled.add(layout, settled.Index(), rows, RUN_ID, 2)
     index = settled.load(layout)
     assert index.rows([0, 1]) == rows and [index.row(0), index.row(1)] == rows
