@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 
 from control.cli.main import cli
 from tests.conftest import FAKE_SERVER
+from tests.fakes import poll
 
 PROFILE_DEFAULTS: Dict[str, Any] = {
     "partition": "debug",
@@ -80,11 +81,4 @@ def write_run(tmp_path: Path, records: int, shards: int, latency: float) -> Path
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 90) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(1.0)
+    return poll(what, check, timeout_s, interval_s=1.0)
