@@ -20,14 +20,22 @@ NOACCT_DIR  ?= /tmp/synthbatch-testbed-noacct
 NOACCT_PORT ?= 6917
 # the second testbed also has a small MaxArraySize: runs of more shards split into several arrays
 NOACCT_MAX_ARRAY_SIZE ?= 4
+# the third: 3 nodes, each at its own loopback address (replicas that span nodes)
+MULTINODE_DIR  ?= /tmp/synthbatch-testbed-multinode
+MULTINODE_PORT ?= 7017
+MULTINODE_FIRST_JOB_ID ?= 300
 
 testbed:  ## start the local Slurm testbed (installs Slurm, munge, MariaDB if missing)
 	scripts/slurm-testbed up >/dev/null
 
-testbeds: testbed  ## the main testbed and a second one without accounting (for tests)
+testbeds: testbed  ## the main testbed, one without accounting, one of 3 distinct nodes (for tests)
 	SYNTHBATCH_TESTBED_ACCOUNTING=0 SYNTHBATCH_TESTBED_PORT=$(NOACCT_PORT) \
 		SYNTHBATCH_TESTBED_MAX_ARRAY_SIZE=$(NOACCT_MAX_ARRAY_SIZE) \
 		scripts/slurm-testbed up $(NOACCT_DIR) >/dev/null
+	SYNTHBATCH_TESTBED_ACCOUNTING=0 SYNTHBATCH_TESTBED_NODES=3 SYNTHBATCH_TESTBED_DISTINCT_ADDRS=1 \
+		SYNTHBATCH_TESTBED_PORT=$(MULTINODE_PORT) \
+		SYNTHBATCH_TESTBED_FIRST_JOB_ID=$(MULTINODE_FIRST_JOB_ID) \
+		scripts/slurm-testbed up $(MULTINODE_DIR) >/dev/null
 
 serving-llamacpp:  ## serving environment: llama.cpp (xllamacpp) + SmolLM2-135M GGUF (~8 s)
 	scripts/serving-env llamacpp >/dev/null
