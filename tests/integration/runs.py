@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from pathlib import Path
@@ -12,8 +13,23 @@ import pytest
 from click.testing import CliRunner, Result
 
 from control.cli.main import cli
-from tests.conftest import FAKE_SERVER
+from tests.conftest import FAKE_SERVER, REPO
 from tests.fakes import poll
+
+SERVING = REPO / ".work" / "serving"
+
+
+def serving_env(engine: str) -> Path:
+    """A serving environment (``scripts/serving-env ENGINE``): skipped without it, failed
+    under CI=true."""
+    env = SERVING / engine
+    if not (env / ".complete").exists():
+        message = f"no {engine} serving environment: run scripts/serving-env {engine}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return env
+
 
 PROFILE_DEFAULTS: Dict[str, Any] = {
     "partition": "debug",

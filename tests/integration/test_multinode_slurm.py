@@ -14,12 +14,14 @@ import os
 import re
 import secrets
 import signal
+import socket
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
 
+from agent_stdlib.allocation.preflight import plan_sites
 from agent_stdlib.contracts import Plan
 from agent_stdlib.publish import load_winner
 from control.config.profile import Profile
@@ -28,6 +30,7 @@ from control.planning.planner import make_plan
 from tests.conftest import FAKE_SERVER, REPO
 from tests.integration.allocations import (
     Job,
+    assert_failed_in_preflight,
     assert_stopped_and_clean,
     slurm_log,
     submit,
@@ -214,31 +217,13 @@ def test_a_leader_that_exits_ends_the_replica_and_fails_the_attempt_naming_it(
     assert not job.steps()
 
 
-CLIENT = '''
-import json, os, urllib.request
-ends = json.loads(os.environ["SYNTHBATCH_ENDPOINTS"])
-first = int(os.environ["SYNTHBATCH_RECORD_OFFSET"])
-count = int(os.environ["SYNTHBATCH_NUM_RECORDS"])
-def ask(alias, model, prompt):
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 4}).encode()
-    req = urllib.request.Request(ends[alias] + "/v1/completions", body,
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())["choices"][0]["text"]
-with open(os.path.join(os.environ["SYNTHBATCH_OUTPUT_DIR"], "part-0.jsonl"), "w") as out:
-    for index in range(first, first + count):
-        text = ask("gen", "MODEL", f"record {index}")
-        verdict = ask("judge", "MODEL-judge", f"judge {text}")
-        out.write(json.dumps({"index": index, "text": text, "verdict": verdict}) + "\\n")
-print("endpoints", sorted(ends))
-'''
+# the example's two-model client (examples/big-model.toml uses it with a real writer)
+CLIENT = REPO / "examples" / "clients" / "generate_and_judge.py"
 
 
 def test_a_judge_shares_a_node_with_one_of_two_generators_and_both_aliases_serve(
         slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, launched):
     model = f"fake-{secrets.token_hex(4)}"
-    script = tmp_path / "client.py"
-    script.write_text(CLIENT.replace("MODEL", model))
     requests = tmp_path / "requests"
     log_flag = ["--request-log", str(requests) + "-{port}.jsonl"]
     gen = fake("gen", model, replicas=2, nodes=2)
@@ -246,7 +231,9 @@ def test_a_judge_shares_a_node_with_one_of_two_generators_and_both_aliases_serve
     judge = fake("judge", f"{model}-judge", shared_node="gen")
     judge["command"] += log_flag
     plan = plan_of(tmp_path, python_exe, [gen, judge], records=20,
-                   client={"command": ["{python}", str(script)]})
+                   client={"command": ["{python}", str(CLIENT), "--writer", f"gen={model}",
+                                       "--judge", f"judge={model}-judge", "--concurrency",
+                                       "4", "--max-tokens", "4"]})
     assert [(r.node, r.gpus) for r in plan.deployment("gen").placement] == [(0, (0,)),
                                                                             (1, (0,))]
     assert [(r.node, r.gpus) for r in plan.deployment("judge").placement] == [(0, (1,))]
@@ -275,4 +262,33 @@ def test_a_judge_shares_a_node_with_one_of_two_generators_and_both_aliases_serve
     assert sum(gen_counts) == 20 and min(gen_counts) > 0, counts  # the proxy spread them
     assert counts[ready.backends["judge"][0].url] == 20, counts
     client_log = (job.paths.execution_logs(1) / "client.log").read_text()
-    assert "endpoints ['gen', 'judge']" in client_log
+    assert "generate_and_judge: 20 records with ['gen', 'judge']" in client_log
+    rows = [json.loads(line) for line in next(job.paths.output.glob("*.jsonl")).open()]
+    assert [r["index"] for r in rows] == list(range(20)) and all(r["judgement"] for r in rows)
+
+
+def test_preflight_finds_a_port_taken_on_a_follower_s_node(
+        slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, launched):
+    model = f"fake-{secrets.token_hex(4)}"
+    plan = plan_of(tmp_path, python_exe, [big(model)])
+    job = submit(slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, plan, model,
+                 hold=True)
+    launched.append(job)
+    addrs = node_addrs(job.cluster)
+    hosts = {n: (name, addrs[name]) for n, name in enumerate(sorted(addrs))}
+    port = plan_sites(plan, job.array_id, hosts)["big"][0].port
+    taken = []
+    try:  # something else holds the replica's port on every node a follower may get
+        for name in sorted(addrs)[1:]:
+            sock = socket.socket()
+            taken.append(sock)
+            sock.bind((addrs[name], port))
+            sock.listen()
+        job.release()
+        assert_failed_in_preflight(job, job.cluster, f":{port} is already in use on node")
+    finally:
+        for sock in taken:
+            sock.close()
+    follower = nodes_in_order(job)[1]
+    assert f"ports: {addrs[follower]}:{port} is already in use on {follower}" in \
+        job.attempt().reason

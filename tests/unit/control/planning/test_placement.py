@@ -172,3 +172,29 @@ def test_the_plan_summary_shows_every_rank() -> None:
     assert "node 1 (8/8 GPUs): big#0 rank 1/2 GPUs 0,1,2,3,4,5,6,7" in text
     assert "each across 2 nodes (8 GPU(s) per node, one rank each)" in text
     assert "ranks > 0 add: --headless" in text
+
+
+def test_the_big_model_example_plans_on_the_h100_profile(tmp_path: Path) -> None:
+    from control.images import registry
+    from control.runs.plan import dry_run
+    from tests.conftest import REPO
+
+    workspace = tmp_path / "ws"
+    for alias in ("vllm", "sglang"):
+        image = tmp_path / f"{alias}.sqsh"
+        image.write_bytes(alias.encode())
+        registry.add(workspace, alias, str(image))
+    prof = tmp_path / "h100.toml"
+    prof.write_text((REPO / "examples" / "profiles" / "h100-cluster.toml").read_text()
+                    .replace('"/lustre/proj-42/synthbatch"', f'"{workspace}"'))
+    out = dry_run(REPO / "examples" / "big-model.toml", str(prof))
+    summary = out["summary"]
+    assert "per shard: 3 node(s), 8 GPU(s) per node (--gpus-per-node=8)" in summary
+    assert "node 0 (8/8 GPUs): writer#0 rank 0/2 GPUs 0,1,2,3,4,5,6,7 port 20000, ranks " \
+           "meet at port 20009; client" in summary
+    assert "node 1 (8/8 GPUs): writer#0 rank 1/2 GPUs 0,1,2,3,4,5,6,7" in summary
+    assert "node 2 (8/8 GPUs): judge#0 GPUs 0 port 20001;" in summary
+    assert "judge#7 GPUs 7 port 20008" in summary
+    assert "--nnodes 2 --node-rank '{node_rank}' --master-addr '{leader_host}'" in summary
+    assert "#SBATCH --nodes=3" in out["script"] and "#SBATCH --exclusive" in out["script"]
+    assert sorted(p.name for p in workspace.iterdir()) == ["images.json", "images.json.lock"]
