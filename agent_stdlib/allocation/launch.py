@@ -196,7 +196,7 @@ def rank_binder(plan: Plan, dep: DeploymentSpec, name: str, site: Site,
     if list(site.span) != list(range(site.node, site.node + len(site.span))):
         raise LaunchError(f"{name}: nodes {site.span} are not consecutive (one srun step "
                           "runs every rank)")
-    binder = gpu_binder(plan, dep, name, site.gpus, agent_pyz)[:-1]
+    binder = gpu_binder(plan, dep, name, site.gpus, agent_pyz)[:-1]  # without its "--"
     binder += ["--nnodes", str(len(site.span)), "--hosts", ",".join(site.hosts)]
     return binder + [f"--follower-arg={arg}" for arg in dep.follower_args] + ["--"]
 

@@ -454,8 +454,9 @@ def check_sites(ctx: Context, sites: Mapping[str, Sequence[Site]],
                 follower = hosts[node][0]
                 _check_port(ctx, Site(node, addr, site.port), follower,
                             local=follower == ctx.ident.node)
-            for port in range(site.dist_port, site.dist_port + DIST_PORTS if site.span else 0):
-                _check_port(ctx, Site(site.node, site.leader, port), name, local=local)
+            if site.span:  # the ranks' rendezvous ports, on the leader
+                for port in range(site.dist_port, site.dist_port + DIST_PORTS):
+                    _check_port(ctx, Site(site.node, site.leader, port), name, local=local)
 
 
 def run_preflight(ctx: Context) -> Dict[str, List[Site]]:
