@@ -24,7 +24,7 @@ from agent_stdlib.allocation.launch import (
     server_launch,
 )
 from agent_stdlib.allocation.probes import http_ok
-from agent_stdlib.allocation.serve import first_rank_exit
+from agent_stdlib.allocation.ranks import first_rank_exit
 from agent_stdlib.allocation.signals import SignalCoordinator
 from agent_stdlib.allocation.steps import current_env, step_env
 from agent_stdlib.allocation.supervisor import Managed, Supervisor, log_text, tail
@@ -41,7 +41,7 @@ RANK_LOG_BYTES = 256 * 1024  # how far back a replica's log is searched for its 
 
 def exit_reason(child: Managed, code: int) -> str:
     """Why a child ended: its status and log tail; for a replica across nodes, the rank
-    that ended first, its node, how, and that rank's last lines (``serve.first_rank_exit``)."""
+    that ended first, its node, how, and that rank's last lines (``ranks.first_rank_exit``)."""
     if child.ranks > 1:
         first = first_rank_exit(log_text(child.log_path, RANK_LOG_BYTES))
         if first is not None:

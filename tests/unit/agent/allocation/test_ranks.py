@@ -16,9 +16,9 @@ import pytest
 
 from agent_stdlib.allocation.launch import LaunchError, Site, server_launch
 from agent_stdlib.allocation.preflight import plan_sites
-from agent_stdlib.allocation.serve import (
+from agent_stdlib.allocation.ranks import (
     EXIT_RANK_ENDED,
-    BindError,
+    RankError,
     RankId,
     exit_line,
     first_rank_exit,
@@ -134,7 +134,7 @@ def test_the_rank_is_the_node_index_in_the_step() -> None:
 ])
 def test_a_step_that_is_not_one_task_per_node_is_refused(env: Dict[str, str],
                                                          message: str) -> None:
-    with pytest.raises(BindError, match=message):
+    with pytest.raises(RankError, match=message):
         rank_of(env, 2)
 
 
