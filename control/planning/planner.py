@@ -184,12 +184,32 @@ def _placement(run: RunConfig, profile: Profile) -> Placement:
                 raise PlanError(f"deployments[{index}].nodes", f"{dep.nodes} nodes: the local "
                                                                "backend runs on one machine")
     try:
-        return place(shapes, profile.gpus_per_node, profile.port_base)
+        placement = place(shapes, profile.gpus_per_node, profile.port_base)
     except PlacementError as err:
         if err.index < 0:
             raise PlanError(err.field, str(err), source="profile") from err
         raise PlanError(f"deployments[{err.index}].{err.field}",
                         f"{err} (gpus_per_node)") from err
+    if profile.backend == "local":
+        _one_machine(placement, shapes, profile.gpus_per_node)
+    return placement
+
+
+def _one_machine(placement: Placement, shapes: List[Shape], gpus_per_node: int) -> None:
+    """A local plan's replicas all fit on node 0; else name the first that does not."""
+    for index, (shape, replicas) in enumerate(zip(shapes, placement.replicas)):
+        for replica in replicas:
+            if len(replica.span) > 1:
+                raise PlanError(f"deployments[{index}].{shape.gpu_field}",
+                                f"{shape.gpus} GPU(s) per replica span {len(replica.span)} "
+                                f"nodes of {gpus_per_node} GPUs (gpus_per_node): the local "
+                                "backend runs on one machine")
+            if replica.node > 0:
+                raise PlanError(f"deployments[{index}].{shape.gpu_field}",
+                                f"replica {replica.index} ({shape.gpus} GPU(s)) does not fit "
+                                f"on this machine's {gpus_per_node} GPUs (gpus_per_node) next "
+                                "to the replicas before it: the local backend runs on one "
+                                "machine")
 
 
 def _resources(run: RunConfig, profile: Profile, placement: Placement) -> ResourceSpec:
