@@ -24,6 +24,7 @@ import pytest
 from agent_stdlib.allocation.preflight import plan_sites
 from agent_stdlib.contracts import Plan
 from agent_stdlib.publish import load_winner
+from agent_stdlib.statefile import read_json
 from control.config.profile import Profile
 from control.config.run import RunConfig
 from control.planning.planner import make_plan
@@ -215,6 +216,27 @@ def test_a_leader_that_exits_ends_the_replica_and_fails_the_attempt_naming_it(
     # the follower died with its leader, as a real one does, but later: rank 0 is named
     assert "1: fake-openai-server rank 1: rank 0 at" in log, log
     assert not job.steps()
+
+
+def test_scancel_of_a_replica_across_nodes_is_a_cancellation_not_a_rank_failure(
+        slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, launched):
+    """scancel signals the agent and every rank at once: the ranks' 'stopped by SIGTERM'
+    must not turn the cancellation into a failure naming a rank (the outcome is recorded
+    before cleanup), and cleanup still leaves no rank on either node."""
+    model = f"fake-{secrets.token_hex(4)}"
+    plan = plan_of(tmp_path, python_exe, [big(model)], records=400)  # runs >= 30 s
+    job = start(slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, plan, model, launched)
+    job.wait_readiness("ready", timeout=120)
+    job.cluster.wait_for(lambda: (read_json(job.paths.progress_json) or {})
+                         .get("records_done", 0) >= 2, what="client progress")
+    assert engine_pid(model, 0) and engine_pid(model, 1)
+    job.cluster.run("scancel", job.array_id)
+    job.wait_done(timeout=90)
+    attempt = assert_stopped_and_clean(job, "cancelled")
+    assert "SIGTERM" in attempt.reason and "rank" not in attempt.reason, attempt.reason
+    assert attempt.partial_records is None or 0 < attempt.partial_records < 400
+    wait_no_leftovers(job)
+    assert engine_pid(model, 0) is None and engine_pid(model, 1) is None
 
 
 # the example's two-model client (examples/big-model.toml uses it with a real writer)
