@@ -58,7 +58,7 @@ client-dd:  ## client environment: data-designer 0.9.7 (NeMo Data Designer, ~800
 	scripts/client-env dd >/dev/null
 
 # scripts/demo starts the testbed itself, or (no root, no apt-get) runs on the local backend
-demo: install serving-llamacpp  ## examples/quickstart.toml end to end: real text
+demo: install serving-llamacpp  ## examples/qa-dataset.toml end to end: a real Q/A/grade dataset
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
 
 # The fast suite waits more than it computes: 4 workers on 2 cores take it from ~56 s to ~25 s.

@@ -1,17 +1,35 @@
-"""Candidate validation: what the client left in ``output/`` becomes a result manifest."""
+"""Candidate validation: what the client left in ``output/`` becomes a result manifest.
+
+Every regular file of ``output/`` whose name does not start with a dot is a JSONL file of
+records. A client that gives up on some records (the built-in generator with
+``on_error = "drop"``) lists their indices in ``output/.dropped-*.jsonl`` (one JSON object
+with an integer ``index`` a line): those count towards the shard's records, so a dropped
+record is accounted for and never silently missing, but are not records of the result.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import stat
 import time
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, Set, Tuple
 
 from agent_stdlib.contracts import FileEntry, ResultManifest
 from agent_stdlib.errors import AgentError
+
+DROPPED = re.compile(r"\.dropped-[A-Za-z0-9_.-]*\.jsonl")
+
+
+def dropped_name(stem: str) -> str:
+    """The file name under ``output/`` that lists dropped records (``stem``: letters,
+    digits, ``._-``)."""
+    name = f".dropped-{stem}.jsonl"
+    assert DROPPED.fullmatch(name), name
+    return name
 
 
 class CandidateError(AgentError):
@@ -74,24 +92,50 @@ def _complete_records(path: Path, rel: str) -> int:
 
 
 def count_records(output: Path) -> int:
-    """Complete records the client left in ``output`` (a partial result).
+    """Complete records the client left in ``output`` (a partial result), dropped ones
+    included.
 
     A torn last line (no newline: the client was killed mid-write) is not counted and does
     not make the output unusable; a malformed complete line raises CandidateError.
     """
     if not output.is_dir() or output.is_symlink():
         raise CandidateError("output/: missing or not a directory")
-    return sum(_complete_records(path, rel) for path, rel in _walk(output))
+    return sum(_complete_records(path, rel) for path, rel in _walk(output)) + \
+        len(dropped_indices(output))
+
+
+def dropped_indices(output: Path) -> Set[int]:
+    """The record indices ``output/.dropped-*.jsonl`` lists (complete lines only)."""
+    found: Set[int] = set()
+    for name in sorted(os.listdir(output)):
+        path = output / name
+        if not DROPPED.fullmatch(name) or not stat.S_ISREG(os.lstat(path).st_mode):
+            continue
+        with open(path, "rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    index = json.loads(line).get("index")
+                except (ValueError, AttributeError) as err:
+                    raise CandidateError(f"output/{name}:{number}: not a dropped-record "
+                                         f"line") from err
+                if not isinstance(index, int) or isinstance(index, bool):
+                    raise CandidateError(f"output/{name}:{number}: no integer index")
+                found.add(index)
+    return found
 
 
 def build_manifest(output: Path, shard: int, attempt: int, expected: int) -> ResultManifest:
     """Scan ``output`` (JSONL files), check the record count, return the manifest."""
     files = scan_output(output)
     total = sum(f.records for f in files)
-    if total != expected:
-        raise CandidateError(f"output/ holds {total} records, the shard needs {expected}")
+    dropped = len(dropped_indices(output))
+    if total + dropped != expected:
+        held = f"{total} records" + (f" and {dropped} dropped" if dropped else "")
+        raise CandidateError(f"output/ holds {held}, the shard needs {expected}")
     return ResultManifest(shard=shard, attempt=attempt, records=total, files=files,
-                          created_at=time.time())
+                          created_at=time.time(), dropped=dropped)
 
 
 def verify_files(output: Path, files: Tuple[FileEntry, ...]) -> None:

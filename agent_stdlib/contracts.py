@@ -237,17 +237,51 @@ class DeploymentSpec:
 
 
 @dataclass(frozen=True)
-class GenerateSpec:
-    """The built-in generation client: a prompt template over record indices."""
+class ColumnSpec:
+    """One column of the built-in generator's recipe (``docs/generator.md``).
 
-    model: str  # deployment alias
-    prompt_template: str
-    system_prompt: Optional[str]
-    max_tokens: int
-    temperature: float
-    concurrency: int
-    max_retries: int
-    request_timeout_s: float
+    ``params`` hold the column kind's own fields, checked at plan time
+    (``control/config/columns.py``); the generator reads them by name.
+    """
+
+    name: str
+    type: str  # a kind of agent_stdlib.recipe.columns.KINDS
+    params: Dict[str, Any] = field(default_factory=dict)
+    drop: bool = False  # computed and usable by others, left out of the record
+
+
+@dataclass(frozen=True)
+class SeedDataSpec:
+    """The seed data file of a recipe and how records pick its rows."""
+
+    path: str
+    order: str = "in-order"  # "in-order" | "shuffle" | "sample"
+    fields: Tuple[str, ...] = ()  # the fields the recipe uses (every row must have them)
+    rows: int = 0  # the rows counted at plan time; 0: the file was not visible there
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """The built-in generator: a recipe of ``columns``, or the older single prompt template.
+
+    With ``columns`` empty, ``model`` and ``prompt_template`` (over ``{index}``) make one
+    chat completion per record with the record shape of that form (``prompt``,
+    ``completion``, ``usage``, ...). ``concurrency`` None means adaptive per model alias.
+    Every field has a default so plans written before a field existed still load.
+    """
+
+    model: str = ""  # deployment alias of the prompt_template form
+    prompt_template: str = ""
+    system_prompt: Optional[str] = None
+    max_tokens: int = 256
+    temperature: float = 0.7
+    concurrency: Optional[int] = None  # fixed requests in flight per alias; None: adaptive
+    max_retries: int = 5
+    request_timeout_s: float = 600.0
+    seed: int = 0
+    on_error: str = "fail"  # "fail" | "drop" | "keep"
+    columns: Tuple[ColumnSpec, ...] = ()
+    seed_data: Optional[SeedDataSpec] = None
     container: Optional[ContainerSpec] = None  # a client image the generator runs in
 
 
@@ -469,15 +503,32 @@ class ReadinessRecord(Record):
 
 
 @dataclass(frozen=True)
+class AliasProgress:
+    """The generator's traffic to one model alias, for ``progress.json``."""
+
+    requests: int = 0  # answered requests (any status)
+    tokens_in: int = 0  # prompt tokens the engine reported
+    tokens_out: int = 0  # completion tokens the engine reported
+    errors: Dict[str, int] = field(default_factory=dict)  # kind ("429", "5xx", ...) -> count
+    concurrency: int = 0  # the current limit of requests in flight
+    in_flight: int = 0
+
+
+@dataclass(frozen=True)
 class ProgressRecord(Record):
-    """``progress.json``: the client's own count of work done (about once a second)."""
+    """``progress.json``: the client's own count of work done (about once a second).
+
+    ``records_done`` counts every record settled, dropped ones included.
+    """
 
     records_done: int
     records_total: int
     tokens: int
-    requests_per_s: float
+    requests_per_s: float  # records settled per second
     updated_at: float
     schema_version: int = SCHEMA_VERSION
+    records_dropped: int = 0
+    aliases: Dict[str, AliasProgress] = field(default_factory=dict)
     failures: int = 0  # records the client gave up on so far (it may generate them again)
 
 
@@ -501,6 +552,7 @@ class ResultManifest(Record):
     files: Tuple[FileEntry, ...]
     created_at: float
     schema_version: int = SCHEMA_VERSION
+    dropped: int = 0  # records the client gave up on (on_error = "drop"), listed in output/
 
 
 @dataclass(frozen=True)
@@ -514,6 +566,7 @@ class WinnerRecord(Record):
     files: Tuple[FileEntry, ...]
     created_at: float
     schema_version: int = SCHEMA_VERSION
+    dropped: int = 0
 
 
 def sha256_bytes(payload: bytes) -> str:

@@ -87,7 +87,7 @@ def complete_winner(layout: RunLayout, shard: int, attempt: int,
         raise StateError(f"shard {shard} attempt {attempt}: {err}") from err
     winner = WinnerRecord(shard=shard, attempt=attempt, records=manifest.records,
                           result_sha256=sha256_bytes(payload), files=manifest.files,
-                          created_at=time.time())
+                          created_at=time.time(), dropped=manifest.dropped)
     publish_immutable(layout.winner_json(shard), winner.to_json().encode("utf-8"))
     published = load_winner(layout, shard)
     if published is None:  # we or a racing writer just linked it; gone means tampering

@@ -8,6 +8,9 @@ malformed line, an out-of-range or duplicate index is skipped (the first copy wi
 :class:`KeptRecords` then copies those lines, byte for byte, into the new attempt's output
 in index order, so the new attempt's manifest covers the full range while the earlier
 attempt's files stay untouched (a hard link would let the new attempt append to them).
+Records the earlier attempt dropped (``output/.dropped-*.jsonl``, see
+``agent_stdlib/candidate.py``) are done too: their lines are kept in :attr:`KeptRecords.dropped`
+and carried over as they are, never requested again.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Tuple
+
+from agent_stdlib.candidate import DROPPED
 
 Span = Tuple[int, int, int, int]  # (file number, byte offset, length, completion tokens)
 COPY_CHUNK = 1 << 20  # a run of kept lines is copied in pieces of at most this many bytes
@@ -30,16 +35,17 @@ class KeptRecords:
     files: List[Path] = field(default_factory=list)
     spans: Dict[int, Span] = field(default_factory=dict)
     skipped: int = 0  # lines that were not usable records (torn, malformed, out of range)
+    dropped: Dict[int, bytes] = field(default_factory=dict)  # index -> its dropped line
 
     def __len__(self) -> int:
-        return len(self.spans)
+        return len(self.spans) + len(self.dropped)
 
     def __contains__(self, index: object) -> bool:
-        return index in self.spans
+        return index in self.spans or index in self.dropped
 
     def missing(self, indices: Iterable[int]) -> Iterable[int]:
         """The indices of ``indices`` that still have to be generated, in order."""
-        return (i for i in indices if i not in self.spans)
+        return (i for i in indices if i not in self.spans and i not in self.dropped)
 
     def tokens(self, start: int, stop: int) -> int:
         """The completion tokens of the kept records ``start .. stop-1``."""
@@ -76,13 +82,22 @@ class KeptRecords:
         return index - start
 
 
-def completion_tokens(record: Dict[str, Any]) -> int:
-    """The ``usage.completion_tokens`` a record reports; 0 when absent or not a count."""
-    usage = record.get("usage")
+def _count(usage: Any) -> int:
     tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
         return 0
     return tokens
+
+
+def completion_tokens(record: Dict[str, Any]) -> int:
+    """The completion tokens a record reports: ``usage.completion_tokens`` (the prompt
+    template form), or the sum over ``_meta.columns.*.usage`` (a recipe's LLM columns);
+    0 when absent or not a count."""
+    meta = record.get("_meta")
+    columns = meta.get("columns") if isinstance(meta, dict) else None
+    if isinstance(columns, dict):
+        return sum(_count(c.get("usage")) for c in columns.values() if isinstance(c, dict))
+    return _count(record.get("usage"))
 
 
 def parse_record(line: bytes) -> Optional[Dict[str, Any]]:
@@ -100,6 +115,24 @@ def parse_record(line: bytes) -> Optional[Dict[str, Any]]:
     if not isinstance(index, int) or isinstance(index, bool):
         return None
     return data
+
+
+def resume_count(out_file: Path) -> Tuple[int, int]:
+    """Complete records already in ``out_file`` and their completion tokens; a torn last
+    line is cut off. Reads line by line (the file is not held in memory)."""
+    if not out_file.exists():
+        return 0, 0
+    count = tokens = keep = 0
+    with open(out_file, "rb+") as handle:
+        for line in handle:
+            if not line.endswith(b"\n"):
+                break
+            record = parse_record(line)
+            count, keep = count + 1, keep + len(line)
+            tokens += completion_tokens(record) if record is not None else 0
+        if keep != os.fstat(handle.fileno()).st_size:
+            handle.truncate(keep)
+    return count, tokens
 
 
 def record_index(line: bytes) -> Optional[int]:
@@ -129,6 +162,7 @@ def scan_kept(folder: Path, offset: int, count: int) -> KeptRecords:
     kept = KeptRecords()
     if not folder.is_dir() or folder.is_symlink():
         return kept
+    kept.dropped = _dropped_lines(folder, offset, count)
     for path in _record_files(folder):
         number = len(kept.files)
         kept.files.append(path)
@@ -138,13 +172,28 @@ def scan_kept(folder: Path, offset: int, count: int) -> KeptRecords:
                 record = parse_record(line)
                 index = None if record is None else record["index"]
                 if index is None or not offset <= index < offset + count \
-                        or index in kept.spans:
+                        or index in kept.spans or index in kept.dropped:
                     kept.skipped += 1 if line.strip() else 0
                 else:
                     kept.spans[index] = (number, position, len(line),
                                          completion_tokens(record))
                 position += len(line)
     return kept
+
+
+def _dropped_lines(folder: Path, offset: int, count: int) -> Dict[int, bytes]:
+    """The dropped-record lines of ``folder`` (``.dropped-*.jsonl`` at its top) in range."""
+    found: Dict[int, bytes] = {}
+    for name in sorted(os.listdir(folder)):
+        path = folder / name
+        if not DROPPED.fullmatch(name) or not stat.S_ISREG(os.lstat(path).st_mode):
+            continue
+        with open(path, "rb") as handle:
+            for line in handle:
+                index = record_index(line)
+                if index is not None and offset <= index < offset + count:
+                    found.setdefault(index, line)
+    return found
 
 
 def covered(folder: Path, offset: int, count: int) -> List[int]:

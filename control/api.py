@@ -2,8 +2,8 @@
 
 ``plan``, ``submit``, ``status``, ``wait``, ``merge`` and ``runs`` return typed results
 (``control.runs.results``; ``submit`` and ``run`` a :class:`Run` handle) whose
-``to_dict()`` is what ``--json`` prints; ``cancel``, ``retry`` and ``logs`` return that
-data as plain dicts. Every path and profile argument takes a ``str`` or a ``Path``; a
+``to_dict()`` is what ``--json`` prints; ``cancel``, ``retry``, ``logs`` and ``preview``
+return that data as plain dicts. Every path and profile argument takes a ``str`` or a ``Path``; a
 profile is a name (``~/.config/synthbatch/profiles/<name>.toml``) or a file.
 
 Imports of the planner, bundle builder and renderer happen inside the functions that need
@@ -123,6 +123,24 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
     return PlanResult.from_dict(dry_run(Path(run_file), profile_ref(profile),
                                         max_array_size=size, overrides=over, scheduler=sched,
                                         unavailable=unavailable))
+
+
+def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
+            endpoints: Sequence[str] = (), api_key_env: Optional[str] = None,
+            timeout_s: float = 600.0) -> Dict[str, Any]:
+    """The first ``count`` records of the run's recipe, made here by the agent bundle's
+    generator against ``endpoints`` (``ALIAS=URL``); nothing is submitted."""
+    from control import bundle
+    from control.runs.preview import parse_endpoints, run_preview
+
+    prof = _profile(profile)
+    urls = parse_endpoints(endpoints)
+    try:
+        pyz = bundle.locate_agent_bundle(Path(prof.workspace) / ".cache" / "bundles")
+    except bundle.BundleError as err:
+        raise InvalidInput(f"agent bundle: {err}") from err
+    return run_preview(Path(run_file), profile_ref(profile), count, urls, pyz, api_key_env,
+                       timeout_s)
 
 
 def submit(run_file: PathLike, profile: ProfileRef = None,

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from agent_stdlib.attempts import advance_attempt, create_attempt
 from agent_stdlib.contracts import (
+    ColumnSpec,
     DeploymentSpec,
     GenerateSpec,
     Plan,
     ResourceSpec,
     RuntimeSpec,
+    SeedDataSpec,
     ShardSpec,
     SubmissionRecord,
     sha256_bytes,
@@ -46,6 +51,18 @@ def local_plan(python: str, command: Sequence[str], records: int = 6, shards: in
     )
 
 
+def kept_line(index: int, **extra: object) -> str:
+    """A record line as an earlier attempt left it (no newline)."""
+    return json.dumps({"index": index, "completion": f"c{index}", **extra}, sort_keys=True)
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path``, making its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
 def stage(root: Path, plan: Plan) -> Dict[str, str]:
     """Write plan, submission 1 and ``submitted`` attempts; return the allocation args."""
     layout = RunLayout(ensure_dir(root))
@@ -63,3 +80,36 @@ def stage(root: Path, plan: Plan) -> Dict[str, str]:
         advance_attempt(paths.attempt_json, "submitted", job_id=f"1_{shard.index}",
                         submission=1)
     return {"run_dir": str(root), "plan_sha256": sha256_bytes(payload)}
+
+
+QA_COLUMNS = (
+    ColumnSpec("level", "category", {"values": ["beginner", "expert"], "weights": [3, 1]}),
+    ColumnSpec("question", "llm-text", {"model": "gen", "system": "You write {level} exams.",
+                                        "prompt": "Write one {level} question about {topic}.",
+                                        "max_tokens": 6, "temperature": 0.8}),
+    ColumnSpec("answer", "llm-structured", {
+        "model": "gen", "prompt": "Answer: {question}", "max_tokens": 6,
+        "schema": {"type": "object", "required": ["answer"],
+                   "properties": {"answer": {"type": "string"},
+                                  "steps": {"type": "array", "items": {"type": "string"}}}}}),
+    ColumnSpec("grade", "llm-judge", {
+        "model": "judge", "prompt": "Question: {question}\nAnswer: {answer.answer}",
+        "max_tokens": 6, "scores": [{"name": "correct",
+                                     "options": {"1": "correct", "0": "wrong"}}]}),
+    ColumnSpec("id", "uuid", {}, drop=True),
+    ColumnSpec("label", "expression", {"template": "{level}/{grade.correct.score}/{id}"}),
+)
+
+
+def recipe_plan(columns: Sequence[ColumnSpec] = QA_COLUMNS, records: int = 12,
+                seed_data: Optional[SeedDataSpec] = None, **client: Any) -> Plan:
+    """A plan running a recipe against two aliases, ``gen`` and ``judge`` (fake servers)."""
+    deployments = tuple(DeploymentSpec(
+        alias=alias, engine="openai", model="fake-model", served_name="fake-model",
+        command=("true",), env={}, gpus_per_replica=0, replicas=1, startup_timeout_s=30.0,
+        readiness_path="/health", max_queued_requests=client.pop(f"{alias}_queue", 64))
+        for alias in ("gen", "judge"))
+    spec = GenerateSpec(**{"max_retries": 2, "request_timeout_s": 30.0, "seed": 7,
+                           "columns": tuple(columns), "seed_data": seed_data, **client})
+    return replace(local_plan(sys.executable, ["true"], records=records),
+                   deployments=deployments, client=spec)

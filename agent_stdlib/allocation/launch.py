@@ -312,6 +312,9 @@ def client_launch(plan: Plan, paths: ClientPaths, endpoints: Mapping[str, str],
             else plan.runtime.python
         argv = [python, "-I", in_container(paths.agent_pyz, box, "client: agent"),
                 "generate", "--plan", in_container(paths.plan_json, box, "client: plan")]
+        seed = plan.client.seed_data
+        if seed is not None and box is not None and box.runtime != "none":
+            argv += ["--seed-data", in_container(seed.path, box, "client: seed data")]
         return _step(plan, "client", argv, contract, ambient, box, 0, relative)
     spec = plan.client_command or plan.client_data_designer
     assert spec is not None  # the Plan contract holds exactly one client

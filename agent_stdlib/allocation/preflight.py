@@ -6,7 +6,8 @@ model. Checks: scheduler identity, node list and count, GPUs (this node's cover 
 highest GPU index the plan uses on a node; :func:`replica_slots` is the one rule for each
 replica's node, port offset and GPU indices), controller Python,
 every path the plan names (on the batch node here, on every other replica node through
-:mod:`agent_stdlib.allocation.nodecheck`), secrets (by name), container images (sha256), a
+:mod:`agent_stdlib.allocation.nodecheck`; the recipe's seed data is read through when the
+login node could not see it at plan time), secrets (by name), container images (sha256), a
 Data Designer config (``dd --validate`` where the client will run), the address
 of every node that runs a replica, and the ports the servers will listen on.
 
@@ -52,6 +53,7 @@ from agent_stdlib.contracts import (
     Plan,
     dd_check_report,
 )
+from agent_stdlib.recipe.seeds import SeedError, scan
 
 MIN_PYTHON = (3, 9)
 PORT_SLOTS = 512  # distinct port blocks per port_base
@@ -240,6 +242,21 @@ def check_paths(ctx: Context) -> None:
         if os.path.isabs(dep.model) and not os.access(dep.model, os.R_OK):
             raise PreflightError(f"paths: deployment {dep.alias}: model {dep.model} is "
                                  "missing or not readable")
+    check_seed_data(ctx.plan)
+
+
+def check_seed_data(plan: Plan) -> None:
+    """The recipe's seed file is there; read through once when the login node could not
+    see it at plan time (``rows`` 0), naming file and line of the first bad row."""
+    seed = plan.client.seed_data if plan.client is not None else None
+    if seed is None:
+        return
+    if seed.rows and os.access(seed.path, os.R_OK):
+        return  # checked at plan time; the generator notices a changed row count
+    try:
+        scan(seed.path, validate=True, required=seed.fields)
+    except SeedError as err:
+        raise PreflightError(f"paths: seed data: {err}") from err
 
 
 def port_free(host: str, port: int) -> bool:

@@ -68,10 +68,10 @@ from typing import (
 )
 
 from agent_stdlib.client import ddshard
-from agent_stdlib.client.generate import EXIT_PARTIAL, resume_count
+from agent_stdlib.client.generate import EXIT_PARTIAL
 from agent_stdlib.contracts import DataDesignerSpec, Plan, ProgressRecord, split_dd_config
 from agent_stdlib.errors import AgentError
-from agent_stdlib.resume import KeptRecords, scan_kept
+from agent_stdlib.resume import KeptRecords, resume_count, scan_kept
 from agent_stdlib.statefile import read_json, write_json_atomic
 
 TESTED = "0.9.7"

@@ -1,246 +1,169 @@
-"""Built-in generation client: a prompt template over record indices -> chat completions.
+"""The built-in generator (``python agent.pyz generate --plan PLAN``): one shard's records.
 
 Reads the client contract from the environment (``SYNTHBATCH_ENDPOINTS``,
 ``SYNTHBATCH_RECORD_OFFSET``, ``SYNTHBATCH_NUM_RECORDS``, ``SYNTHBATCH_OUTPUT_DIR``,
-``SYNTHBATCH_PROGRESS_FILE``, ``SYNTHBATCH_RESUME_DIR``) and the generation spec from the
-verified plan. Writes one JSONL file into the output directory, records in index order, and
-progress about once a second. Retries 429/503 and connection errors with back-off,
-honouring Retry-After.
+``SYNTHBATCH_PROGRESS_FILE``, ``SYNTHBATCH_RESUME_DIR``; ``SYNTHBATCH_API_KEY`` is sent
+as a bearer token when set) and the recipe from the verified plan (``docs/generator.md``).
 
-SIGUSR1/SIGTERM/SIGINT stop generation gracefully: the records written so far (all
-complete lines, in index order) are fsynced and kept, and the process exits with
-``EXIT_PARTIAL``. A later execution of the same attempt resumes after the last complete
-record of the file. A retry (a new attempt) given ``SYNTHBATCH_RESUME_DIR`` copies the
-records an earlier attempt completed from there (``agent_stdlib/resume.py``, by record
-index) instead of requesting them again; its output still holds the shard's full range.
+Records flow through the column graph concurrently on one event loop: up to a window of
+records are open at once, each waiting for its LLM cells' aliases
+(``concurrency.Limiter``, lowest record index first), so record k's answer may be in
+flight while record k+1's question is; finished records wait in a reorder buffer and go
+out in index order (``output.Output``). Progress is published about once a second and a
+log line printed every ~10 s (``progress.Progress``).
+
+SIGUSR1/SIGTERM/SIGINT stop generation gracefully: the records written so far (complete
+lines, in index order) are fsynced and kept, and the process exits with
+``EXIT_PARTIAL``. A later execution of the same attempt resumes after them
+(``Output.resume``). A retry (a new attempt) given ``SYNTHBATCH_RESUME_DIR`` copies the
+records an earlier attempt completed (``agent_stdlib/resume.py``) instead of requesting
+them again. ``--preview N`` prints the first N records on stdout instead (``synthbatch
+preview``): errors are kept in the records, and LLM columns without an endpoint are left
+out.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
+import asyncio
 import json
 import os
 import platform
 import signal
 import sys
 import threading
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Dict, List, Optional, Tuple
-from urllib.parse import urlsplit
+from typing import Dict, List, Optional
 
-from agent_stdlib.contracts import GenerateSpec, Plan, ProgressRecord
-from agent_stdlib.errors import AgentError
-from agent_stdlib.resume import KeptRecords, completion_tokens, parse_record, scan_kept
-from agent_stdlib.statefile import read_json, write_json_atomic
+from agent_stdlib.client.concurrency import Limiter
+from agent_stdlib.client.http import Endpoint
+from agent_stdlib.client.output import Output, Resumed
+from agent_stdlib.client.progress import AliasCounters, Progress
+from agent_stdlib.client.recipe import Recipe, RecipeError, compile_recipe
+from agent_stdlib.client.records import Alias, Engine, GenerateError, Outcome
+from agent_stdlib.client.seeds import SeedRows
+from agent_stdlib.contracts import ContractError, Plan
+from agent_stdlib.recipe.seeds import SeedError
+from agent_stdlib.recipe.sizing import bounds
+from agent_stdlib.resume import KeptRecords, scan_kept
+from agent_stdlib.statefile import read_json
 
-RETRYABLE = (429, 500, 502, 503, 504)
 EXIT_PARTIAL = 75  # stopped by a signal; the records written so far are complete and kept
+MIN_WINDOW = 64
+MAX_WINDOW = 16384
+POLL_S = 0.05  # how often the loop looks at the stop event
 
 
-class GenerateError(AgentError):
-    """A record could not be generated; the message says which and why."""
+@dataclass
+class Shard:
+    """The records to make and where they go."""
+
+    offset: int
+    count: int
+    output: Output
+    progress: Progress
+    kept: KeptRecords
 
 
-@dataclass(frozen=True)
-class Target:
-    """Where requests go and under which model name."""
-
-    base_url: str
-    served_name: str
-
-
-def render_prompt(template: str, index: int) -> str:
-    """The prompt of record ``index`` (the template's only field is ``{index}``)."""
-    return template.format(index=index)
+def limiters(plan: Plan, recipe: Recipe) -> Dict[str, Limiter]:
+    """One limiter per alias: the plan's fixed concurrency, or adaptive bounds."""
+    fixed = plan.client.concurrency if plan.client else None
+    out = {}
+    for alias in recipe.aliases:
+        dep = plan.deployment(alias)
+        start, ceiling = bounds(dep.replicas, dep.max_queued_requests)
+        out[alias] = Limiter(fixed or start, fixed or ceiling, adaptive=fixed is None)
+    return out
 
 
-def request_body(spec: GenerateSpec, served_name: str, prompt: str) -> Dict[str, Any]:
-    """The chat-completions request for one record."""
-    messages = []
-    if spec.system_prompt:
-        messages.append({"role": "system", "content": spec.system_prompt})
-    messages.append({"role": "user", "content": prompt})
-    return {
-        "model": served_name,
-        "messages": messages,
-        "max_tokens": spec.max_tokens,
-        "temperature": spec.temperature,
-    }
+def window(limits: Dict[str, Limiter], count: int) -> int:
+    """How many records may be open at once: enough to fill every alias at its ceiling
+    while earlier records wait for another alias."""
+    wanted = 2 * sum(lim.ceiling for lim in limits.values()) + MIN_WINDOW
+    return max(1, min(count, MAX_WINDOW, wanted))
 
 
-def _post(target: Target, body: Dict[str, Any],
-          timeout_s: float) -> Tuple[int, Dict[str, str], bytes]:
-    parts = urlsplit(target.base_url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80,
-                                      timeout=timeout_s)
-    try:
-        payload = json.dumps(body).encode("utf-8")
-        path = parts.path.rstrip("/") + "/v1/chat/completions"
-        conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
-    finally:
-        conn.close()
+class Producer:
+    """Runs one shard (see the module docstring)."""
 
+    def __init__(self, engine: Engine, shard: Shard, width: int,
+                 stop: threading.Event) -> None:
+        self.engine, self.shard, self.width, self.stop = engine, shard, width, stop
+        self.finished: Dict[int, Outcome] = {}
 
-def _retry_delay(headers: Dict[str, str], attempt: int) -> float:
-    value = headers.get("Retry-After") or headers.get("retry-after")
-    if value:
-        try:
-            return min(30.0, max(0.0, float(value)))
-        except ValueError:
-            pass
-    return min(10.0, 0.2 * (2 ** attempt))
-
-
-def complete(spec: GenerateSpec, target: Target, index: int) -> Dict[str, Any]:
-    """Generate record ``index``; retry transient failures up to ``spec.max_retries``."""
-    prompt = render_prompt(spec.prompt_template, index)
-    body = request_body(spec, target.served_name, prompt)
-    last = ""
-    for attempt in range(spec.max_retries + 1):
-        try:
-            status, headers, raw = _post(target, body, spec.request_timeout_s)
-        except (OSError, http.client.HTTPException) as err:
-            status, headers, raw, last = 0, {}, b"", f"connection error: {err}"
-        if status == 200:
-            data = json.loads(raw.decode("utf-8"))
-            choice = data["choices"][0]
-            return {
-                "index": index,
-                "prompt": prompt,
-                "completion": choice["message"]["content"],
-                "finish_reason": choice.get("finish_reason"),
-                "model": spec.model,
-                "served_model": target.served_name,
-                "usage": data.get("usage", {}),
-            }
-        if status:
-            last = f"HTTP {status}: {raw[:200].decode('utf-8', 'replace')}"
-        if status and status not in RETRYABLE:
-            break
-        if attempt < spec.max_retries:
-            time.sleep(_retry_delay(headers, attempt))
-    raise GenerateError(f"record {index}: {last}")
-
-
-class Progress:
-    """Counts finished records and tokens; writes ``progress.json`` at most once a second."""
-
-    def __init__(self, path: Optional[Path], total: int) -> None:
-        self.path, self.total = path, total
-        self.done = self.tokens = 0
-        self.started = time.monotonic()
-        self._last_write = 0.0
-        self._lock = threading.Lock()
-
-    def add(self, record: Dict[str, Any]) -> None:
-        """Count one finished record."""
-        with self._lock:
-            self.done += 1
-            self.tokens += completion_tokens(record)
-            if time.monotonic() - self._last_write >= 1.0:
-                self.write()
-
-    def skip(self, count: int, tokens: int) -> None:
-        """Count ``count`` records (``tokens`` completion tokens) kept, not generated."""
-        with self._lock:
-            self.done += count
-            self.tokens += tokens
-
-    def write(self) -> None:
-        """Publish the counters now."""
-        if self.path is None:
-            return
-        elapsed = max(1e-6, time.monotonic() - self.started)
-        record = ProgressRecord(records_done=self.done, records_total=self.total,
-                                tokens=self.tokens, requests_per_s=self.done / elapsed,
-                                updated_at=time.time())
-        write_json_atomic(self.path, record.to_dict())
-        self._last_write = time.monotonic()
-
-
-def resume_count(out_file: Path) -> Tuple[int, int]:
-    """Complete records already in ``out_file`` and their completion tokens; a torn last
-    line is cut off. Reads line by line (the file is not held in memory)."""
-    if not out_file.exists():
-        return 0, 0
-    count = tokens = keep = 0
-    with open(out_file, "rb+") as handle:
-        for line in handle:
-            if not line.endswith(b"\n"):
+    def drain(self, write: int) -> int:
+        """Write every settled record from ``write`` on, in order; the next unwritten."""
+        shard, out, progress = self.shard, self.shard.output, self.shard.progress
+        end = shard.offset + shard.count
+        while write < end:
+            if write in shard.kept.spans:
+                copied = out.copy_kept(shard.kept, write, end)
+                progress.settled(shard.kept.tokens(write, write + copied), count=copied)
+                write += copied
+            elif write in shard.kept.dropped:
+                out.drop(shard.kept.dropped[write])
+                progress.settled(dropped=True)
+                write += 1
+            elif write in self.finished:
+                outcome = self.finished.pop(write)
+                (out.drop if outcome.dropped else out.record)(outcome.line)
+                progress.settled(outcome.tokens, dropped=outcome.dropped)
+                write += 1
+            else:
                 break
-            record = parse_record(line)
-            count, keep = count + 1, keep + len(line)
-            tokens += completion_tokens(record) if record is not None else 0
-        if keep != os.fstat(handle.fileno()).st_size:
-            handle.truncate(keep)
-    return count, tokens
-
-
-def _result(future: Future, stop: threading.Event) -> Optional[Dict[str, Any]]:
-    while True:
-        try:
-            return future.result(timeout=0.1)
-        except FutureTimeout:
-            if stop.is_set():
-                return None
-
-
-def generate(spec: GenerateSpec, target: Target, offset: int, count: int, out_file: Path,
-             progress: Progress, stop: Optional[threading.Event] = None,
-             kept: Optional[KeptRecords] = None) -> int:
-    """Generate records ``offset .. offset+count-1`` into ``out_file`` in index order.
-
-    Records already in ``out_file`` (a stopped earlier execution) are kept and skipped;
-    records in ``kept`` (an earlier attempt's output) are copied, not requested. Both
-    count in ``progress`` with their completion tokens.
-    Returns the number of records in the file: ``count`` unless ``stop`` was set.
-    """
-    stop = stop or threading.Event()
-    kept = kept if kept is not None else KeptRecords()
-    done, tokens = resume_count(out_file)
-    progress.done, progress.tokens = done, tokens
-    end = offset + count
-    todo = iter(kept.missing(range(offset + done, end)))
-    pool = ThreadPoolExecutor(max_workers=spec.concurrency)
-    pending: Dict[int, Future] = {}
-    handles: Dict[int, BinaryIO] = {}
-    try:
-        with open(out_file, "ab") as out:
-            for index in todo:
-                pending[index] = pool.submit(complete, spec, target, index)
-                if len(pending) >= spec.concurrency * 2:
-                    break
-            index = offset + done
-            while index < end:
-                copied = kept.copy_run(index, end, out, handles)
-                if copied:
-                    progress.skip(copied, kept.tokens(index, index + copied))
-                    index, done = index + copied, done + copied
-                    continue
-                record = _result(pending.pop(index), stop)
-                if record is None:
-                    break
-                out.write((json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
-                index, done = index + 1, done + 1
-                progress.add(record)
-                nxt = next(todo, None)
-                if nxt is not None:
-                    pending[nxt] = pool.submit(complete, spec, target, nxt)
+        if out.due():
             out.flush()
-            os.fsync(out.fileno())
-    finally:
-        pool.shutdown(wait=not stop.is_set(), cancel_futures=True)
-        for handle in handles.values():
-            handle.close()
-    progress.write()
-    return done
+        return write
+
+    async def run(self, first: int) -> int:
+        """Produce from ``first``; returns the next unwritten index (the end unless
+        stopped). GenerateError (``on_error = "fail"``) after writing what came before."""
+        end = self.shard.offset + self.shard.count
+        write = nxt = first
+        running: Dict[asyncio.Future, int] = {}
+        inline = not self.engine.recipe.aliases  # samplers only: nothing to wait for
+        try:
+            while True:
+                write = self.drain(write)
+                self.shard.progress.tick()
+                if write >= end or self.stop.is_set():
+                    return write
+                while nxt < end and nxt - write < self.width and not self.stop.is_set():
+                    if nxt not in self.shard.kept:
+                        if inline:
+                            self.finished[nxt] = await self.engine.record(nxt)
+                        else:
+                            running[asyncio.ensure_future(self.engine.record(nxt))] = nxt
+                    nxt += 1
+                if inline:
+                    await asyncio.sleep(0)
+                    continue
+                if running:
+                    done, _ = await asyncio.wait(running, timeout=POLL_S,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    for future in done:
+                        self.finished[running.pop(future)] = future.result()
+        except GenerateError:
+            self.drain(write)
+            raise
+        finally:
+            for future in running:
+                future.cancel()
+
+
+def _endpoints(recipe: Recipe, preview: bool) -> Dict[str, str]:
+    raw = os.environ.get("SYNTHBATCH_ENDPOINTS", "{}")
+    try:
+        endpoints = json.loads(raw)
+    except ValueError as err:
+        raise GenerateError(f"SYNTHBATCH_ENDPOINTS: not JSON ({err})") from err
+    if not isinstance(endpoints, dict):
+        raise GenerateError("SYNTHBATCH_ENDPOINTS: expected an object alias -> URL")
+    missing = [a for a in recipe.aliases if a not in endpoints]
+    if missing and not preview:
+        raise GenerateError(f"SYNTHBATCH_ENDPOINTS has no endpoint for model {missing[0]!r}")
+    return {str(k): str(v) for k, v in endpoints.items()}
 
 
 def kept_records(resume_dir: Optional[str], output: Path, offset: int,
@@ -259,24 +182,111 @@ def kept_records(resume_dir: Optional[str], output: Path, offset: int,
 
 
 def stop_on_signals() -> threading.Event:
-    """An event set by SIGUSR1/SIGTERM/SIGINT: finish the current record, keep the rest."""
+    """An event set by SIGUSR1/SIGTERM/SIGINT: stop, keep what is written."""
     stop = threading.Event()
     for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _s, _f: stop.set())
     return stop
 
 
-def _target_from_env(plan: Plan, spec: GenerateSpec) -> Target:
-    endpoints = json.loads(os.environ["SYNTHBATCH_ENDPOINTS"])
-    if spec.model not in endpoints:
-        raise GenerateError(f"SYNTHBATCH_ENDPOINTS has no endpoint for model {spec.model!r}")
-    return Target(endpoints[spec.model], plan.deployment(spec.model).served_name)
+def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
+              stop: Optional[threading.Event] = None, preview: bool = False,
+              api_key: Optional[str] = None) -> int:
+    """Produce ``shard``; returns the records it now holds (``shard.count`` unless
+    stopped). Raises GenerateError, RecipeError, SeedError."""
+    recipe = compile_recipe(plan, set(endpoints) if preview else None)
+    spec = plan.client
+    assert spec is not None
+    limits = limiters(plan, recipe)
+    aliases = {a: Alias(Endpoint(endpoints[a], api_key), lim, AliasCounters(lim))
+               for a, lim in limits.items()}
+    shard.progress.aliases = {a: x.counters for a, x in aliases.items()}
+    seeds = SeedRows(spec.seed_data, spec.seed) if spec.seed_data is not None else None
+    engine = Engine(recipe, spec.seed, "keep" if preview else spec.on_error,
+                    spec.max_retries, spec.request_timeout_s, aliases, seeds)
+    resumed = Resumed(shard.offset) if preview else shard.output.resume()
+    shard.progress.start_at(resumed.records + resumed.dropped, resumed.dropped,
+                            resumed.tokens)
+    if recipe.skipped:
+        print(f"generate: preview: no endpoint for {', '.join(recipe.unavailable)}: "
+              f"columns {', '.join(recipe.skipped)} left out", file=sys.stderr, flush=True)
+    width = window(limits, shard.count)
+    producer = Producer(engine, shard, width, stop or threading.Event())
+    print(f"generate: records {shard.offset}..{shard.offset + shard.count - 1}, "
+          f"{resumed.next_index - shard.offset} done before; up to {width} open at once; "
+          + ("; ".join(f"{a} {_sizing(lim)}" for a, lim in sorted(limits.items()))
+             or "no model"), file=sys.stderr, flush=True)
+    try:
+        written = asyncio.run(producer.run(resumed.next_index))
+    finally:
+        shard.output.close()
+        shard.progress.tick(force=True)
+        for alias in aliases.values():
+            alias.endpoint.close()
+        if seeds is not None:
+            seeds.close()
+    return written - shard.offset
+
+
+def _sizing(limiter: Limiter) -> str:
+    if not limiter.adaptive:
+        return f"{limiter.current} in flight (fixed)"
+    return f"{limiter.current} in flight, adaptive up to {limiter.ceiling}"
+
+
+class Printed(Output):
+    """Preview output: records on stdout as they come, nothing on disk."""
+
+    def __init__(self) -> None:
+        super().__init__(Path(os.devnull).parent, 0)
+
+    def record(self, line: bytes) -> None:
+        """Print one record."""
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
+
+    drop = record
+
+    def due(self) -> bool:
+        """Nothing is ever buffered."""
+        return False
+
+    def flush(self) -> None:
+        """Flush stdout."""
+        sys.stdout.buffer.flush()
+
+    close = flush
+
+
+def _shard_from_env(count: Optional[int]) -> Shard:
+    offset = int(os.environ.get("SYNTHBATCH_RECORD_OFFSET", "0"))
+    if count is not None:  # preview
+        return Shard(offset, count, Printed(), Progress(None, count), KeptRecords())
+    count = int(os.environ["SYNTHBATCH_NUM_RECORDS"])
+    folder = Path(os.environ["SYNTHBATCH_OUTPUT_DIR"])
+    progress_env = os.environ.get("SYNTHBATCH_PROGRESS_FILE")
+    kept = kept_records(os.environ.get("SYNTHBATCH_RESUME_DIR"), folder, offset, count)
+    return Shard(offset, count, Output(folder, offset),
+                 Progress(Path(progress_env) if progress_env else None, count), kept)
+
+
+def seed_data_at(plan: Plan, path: Optional[str]) -> Plan:
+    """``plan`` with its seed data read from ``path`` (the client image's view of the
+    plan's host path, given by the agent); unchanged when ``path`` is None."""
+    spec = plan.client
+    if path is None or spec is None or spec.seed_data is None:
+        return plan
+    return plan.replace(client=replace(spec, seed_data=replace(spec.seed_data, path=path)))
 
 
 def main(argv: List[str]) -> int:
-    """``python agent.pyz generate --plan PLAN``: run the built-in client for one shard."""
+    """``python agent.pyz generate --plan PLAN [--preview N]``: one shard, or a preview."""
     parser = argparse.ArgumentParser(prog="agent generate")
     parser.add_argument("--plan", required=True, type=Path)
+    parser.add_argument("--preview", type=int, metavar="N",
+                        help="print the first N records on stdout instead")
+    parser.add_argument("--seed-data", metavar="PATH",
+                        help="read the seed data here (the plan's path inside a client image)")
     args = parser.parse_args(argv)
     stop = stop_on_signals()
     # which interpreter runs the client (the host's, or an image's: docs/containers.md)
@@ -286,23 +296,22 @@ def main(argv: List[str]) -> int:
     if data is None:
         print(f"generate: {args.plan}: missing", file=sys.stderr)
         return 2
-    plan = Plan.from_dict(data)
     try:
-        target = _target_from_env(plan, plan.client)
-        offset = int(os.environ["SYNTHBATCH_RECORD_OFFSET"])
-        count = int(os.environ["SYNTHBATCH_NUM_RECORDS"])
-        output = Path(os.environ["SYNTHBATCH_OUTPUT_DIR"])
-        progress_env = os.environ.get("SYNTHBATCH_PROGRESS_FILE")
-        progress = Progress(Path(progress_env) if progress_env else None, count)
-        out_file = output / f"records-{offset:012d}.jsonl"
-        kept = kept_records(os.environ.get("SYNTHBATCH_RESUME_DIR"), output, offset, count)
-        written = generate(plan.client, target, offset, count, out_file, progress, stop, kept)
-    except (GenerateError, KeyError, ValueError, OSError) as err:
-        print(f"generate: {err}", file=sys.stderr)
+        plan = seed_data_at(Plan.from_dict(data), args.seed_data)
+        recipe = compile_recipe(plan)
+        endpoints = _endpoints(recipe, args.preview is not None)
+        shard = _shard_from_env(args.preview)
+        written = run_shard(plan, endpoints, shard, stop, preview=args.preview is not None,
+                            api_key=os.environ.get("SYNTHBATCH_API_KEY") or None)
+    except (GenerateError, RecipeError, SeedError, ContractError, KeyError, ValueError,
+            OSError) as err:
+        print(f"generate: {err}", file=sys.stderr, flush=True)
         return 1
-    if written < count:
-        print(f"generate: stopped by a signal; kept {written} of {count} records in "
-              f"{out_file}", file=sys.stderr, flush=True)
+    if written < shard.count:
+        print(f"generate: stopped by a signal; kept {written} of {shard.count} records",
+              file=sys.stderr, flush=True)
         os._exit(EXIT_PARTIAL)  # in-flight requests are abandoned, not awaited
-    print(f"generate: wrote {count} records to {out_file}", file=sys.stderr)
+    if args.preview is None:
+        print(f"generate: wrote {shard.count} records to {shard.output.records_path}",
+              file=sys.stderr, flush=True)
     return 0

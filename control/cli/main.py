@@ -21,6 +21,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}  # inherited by every subcomma
 # name -> (module, attribute, short help)
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "plan": ("control.cli.plan", "plan_cmd", "Validate and resolve a run file (dry run)."),
+    "preview": ("control.cli.preview", "preview_cmd",
+                "A few records of a run file's recipe, made here against your endpoints."),
     "submit": ("control.cli.submit", "submit_cmd", "Submit a run file; print the run id."),
     "status": ("control.cli.status", "status_cmd",
                "Shards by state, records, rate, ETA, failures (--watch)."),

@@ -34,16 +34,30 @@ def headline(data: Status) -> str:
 
 def metrics(data: Status) -> str:
     """Tokens, rate and ETA on one line; a finished run's numbers instead of rate and ETA;
-    the records clients gave up on, if any."""
+    the records clients gave up on, and the records dropped (``on_error``), if any."""
     totals = data.get("totals") or {}
     tokens = f"  tokens {data.get('tokens', 0):,}"
     failed = data.get("record_failures", 0)
-    failures = f"  record failures {failed:,}" if failed else ""
+    dropped = data.get("records_dropped", 0)
+    failures = (f"  record failures {failed:,}" if failed else "") + (
+        f"  dropped {dropped:,}" if dropped else "")
     if data.get("state") in FINAL_STATES and totals:
         return tokens + finished_numbers(totals) + failures
     elapsed = f"  elapsed {duration(totals['elapsed_s'])}" if "elapsed_s" in totals else ""
     return (f"{tokens}  rate {data.get('rate', 0.0):.2f} records/s"
             f"  ETA {duration(data.get('eta_s'))}{elapsed}{failures}")
+
+
+def alias_lines(data: Status) -> List[str]:
+    """One line per model alias the running generators talk to."""
+    lines = []
+    for alias, f in (data.get("aliases") or {}).items():
+        errors = ", ".join(f"{kind} x{n:,}" for kind, n in sorted(f.get("errors", {}).items()))
+        lines.append(f"  model {alias}: {f.get('in_flight', 0):,}/{f.get('concurrency', 0):,}"
+                     f" in flight over {f.get('shards', 0)} shard(s), {f.get('requests', 0):,}"
+                     f" requests, tokens in {f.get('tokens_in', 0):,} out "
+                     f"{f.get('tokens_out', 0):,}" + (f", errors {errors}" if errors else ""))
+    return lines
 
 
 def finished_numbers(totals: Dict[str, Any]) -> str:
@@ -136,7 +150,7 @@ def shard_line(shard: Dict[str, Any]) -> str:
 
 def status_text(data: Status) -> str:
     """The human rendering of ``status``."""
-    lines = [headline(data), metrics(data), *_notes(data)]
+    lines = [headline(data), metrics(data), *alias_lines(data), *_notes(data)]
     if len(data["shards"]) <= LIST_LIMIT:
         lines.extend(shard_line(s) for s in data["shards"])
     lines.extend(failure_lines(data))
@@ -159,7 +173,7 @@ def grid(shards: List[Dict[str, Any]], width: int = GRID_WIDTH) -> List[str]:
 
 def frame(data: Status) -> List[str]:
     """The ``--watch`` screen: summary, a bar per shard or a grid, failures."""
-    lines = [headline(data), metrics(data), *_notes(data)]
+    lines = [headline(data), metrics(data), *alias_lines(data), *_notes(data)]
     shards = data["shards"]
     if len(shards) <= BAR_LIMIT:
         lines.extend(f"  shard {s['index']:>3} {bar(s['records_done'], s['records'])} "

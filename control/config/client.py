@@ -3,7 +3,7 @@ a NeMo Data Designer config (``data_designer``, run by the agent's ``dd`` role).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Dict, List, Optional, Union
+from typing import Annotated, Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 from pydantic import (
     Discriminator,
@@ -15,6 +15,8 @@ from pydantic import (
 )
 
 from agent_stdlib.contracts import split_dd_config
+from agent_stdlib.recipe.columns import ColumnError, Graph, Node, analyze
+from control.config.columns import Column, LLMColumn, category_problem
 from control.config.deployment import (
     EnvValue,
     check_env,
@@ -22,7 +24,7 @@ from control.config.deployment import (
     check_placeholders,
     placeholders,
 )
-from control.config.fields import ConfigPath, EnvName, Name, Strict, Text
+from control.config.fields import ConfigPath, EnvName, Name, Prompt, Strict, Text
 from control.config.rules import check_text
 from control.secrets import check_args
 
@@ -30,21 +32,62 @@ PROMPT_FIELDS = frozenset({"index"})
 CLIENT_PLACEHOLDERS = frozenset({"python", "config_dir"})
 
 
-class GenerateClient(Strict):
-    """The built-in client: one chat completion per record index."""
+class SeedData(Strict):
+    """A JSONL or CSV file on the shared filesystem; each record takes one of its rows."""
 
-    model: Name
-    prompt_template: Text
-    system_prompt: Optional[Text] = None
+    path: ConfigPath
+    order: Literal["in-order", "shuffle", "sample"] = "in-order"
+
+
+LEGACY = ("model", "prompt_template", "system_prompt", "max_tokens", "temperature")
+
+
+class GenerateClient(Strict):
+    """The built-in generator: a recipe of ``columns``, or one ``prompt_template``.
+
+    ``docs/generator.md`` describes both; the prompt-template form is one chat completion
+    per record index (``{index}`` is its only placeholder).
+    """
+
+    model: Optional[Name] = None
+    prompt_template: Optional[Text] = None
+    system_prompt: Optional[Prompt] = None
     max_tokens: int = Field(default=256, ge=1, le=131072)
     temperature: float = Field(default=0.7, ge=0.0, le=2.0)
-    concurrency: int = Field(default=8, ge=1, le=4096)
+    columns: Optional[List[Column]] = Field(default=None, min_length=1, max_length=256)
+    seed_data: Optional[SeedData] = None
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    on_error: Literal["fail", "drop", "keep"] = "fail"
+    concurrency: Optional[int] = Field(default=None, ge=1, le=4096)
     max_retries: int = Field(default=5, ge=0, le=100)
     request_timeout_s: float = Field(default=600.0, gt=0)
     image: Optional[Name] = None  # a client image the generator runs in (its python3)
 
     @model_validator(mode="after")
-    def _template(self) -> GenerateClient:
+    def _form(self) -> GenerateClient:
+        if self.columns is None:
+            return self._template_form()
+        for name in LEGACY:
+            if name in self.model_fields_set:
+                raise ValueError(f"{name}: belongs to the prompt_template form; with columns, "
+                                 f"set it on each LLM column")
+        problem = category_problem(self.columns)
+        if problem:
+            raise ValueError(problem)
+        try:
+            self.graph()
+        except ColumnError as err:
+            raise ValueError(str(err)) from err
+        return self
+
+    def _template_form(self) -> GenerateClient:
+        for name in ("model", "prompt_template"):
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: required (or give columns)")
+        if self.seed_data is not None:
+            raise ValueError("seed_data: needs columns (the prompt_template form has only "
+                             "{index})")
+        assert self.prompt_template is not None
         try:
             used = placeholders(self.prompt_template)
         except ValueError as err:
@@ -54,6 +97,21 @@ class GenerateClient(Strict):
             raise ValueError(f"prompt_template: unknown placeholder {{{unknown[0]}}} "
                              f"(allowed: {{index}})")
         return self
+
+    def nodes(self) -> List[Node]:
+        """The recipe's columns as the graph sees them."""
+        return [c.node() for c in self.columns or ()]
+
+    def graph(self, seed_fields: Optional[Sequence[str]] = None) -> Graph:
+        """The checked recipe (ColumnError when it does not fit together)."""
+        return analyze(self.nodes(), seed_fields, has_seed=self.seed_data is not None)
+
+    def aliases(self) -> List[Tuple[str, str]]:
+        """(field path, alias) of every model the client talks to."""
+        if self.columns is None:
+            return [("model", str(self.model))]
+        return [(f"columns[{i}].model", c.model) for i, c in enumerate(self.columns)
+                if isinstance(c, LLMColumn)]
 
 
 class CommandClient(Strict):

@@ -127,7 +127,9 @@ class Deployment(Strict):
     shared_node: Optional[Name] = None
     startup_timeout_s: float = Field(default=600.0, gt=0, le=86400)
     readiness_path: UrlPath = "/health"
-    max_queued_requests: int = Field(default=64, ge=0, le=100000)
+    # the proxy sheds above this many waiting per replica; the generator keeps up to this
+    # many in flight per replica (agent_stdlib/recipe/sizing.py: one rule for both)
+    max_queued_requests: int = Field(default=256, ge=0, le=100000)
 
     @property
     def gpus_per_replica(self) -> int:

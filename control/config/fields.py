@@ -25,6 +25,8 @@ URL_PATH = re.compile(r"/(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*"
                       r"(?:\?(?:[A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?")
 # The name an engine serves a model under (what clients put in "model").
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$")
+# Prompts may hold tabs and line breaks; every other control character is refused.
+PROMPT_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 class Strict(BaseModel):
@@ -92,6 +94,12 @@ def _time_limit(value: str) -> str:
     return value
 
 
+def _prompt(value: str) -> str:
+    if PROMPT_CONTROL.search(value):
+        raise ValueError("control characters other than tab and line breaks are not allowed")
+    return value
+
+
 def _env_name(value: str) -> str:
     _text(value)
     rule = credential(value)
@@ -104,6 +112,7 @@ def _env_name(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_text)]
+Prompt = Annotated[str, AfterValidator(_prompt)]  # text that may span lines
 Name = Annotated[str, AfterValidator(_name)]
 AbsPath = Annotated[str, AfterValidator(_abs_path)]
 SafePath = Annotated[str, AfterValidator(_safe_path)]

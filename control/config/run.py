@@ -58,9 +58,11 @@ class RunConfig(Strict):
                 raise ValueError(f"deployments[{index}].shared_node: {dep.shared_node!r} is "
                                  f"not an earlier deployment (have before it: "
                                  f"{', '.join(aliases[:index]) or 'none'})")
-        if isinstance(self.client, GenerateClient) and self.client.model not in aliases:
-            raise ValueError(f"client.model: {self.client.model!r} is not a deployment alias "
-                             f"(have: {', '.join(aliases)})")
+        for where, alias in (self.client.aliases() if isinstance(self.client, GenerateClient)
+                             else ()):
+            if alias not in aliases:
+                raise ValueError(f"client.{where}: {alias!r} is not a deployment alias "
+                                 f"(have: {', '.join(aliases)})")
         if isinstance(self.client, DataDesignerClient):
             for dd_alias, alias in sorted(self.client.models.items()):
                 if alias not in aliases:

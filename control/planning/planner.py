@@ -8,6 +8,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from agent_stdlib.containers import IMAGE_PYTHON
 from agent_stdlib.contracts import (
+    ColumnSpec,
     CommandClientSpec,
     ContainerSpec,
     DataDesignerSpec,
@@ -18,6 +19,7 @@ from agent_stdlib.contracts import (
     ReplicaSpec,
     ResourceSpec,
     RuntimeSpec,
+    SeedDataSpec,
     ShardSpec,
     split_dd_config,
 )
@@ -258,19 +260,33 @@ def _runtime(placement: Placement, profile: Profile, resources: ResourceSpec) ->
     )
 
 
-def _generate_spec(client: GenerateClient, profile: Profile,
+def _generate_spec(client: GenerateClient, config_dir: Path, profile: Profile,
                    images: Mapping[str, ImageEntry],
                    mounts: Tuple[MountSpec, ...]) -> GenerateSpec:
+    container = container_for(profile, client.image, "client.image", images, mounts)
+    seed_data = None
+    if client.seed_data is not None:
+        path = config_path(client.seed_data.path, config_dir)
+        # the plan keeps the host path (plan and preflight read it there); the agent hands
+        # the generator in an image the path under its mount (launch.client_launch)
+        model_inside(path, container, "client.seed_data.path")
+        seed_data = SeedDataSpec(path=path, order=client.seed_data.order,
+                                 fields=tuple(client.graph().seed_fields))
     return GenerateSpec(
-        model=client.model,
-        prompt_template=client.prompt_template,
+        model=client.model or "",
+        prompt_template=client.prompt_template or "",
         system_prompt=client.system_prompt,
         max_tokens=client.max_tokens,
         temperature=client.temperature,
         concurrency=client.concurrency,
         max_retries=client.max_retries,
         request_timeout_s=client.request_timeout_s,
-        container=container_for(profile, client.image, "client.image", images, mounts),
+        seed=client.seed,
+        on_error=client.on_error,
+        columns=tuple(ColumnSpec(name=c.name, type=c.type, params=c.params(), drop=c.drop)
+                      for c in client.columns or ()),
+        seed_data=seed_data,
+        container=container,
     )
 
 
@@ -314,7 +330,7 @@ def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
         deployments=tuple(_deployment(i, d, profile, config_dir, images, mounts,
                                       placement.replicas[i])
                           for i, d in enumerate(run.deployments)),
-        client=(_generate_spec(client, profile, images, mounts)
+        client=(_generate_spec(client, config_dir, profile, images, mounts)
                 if isinstance(client, GenerateClient) else None),
         client_command=(_command_spec(client, profile, config_dir, images, mounts)
                         if isinstance(client, CommandClient) else None),

@@ -5,7 +5,15 @@ from __future__ import annotations
 import shlex
 from typing import Dict, List, Optional
 
-from agent_stdlib.contracts import ContainerSpec, DeploymentSpec, Plan, ResourceSpec
+from agent_stdlib.contracts import (
+    ContainerSpec,
+    DeploymentSpec,
+    GenerateSpec,
+    Plan,
+    ResourceSpec,
+)
+from agent_stdlib.recipe.columns import LLM
+from agent_stdlib.recipe.sizing import bounds
 
 
 def _or_dash(value: Optional[str]) -> str:
@@ -92,11 +100,41 @@ def _deployment(dep: DeploymentSpec) -> List[str]:
     ]
 
 
+def _concurrency(plan: Plan, aliases: List[str]) -> str:
+    assert plan.client is not None
+    if plan.client.concurrency is not None:
+        return f"concurrency {plan.client.concurrency} per alias"
+    shown = []
+    for alias in aliases:
+        dep = plan.deployment(alias)
+        start, ceiling = bounds(dep.replicas, dep.max_queued_requests)
+        shown.append(f"{alias} {start}->{ceiling}")
+    return "adaptive concurrency " + ", ".join(shown)
+
+
+def _recipe(c: GenerateSpec) -> List[str]:
+    lines = []
+    if c.seed_data is not None:
+        rows = f"{c.seed_data.rows} rows" if c.seed_data.rows else \
+            "not visible here: preflight checks it"
+        lines.append(f"    seed data: {c.seed_data.path} ({c.seed_data.order}, {rows})")
+    for col in c.columns:
+        model = f" -> {col.params['model']}" if col.type in LLM else ""
+        lines.append(f"    column {col.name}: {col.type}{model}"
+                     + (" (dropped from records)" if col.drop else ""))
+    return lines
+
+
 def _client(plan: Plan) -> List[str]:
     if plan.client is not None:
         c = plan.client
-        return [f"client: generate -> {c.model} (concurrency {c.concurrency}, max_tokens "
-                f"{c.max_tokens}, temperature {c.temperature:g})"]
+        if not c.columns:
+            return [f"client: generate -> {c.model} ({_concurrency(plan, [c.model])}, "
+                    f"max_tokens {c.max_tokens}, temperature {c.temperature:g})"]
+        aliases = sorted({str(col.params["model"]) for col in c.columns if col.type in LLM})
+        return [f"client: generate {len(c.columns)} columns, seed {c.seed}, on_error "
+                f"{c.on_error}" + (f", {_concurrency(plan, aliases)}" if aliases else "")
+                ] + _recipe(c)
     dd = plan.client_data_designer
     if dd is not None:
         models = ", ".join(f"{k} -> {v}" for k, v in sorted(dd.models.items())) or "same names"

@@ -150,11 +150,12 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
         "sha256": digest,
         "bytes": size,
         "records": sum(w.records for w in found),
+        "dropped": sum(w.dropped for w in found),  # given up on by the client (on_error)
         "complete": not missing and not bad,
         "missing_shards": sorted(missing + list(bad)),  # every shard left out
         "bad_shards": [{"shard": index, "reason": bad[index]} for index in sorted(bad)],
         "shards": [{"shard": w.shard, "attempt": w.attempt, "records": w.records,
-                    "result_sha256": w.result_sha256,
+                    "dropped": w.dropped, "result_sha256": w.result_sha256,
                     "files": [{"path": f.path, "sha256": f.sha256, "bytes": f.bytes,
                                "records": f.records} for f in w.files]} for w in found],
     }

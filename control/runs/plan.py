@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from agent_stdlib.contracts import Plan, sha256_bytes, split_dd_config
 from agent_stdlib.layout import job_name, run_dir
-from control.config.client import DataDesignerClient
+from control.config.client import DataDesignerClient, GenerateClient
 from control.config.loader import load_model
 from control.config.overrides import Overrides
 from control.config.profile import Profile, load_profile
@@ -30,6 +30,7 @@ from control.planning.summary import plan_summary
 from control.runs.checks import ERROR, OK, DeploymentInputs, Finding, Sight, check_plan_paths
 from control.runs.ddcheck import check_on_login_node
 from control.runs.fit import Origins, check_fit
+from control.runs.seeds import check_seed_data
 from control.runs.store import new_run_id
 from control.slurm.renderer import BatchScript, render_batch_script
 from control.slurm.runner import Runner, run_command
@@ -65,6 +66,8 @@ def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str]
                      run_file.resolve().parent, images=images, run_file=run_file,
                      profile_file=profile_path, max_array_size=max_array_size,
                      agent_sha256=agent_sha256)
+    if isinstance(config.client, GenerateClient):
+        plan = check_seed_data(plan, config.client, run_file)
     plan = pin_client_config(plan, config, run_file.resolve().parent)
     payload = plan.to_json().encode("utf-8")
     return Resolved(plan, payload, sha256_bytes(payload), prof, profile_path, run_file,

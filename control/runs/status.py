@@ -127,9 +127,12 @@ def _shard_row(layout: RunLayout, shard: ShardView, size: int,
         "attempt": attempt.number if attempt else None,
         "job_id": attempt.job_id if attempt else None,
         "records": size, "records_done": min(done, size),
+        "records_dropped": progress.dropped if progress else 0,
         "tokens": progress.tokens if progress else 0,
         "record_failures": progress.failures if progress else 0,
     }
+    if progress is not None and progress.aliases and verdict.state == norm.RUNNING:
+        row["aliases"] = progress.aliases
     if verdict.state in (norm.FAILED, norm.CANCELLED, norm.LOST, norm.UNKNOWN):
         row["log"] = log_path(layout, shard, verdict.reason)
     return row
@@ -262,6 +265,23 @@ def unreachable(data: Dict[str, Any]) -> Optional[SchedulerUnavailable]:
     return SchedulerUnavailable(data["scheduler_error"], hint=data.get("scheduler_hint"))
 
 
+def alias_totals(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Per model alias, the running shards' generator figures added up (concurrency is
+    the sum of every running client's current limit)."""
+    totals: Dict[str, Dict[str, Any]] = {}
+    for row in rows:
+        for alias, figures in (row.get("aliases") or {}).items():
+            total = totals.setdefault(alias, {"shards": 0, "errors": {}})
+            total["shards"] += 1
+            for key, value in figures.items():
+                if key == "errors":
+                    for kind, count in value.items():
+                        total["errors"][kind] = total["errors"].get(kind, 0) + count
+                else:
+                    total[key] = total.get(key, 0) + value
+    return dict(sorted(totals.items()))
+
+
 def summarize(run_id: str, name: str, total: int, committed: bool,
               rows: List[Dict[str, Any]], rate: float, sched: SchedulerView,
               notes: List[str]) -> Dict[str, Any]:
@@ -282,7 +302,9 @@ def summarize(run_id: str, name: str, total: int, committed: bool,
     return {
         "run_id": run_id, "name": name, "committed": committed, "state": state,
         "records": total, "records_done": done,
+        "records_dropped": sum(row.get("records_dropped", 0) for row in rows),
         "tokens": sum(row["tokens"] for row in rows),
+        "aliases": alias_totals(rows),
         "record_failures": sum(row.get("record_failures", 0) for row in rows),
         "rate": round(rate, 3), "eta_s": round(eta, 1) if eta is not None else None,
         "counts": dict(sorted(counts.items())), "accounting": sched.accounting,

@@ -147,7 +147,9 @@ class ProgressView(NamedTuple):
     tokens: int
     rate: float  # records per second, as the client measured it
     updated_at: float
+    dropped: int = 0
     failures: int = 0  # records the client gave up on so far (0 when it does not say)
+    aliases: Optional[Dict[str, Dict[str, Any]]] = None  # the built-in generator's, per alias
 
 
 class ShardView(NamedTuple):
@@ -236,15 +238,40 @@ def _attempt_view(path: str) -> Optional[AttemptView]:
                        float(_field(data, "updated_at", (int, float), path)))
 
 
-def _progress_view(path: str) -> Optional[ProgressView]:
+ALIAS_FIELDS = ("requests", "tokens_in", "tokens_out", "concurrency", "in_flight")
+
+
+def _aliases(data: Dict[str, Any], path: str) -> Optional[Dict[str, Dict[str, Any]]]:
+    """The per-alias figures of a running generator (``AliasProgress``), checked."""
+    aliases = data.get("aliases")
+    if aliases is None:
+        return None
+    if not isinstance(aliases, dict) or not all(isinstance(a, dict) for a in aliases.values()):
+        raise StateError(f"{path}: field 'aliases' has the wrong type")
+    out = {}
+    for alias, figures in aliases.items():
+        errors = figures.get("errors", {})
+        if not isinstance(errors, dict) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in errors.values()):
+            raise StateError(f"{path}: field 'aliases.{alias}.errors' has the wrong type")
+        out[str(alias)] = {**{k: _field(figures, k, (int,), path) for k in ALIAS_FIELDS},
+                           "errors": {str(k): v for k, v in errors.items()}}
+    return out
+
+
+def _progress_view(path: str, detail: bool = False) -> Optional[ProgressView]:
+    """``detail``: also the per-alias figures (read only for running shards)."""
     data = _json_object(path)
     if data is None:
         return None
+    dropped = data.get("records_dropped", 0)
     failures = _field(data, "failures", (int,), path) if "failures" in data else 0
     return ProgressView(_field(data, "records_done", (int,), path),
                         _field(data, "tokens", (int,), path),
                         float(_field(data, "requests_per_s", (int, float), path)),
-                        float(_field(data, "updated_at", (int, float), path)), failures)
+                        float(_field(data, "updated_at", (int, float), path)),
+                        _field({"records_dropped": dropped}, "records_dropped", (int,), path),
+                        failures, _aliases(data, path) if detail else None)
 
 
 def submission_views(layout: RunLayout) -> List[SubmissionView]:
@@ -346,10 +373,10 @@ def _winner(folder: str, shard: int, present: bool) -> Tuple[bool, Optional[str]
         return False, str(err)
 
 
-def _progress(base: str) -> Tuple[Optional[ProgressView], Optional[str]]:
+def _progress(base: str, running: bool) -> Tuple[Optional[ProgressView], Optional[str]]:
     """(progress, problem) of an attempt folder: a bad progress file is only a problem."""
     try:
-        return _progress_view(f"{base}/progress.json"), None
+        return _progress_view(f"{base}/progress.json", running), None
     except (StateError, OSError) as err:
         return None, str(err)
 
@@ -377,7 +404,7 @@ def _scan_expected(layout: RunLayout, shard: int, expected: int) -> Optional[Sha
             _exists(f"{folder}/attempts/attempt-{expected + 1:04d}"):
         return None
     progress, progress_problem = (None, None) if attempt.state in NOT_STARTED else \
-        _progress(base)
+        _progress(base, attempt.state == "running")
     winner, winner_problem = _winner(folder, shard, present)
     return ShardView(shard, winner, attempt, progress, None, winner_problem, progress_problem)
 
@@ -405,7 +432,8 @@ def scan_shard(layout: RunLayout, shard: int, expected: Optional[int] = None) ->
             attempt = _attempt_view(f"{folder}/attempt.json")
         except (StateError, OSError) as err:
             problem = str(err)
-        progress, progress_problem = _progress(folder)
+        progress, progress_problem = _progress(folder, attempt is not None
+                                               and attempt.state == "running")
     return ShardView(shard, winner, attempt, progress, problem, winner_problem,
                      progress_problem)
 

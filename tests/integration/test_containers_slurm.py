@@ -59,14 +59,14 @@ def image_python(image: Path) -> Tuple[str, str]:
     return version, executable
 
 
-def charliecloud_profile(tmp_path: Path, python: str) -> Path:
-    """The testbed profile with charliecloud and the fixtures mounted at /mnt/0."""
+def charliecloud_profile(tmp_path: Path, python: str, *more: Tuple[Path, str]) -> Path:
+    """The testbed profile with charliecloud, the fixtures mounted at /mnt/0 and ``more``
+    (host folder, mount point) mounted too."""
     path = write_profile(tmp_path, python)
-    mount = {"host": str(REPO / "fixtures"), "container": FIXTURES_MOUNT}
+    mounts = ", ".join(f"{{ host = {json.dumps(str(host))}, container = {json.dumps(inside)} }}"
+                       for host, inside in ((REPO / "fixtures", FIXTURES_MOUNT), *more))
     with path.open("a") as handle:
-        handle.write('[container]\nruntime = "charliecloud"\n'
-                     f"mounts = [{{ host = {json.dumps(mount['host'])}, "
-                     f"container = {json.dumps(mount['container'])} }}]\n")
+        handle.write(f'[container]\nruntime = "charliecloud"\nmounts = [{mounts}]\n')
     return path
 
 
@@ -209,5 +209,49 @@ def test_a_shard_runs_inside_the_image(slurm_cluster, test_image: Path, tmp_path
     # the image is sealed: nothing was written into it (tree digest unchanged)
     verified = invoke("image", "info", "py", "--verify", "--profile", str(profile))
     assert verified.exit_code == 0, verified.output
+    slurm_cluster.wait_for(lambda: not processes_mentioning(run_id, model), timeout=30,
+                           what="no process of the run left")
+
+
+def test_a_recipe_reads_its_seed_data_inside_the_image(slurm_cluster, test_image: Path,
+                                                       tmp_path: Path, python_exe: str) -> None:
+    """The built-in generator in a client image reads the recipe's seed file under its
+    mount (/mnt/1): the plan keeps the host path (under /tmp, which the image's private
+    /tmp hides), the agent gives the generator the mounted one."""
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    topics = ["tides", "moons", "comets"]
+    (seeds / "topics.jsonl").write_text("".join(json.dumps({"topic": t, "source": i}) + "\n"
+                                                for i, t in enumerate(topics)))
+    profile = charliecloud_profile(tmp_path, python_exe, (seeds, "/mnt/1"))
+    cli_json("image", "add", "py", str(test_image / "rootfs"), "--no-inspect",
+             "--profile", str(profile))
+    model = f"fake-{secrets.token_hex(4)}"
+    command = ["python3", f"{FIXTURES_MOUNT}/fake_openai_server.py", "--host", "{host}",
+               "--port", "{port}", "--model", "{served_name}"]
+    run_file = tmp_path / "run.toml"
+    run_file.write_text(
+        'schema_version = 1\nname = "sealed-seeds"\nrecords = 6\n[shards]\ncount = 2\n'
+        '[client]\nimage = "py"\nseed = 5\n'
+        f'[client.seed_data]\npath = {json.dumps(str(seeds / "topics.jsonl"))}\n'
+        '[[client.columns]]\nname = "level"\ntype = "category"\nvalues = ["easy", "hard"]\n'
+        '[[client.columns]]\nname = "question"\ntype = "llm-text"\nmodel = "tiny"\n'
+        'prompt = "Ask a {level} question about {topic}."\nmax_tokens = 6\n'
+        f'[[deployments]]\nalias = "tiny"\nimage = "py"\nmodel = "{model}"\n'
+        f"command = {json.dumps(command)}\n"
+        "gpus = 1\nstartup_timeout_s = 60\n")
+    run_id = cli_json("submit", str(run_file), "--profile", str(profile))["run_id"]
+    status = wait_final(run_id, profile)
+    logs = tmp_path / "workspace" / "runs" / run_id / "shards" / "shard-00000" / "attempts" / \
+        "attempt-0001" / "logs" / "execution-1"
+    client_log = (logs / "client.log").read_text()
+    assert status["state"] == "succeeded", (status, client_log)
+    assert "generate: python {} ({})\n".format(*image_python(test_image)) in client_log
+    output = tmp_path / "merged.jsonl"
+    cli_json("merge", run_id, "--output", str(output), "--profile", str(profile))
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r["index"] for r in records] == list(range(6))
+    assert all(r["topic"] in topics and r["source"] == topics.index(r["topic"])
+               and r["question"] for r in records), records
     slurm_cluster.wait_for(lambda: not processes_mentioning(run_id, model), timeout=30,
                            what="no process of the run left")

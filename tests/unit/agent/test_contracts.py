@@ -320,6 +320,25 @@ def test_plan_golden_decodes() -> None:
     assert Plan.from_dict(json.loads(text)) == golden_plan()
 
 
+def test_plans_and_records_written_before_the_recipe_fields_still_load() -> None:
+    """Retry and merge parse the plan.json of runs submitted before the generator grew
+    columns: every new field has a default, every old one is still accepted."""
+    data = json.loads((GOLDENS / "plan.json").read_text())
+    for key in ("columns", "on_error", "seed", "seed_data"):
+        del data["client"][key]
+    old = Plan.from_dict(data)
+    assert old.client is not None and old.client.columns == () and old.client.seed == 0
+    assert old.client.on_error == "fail" and old.client.concurrency == 4
+    progress = {"schema_version": 1, "records_done": 3, "records_total": 9, "tokens": 12,
+                "requests_per_s": 1.5, "updated_at": 1.0}
+    assert ProgressRecord.from_dict(progress).aliases == {}
+    full = ProgressRecord.from_dict({**progress, "records_dropped": 1, "aliases": {
+        "gen": {"requests": 4, "tokens_in": 10, "tokens_out": 12, "errors": {"429": 2},
+                "concurrency": 32, "in_flight": 3}}})
+    assert full.aliases["gen"].errors == {"429": 2}
+    assert ProgressRecord.from_dict(full.to_dict()) == full
+    with pytest.raises(ContractError, match=r"ProgressRecord.aliases.gen: unknown field"):
+        ProgressRecord.from_dict({**progress, "aliases": {"gen": {"bogus": 1}}})
 # ----------------------------------------------------------------------------- data designer
 
 

@@ -103,3 +103,16 @@ def test_merge_result_from_a_manifest() -> None:
                                     "sha256": "a" * 64, "complete": True,
                                     "missing_shards": [], "new_key": 1})
     assert (result.records, result.complete, result.data["new_key"]) == (3, True, 1)
+
+
+def test_preview_takes_a_str_or_a_path(profile_file: Path, agent_pyz: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without endpoints the recipe's samplers, seed data and expressions run here."""
+    monkeypatch.setenv("SYNTHBATCH_AGENT_PYZ", str(agent_pyz))
+    run_file = REPO / "examples" / "qa-fake.toml"
+    by_str = api.preview(str(run_file), profile=str(profile_file), count=2)  # was AttributeError
+    by_path = api.preview(run_file, profile=profile_file, count=2)
+    assert [r["index"] for r in by_str["records"]] == [0, 1]
+    assert by_str["records"] == by_path["records"]
+    first = by_str["records"][0]
+    assert {"topic", "level"} <= set(first) and "question" not in first

@@ -25,6 +25,7 @@ from agent_stdlib.contracts import (
     MountSpec,
     Plan,
     ReplicaSpec,
+    SeedDataSpec,
 )
 from tests.agent_runs import local_plan
 
@@ -204,6 +205,25 @@ def test_command_client_in_container_sees_translated_paths() -> None:
     host = CLIENTS["command-host"]().env
     assert host["SYNTHBATCH_OUTPUT_DIR"] == PATHS.output and host["MODE"] == "fast"
     assert host["SYNTHBATCH_OPENAI_BASE_URL"] == "http://127.0.0.1:41000/v1"
+
+
+def test_the_generator_in_an_image_reads_the_seed_data_under_its_mount() -> None:
+    """The plan holds the host path; in an image the generator is told the mounted one."""
+    seed = SeedDataSpec(path="/shared/models/topics.jsonl", fields=("topic",))
+    for box in (PYXIS, CHARLIECLOUD):
+        plan = builtin_plan(box)
+        plan = plan.replace(client=dataclasses.replace(plan.client, seed_data=seed))
+        argv = client_launch(plan, PATHS, ENDPOINTS, AMBIENT).argv
+        assert argv[argv.index("--seed-data") + 1] == "/models/topics.jsonl"
+    host = srun_plan(nodes=1)
+    host = host.replace(client=dataclasses.replace(host.client, seed_data=seed))
+    assert "--seed-data" not in client_launch(host, PATHS, ENDPOINTS, AMBIENT).argv
+    outside = builtin_plan(PYXIS)
+    outside = outside.replace(client=dataclasses.replace(
+        outside.client, seed_data=dataclasses.replace(seed, path="/elsewhere/t.jsonl")))
+    with pytest.raises(LaunchError, match="client: seed data /elsewhere/t.jsonl is not under "
+                                          "any mount of image vllm"):
+        client_launch(outside, PATHS, ENDPOINTS, AMBIENT)
 
 
 def test_client_runs_on_the_batch_node_of_a_multi_node_allocation() -> None:

@@ -36,12 +36,14 @@ from agent_stdlib.allocation.preflight import (
 from agent_stdlib.allocation.slurmjob import identity, parse_hostnames, parse_node_addrs
 from agent_stdlib.contracts import (
     AttemptRecord,
+    ColumnSpec,
     CommandClientSpec,
     ContainerSpec,
     DataDesignerSpec,
     MountSpec,
     Plan,
     ReplicaSpec,
+    SeedDataSpec,
 )
 from tests.agent_runs import local_plan
 
@@ -126,6 +128,32 @@ def test_absolute_model_path_must_exist(tmp_path):
     (tmp_path / "weights").mkdir()
     check_paths(make_ctx(tmp_path, model=str(tmp_path / "weights")))
     check_paths(make_ctx(tmp_path, model="org/hub-name"))  # not a path: not checked
+
+
+@pytest.mark.parametrize("content,rows,message", [
+    (None, 0, r"paths: seed data: .*/topics.jsonl: no such file"),
+    ("", 0, r"paths: seed data: .*/topics.jsonl: empty \(no rows\)"),
+    ('{"topic": 1}\n{"other": 2}\n', 0, r"paths: seed data: .*/topics.jsonl:2: no field "
+                                         r"'topic'"),
+    (None, 2, r"paths: seed data: .*/topics.jsonl: no such file"),
+    ('{"topic": 1}\n{"other": 2}\n', 2, None),  # checked at plan time: not read again
+    ('{"topic": 1}\n', 0, None),
+])
+def test_seed_data_is_checked_when_the_login_node_could_not(tmp_path, content, rows,
+                                                            message):
+    path = tmp_path / "topics.jsonl"
+    if content is not None:
+        path.write_text(content)
+    ctx = make_ctx(tmp_path)
+    spec = dataclasses.replace(ctx.plan.client, seed_data=SeedDataSpec(
+        str(path), "in-order", ("topic",), rows), columns=(ColumnSpec("x", "expression", {
+            "template": "{topic}"}),))
+    ctx = dataclasses.replace(ctx, plan=ctx.plan.replace(client=spec))
+    if message is None:
+        check_paths(ctx)
+    else:
+        with pytest.raises(PreflightError, match=message):
+            check_paths(ctx)
 
 
 def test_server_command_and_writable_dirs(tmp_path):

@@ -551,6 +551,23 @@ def test_the_built_in_client_in_a_client_image(images: Dict[str, Any]) -> None:
         make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
 
 
+def test_a_recipe_in_a_client_image_reads_its_seed_data_under_a_mount(
+        images: Dict[str, Any]) -> None:
+    """The plan keeps the host path (plan and preflight read it there); one the image
+    cannot see is refused at plan time, not when the shard starts."""
+    data = run_data()
+    data["client"] = {"image": "vllm", "seed_data": {"path": "/shared/topics.jsonl"},
+                      "columns": [{"name": "q", "type": "llm-text", "model": "tiny",
+                                   "prompt": "A question about {topic}."}]}
+    plan = make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
+    assert plan.client is not None and plan.client.seed_data is not None
+    assert plan.client.seed_data.path == "/shared/topics.jsonl"
+    data["client"]["seed_data"]["path"] = "/elsewhere/topics.jsonl"
+    with pytest.raises(InvalidInput, match=r"client\.seed_data\.path: /elsewhere/topics\.jsonl "
+                                           r"is not under any of the profile's container mounts"):
+        make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
+
+
 def test_an_image_directory_runs_only_with_charliecloud(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     (tree / "etc").mkdir(parents=True)
@@ -571,7 +588,8 @@ def test_an_image_directory_runs_only_with_charliecloud(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("example", ["fake-server.toml", "vllm-multigpu.toml",
-                                     "multi-deployment.toml"])
+                                     "multi-deployment.toml", "qa-fake.toml",
+                                     "qa-dataset.toml", "quickstart.toml"])
 def test_examples_plan_on_the_testbed_profile(example: str, tmp_path: Path) -> None:
     prof = tmp_path / "p.toml"
     prof.write_text(TESTBED.read_text().replace("/tmp/synthbatch-workspace",
@@ -581,6 +599,16 @@ def test_examples_plan_on_the_testbed_profile(example: str, tmp_path: Path) -> N
     assert "GPU layout:" in out["summary"] and out["plan_sha256"] in out["summary"]
     assert out["script"].startswith("#!/bin/bash\n")
     assert not (tmp_path / "ws").exists()  # a dry run writes no state
+
+
+def test_the_multi_deployment_example_uses_both_models(tmp_path: Path) -> None:
+    prof = tmp_path / "p.toml"
+    prof.write_text(TESTBED.read_text().replace("/tmp/synthbatch-workspace",
+                                                str(tmp_path / "ws")))
+    plan = Plan.from_dict(dry_run(EXAMPLES / "multi-deployment.toml", str(prof))["plan"])
+    assert plan.client is not None
+    used = {c.params["model"] for c in plan.client.columns if "model" in c.params}
+    assert used == {d.alias for d in plan.deployments} == {"writer", "judge"}
 
 
 def test_containers_example_plans_with_registered_images(tmp_path: Path) -> None:

@@ -265,6 +265,43 @@ def test_pending_running_finished_in_one_squeue_call(tmp_path: Path, fake: FakeS
     assert data["accounting"] is None  # sacct was not needed
 
 
+def test_the_generators_figures_per_alias_are_added_up_over_running_shards(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    from control.cli.render import status_text
+
+    layout = make_run(tmp_path, [Shard("running", progress=4), Shard("running", progress=2),
+                                 Shard("winner", progress=10)])
+    figures = {"requests": 10, "tokens_in": 50, "tokens_out": 80, "concurrency": 64,
+               "in_flight": 60, "errors": {"429": 2}}
+    for shard, dropped in ((0, 1), (1, 0), (2, 3)):
+        path = layout.attempt(shard, 1).progress_json
+        data = json.loads(path.read_text())
+        write_json_atomic(path, {**data, "records_dropped": dropped,
+                                 "aliases": {"gen": figures, "judge": {**figures,
+                                                                       "errors": {}}}})
+    squeue_cmd(fake, "500_[0-1]|RUNNING|None\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["records_dropped"] == 4 and data["shards"][0]["records_dropped"] == 1
+    assert "aliases" not in data["shards"][2]  # not running: its figures are not read
+    assert data["aliases"]["gen"] == {"shards": 2, "requests": 20, "tokens_in": 100,
+                                      "tokens_out": 160, "concurrency": 128,
+                                      "in_flight": 120, "errors": {"429": 4}}
+    text = status_text(data)
+    assert "dropped 4" in text
+    assert "  model gen: 120/128 in flight over 2 shard(s), 20 requests, tokens in 100 out " \
+           "160, errors 429 x4" in text
+
+
+def test_damaged_alias_figures_are_a_progress_problem(tmp_path: Path, fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("running", progress=4)])
+    path = layout.attempt(0, 1).progress_json
+    write_json_atomic(path, {**json.loads(path.read_text()), "aliases": {"gen": {"x": 1}}})
+    squeue_cmd(fake, "500_0|RUNNING|None\n")
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["shards"][0]["state"] == "running"
+    assert "field 'requests' has the wrong type" in data["shards"][0]["reason"]
+
+
 def test_sacct_only_for_jobs_squeue_forgot(tmp_path: Path, fake: FakeSlurm) -> None:
     layout = make_run(tmp_path, [Shard("running"), Shard("submitted")])
     squeue_cmd(fake, "500_0|RUNNING|None\n")

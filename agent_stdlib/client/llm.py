@@ -1,0 +1,167 @@
+"""The chat-completion requests of LLM columns and what their answers become.
+
+* ``llm-text``: the answer's text;
+* ``llm-structured``: the column's JSON schema goes out as ``response_format``
+  (``{"type": "json_schema", "json_schema": {"name", "schema", "strict": true}}``, which
+  vLLM, SGLang and llama.cpp's server accept) and the answer is always checked against it
+  here (``agent_stdlib.recipe.schema``): engines that ignore ``response_format``, or a
+  truncated answer, give :class:`InvalidOutput`, which the caller retries;
+* ``llm-judge``: a rubric (each score's description and options) goes out as the system
+  prompt with a schema of the scores; the answer becomes
+  ``{"<score>": {"score": <option>, "reasoning": "..."}}``. An option whose key is an
+  integer (``"1"``) scores as that integer. The schema bounds each reasoning's length by
+  the column's ``max_tokens`` (:func:`reasoning_chars`), so that constrained decoding
+  closes the object in time; the answer itself is read leniently (a bare score, a
+  missing or longer reasoning are accepted).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from agent_stdlib.recipe.schema import validate
+
+FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n(.*?)\n?```\s*$", re.S)
+INTEGER = re.compile(r"-?[0-9]+")
+
+
+class InvalidOutput(Exception):
+    """An answer that is not what the column asked for (retried like a failed request)."""
+
+
+def option_value(key: str) -> Any:
+    """A judge option as it is scored: an integer for an integer key, else the key."""
+    return int(key) if INTEGER.fullmatch(key) else key
+
+
+def reasoning_chars(max_tokens: int, scores: int) -> int:
+    """How long each score's reasoning may be: about three characters a token of the
+    judge's ``max_tokens``, split over its scores, with room for the JSON around them, so
+    that an engine decoding under the schema finishes the object instead of running out
+    of tokens inside a sentence."""
+    return max(16, max_tokens * 3 // (2 * max(1, scores)))
+
+
+def judge_schema(scores: List[Dict[str, Any]], max_tokens: int = 256) -> Dict[str, Any]:
+    """The JSON schema of a judge's answer."""
+    properties = {}
+    reasoning = {"type": "string", "maxLength": reasoning_chars(max_tokens, len(scores))}
+    for score in scores:
+        properties[score["name"]] = {
+            "type": "object",
+            "properties": {"reasoning": reasoning,
+                           "score": {"enum": [option_value(k) for k in score["options"]]}},
+            "required": ["reasoning", "score"], "additionalProperties": False}
+    return {"type": "object", "properties": properties, "required": list(properties),
+            "additionalProperties": False}
+
+
+def rubric(scores: List[Dict[str, Any]]) -> str:
+    """The judge's instructions: every score's description and options, and the format."""
+    lines = ["You are a careful, impartial judge. Score the user's input on each rubric "
+             "below."]
+    example = {}
+    for score in scores:
+        lines.append(f"Rubric {score['name']!r}" + (f": {score['description']}"
+                                                    if score.get("description") else ""))
+        for key, meaning in score["options"].items():
+            lines.append(f"  {key}: {meaning}")
+        example[score["name"]] = {"reasoning": "<one or two sentences>",
+                                  "score": "<one of: " + ", ".join(score["options"]) + ">"}
+    lines.append("Answer with one JSON object and nothing else, like: "
+                 + json.dumps(example, ensure_ascii=False))
+    return "\n".join(lines)
+
+
+def request_body(kind: str, name: str, params: Dict[str, Any], served: str, prompt: str,
+                 system: Optional[str]) -> Dict[str, Any]:
+    """The chat-completions request of one LLM cell."""
+    if kind == "llm-judge":
+        system = rubric(params["scores"]) if not system else \
+            f"{system}\n\n{rubric(params['scores'])}"
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": prompt})
+    body: Dict[str, Any] = {"model": served, "messages": messages,
+                            "max_tokens": params.get("max_tokens", 256),
+                            "temperature": params.get("temperature", 0.7)}
+    if params.get("top_p") is not None:
+        body["top_p"] = params["top_p"]
+    schema = column_schema(kind, params)
+    if schema is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": name, "schema": schema, "strict": True}}
+    return body
+
+
+def column_schema(kind: str, params: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The schema an answer must satisfy (None for text)."""
+    if kind == "llm-structured":
+        return dict(params["schema"])
+    if kind == "llm-judge":
+        return judge_schema(params["scores"], int(params.get("max_tokens", 256)))
+    return None
+
+
+def json_answer(text: str) -> Any:
+    """The JSON value of an answer: as it is, inside a Markdown fence, or the outermost
+    ``{...}``/``[...]`` of a chatty answer; InvalidOutput if there is none."""
+    candidates = [text.strip()]
+    fenced = FENCE.match(candidates[0])
+    if fenced:
+        candidates.append(fenced.group(1))
+    for first, last in ("{}", "[]"):
+        start, end = text.find(first), text.rfind(last)
+        if 0 <= start < end:
+            candidates.append(text[start:end + 1])
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            continue
+    raise InvalidOutput(f"the answer is not JSON: {text[:80]!r}")
+
+
+def _judged(value: Any, scores: List[Dict[str, Any]]) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidOutput("the judge's answer is not a JSON object")
+    out = {}
+    for score in scores:
+        name = score["name"]
+        given = value.get(name)
+        reasoning = ""
+        if isinstance(given, dict):
+            reasoning = given.get("reasoning") if isinstance(given.get("reasoning"), str) \
+                else ""
+            given = given.get("score")
+        options = {str(option_value(k)): option_value(k) for k in score["options"]}
+        key = given if isinstance(given, str) else json.dumps(given)
+        if key not in options:
+            raise InvalidOutput(f"score {name}: {json.dumps(given)[:40]} is not one of "
+                                f"{', '.join(options)}")
+        out[name] = {"score": options[key], "reasoning": reasoning}
+    return out
+
+
+def parse_answer(kind: str, params: Dict[str, Any], data: Any) -> Tuple[Any, Dict[str, Any]]:
+    """(the cell's value, its meta: finish reason, usage, served model) of a 200 answer."""
+    try:
+        choice = data["choices"][0]
+        text = choice["message"]["content"]
+    except (KeyError, IndexError, TypeError) as err:
+        raise InvalidOutput("the answer has no choices[0].message.content") from err
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    meta = {"served_model": data.get("model"), "finish_reason": choice.get("finish_reason"),
+            "usage": usage}
+    if not isinstance(text, str):
+        raise InvalidOutput("the answer has no text")
+    if kind == "llm-text":
+        return text, meta
+    value = json_answer(text)
+    if kind == "llm-judge":
+        return _judged(value, params["scores"]), meta
+    problem = validate(value, params["schema"])
+    if problem:
+        raise InvalidOutput(f"the answer does not match the schema: {problem}")
+    return value, meta

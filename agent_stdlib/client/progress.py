@@ -1,0 +1,114 @@
+"""The generator's counters: ``progress.json`` about once a second, a log line every ~10 s.
+
+``records_done`` counts every record settled (generated, copied from an earlier attempt
+or dropped); the rate is records settled per second over the last ``WINDOW_S`` seconds of
+this execution (what an ETA needs). Per alias: requests answered, prompt and completion
+tokens the engine reported, errors by kind, and the current concurrency limit.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter, deque
+from pathlib import Path
+from typing import Deque, Dict, Optional, Tuple
+
+from agent_stdlib.client.concurrency import Limiter
+from agent_stdlib.contracts import AliasProgress, ProgressRecord
+from agent_stdlib.statefile import write_json_atomic
+
+WINDOW_S = 30.0
+WRITE_S = 1.0
+LOG_S = 10.0
+
+
+class AliasCounters:
+    """Traffic to one alias."""
+
+    def __init__(self, limiter: Limiter) -> None:
+        self.limiter = limiter
+        self.requests = self.tokens_in = self.tokens_out = 0
+        self.errors: Counter = Counter()
+
+    def answered(self, usage: Dict[str, object]) -> None:
+        """Count one answered request and the tokens it reports."""
+        self.requests += 1
+        self.tokens_in += _count(usage.get("prompt_tokens"))
+        self.tokens_out += _count(usage.get("completion_tokens"))
+
+    def view(self) -> AliasProgress:
+        """The alias's figures as a progress record part."""
+        return AliasProgress(requests=self.requests, tokens_in=self.tokens_in,
+                             tokens_out=self.tokens_out, errors=dict(self.errors),
+                             concurrency=self.limiter.current,
+                             in_flight=self.limiter.in_flight)
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else 0
+
+
+class Progress:
+    """Counts settled records and tokens; publishes them (see the module docstring)."""
+
+    def __init__(self, path: Optional[Path], total: int) -> None:
+        self.path, self.total = path, total
+        self.done = self.dropped = self.tokens = 0
+        self.aliases: Dict[str, AliasCounters] = {}  # set by the generator
+        self.started = time.monotonic()
+        self._samples: Deque[Tuple[float, int]] = deque([(self.started, 0)])
+        self._written = 0.0
+        self._logged = self.started  # the first line after LOG_S
+
+    def start_at(self, done: int, dropped: int, tokens: int) -> None:
+        """What earlier executions already settled."""
+        self.done, self.dropped, self.tokens = done, dropped, tokens
+        self._samples = deque([(time.monotonic(), done)])
+
+    def settled(self, tokens: int = 0, dropped: bool = False, count: int = 1) -> None:
+        """``count`` records are done (with ``tokens`` completion tokens between them)."""
+        self.done += count
+        self.tokens += tokens
+        self.dropped += count if dropped else 0
+
+    def rate(self, now: float) -> float:
+        """Records settled per second over the last ``WINDOW_S`` seconds."""
+        self._samples.append((now, self.done))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= WINDOW_S:
+            self._samples.popleft()
+        first_at, first_done = self._samples[0]
+        return (self.done - first_done) / max(1e-6, now - first_at)
+
+    def tick(self, force: bool = False) -> None:
+        """Write ``progress.json`` once a second and the log line every ``LOG_S``."""
+        now = time.monotonic()
+        if force or now - self._written >= WRITE_S:
+            self._written = now
+            self.write(now)
+        if now - self._logged >= LOG_S and not force:
+            self._logged = now
+            print(f"generate: {self.line(now)}", file=sys.stderr, flush=True)
+
+    def write(self, now: Optional[float] = None) -> None:
+        """Publish the counters now."""
+        if self.path is None:
+            return
+        record = ProgressRecord(
+            records_done=self.done, records_total=self.total, tokens=self.tokens,
+            requests_per_s=self.rate(time.monotonic() if now is None else now),
+            updated_at=time.time(), records_dropped=self.dropped,
+            aliases={a: c.view() for a, c in sorted(self.aliases.items())})
+        write_json_atomic(self.path, record.to_dict())
+
+    def line(self, now: float) -> str:
+        """``120/400 records (2 dropped), 3.1 records/s; gen 64/64 in flight, ...``."""
+        text = (f"{self.done}/{self.total} records"
+                + (f" ({self.dropped} dropped)" if self.dropped else "")
+                + f", {self.rate(now):.1f} records/s")
+        for alias, c in sorted(self.aliases.items()):
+            errors = ", ".join(f"{k} x{v}" for k, v in sorted(c.errors.items()))
+            text += (f"; {alias} {c.limiter.in_flight}/{c.limiter.current} in flight, "
+                     f"{c.requests} requests" + (f", errors {errors}" if errors else ""))
+        return text

@@ -1,0 +1,249 @@
+"""One record through the recipe: seed row, samplers and expressions, then LLM cells as
+soon as what they use is there (independent LLM columns of a record run at once).
+
+An LLM cell is retried up to ``max_retries`` times on a 5xx, a connection error, a timeout
+or an answer that is not what the column asked for (with full-jitter exponential
+back-off). A 429 or 503 is backpressure: the alias's limiter slows down, the request
+waits ``Retry-After`` and goes again, and it never uses up a retry. Any other 4xx is final.
+A cell that still fails is the record's failure, which ``on_error`` decides: ``fail``
+stops the shard, ``drop`` leaves the record out (listed as dropped), ``keep`` writes it
+with ``"_error"`` and ``null`` for the failed column and every column that uses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from agent_stdlib.client.concurrency import Limiter
+from agent_stdlib.client.http import Endpoint, HttpError, Reply
+from agent_stdlib.client.llm import InvalidOutput, parse_answer, request_body
+from agent_stdlib.client.progress import AliasCounters
+from agent_stdlib.client.recipe import LEGACY_COLUMN, Column, Recipe
+from agent_stdlib.client.samplers import cell_bits
+from agent_stdlib.client.seeds import SeedRows
+from agent_stdlib.errors import AgentError
+from agent_stdlib.recipe.template import render
+
+CHAT = "/v1/chat/completions"
+RESERVED = ("index", "_meta", "_error")  # record keys of the generator's own
+BACKPRESSURE = (429, 503)
+RETRYABLE = (408, 500, 502, 504)
+BACKOFF_BASE_S, BACKOFF_CAP_S, RETRY_AFTER_CAP_S = 0.5, 30.0, 60.0
+_jitter = random.Random()  # back-off only: never a record's value
+
+
+class GenerateError(AgentError):
+    """The shard cannot go on; the message names the record and column."""
+
+
+class CellFailure(Exception):
+    """An LLM cell that failed for good."""
+
+    def __init__(self, column: str, message: str) -> None:
+        super().__init__(message)
+        self.column, self.message = column, message
+
+
+@dataclass
+class Alias:
+    """Everything a request to one alias needs."""
+
+    endpoint: Endpoint
+    limiter: Limiter
+    counters: AliasCounters
+
+
+@dataclass
+class Outcome:
+    """A settled record: its line (a record, or a dropped-record line), and its tokens."""
+
+    index: int
+    line: bytes
+    dropped: bool = False
+    tokens: int = 0
+
+
+def retry_after(reply: Reply) -> Optional[float]:
+    """``Retry-After`` in seconds (capped), or None when absent or not a number."""
+    try:
+        return min(RETRY_AFTER_CAP_S, max(0.0, float(reply.headers["retry-after"])))
+    except (KeyError, ValueError):
+        return None
+
+
+def backoff(attempt: int) -> float:
+    """Full jitter: uniform in [0, min(cap, base * 2^attempt))."""
+    return _jitter.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** attempt))
+
+
+class Engine:
+    """Builds records (see the module docstring)."""
+
+    def __init__(self, recipe: Recipe, seed: int, on_error: str, max_retries: int,
+                 timeout_s: float, aliases: Dict[str, Alias],
+                 seeds: Optional[SeedRows] = None) -> None:
+        self.recipe, self.seed, self.on_error = recipe, seed, on_error
+        self.max_retries, self.timeout_s = max_retries, timeout_s
+        self.aliases, self.seeds = aliases, seeds
+        self._names = {c.name for c in recipe.columns}
+
+    # ---- one record -------------------------------------------------------------------
+
+    async def record(self, index: int) -> Outcome:
+        """Build record ``index``; GenerateError when ``on_error`` is ``fail``."""
+        row = self.seeds.row(index) if self.seeds is not None else {}
+        for name in RESERVED:
+            row.pop(name, None)  # a seed field cannot stand in for the record's own
+        values: Dict[str, Any] = dict(row)
+        values["index"] = index
+        meta: Dict[str, Dict[str, Any]] = {}
+        failure = await self._columns(index, values, meta)
+        if failure is not None and self.on_error == "fail":
+            raise GenerateError(f"record {index}: column {failure.column}: {failure.message}")
+        if failure is not None and self.on_error == "drop":
+            line = json.dumps({"index": index, "column": failure.column,
+                               "error": failure.message}, ensure_ascii=False)
+            return Outcome(index, line.encode("utf-8") + b"\n", dropped=True)
+        return self._outcome(index, row, values, meta, failure)
+
+    async def _columns(self, index: int, values: Dict[str, Any],
+                       meta: Dict[str, Dict[str, Any]]) -> Optional[CellFailure]:
+        """Fill ``values`` column by column; the first cell failure (the rest that use it
+        stay unset)."""
+        todo = list(self.recipe.order)
+        running: Dict[asyncio.Future, Column] = {}
+        failed: List[str] = []
+        failure: Optional[CellFailure] = None
+        while todo or running:
+            for column in list(todo):
+                if any(n in failed for n in column.inputs):
+                    todo.remove(column)
+                    failed.append(column.name)
+                elif all(n in values or n not in self._names for n in column.inputs):
+                    todo.remove(column)
+                    if column.llm:
+                        running[asyncio.ensure_future(self._cell(column, index, values))] = \
+                            column
+                    else:
+                        values[column.name] = self._local(column, index, values)
+            if not running:
+                break
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for future in done:
+                column = running.pop(future)
+                try:
+                    values[column.name], meta[column.name] = future.result()
+                except CellFailure as err:
+                    failed.append(column.name)
+                    failure = failure or err
+                    if self.on_error != "keep":
+                        for other in running:
+                            other.cancel()
+                        return failure
+        return failure
+
+    def _local(self, column: Column, index: int, values: Dict[str, Any]) -> Any:
+        if column.sampler is not None:
+            return column.sampler(cell_bits(self.seed, column.name, index), values)
+        return render(column.templates["template"], values.get)
+
+    def _outcome(self, index: int, row: Dict[str, Any], values: Dict[str, Any],
+                 meta: Dict[str, Dict[str, Any]], failure: Optional[CellFailure]) -> Outcome:
+        tokens = sum(int(m.get("usage", {}).get("completion_tokens") or 0)
+                     for m in meta.values())
+        if self.recipe.legacy:
+            return Outcome(index, self._legacy_line(index, values, meta), tokens=tokens)
+        record: Dict[str, Any] = {"index": index}
+        record.update(row)
+        for column in self.recipe.columns:
+            if not column.drop and column.name not in self.recipe.skipped:
+                record[column.name] = values.get(column.name)
+        record["_meta"] = {"index": index, "columns": meta}
+        if failure is not None:
+            record["_error"] = {"column": failure.column, "message": failure.message}
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        return Outcome(index, line.encode("utf-8") + b"\n", tokens=tokens)
+
+    def _legacy_line(self, index: int, values: Dict[str, Any],
+                     meta: Dict[str, Dict[str, Any]]) -> bytes:
+        column = self.recipe.columns[0]
+        cell = meta.get(LEGACY_COLUMN, {})
+        record = {"index": index, "prompt": render(column.templates["prompt"], values.get),
+                  "completion": values.get(LEGACY_COLUMN),
+                  "finish_reason": cell.get("finish_reason"), "model": column.alias,
+                  "served_model": column.served, "usage": cell.get("usage", {})}
+        return (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+
+    # ---- one LLM cell -----------------------------------------------------------------
+
+    async def _cell(self, column: Column, index: int,
+                    values: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+        system = column.templates.get("system")
+        body = request_body(column.kind, column.name, column.params, column.served,
+                            render(column.templates["prompt"], values.get),
+                            render(system, values.get) if system else None)
+        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        alias = self.aliases[column.alias]
+        attempts = 0
+        while True:
+            kind, value, wait = await self._attempt(alias, column, index, payload)
+            if kind == "ok":
+                answer, meta = value
+                return answer, {"model": column.alias, "served_model": meta["served_model"]
+                                or column.served, "finish_reason": meta["finish_reason"],
+                                "usage": meta["usage"], "attempts": attempts + 1,
+                                "latency_ms": meta["latency_ms"]}
+            alias.counters.errors[kind] += 1
+            if kind in ("429", "503"):
+                await asyncio.sleep(wait if wait is not None else backoff(1))
+                continue  # backpressure: slow down, but it is not a failed attempt
+            attempts += 1
+            if kind == "4xx" or attempts > self.max_retries:
+                raise CellFailure(column.name, f"{value} (attempt {attempts} of "
+                                               f"{self.max_retries + 1})")
+            await asyncio.sleep(backoff(attempts))
+
+    async def _attempt(self, alias: Alias, column: Column, index: int,
+                       payload: bytes) -> Tuple[str, Any, Optional[float]]:
+        """(kind, value, Retry-After): ``ok`` with (value, meta), else an error kind
+        (``429``, ``503``, ``5xx``, ``4xx``, ``timeout``, ``connection``,
+        ``invalid_output``) with its message."""
+        sent_at = await alias.limiter.acquire(index)
+        try:
+            reply = await asyncio.wait_for(alias.endpoint.post(CHAT, payload), self.timeout_s)
+        except asyncio.TimeoutError:
+            alias.limiter.congested(sent_at)
+            return "timeout", f"no answer within {self.timeout_s:g} s", None
+        except HttpError as err:
+            return "connection", str(err), None
+        finally:
+            alias.limiter.release()
+        latency_ms = round((time.monotonic() - sent_at) * 1000.0, 1)
+        if reply.status != 200:
+            alias.counters.requests += 1
+        if reply.status in BACKPRESSURE:
+            alias.limiter.congested(sent_at)
+            return str(reply.status), _status_text(reply), retry_after(reply)
+        if reply.status != 200:
+            kind = "5xx" if reply.status >= 500 or reply.status in RETRYABLE else "4xx"
+            return kind, _status_text(reply), None
+        alias.limiter.succeeded()
+        try:
+            data = json.loads(reply.body)
+            usage = data.get("usage") if isinstance(data, dict) else None
+            alias.counters.answered(usage if isinstance(usage, dict) else {})
+            value, meta = parse_answer(column.kind, column.params, data)
+        except (ValueError, InvalidOutput) as err:
+            return "invalid_output", f"invalid answer: {err}", None
+        meta["latency_ms"] = latency_ms
+        return "ok", (value, meta), None
+
+
+def _status_text(reply: Reply) -> str:
+    text = reply.body[:300].decode("utf-8", "replace").replace("\n", " ")
+    return f"HTTP {reply.status}: {text}"

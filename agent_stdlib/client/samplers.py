@@ -1,0 +1,123 @@
+"""Sampler columns: values drawn from a record's own random bits.
+
+Every sampled value is a function of (seed, column name, record index) only: the bits of
+a cell are the SHA-256 of those three (:func:`cell_bits`; never Python's randomized
+``hash()``), so the same seed gives the same records in every process, shard, resume and
+retry, whatever order the records are generated in. A cell's 32 bytes give up to four
+uniform numbers in [0, 1) with 53 bits each.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import hashlib
+import math
+import uuid
+from itertools import accumulate
+from typing import Any, Callable, Dict, Mapping
+
+from agent_stdlib.recipe.template import show
+
+Values = Mapping[str, Any]
+Sampler = Callable[[bytes, Values], Any]  # (cell bits, the record's values so far) -> value
+UNITS = {"day": 86400, "hour": 3600, "minute": 60, "second": 1}
+
+
+def cell_bits(seed: int, column: str, index: int) -> bytes:
+    """The 32 random bytes of one cell."""
+    return hashlib.sha256(f"{seed}\x00{column}\x00{index}".encode()).digest()
+
+
+def uniform(bits: bytes, k: int = 0) -> float:
+    """The ``k``-th (0..3) uniform number in [0, 1) of a cell."""
+    return (int.from_bytes(bits[7 * k:7 * k + 7], "big") >> 3) / float(1 << 53)
+
+
+def _pick(n: int, u: float) -> int:
+    return min(n - 1, int(u * n))
+
+
+def _round(value: float, decimals: Any) -> float:
+    return value if decimals is None else round(value, int(decimals))
+
+
+def category(params: Dict[str, Any]) -> Sampler:
+    """One of ``values``, weighted by ``weights`` when given."""
+    values = list(params["values"])
+    weights = params.get("weights")
+    if not weights:
+        return lambda bits, _: values[_pick(len(values), uniform(bits))]
+    bounds = list(accumulate(float(w) for w in weights))
+    total = bounds[-1]
+    return lambda bits, _: values[min(len(values) - 1,
+                                      bisect.bisect_right(bounds, uniform(bits) * total))]
+
+
+def subcategory(params: Dict[str, Any]) -> Sampler:
+    """One of ``values[<the category's value>]``."""
+    parent, choices = str(params["category"]), dict(params["values"])
+
+    def draw(bits: bytes, values: Values) -> Any:
+        options = choices[show(values[parent])]
+        return options[_pick(len(options), uniform(bits))]
+    return draw
+
+
+def uniform_float(params: Dict[str, Any]) -> Sampler:
+    """A float in [low, high)."""
+    low, high, decimals = float(params["low"]), float(params["high"]), params.get("decimals")
+    return lambda bits, _: _round(low + (high - low) * uniform(bits), decimals)
+
+
+def gaussian(params: Dict[str, Any]) -> Sampler:
+    """A normal variate (Box-Muller from two of the cell's uniform numbers)."""
+    mean, stddev = float(params["mean"]), float(params["stddev"])
+    decimals = params.get("decimals")
+
+    def draw(bits: bytes, _: Values) -> float:
+        radius = math.sqrt(-2.0 * math.log(1.0 - uniform(bits, 0)))
+        return _round(mean + stddev * radius * math.cos(2 * math.pi * uniform(bits, 1)),
+                      decimals)
+    return draw
+
+
+def integer(params: Dict[str, Any]) -> Sampler:
+    """An integer in low .. high, both included."""
+    low, high = int(params["low"]), int(params["high"])
+    return lambda bits, _: low + _pick(high - low + 1, uniform(bits))
+
+
+def bernoulli(params: Dict[str, Any]) -> Sampler:
+    """True with probability ``p``."""
+    p = float(params["p"])
+    return lambda bits, _: uniform(bits) < p
+
+
+def uuid4(params: Dict[str, Any]) -> Sampler:
+    """A version-4 UUID made of the cell's bits."""
+    return lambda bits, _: str(uuid.UUID(bytes=bits[:16], version=4))
+
+
+def moment(params: Dict[str, Any]) -> Sampler:
+    """A moment in [start, end), a whole number of ``unit`` after start."""
+    start = dt.datetime.fromisoformat(params["start"])
+    end = dt.datetime.fromisoformat(params["end"])
+    unit = params.get("unit", "second")
+    step = UNITS[unit]
+    steps = max(1, math.ceil((end - start).total_seconds() / step))
+    fmt = params.get("format")
+
+    def draw(bits: bytes, _: Values) -> str:
+        when = start + dt.timedelta(seconds=step * _pick(steps, uniform(bits)))
+        if fmt:
+            return when.strftime(fmt)
+        return when.date().isoformat() if unit == "day" else when.isoformat()
+    return draw
+
+
+SAMPLERS: Dict[str, Callable[[Dict[str, Any]], Sampler]] = {
+    "category": category, "subcategory": subcategory, "uniform": uniform_float,
+    "gaussian": gaussian, "integer": integer, "bernoulli": bernoulli, "uuid": uuid4,
+    "datetime": moment,
+}

@@ -1,0 +1,171 @@
+"""Column kinds and the dependency graph of a recipe.
+
+A column depends on every column its templates name (``{question}``,
+``{answer.steps}``) and a ``subcategory`` on its ``category``; names that no column
+defines come from the seed data (``{topic}``), and ``{index}`` is the record index.
+:func:`analyze` orders the columns so that each comes after what it uses, and rejects
+unknown names, cycles and fields of values that have none, naming the column's position
+and field the way the run file spells it (``columns[2].prompt``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from agent_stdlib.errors import AgentError
+from agent_stdlib.recipe import schema as jsonschema
+from agent_stdlib.recipe.template import TemplateError, references
+
+SAMPLERS = ("category", "subcategory", "uniform", "gaussian", "integer", "bernoulli", "uuid",
+            "datetime")
+LLM = ("llm-text", "llm-structured", "llm-judge")
+KINDS = SAMPLERS + ("expression",) + LLM
+TEMPLATES: Dict[str, Tuple[str, ...]] = {"expression": ("template",),
+                                         **{k: ("system", "prompt") for k in LLM}}
+INDEX = "index"  # the record index, usable as {index} everywhere
+JUDGE_FIELDS = ("score", "reasoning")
+
+
+class ColumnError(AgentError, ValueError):
+    """A recipe whose columns do not fit together; ``where`` is ``columns[i].field``."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where, self.message = where, message
+
+
+@dataclass(frozen=True)
+class Node:
+    """What the graph needs of one column."""
+
+    name: str
+    kind: str
+    params: Mapping[str, Any]
+
+
+@dataclass
+class Graph:
+    """A checked recipe: evaluation order, each column's inputs, the seed fields used."""
+
+    order: List[int]  # column positions, each after every column it uses
+    inputs: List[List[str]]  # per column: the names it uses (columns, seed fields, index)
+    seed_fields: List[str] = field(default_factory=list)  # used names no column defines
+
+
+def _uses(node: Node, where: str) -> List[Tuple[str, str, Tuple[str, ...]]]:
+    """(field, name, path) of every name ``node`` uses."""
+    found = []
+    for key in TEMPLATES.get(node.kind, ()):
+        text = node.params.get(key)
+        if text is None:
+            continue
+        try:
+            found += [(key, name, path) for name, path in references(text)]
+        except TemplateError as err:
+            raise ColumnError(f"{where}.{key}", str(err)) from err
+    if node.kind == "subcategory":
+        found.append(("category", str(node.params.get("category")), ()))
+    return found
+
+
+def field_problem(node: Optional[Node], path: Tuple[str, ...]) -> Optional[str]:
+    """Why ``{name.path}`` cannot name part of ``node``'s value (None: it can, or unknown).
+
+    ``node`` None is a seed field (any JSON: not checked).
+    """
+    if not path or node is None:
+        return None
+    if node.kind == "llm-structured":
+        declared = jsonschema.fields(dict(node.params.get("schema") or {}))
+        if declared is not None and path[0] not in declared:
+            return (f"{node.name} has no field {path[0]!r} (its schema has: "
+                    f"{', '.join(declared) or 'none'})")
+        return None
+    if node.kind == "llm-judge":
+        scores = [s.get("name") for s in node.params.get("scores", ())]
+        if path[0] not in scores:
+            return f"{node.name} has no score {path[0]!r} (have: {', '.join(map(str, scores))})"
+        if len(path) > 1 and path[1] not in JUDGE_FIELDS:
+            return f"a score has only {' and '.join(JUDGE_FIELDS)}, not {path[1]!r}"
+        return None
+    return f"{node.name} is a {node.kind} value without fields"
+
+
+def analyze(nodes: Sequence[Node], seed_fields: Optional[Collection[str]] = None,
+            has_seed: bool = False) -> Graph:
+    """Check and order a recipe; ColumnError names the first problem.
+
+    ``seed_fields`` are the seed file's fields when known; None with ``has_seed`` means
+    the file could not be read here, so any name no column defines is taken to be one
+    (the generator's preflight checks the file).
+    """
+    position: Dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        if node.name == INDEX or node.name in position:
+            raise ColumnError(f"columns[{i}].name", f"{node.name!r} is "
+                              + ("the record index" if node.name == INDEX else
+                                 f"already the name of columns[{position[node.name]}]"))
+        if seed_fields is not None and node.name in seed_fields:
+            raise ColumnError(f"columns[{i}].name", f"{node.name!r} is also a field of the "
+                              "seed data")
+        position[node.name] = i
+    inputs: List[List[str]] = []
+    seeds: List[str] = []
+    for i, node in enumerate(nodes):
+        where = f"columns[{i}]"
+        used: List[str] = []
+        for key, name, path in _uses(node, where):
+            if name == INDEX:
+                problem = "index is the record number; it has no fields" if path else None
+            elif name in position:
+                problem = field_problem(nodes[position[name]], path)
+            elif (seed_fields is not None and name in seed_fields) or (
+                    seed_fields is None and has_seed):
+                problem = None
+                if name not in seeds:
+                    seeds.append(name)
+            else:
+                have = sorted(set(position) | set(seed_fields or ()) | {INDEX})
+                shown = "{" + ".".join((name,) + path) + "}"
+                problem = f"unknown column {shown} (have: {', '.join(have)})"
+            if problem:
+                raise ColumnError(f"{where}.{key}", problem)
+            if name not in used:
+                used.append(name)
+        inputs.append(used)
+    return Graph(_topological(nodes, inputs, position), inputs, seeds)
+
+
+def _topological(nodes: Sequence[Node], inputs: List[List[str]],
+                 position: Mapping[str, int]) -> List[int]:
+    """Depth-first order; a cycle is reported from its first column in file order."""
+    state = [0] * len(nodes)  # 0 new, 1 on the path, 2 done
+    order: List[int] = []
+
+    def visit(i: int, path: List[int]) -> None:
+        if state[i] == 2:
+            return
+        if state[i] == 1:
+            cycle = path[path.index(i):] + [i]
+            first = path[path.index(i)]
+            key = _field_using(nodes[first], nodes[cycle[1]].name)
+            raise ColumnError(f"columns[{first}].{key}", "cycle: " + " -> ".join(
+                nodes[j].name for j in cycle))
+        state[i] = 1
+        for name in inputs[i]:
+            if name in position:
+                visit(position[name], path + [i])
+        state[i] = 2
+        order.append(i)
+
+    for i in range(len(nodes)):
+        visit(i, [])
+    return order
+
+
+def _field_using(node: Node, name: str) -> str:
+    for key, used, _ in _uses(node, "columns"):
+        if used == name:
+            return key
+    return "name"

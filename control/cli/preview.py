@@ -1,0 +1,47 @@
+"""``synthbatch preview``: iterate on prompts before spending GPU hours."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import click
+
+from control.cli.common import common
+
+
+def preview_text(data: Dict[str, Any]) -> str:
+    """Each record as indented JSON under its index; the generator's notes first."""
+    notes = [line for line in data["log"] if "left out" in line or "no endpoint" in line]
+    blocks: List[str] = [*notes]
+    for record in data["records"]:
+        blocks.append(f"--- record {record.get('index')} ---")
+        blocks.append(json.dumps(record, indent=2, ensure_ascii=False))
+    return "\n".join(blocks) or "no records"
+
+
+@click.command("preview")
+@click.argument("run_file", type=click.Path(path_type=Path))
+@click.option("-n", "--records", "count", type=click.IntRange(1, 1000), default=5,
+              show_default=True, help="How many records (the run's first ones).")
+@click.option("--endpoint", "endpoints", multiple=True, metavar="ALIAS=URL",
+              help="An OpenAI-compatible base URL for a deployment alias (repeatable). "
+                   "Without one, an alias's LLM columns are left out.")
+@click.option("--api-key-env", metavar="NAME",
+              help="Send the value of environment variable NAME as the bearer token.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1, 86400), default=600.0,
+              show_default=True, help="Give up after this many seconds.")
+@common
+def preview_cmd(run_file: Path, count: int, endpoints: Tuple[str, ...],
+                api_key_env: Optional[str], timeout_s: float, profile: Optional[str]) -> Any:
+    """Generate the first records of RUN_FILE here, with the real generator, and print them.
+
+    Samplers, seed data and expressions always run; each LLM column runs when its
+    deployment alias has an --endpoint (a server you already have: vLLM, SGLang,
+    llama.cpp, any OpenAI-compatible URL). Nothing is submitted or written.
+    """
+    from control import api
+
+    data = api.preview(run_file, profile, count, endpoints, api_key_env, timeout_s)
+    return {"data": data, "text": preview_text(data)}

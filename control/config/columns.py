@@ -1,0 +1,297 @@
+"""The columns of a built-in generator recipe (``[[client.columns]]``), one model per kind.
+
+``type`` picks the model; each checks its own fields strictly. How the columns fit
+together (names, dependencies, cycles) is checked by ``agent_stdlib.recipe.columns``
+from :meth:`ColumnBase.node`, the same rules the generator runs by.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Annotated, Any, Dict, List, Literal, Optional, Union
+
+from pydantic import AfterValidator, Discriminator, Field, Tag, model_validator
+
+from agent_stdlib.recipe.columns import KINDS, Node
+from agent_stdlib.recipe.schema import SchemaError, check
+from agent_stdlib.recipe.template import show
+from control.config.fields import Name, Prompt, Strict, Text
+
+COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Scalar = Union[str, int, Finite, bool]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Decimals = Optional[Annotated[int, Field(ge=0, le=15)]]
+
+
+def _column_name(value: str) -> str:
+    if not COLUMN_NAME.fullmatch(value):
+        raise ValueError(f"{value!r} is not a column name (a letter, then letters, digits "
+                         f"or '_'; max 64)")
+    return value
+
+
+ColumnName = Annotated[str, AfterValidator(_column_name)]
+
+
+class ColumnBase(Strict):
+    """What every column has: a name, a kind, and whether the record keeps it."""
+
+    name: ColumnName
+    drop: bool = False
+
+    def params(self) -> Dict[str, Any]:
+        """The kind's own fields, as the plan carries them."""
+        return self.model_dump(exclude={"name", "type", "drop"}, exclude_none=True)
+
+    def node(self) -> Node:
+        """The column as the recipe graph sees it."""
+        return Node(self.name, self.type, self.params())
+
+
+class Category(ColumnBase):
+    """One of ``values``, with optional relative ``weights``."""
+
+    type: Literal["category"]
+    values: List[Scalar] = Field(min_length=1, max_length=100_000)
+    weights: Optional[List[PositiveFloat]] = None
+
+    @model_validator(mode="after")
+    def _weights(self) -> Category:
+        if self.weights is not None and len(self.weights) != len(self.values):
+            raise ValueError(f"weights: {len(self.weights)} weights for "
+                             f"{len(self.values)} values")
+        return self
+
+
+class Subcategory(ColumnBase):
+    """One of ``values[<the category column's value>]``."""
+
+    type: Literal["subcategory"]
+    category: ColumnName
+    values: Dict[str, List[Scalar]] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> Subcategory:
+        for key, choices in self.values.items():
+            if not choices:
+                raise ValueError(f"values.{key}: no values")
+        return self
+
+
+class Uniform(ColumnBase):
+    """A float drawn uniformly from ``[low, high)``, rounded to ``decimals`` if given."""
+
+    type: Literal["uniform"]
+    low: Finite
+    high: Finite
+    decimals: Decimals = None
+
+    @model_validator(mode="after")
+    def _range(self) -> Uniform:
+        if not self.low < self.high:
+            raise ValueError(f"high: {self.high:g} is not above low {self.low:g}")
+        return self
+
+
+class Gaussian(ColumnBase):
+    """A float from the normal distribution, rounded to ``decimals`` if given."""
+
+    type: Literal["gaussian"]
+    mean: Finite
+    stddev: PositiveFloat
+    decimals: Decimals = None
+
+
+class Integer(ColumnBase):
+    """An integer drawn uniformly from ``low .. high`` (both included)."""
+
+    type: Literal["integer"]
+    low: int
+    high: int
+
+    @model_validator(mode="after")
+    def _range(self) -> Integer:
+        if self.low > self.high:
+            raise ValueError(f"high: {self.high} is below low {self.low}")
+        return self
+
+
+class Bernoulli(ColumnBase):
+    """``true`` with probability ``p``."""
+
+    type: Literal["bernoulli"]
+    p: float = Field(ge=0.0, le=1.0)
+
+
+class Uuid(ColumnBase):
+    """A version-4 UUID (from the record's seed, so reproducible)."""
+
+    type: Literal["uuid"]
+
+
+When = Union[dt.datetime, dt.date, Text]
+
+
+def _moment(value: When, name: str) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return value
+    if isinstance(value, dt.date):
+        return dt.datetime(value.year, value.month, value.day)
+    try:
+        return dt.datetime.fromisoformat(value)
+    except ValueError as err:
+        raise ValueError(f"{name}: {value!r} is not an ISO 8601 date or date-time") from err
+
+
+class Datetime(ColumnBase):
+    """A moment drawn uniformly from ``[start, end)``, in whole ``unit``s after start."""
+
+    type: Literal["datetime"]
+    start: When
+    end: When
+    unit: Literal["day", "hour", "minute", "second"] = "second"
+    format: Optional[Text] = None  # strftime; default ISO 8601 (a date for unit "day")
+
+    @model_validator(mode="after")
+    def _range(self) -> Datetime:
+        start, end = _moment(self.start, "start"), _moment(self.end, "end")
+        if (start.tzinfo is None) != (end.tzinfo is None):
+            raise ValueError("end: give start and end both with or both without a time "
+                             "zone offset")
+        if not start < end:
+            raise ValueError(f"end: {end.isoformat()} is not after start {start.isoformat()}")
+        if self.format is not None:
+            try:
+                start.strftime(self.format)
+            except ValueError as err:
+                raise ValueError(f"format: {err}") from err
+        return self
+
+    def params(self) -> Dict[str, Any]:
+        """Start and end as ISO 8601 text."""
+        out = super().params()
+        out["start"] = _moment(self.start, "start").isoformat()
+        out["end"] = _moment(self.end, "end").isoformat()
+        return out
+
+
+class Expression(ColumnBase):
+    """Text from a template over other columns; no model."""
+
+    type: Literal["expression"]
+    template: Prompt
+
+
+class LLMColumn(ColumnBase):
+    """What every LLM column has: a deployment alias, a prompt, sampling settings."""
+
+    model: Name
+    prompt: Prompt
+    system: Optional[Prompt] = None
+    max_tokens: int = Field(default=256, ge=1, le=131072)
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
+
+
+class LLMText(LLMColumn):
+    """The model's answer, as text."""
+
+    type: Literal["llm-text"]
+
+
+class LLMStructured(LLMColumn):
+    """A JSON value valid against ``schema`` (sent as ``response_format``, always checked)."""
+
+    type: Literal["llm-structured"]
+    schema_: Dict[str, Any] = Field(alias="schema")
+
+    @model_validator(mode="after")
+    def _schema(self) -> LLMStructured:
+        try:
+            check(self.schema_)
+        except SchemaError as err:
+            raise ValueError(str(err)) from err
+        return self
+
+    def params(self) -> Dict[str, Any]:
+        """The schema under its authored name."""
+        out = super().params()
+        out["schema"] = out.pop("schema_")
+        return out
+
+
+class Score(Strict):
+    """One rubric of a judge: its options are the scores it may give."""
+
+    name: ColumnName
+    description: Optional[Prompt] = None
+    options: Dict[Text, Prompt] = Field(min_length=1, max_length=100)
+
+
+class LLMJudge(LLMColumn):
+    """Scores from a rubric: ``{"<score>": {"score": <option>, "reasoning": "..."}}``."""
+
+    type: Literal["llm-judge"]
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    scores: List[Score] = Field(min_length=1, max_length=32)
+
+    @model_validator(mode="after")
+    def _unique(self) -> LLMJudge:
+        names = [s.name for s in self.scores]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise ValueError(f"scores[{i}].name: {name!r} is given twice")
+        return self
+
+
+class Unknown(Strict):
+    """A column whose ``type`` is missing or not a kind: reported, never accepted."""
+
+    type: Any = None
+    name: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject(cls, data: Any) -> Any:
+        kind = data.get("type") if isinstance(data, dict) else None
+        what = "missing" if kind is None else f"unknown column type {show(kind)!r}"
+        raise ValueError(f"type: {what} (have: {', '.join(KINDS)})")
+
+
+MODELS = {"category": Category, "subcategory": Subcategory, "uniform": Uniform,
+          "gaussian": Gaussian, "integer": Integer, "bernoulli": Bernoulli, "uuid": Uuid,
+          "datetime": Datetime, "expression": Expression, "llm-text": LLMText,
+          "llm-structured": LLMStructured, "llm-judge": LLMJudge}
+assert tuple(MODELS) == KINDS
+
+
+def _kind(value: object) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"<{kind}>" if isinstance(kind, str) and kind in MODELS else "<unknown>"
+
+
+Column = Annotated[Union[tuple(Annotated[m, Tag(f"<{k}>")] for k, m in MODELS.items())
+                         + (Annotated[Unknown, Tag("<unknown>")],)],  # type: ignore[misc]
+                   Discriminator(_kind)]
+
+
+def category_problem(columns: List[Any]) -> Optional[str]:
+    """A subcategory whose category column is not a category, or lacks one of its values."""
+    by_name = {c.name: (i, c) for i, c in enumerate(columns)}
+    for i, column in enumerate(columns):
+        if not isinstance(column, Subcategory):
+            continue
+        if column.category not in by_name:
+            have = [c.name for c in columns if isinstance(c, Category)]
+            return (f"columns[{i}].category: unknown column {column.category} (category "
+                    f"columns: {', '.join(have) or 'none'})")
+        _, parent = by_name[column.category]
+        if not isinstance(parent, Category):
+            return f"columns[{i}].category: {column.category} is not a category column"
+        for value in parent.values:
+            if show(value) not in column.values:
+                return (f"columns[{i}].values: no values for {column.category} = "
+                        f"{show(value)!r}")
+    return None

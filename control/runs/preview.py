@@ -1,0 +1,96 @@
+"""``synthbatch preview``: a few records of a run's recipe, generated here and now.
+
+The run is planned as for ``submit`` (so a bad run file or seed file fails the same way);
+the plan is written to a temporary folder and the real agent bundle runs its generator on
+it (``python -I agent.pyz generate --plan PLAN --preview N``), so the records are made by
+exactly the code a shard runs, without importing it here. Endpoints are the user's own
+(``--endpoint ALIAS=URL``, any OpenAI-compatible base URL); LLM columns of an alias without
+one are left out, and with none at all only samplers, seed data and expressions run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+from urllib.parse import urlsplit
+
+from control.errors import InvalidInput, SynthbatchError
+from control.runs.plan import resolve
+
+PREVIEW_ID = "preview-00000000-000000-000000"
+
+
+class PreviewFailed(SynthbatchError):
+    """The generator stopped; the message is its last line."""
+
+    exit_code = 1
+
+
+def parse_endpoints(items: Sequence[str]) -> Dict[str, str]:
+    """``ALIAS=URL`` items as a mapping; InvalidInput naming the bad one."""
+    endpoints: Dict[str, str] = {}
+    for item in items:
+        alias, sep, url = item.partition("=")
+        parts = urlsplit(url)
+        if not sep or not alias or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput(f"--endpoint {item!r}: expected ALIAS=http[s]://host[:port]"
+                               f"[/prefix]")
+        if alias in endpoints:
+            raise InvalidInput(f"--endpoint {alias}: given twice")
+        endpoints[alias] = url.rstrip("/")
+    return endpoints
+
+
+def _environment(endpoints: Mapping[str, str], scratch: Path,
+                 api_key_env: Optional[str]) -> Dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8",
+           "SHIV_ROOT": str(scratch / "shiv"),
+           "SYNTHBATCH_ENDPOINTS": json.dumps(dict(endpoints), sort_keys=True),
+           "SYNTHBATCH_RECORD_OFFSET": "0"}
+    if api_key_env:
+        if not os.environ.get(api_key_env):
+            raise InvalidInput(f"--api-key-env {api_key_env}: that variable is not set")
+        env["SYNTHBATCH_API_KEY"] = os.environ[api_key_env]
+    return env
+
+
+def run_preview(run_file: Path, profile: Optional[str], count: int,
+                endpoints: Mapping[str, str], agent_pyz: Path,
+                api_key_env: Optional[str] = None, timeout_s: float = 600.0) -> Dict[str, Any]:
+    """The first ``count`` records of ``run_file`` as plain data (what ``--json`` prints)."""
+    if count < 1:
+        raise InvalidInput(f"-n {count}: preview at least one record")
+    resolved = resolve(run_file, profile, run_id=PREVIEW_ID)
+    plan = resolved.plan
+    if plan.client is None:
+        raise InvalidInput(f"{run_file}: preview runs the built-in generator; this run's "
+                           f"client is a command")
+    aliases = [d.alias for d in plan.deployments]
+    for alias in endpoints:
+        if alias not in aliases:
+            raise InvalidInput(f"--endpoint {alias}: not a deployment alias of {run_file} "
+                               f"(have: {', '.join(aliases)})")
+    with tempfile.TemporaryDirectory(prefix="synthbatch-preview-") as tmp:
+        scratch = Path(tmp)
+        plan_json = scratch / "plan.json"
+        plan_json.write_bytes(resolved.plan_bytes)
+        argv = [sys.executable, "-I", str(agent_pyz), "generate", "--plan", str(plan_json),
+                "--preview", str(count)]
+        try:
+            done = subprocess.run(argv, env=_environment(endpoints, scratch, api_key_env),
+                                  capture_output=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as err:
+            raise PreviewFailed(f"preview: no result within {timeout_s:g} s") from err
+    log = done.stderr.decode("utf-8", "replace").splitlines()
+    if done.returncode != 0:
+        last = next((line for line in reversed(log) if line.strip()), "")
+        raise PreviewFailed(f"preview: the generator exited with status {done.returncode}"
+                            + (f": {last}" if last else ""))
+    records: List[Any] = [json.loads(line) for line in done.stdout.splitlines() if line]
+    return {"run_file": str(run_file), "records": records,
+            "endpoints": dict(endpoints), "log": log}

@@ -1,0 +1,115 @@
+"""The built-in generator's recipe through real Slurm: seed data, samplers and a
+question -> answer -> judge chain over two deployments (fake servers, 3 shards, exact
+merge), and the same chain once on the real llama.cpp model (``examples/qa-dataset.toml``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from agent_stdlib.recipe.schema import validate
+from tests.conftest import REPO
+from tests.integration.runs import cli_json, wait_final, write_profile
+
+pytestmark = pytest.mark.slurm
+EXAMPLES = REPO / "examples"
+SERVING = REPO / ".work" / "serving" / "llamacpp"
+TOPICS = [json.loads(line) for line in (EXAMPLES / "data" / "topics.jsonl").read_text()
+          .splitlines()]
+
+
+def _copy_example(tmp_path: Path, name: str, **replace: str) -> Path:
+    """An example run file next to its seed data's copy (``{config_dir}`` is tmp_path)."""
+    text = (EXAMPLES / name).read_text()
+    text = text.replace("{config_dir}/../", f"{REPO}/")
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "topics.jsonl").write_text(
+        (EXAMPLES / "data" / "topics.jsonl").read_text())
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _merged(tmp_path: Path, run_id: str, profile: Path) -> List[Dict[str, Any]]:
+    out = tmp_path / "merged.jsonl"
+    manifest = cli_json("merge", run_id, "--output", str(out), "--profile", str(profile))
+    assert manifest["complete"]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == manifest["records"]
+    return records
+
+
+def _logs(tmp_path: Path, run_id: str, name: str) -> str:
+    runs = tmp_path / "workspace" / "runs" / run_id
+    return "\n".join(p.read_text(errors="replace") for p in runs.rglob(name))
+
+
+def test_a_recipe_over_two_deployments_in_three_shards(slurm_cluster, tmp_path, python_exe):
+    run_file = _copy_example(tmp_path, "qa-fake.toml")
+    profile = write_profile(tmp_path, python_exe, cpus_per_task=2, mem_mb=1024)
+    run_id = cli_json("submit", str(run_file), "--profile", str(profile))["run_id"]
+    status = wait_final(run_id, profile, timeout_s=300)
+    assert status["state"] == "succeeded", status
+    assert status["counts"] == {"succeeded": 3} and status["records_done"] == 30
+    records = _merged(tmp_path, run_id, profile)
+    assert [r["index"] for r in records] == list(range(30))  # exact: every record, in order
+    by_topic = {t["topic"]: t for t in TOPICS}
+    for record in records:
+        seed = by_topic[record["topic"]]
+        assert record["subject"] == seed["subject"]  # the unused seed field is carried
+        assert record["level"] in ("beginner", "expert") and 5 <= record["minutes"] <= 30
+        assert len(record["question"].split()) == 12  # the fake server's text, max_tokens
+        assert isinstance(record["answer"]["answer"], str)
+        assert record["grade"]["correct"]["score"] in (0, 1)
+        columns = record["_meta"]["columns"]
+        assert (columns["question"]["model"], columns["answer"]["model"],
+                columns["grade"]["model"]) == ("gen", "gen", "judge")
+        assert columns["grade"]["served_model"] == "fake-judge"
+    # shuffle: each pass over the 20 topics uses every topic once (records 0-19)
+    assert sorted(r["topic"] for r in records[:20]) == sorted(by_topic)
+    # the same samplers and seed rows as the generator makes on the login node
+    preview = cli_json("preview", str(run_file), "-n", "4", "--profile", str(profile))
+    assert [(p["topic"], p["level"], p["minutes"]) for p in preview["records"]] == \
+        [(r["topic"], r["level"], r["minutes"]) for r in records[:4]]
+    client_logs = _logs(tmp_path, run_id, "client.log")
+    assert "gen 32 in flight, adaptive up to 256; judge 32 in flight, adaptive up to 256" \
+        in client_logs
+    assert "generate: wrote 10 records" in client_logs
+
+
+def test_the_qa_recipe_on_the_real_llamacpp_model(slurm_cluster, tmp_path, python_exe):
+    if not (SERVING / ".complete").exists():
+        message = "no llamacpp serving environment: run scripts/serving-env llamacpp"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    run_file = _copy_example(tmp_path, "qa-dataset.toml", **{
+        "records = 16\n": "records = 4\n", "[shards]\ncount = 2": "[shards]\ncount = 1"})
+    profile = write_profile(tmp_path, python_exe, mem_mb=1024, cpus_per_task=2,
+                            default_time_limit="00:20:00", grace_s=10)
+    run_id = cli_json("submit", str(run_file), "--profile", str(profile))["run_id"]
+    status = wait_final(run_id, profile, timeout_s=900, interval_s=3.0)
+    assert status["state"] == "succeeded", status
+    records = _merged(tmp_path, run_id, profile)
+    dropped = json.loads((tmp_path / "workspace" / "runs" / run_id / "merged" /
+                          "manifest.json").read_text())["dropped"]
+    assert len(records) + dropped == 4 and records, dropped  # every record accounted for
+    schema = {"type": "object", "required": ["answer"],
+              "properties": {"answer": {"type": "string", "maxLength": 160},
+                             "steps": {"type": "array", "maxItems": 2,
+                                       "items": {"type": "string", "maxLength": 60}}}}
+    for record in records:
+        assert record["topic"] in {t["topic"] for t in TOPICS}
+        assert len(record["question"].split()) >= 3  # real model text
+        assert validate(record["answer"], schema) is None
+        assert record["grade"]["correct"]["score"] in (0, 1)
+        for cell in record["_meta"]["columns"].values():
+            assert cell["usage"]["completion_tokens"] > 0 and cell["model"] == "smol"
+    assert "serve-llamacpp: listening" in _logs(tmp_path, run_id, "server-*.log")

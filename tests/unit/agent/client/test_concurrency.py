@@ -1,0 +1,131 @@
+"""Concurrency per alias: the AIMD limiter alone, and against a server that answers 429
+above its capacity (backpressure slows the generator down and never uses up a retry)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from agent_stdlib.client import concurrency
+from agent_stdlib.client.concurrency import Limiter
+from agent_stdlib.client.generate import Shard, limiters, run_shard, window
+from agent_stdlib.client.output import Output
+from agent_stdlib.client.progress import Progress
+from agent_stdlib.client.recipe import compile_recipe
+from agent_stdlib.contracts import ColumnSpec
+from agent_stdlib.resume import KeptRecords
+from fixtures.fake_openai_server import serve_in_thread
+from tests.agent_runs import recipe_plan
+
+ONE = (ColumnSpec("text", "llm-text", {"model": "gen", "prompt": "Item {index}.",
+                                       "max_tokens": 4}),)
+
+
+def test_slow_start_then_one_halving_per_round_trip(monkeypatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(concurrency.time, "monotonic", lambda: now[0])
+    limiter = Limiter(start=4, ceiling=10)
+    for _ in range(10):
+        limiter.succeeded()
+    assert limiter.current == 10  # +1 per answer, capped at the ceiling
+    sent = 99.0
+    limiter.congested(sent)
+    assert limiter.current == 5 and not limiter.slow_start
+    now[0] = 101.0
+    limiter.congested(sent)  # sent before the halving: the same congestion, seen late
+    assert limiter.current == 5
+    limiter.congested(100.5)  # sent after it: new congestion
+    assert limiter.current == 2
+    for _ in range(4):
+        limiter.succeeded()  # congestion avoidance: about one per round trip
+    assert limiter.current == 3
+    for _ in range(20):
+        limiter.congested(now[0])
+        now[0] += 1
+    assert limiter.current == 1  # never below one
+
+
+def test_a_fixed_limit_never_moves() -> None:
+    limiter = Limiter(start=6, ceiling=6, adaptive=False)
+    limiter.succeeded()
+    limiter.congested(1e12)
+    assert limiter.current == 6
+
+
+def test_waiters_are_served_lowest_priority_first_and_cancellation_is_clean() -> None:
+    async def scenario() -> List[int]:
+        limiter = Limiter(start=1, ceiling=1, adaptive=False)
+        order: List[int] = []
+        await limiter.acquire(0)
+
+        async def one(priority: int) -> None:
+            await limiter.acquire(priority)
+            order.append(priority)
+            await asyncio.sleep(0)
+            limiter.release()
+
+        tasks = [asyncio.ensure_future(one(p)) for p in (5, 3, 9, 1)]
+        cancelled = asyncio.ensure_future(limiter.acquire(0))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        limiter.release()
+        await asyncio.gather(*tasks)
+        assert limiter.in_flight == 0
+        return order
+
+    assert asyncio.run(scenario()) == [1, 3, 5, 9]
+
+
+def test_default_bounds_follow_replicas_and_the_proxy_queue_limit() -> None:
+    plan = recipe_plan(ONE, gen_queue=256)
+    limits = limiters(plan, compile_recipe(plan))
+    assert (limits["gen"].current, limits["gen"].ceiling, limits["gen"].adaptive) == \
+        (32, 256, True)
+    assert window(limits, 10_000) == 2 * 256 + 64
+    fixed = limiters(recipe_plan(ONE, concurrency=5), compile_recipe(plan))
+    assert (fixed["gen"].current, fixed["gen"].ceiling, fixed["gen"].adaptive) == \
+        (5, 5, False)
+
+
+def run(url: str, tmp_path: Path, records: int, **client) -> Progress:
+    plan = recipe_plan(ONE, records=records, **client)
+    progress = Progress(tmp_path / "progress.json", records)
+    written = run_shard(plan, {"gen": url}, Shard(0, records, Output(tmp_path, 0), progress,
+                                                  KeptRecords()))
+    assert written == records
+    lines = (tmp_path / "records-000000000000.jsonl").read_text().splitlines()
+    assert len(lines) == records
+    return progress
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_429_above_the_servers_capacity_slows_down_and_costs_no_retry(tmp_path: Path,
+                                                                      adaptive: bool) -> None:
+    """The server runs 8 requests at a time and answers 429 to anything that would wait;
+    the generator starts at 32 (or is fixed at 16), and max_retries = 0 with on_error =
+    fail: a 429 that used up a retry would fail the shard."""
+    client = {"gen_queue": 1000} if adaptive else {"concurrency": 16}
+    records = 150 if adaptive else 40  # fixed: each 429 waits its Retry-After (1 s)
+    with serve_in_thread(model="fake-model", max_concurrency=8, reject_when_waiting=0,
+                         token_latency=0.01) as server:
+        progress = run(server.url, tmp_path, records, max_retries=0, on_error="fail",
+                       **client)
+    gen = progress.aliases["gen"]
+    assert gen.errors["429"] > 0 and set(gen.errors) == {"429"}
+    assert gen.requests == records + gen.errors["429"]
+    if adaptive:
+        assert gen.limiter.current <= 16 and not gen.limiter.slow_start  # it came down
+    else:
+        assert gen.limiter.current == 16
+
+
+def test_an_uncongested_server_lets_the_limit_grow(tmp_path: Path) -> None:
+    with serve_in_thread(model="fake-model") as server:
+        progress = run(server.url, tmp_path, 100, gen_queue=64)
+    limiter = progress.aliases["gen"].limiter
+    assert limiter.current == 64 and limiter.slow_start  # grew to the ceiling, no 429
+

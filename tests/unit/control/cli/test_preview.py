@@ -1,0 +1,99 @@
+"""``synthbatch preview``: the real agent bundle's generator, run here on a planned run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fixtures.fake_openai_server import serve_in_thread
+from tests.fakes import invoke
+
+RUN = """schema_version = 1
+name = "qa"
+records = 1000
+[shards]
+count = 10
+
+[client]
+seed = 3
+
+[client.seed_data]
+path = "{config_dir}/topics.csv"
+order = "shuffle"
+
+[[client.columns]]
+name = "level"
+type = "category"
+values = ["beginner", "expert"]
+
+[[client.columns]]
+name = "question"
+type = "llm-text"
+model = "gen"
+prompt = "Write one {level} question about {topic}."
+max_tokens = 5
+
+[[client.columns]]
+name = "grade"
+type = "llm-judge"
+model = "judge"
+prompt = "{question}"
+scores = [{ name = "clear", options = { "1" = "clear", "0" = "unclear" } }]
+
+[[deployments]]
+alias = "gen"
+model = "fake-model"
+command = ["{python}", "server.py", "--port", "{port}"]
+
+[[deployments]]
+alias = "judge"
+model = "fake-model"
+command = ["{python}", "server.py", "--port", "{port}"]
+"""
+
+
+@pytest.fixture
+def run_file(tmp_path: Path, monkeypatch, agent_pyz: Path) -> Path:
+    monkeypatch.setenv("SYNTHBATCH_AGENT_PYZ", str(agent_pyz))
+    (tmp_path / "topics.csv").write_text("topic,source\ntides,a\nmoons,b\nstars,c\n")
+    path = tmp_path / "run.toml"
+    path.write_text(RUN)
+    return path
+
+
+def test_preview_with_an_endpoint_and_without(run_file: Path, profile_file: Path) -> None:
+    with serve_in_thread(model="fake-model") as server:
+        result = invoke("preview", str(run_file), "-n", "3", "--endpoint",
+                        f"gen={server.url}", "--profile", str(profile_file), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [r["index"] for r in data["records"]] == [0, 1, 2]
+    first = data["records"][0]
+    assert first["topic"] in ("tides", "moons", "stars") and first["question"]
+    assert "grade" not in first  # the judge has no endpoint
+    assert any("no endpoint for judge: columns grade left out" in line for line in data["log"])
+    text = invoke("preview", str(run_file), "-n", "2", "--profile", str(profile_file))
+    assert text.exit_code == 0, text.output
+    assert "--- record 1 ---" in text.output and '"level": ' in text.output
+    assert '"question"' not in text.output  # no endpoint at all: samplers and seed data
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--endpoint", "gen"], "--endpoint 'gen': expected ALIAS=http[s]://host"),
+    (["--endpoint", "writer=http://127.0.0.1:1"], "--endpoint writer: not a deployment alias"),
+    (["--api-key-env", "SYNTHBATCH_NO_SUCH_VARIABLE"], "that variable is not set"),
+])
+def test_bad_preview_arguments(run_file: Path, profile_file: Path, args, message) -> None:
+    result = invoke("preview", str(run_file), *args, "--profile", str(profile_file))
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_a_seed_file_problem_fails_the_preview_like_the_plan(run_file: Path,
+                                                            profile_file: Path) -> None:
+    (run_file.parent / "topics.csv").write_text("topic,source\ntides\n")
+    result = invoke("preview", str(run_file), "--profile", str(profile_file))
+    assert result.exit_code == 2
+    assert "client.seed_data.path: " in result.output and "topics.csv:2: 1 fields" in \
+        result.output
