@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: install testbed testbeds serving-llamacpp serving-vllm serving-sglang client-dd \
-	test-image demo test test-fast lint bundle clean
+	test-image demo test test-fast lint bundle bench clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,9 @@ test-fast: install  ## unit, contract and packaging tests (no Slurm)
 
 lint: install
 	$(BIN)/ruff check .
+
+bench: install  ## the performance suite: every benchmark in turn -> benchmarks/results/latest.json (docs/performance.md)
+	$(VENV)/bin/python -m benchmarks all $(BENCH_ARGS)
 
 bundle: install  ## build dist/agent-<sha256>.pyz and check it
 	$(BIN)/python build_zipapp.py --check

@@ -159,6 +159,7 @@ class ShardSpec:
     index: int
     record_offset: int
     num_records: int
+    concurrency: Optional[int] = None  # fixed requests in flight per alias (a benchmark point)
 
 
 @dataclass(frozen=True)
@@ -530,6 +531,8 @@ class ProgressRecord(Record):
     records_dropped: int = 0
     aliases: Dict[str, AliasProgress] = field(default_factory=dict)
     failures: int = 0  # records the client gave up on so far (it may generate them again)
+    started_at: Optional[float] = None  # wall time the generator started (endpoints ready)
+    first_record_at: Optional[float] = None  # wall time the first record of this run settled
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def _cancel_named(work: Path) -> None:
 
 def build_merge_run(root: Path, shards: int, per_shard: int) -> RunLayout:
     """A run directory with a plan view and ``shards`` winners of ``per_shard`` records."""
-    from tests.unit.test_candidate_merge import make_plan_for
+    from tests.unit.control.runs.test_merge import make_plan_for
 
     layout = RunLayout(ensure_dir(root))
     plan = make_plan_for(shards * per_shard, shards)

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 from agent_stdlib.layout import RunLayout, job_name
 from control.config.workspace import WorkspaceProfile, load_workspace_profile
-from control.errors import InvalidInput, SchedulerUnavailable
+from control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
 from control.runs.results import MergeResult, PlanResult, RunStatus, RunSummary
 from control.runs.store import latest_run_id, run_backend, run_layout
 from control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:
+    from agent_stdlib.contracts import ShardSpec
     from control.backends.local.scheduler import LocalScheduler
     from control.config.overrides import Overrides
     from control.config.profile import Profile
@@ -147,12 +148,14 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
            scheduler: Optional[Scheduler] = None, *, partition: Optional[str] = None,
            account: Optional[str] = None, qos: Optional[str] = None,
            time_limit: Optional[str] = None, reservation: Optional[str] = None,
-           checks: bool = True) -> Run:
+           checks: bool = True, run_id: Optional[str] = None,
+           shards: Optional[Sequence[ShardSpec]] = None) -> Run:
     """Plan, check, stage, commit and submit a run; return its :class:`Run` handle.
 
     Refuses (InvalidInput, nothing written) what ``plan``'s checks call an error; their
     warnings are kept in ``run.json`` and on the handle. ``checks=False`` skips the
     login-node checks (submits what Slurm accepts, e.g. for a partition about to grow).
+    ``run_id`` and ``shards``: a benchmark case's deterministic id and sized points.
     """
     from control import bundle
     from control.runs import submit as submitting
@@ -169,8 +172,9 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     agent_sha256 = bundle.sha256_file(pyz)
     sched = scheduler or scheduler_for(prof)
     over = _overrides(partition, account, qos, time_limit, reservation)
-    resolved = resolve(run_file, profile_ref(profile), max_array_size=sched.max_array_size(),
-                       agent_sha256=agent_sha256, overrides=over)
+    resolved = resolve(run_file, profile_ref(profile), run_id=run_id,
+                       max_array_size=sched.max_array_size(), agent_sha256=agent_sha256,
+                       overrides=over, shards=shards)
     found = login_checks(resolved, sched) if checks else []
     bad = errors(found)
     if bad:
@@ -439,3 +443,77 @@ class Run:
         from control.runs.logs import read_tail
 
         return read_tail(Path(logs(self.run_id, shard, step, self.profile)["path"]))
+
+
+def benchmark_run(bench_file: PathLike, profile: ProfileRef = None,
+                  scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
+    """Compile a benchmark file and submit each case's run that does not exist yet (a case
+    already submitted is left alone: resubmitting is idempotent)."""
+    from control.benchmark import store
+    from control.benchmark.sweep import compile_sweep
+    from control.config.benchmark import BenchmarkConfig
+    from control.config.loader import load_model, read_document
+
+    bench_file = Path(bench_file)
+    config = load_model(bench_file, BenchmarkConfig)
+    base_file = (bench_file.resolve().parent / config.run).resolve()
+    if not base_file.is_file():
+        raise InvalidInput(f"{bench_file}: run: {config.run}: no such file")
+    try:
+        bench_id, case_runs = compile_sweep(config, read_document(base_file))
+    except InvalidInput as err:
+        raise InvalidInput(f"{bench_file}: {err.message}") from err
+    prof = load_workspace_profile(profile_ref(profile))
+    workspace = Path(prof.workspace)
+    store.save(workspace, store.manifest(bench_id, config, case_runs))
+    cases = []
+    for case in case_runs:
+        try:
+            run_layout(workspace, case.run_id)
+        except SynthbatchError:
+            path = store.case_file(base_file, case.run_id, case.run)
+            try:
+                done = submit(path, profile, scheduler, run_id=case.run_id, shards=case.shards)
+            except InvalidInput as err:
+                raise InvalidInput(f"{bench_file}: case {case.case}: {err.message}") from err
+            cases.append({"case": case.case, "run_id": case.run_id, "submitted": True,
+                          "job_ids": done.job_ids})
+        else:
+            cases.append({"case": case.case, "run_id": case.run_id, "submitted": False})
+    return {"benchmark_id": bench_id, "cases": cases}
+
+
+def _benchmark_data(bench_id: str, profile: ProfileRef) -> Dict[str, Any]:
+    from control.benchmark import store
+    from control.benchmark.accounting import job_times
+    from control.benchmark.analyze import analyze
+
+    prof = load_workspace_profile(profile_ref(profile))
+    workspace = Path(prof.workspace)
+    manifest = store.load(workspace, bench_id)
+    layouts: Dict[str, Optional[RunLayout]] = {}
+    for case in manifest["cases"]:
+        try:
+            layouts[case["run_id"]] = run_layout(workspace, case["run_id"])
+        except SynthbatchError:
+            layouts[case["run_id"]] = None
+    sched = scheduler_for(prof)
+    return analyze(manifest, layouts, lambda ids: job_times(sched, ids))
+
+
+def benchmark_analyze(bench_id: str, profile: ProfileRef = None) -> Dict[str, Any]:
+    """Every point's figures, the Pareto front and the recommendation, from durable state."""
+    return _benchmark_data(bench_id, profile)
+
+
+def benchmark_report(bench_id: str, output: Optional[PathLike] = None,
+                     profile: ProfileRef = None) -> Dict[str, Any]:
+    """Write the report directory (default ``<workspace>/benchmarks/<id>/report``)."""
+    from control.benchmark import report, store
+
+    data = _benchmark_data(bench_id, profile)
+    folder = Path(output) if output is not None else store.bench_dir(
+        Path(load_workspace_profile(profile_ref(profile)).workspace), bench_id) / "report"
+    return {"benchmark_id": bench_id, "report_dir": str(folder),
+            "files": report.write(data, folder), "complete": data["complete"],
+            "missing": data["missing"]}

@@ -66,9 +66,11 @@ class Shard:
     kept: KeptRecords
 
 
-def limiters(plan: Plan, recipe: Recipe) -> Dict[str, Limiter]:
-    """One limiter per alias: the plan's fixed concurrency, or adaptive bounds."""
-    fixed = plan.client.concurrency if plan.client else None
+def limiters(plan: Plan, recipe: Recipe, offset: int = 0) -> Dict[str, Limiter]:
+    """One limiter per alias: the fixed concurrency of the shard at ``offset`` (a benchmark
+    point) or of the plan, or adaptive bounds."""
+    own = [s.concurrency for s in plan.shards if s.record_offset == offset and s.concurrency]
+    fixed = own[0] if own else (plan.client.concurrency if plan.client else None)
     out = {}
     for alias in recipe.aliases:
         dep = plan.deployment(alias)
@@ -197,7 +199,7 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
     recipe = compile_recipe(plan, set(endpoints) if preview else None)
     spec = plan.client
     assert spec is not None
-    limits = limiters(plan, recipe)
+    limits = limiters(plan, recipe, shard.offset)
     aliases = {a: Alias(Endpoint(endpoints[a], api_key), lim, AliasCounters(lim))
                for a, lim in limits.items()}
     shard.progress.aliases = {a: x.counters for a, x in aliases.items()}

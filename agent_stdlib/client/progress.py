@@ -58,6 +58,8 @@ class Progress:
         self.done = self.dropped = self.tokens = 0
         self.aliases: Dict[str, AliasCounters] = {}  # set by the generator
         self.started = time.monotonic()
+        self.started_at = time.time()
+        self.first_record_at: Optional[float] = None
         self._samples: Deque[Tuple[float, int]] = deque([(self.started, 0)])
         self._written = 0.0
         self._logged = self.started  # the first line after LOG_S
@@ -70,6 +72,8 @@ class Progress:
     def settled(self, tokens: int = 0, dropped: bool = False, count: int = 1) -> None:
         """``count`` records are done (with ``tokens`` completion tokens between them)."""
         self.done += count
+        if self.first_record_at is None:
+            self.first_record_at = time.time()
         self.tokens += tokens
         self.dropped += count if dropped else 0
 
@@ -99,7 +103,8 @@ class Progress:
             records_done=self.done, records_total=self.total, tokens=self.tokens,
             requests_per_s=self.rate(time.monotonic() if now is None else now),
             updated_at=time.time(), records_dropped=self.dropped,
-            aliases={a: c.view() for a, c in sorted(self.aliases.items())})
+            aliases={a: c.view() for a, c in sorted(self.aliases.items())},
+            started_at=self.started_at, first_record_at=self.first_record_at)
         write_json_atomic(self.path, record.to_dict())
 
     def line(self, now: float) -> str:

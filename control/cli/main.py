@@ -37,6 +37,8 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "image": ("control.cli.image", "image_group", "Register sealed container images."),
     "completion": ("control.cli.completion", "completion_cmd",
                    "Print the shell completion script (bash, zsh, fish)."),
+    "benchmark": ("control.cli.benchmark", "benchmark_group",
+                  "Sweep deployment cases x concurrency; analyze; report with charts."),
 }
 
 

@@ -14,9 +14,9 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from agent_stdlib.contracts import Plan, sha256_bytes, split_dd_config
+from agent_stdlib.contracts import Plan, ShardSpec, sha256_bytes, split_dd_config
 from agent_stdlib.layout import job_name, run_dir
 from control.config.client import DataDesignerClient, GenerateClient
 from control.config.loader import load_model
@@ -54,9 +54,11 @@ class Resolved:
 
 def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str] = None,
             max_array_size: Optional[int] = None, agent_sha256: str = "",
-            overrides: Optional[Overrides] = None) -> Resolved:
+            overrides: Optional[Overrides] = None,
+            shards: Optional[Sequence[ShardSpec]] = None) -> Resolved:
     """Load the profile, the run config and the image registry; apply the command line's
-    overrides; make the plan."""
+    overrides; make the plan (with ``shards`` in place of the planner's split: a
+    benchmark's sized points)."""
     prof, profile_path = load_profile(profile)
     config = load_model(run_file, RunConfig)
     overrides = overrides or Overrides()
@@ -66,6 +68,8 @@ def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str]
                      run_file.resolve().parent, images=images, run_file=run_file,
                      profile_file=profile_path, max_array_size=max_array_size,
                      agent_sha256=agent_sha256)
+    if shards is not None:
+        plan = plan.replace(shards=tuple(shards))
     if isinstance(config.client, GenerateClient):
         plan = check_seed_data(plan, config.client, run_file)
     plan = pin_client_config(plan, config, run_file.resolve().parent)

@@ -32,6 +32,14 @@ def serving_env(engine: str) -> Path:
     return env
 
 
+LLAMACPP_SERVING = SERVING / "llamacpp"
+
+
+def require_llamacpp() -> Path:
+    """The llama.cpp serving environment; skip without it (fail in CI)."""
+    return serving_env("llamacpp")
+
+
 PROFILE_DEFAULTS: Dict[str, Any] = {
     "partition": "debug",
     "gpus_per_node": 4,

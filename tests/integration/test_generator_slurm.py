@@ -5,7 +5,6 @@ merge), and the same chain once on the real llama.cpp model (``examples/qa-datas
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -13,11 +12,10 @@ import pytest
 
 from agent_stdlib.recipe.schema import validate
 from tests.conftest import REPO
-from tests.integration.runs import cli_json, wait_final, write_profile
+from tests.integration.runs import cli_json, require_llamacpp, wait_final, write_profile
 
 pytestmark = pytest.mark.slurm
 EXAMPLES = REPO / "examples"
-SERVING = REPO / ".work" / "serving" / "llamacpp"
 TOPICS = [json.loads(line) for line in (EXAMPLES / "data" / "topics.jsonl").read_text()
           .splitlines()]
 
@@ -85,11 +83,7 @@ def test_a_recipe_over_two_deployments_in_three_shards(slurm_cluster, tmp_path, 
 
 
 def test_the_qa_recipe_on_the_real_llamacpp_model(slurm_cluster, tmp_path, python_exe):
-    if not (SERVING / ".complete").exists():
-        message = "no llamacpp serving environment: run scripts/serving-env llamacpp"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_llamacpp()
     run_file = _copy_example(tmp_path, "qa-dataset.toml", **{
         "records = 16\n": "records = 4\n", "[shards]\ncount = 2": "[shards]\ncount = 1"})
     profile = write_profile(tmp_path, python_exe, mem_mb=1024, cpus_per_task=2,

@@ -31,7 +31,7 @@ SHARED = {"arrays", "attempts", "candidate", "containers", "contracts", "errors"
           "layout", "localjob", "publish", "recipe", "resume", "statefile", "states", "text"}
 ROLES = ("allocation", "proxy", "client", "engines")
 CONTROL_LAYERS = {"errors": 0, "secrets": 0, "bundle": 0, "config": 1, "images": 2, "planning": 3,
-                  "slurm": 3, "backends": 4, "runs": 5, "api": 6, "cli": 7}
+                  "slurm": 3, "backends": 4, "runs": 5, "benchmark": 6, "api": 7, "cli": 8}
 PROXY_LAYERS = {"config": 0, "http": 0, "loop": 0, "route": 1, "exchange": 2, "client": 3,
                 "upstream": 3, "core": 4, "main": 5}
 # Names whose use in control/planning would be I/O (or a clock or randomness).

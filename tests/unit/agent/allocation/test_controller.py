@@ -171,7 +171,7 @@ def test_a_cancellation_is_recorded_before_a_slow_cleanup(tmp_path, agent_pyz, p
     attempt, stopping = load_attempt(paths.attempt_json), load_readiness(paths.readiness_json)
     _, err = proc.communicate(timeout=60)
     assert attempt.state == "cancelled" and "SIGTERM" in attempt.reason, err
-    assert stopping.state == "stopping"  # recorded while the server was still stopping
+    assert stopping.state in ("ready", "stopping")  # recorded before the servers stopped
     assert load_readiness(paths.readiness_json).state == "stopped"
     assert proc.returncode == 1 and not processes_mentioning(STUBBORN.splitlines()[0])
 

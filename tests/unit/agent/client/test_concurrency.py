@@ -4,6 +4,7 @@ above its capacity (backpressure slows the generator down and never uses up a re
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import List
 
@@ -15,7 +16,7 @@ from agent_stdlib.client.generate import Shard, limiters, run_shard, window
 from agent_stdlib.client.output import Output
 from agent_stdlib.client.progress import Progress
 from agent_stdlib.client.recipe import compile_recipe
-from agent_stdlib.contracts import ColumnSpec
+from agent_stdlib.contracts import ColumnSpec, ShardSpec
 from agent_stdlib.resume import KeptRecords
 from fixtures.fake_openai_server import serve_in_thread
 from tests.agent_runs import recipe_plan
@@ -91,6 +92,16 @@ def test_default_bounds_follow_replicas_and_the_proxy_queue_limit() -> None:
         (5, 5, False)
 
 
+def test_a_benchmark_points_shard_concurrency_beats_the_plans() -> None:
+    """Each shard of a benchmark case's run is one concurrency point (docs/benchmark.md)."""
+    plan = recipe_plan(ONE, records=20, concurrency=5)
+    plan = plan.replace(shards=(ShardSpec(0, 0, 4, concurrency=1),
+                                ShardSpec(1, 4, 16, concurrency=8)))
+    recipe = compile_recipe(plan)
+    assert [limiters(plan, recipe, offset)["gen"].ceiling for offset in (0, 4)] == [1, 8]
+    assert not limiters(plan, recipe, 4)["gen"].adaptive
+
+
 def run(url: str, tmp_path: Path, records: int, **client) -> Progress:
     plan = recipe_plan(ONE, records=records, **client)
     progress = Progress(tmp_path / "progress.json", records)
@@ -129,3 +140,13 @@ def test_an_uncongested_server_lets_the_limit_grow(tmp_path: Path) -> None:
     limiter = progress.aliases["gen"].limiter
     assert limiter.current == 64 and limiter.slow_start  # grew to the ceiling, no 429
 
+
+
+def test_progress_records_when_the_generator_started_and_its_first_record(tmp_path) -> None:
+    """``benchmark analyze`` reads boot (ready -> first record) and the generation's wall
+    time from these."""
+    with serve_in_thread(model="fake-model", token_latency=0.01) as server:
+        run(server.url, tmp_path, 6, concurrency=2)
+    data = json.loads((tmp_path / "progress.json").read_text())
+    assert data["started_at"] < data["first_record_at"] <= data["updated_at"]
+    assert data["records_done"] == 6

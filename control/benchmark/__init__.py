@@ -1,0 +1,1 @@
+"""``synthbatch benchmark``: the sweep compiler, the analysis of its runs, the report."""

@@ -1,0 +1,70 @@
+"""A benchmark's durable state: ``<workspace>/benchmarks/<id>/benchmark.json`` (the compiled
+sweep: cases, their run ids and points, the targets) and each case's run file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+from agent_stdlib.statefile import ensure_dir, write_json_atomic
+from control.benchmark.sweep import CaseRun
+from control.config.benchmark import BenchmarkConfig
+from control.errors import InvalidInput, NotFound
+from control.runs.store import RUN_ID
+
+
+def bench_dir(workspace: Path, bench_id: str) -> Path:
+    """The folder of one benchmark."""
+    if not RUN_ID.match(bench_id):
+        raise InvalidInput(f"benchmark id {bench_id!r}: not a valid benchmark id")
+    return workspace / "benchmarks" / bench_id
+
+
+def manifest(bench_id: str, config: BenchmarkConfig, runs: List[CaseRun]) -> Dict[str, Any]:
+    """What analysis needs, without the benchmark file."""
+    return {"benchmark_id": bench_id, "name": config.name,
+            "targets": config.targets.model_dump() if config.targets else None,
+            "cases": [{"case": r.case, "run_id": r.run_id,
+                       "points": [{"shard": s.index, "concurrency": s.concurrency,
+                                   "records": s.num_records} for s in r.shards]}
+                      for r in runs]}
+
+
+def save(workspace: Path, data: Dict[str, Any]) -> Path:
+    """Write the manifest (the same content for the same file: rewriting is harmless)."""
+    folder = ensure_dir(bench_dir(workspace, data["benchmark_id"]))
+    write_json_atomic(folder / "benchmark.json", data)
+    return folder
+
+
+def load(workspace: Path, bench_id: str) -> Dict[str, Any]:
+    """The manifest of ``bench_id``; NotFound or InvalidInput in one line."""
+    path = bench_dir(workspace, bench_id) / "benchmark.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NotFound(f"benchmark {bench_id}: no such benchmark in "
+                       f"{workspace / 'benchmarks'}") from None
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        raise InvalidInput(f"{path}: unreadable ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise InvalidInput(f"{path}: not a benchmark record")
+    return data
+
+
+def case_file(base_run: Path, run_id: str, run: Dict[str, Any]) -> Path:
+    """The case's run file, beside the base run (its ``{config_dir}`` and relative paths
+    mean the same)."""
+    path = base_run.parent / f".synthbatch-bench-{run_id}.json"
+    write_json_atomic(path, run)
+    return path
+
+
+def listing(workspace: Path) -> List[str]:
+    """Ids of the workspace's benchmarks."""
+    root = workspace / "benchmarks"
+    return sorted(p.name for p in root.iterdir() if (p / "benchmark.json").is_file()) \
+        if root.is_dir() else []
+
+

@@ -1,0 +1,157 @@
+"""Analysis from durable state: figures per point, partial and missing points named, the
+knee, the Pareto front, the recommendation; the report's SVG charts."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any, Dict, List
+
+from agent_stdlib.contracts import AliasProgress, ProgressRecord, ResultManifest
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import write_json_atomic
+from control.benchmark.accounting import parse_times
+from control.benchmark.analyze import analyze, pareto, percentile, recommend
+from control.benchmark.report import charts, text, write
+from tests.fakes import NOW, RUN_ID, Shard, make_run
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def fill(layout: RunLayout, shard: int, records: int, seconds: float, latencies: List[float],
+         done: bool = True, errors: Dict[str, int] = None) -> None:
+    """A point's progress, result and records as the generator and agent write them."""
+    paths = layout.attempt(shard, 1)
+    write_json_atomic(paths.progress_json, ProgressRecord(
+        records_done=records, records_total=records, tokens=10 * records, requests_per_s=1.0,
+        updated_at=NOW + seconds, started_at=NOW, first_record_at=NOW + 0.5,
+        aliases={"gen": AliasProgress(requests=records, tokens_out=10 * records,
+                                      errors=errors or {})}).to_dict())
+    if done:
+        write_json_atomic(paths.result_json, ResultManifest(
+            shard=shard, attempt=1, records=records, files=(), created_at=NOW + seconds + 1)
+            .to_dict())
+    paths.output.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"index": i, "_meta": {"columns": {"text": {"latency_ms": ms}}}})
+             for i, ms in enumerate(latencies)]
+    (paths.output / "records-000000000000.jsonl").write_text("\n".join(lines) + "\n{torn")
+
+
+MANIFEST: Dict[str, Any] = {
+    "benchmark_id": "b-1", "name": "b",
+    "targets": {"records": 35_000, "deadline_hours": 1.0, "max_jobs": None},
+    "cases": [{"case": "one", "run_id": RUN_ID, "points": [
+        {"shard": 0, "concurrency": 1, "records": 10},
+        {"shard": 1, "concurrency": 2, "records": 10},
+        {"shard": 2, "concurrency": 4, "records": 10}]},
+        {"case": "absent", "run_id": "absent-run", "points": [
+            {"shard": 0, "concurrency": 1, "records": 10}]}],
+}
+
+
+def analysis(tmp_path: Path) -> Dict[str, Any]:
+    layout = make_run(tmp_path / "ws", [Shard("winner"), Shard("winner"), Shard("running")])
+    fill(layout, 0, 10, 10.0, [100.0] * 10)             # 1 record/s
+    fill(layout, 1, 10, 5.0, [100.0 + i for i in range(10)], errors={"429": 10})
+    fill(layout, 2, 4, 2.0, [200.0] * 4, done=False)     # partial: still running
+    return analyze(MANIFEST, {RUN_ID: layout, "absent-run": None})
+
+
+def test_points_from_durable_state_with_partial_and_missing_ones_named(tmp_path) -> None:
+    data = analysis(tmp_path)
+    rows = {(r["case"], r["concurrency"]): r for r in data["points"]}
+    first, second, third = rows["one", 1], rows["one", 2], rows["one", 4]
+    assert first["state"] == "done" and first["records_per_s"] == 1.0
+    assert first["boot_s"] == 0.5 and first["output_tokens_per_s"] == 10.0
+    gpus = first["gpus"]
+    assert gpus >= 1 and first["output_tokens_per_s_per_gpu"] == 10.0 / gpus
+    assert first["gpu_hours_per_1000"] == gpus * 10.0 / 3600 / 10 * 1000
+    assert second["records_per_s"] == 2.0 and second["rate_429"] == 0.5
+    assert second["latency_ms"] == {"p50": 104.5, "p95": 108.55, "p99": 108.91,
+                                    "requests": 10}
+    assert third["state"] == "partial" and third["records"] == 4
+    assert rows["absent", 1]["state"] == "missing"
+    assert not data["complete"]
+    assert data["missing"] == ["one @ concurrency 4: partial",
+                               "absent @ concurrency 1: run not submitted"]
+    assert data["cases"][0]["knee_concurrency"] == 2  # 2 records/s at 2 and at 4
+    assert data["ranking"] == ["one"]
+    front = [(p["case"], p["concurrency"]) for p in data["pareto"]]
+    assert ("one", 1) not in front and ("one", 2) in front
+
+
+def test_the_recommendation_sizes_jobs_and_says_why(tmp_path) -> None:
+    data = analysis(tmp_path)
+    best = data["recommendation"]["best"]
+    # 35,000 records in 1 h at 2 records/s (0.5 s boot): 5 jobs; the partial point is no option
+    assert (best["case"], best["concurrency"], best["jobs"]) == ("one", 2, 5)
+    assert best["feasible"] and "5 job(s)" in best["why"]
+    assert [(o["case"], o["concurrency"]) for o in data["recommendation"]["options"]] == [
+        ("one", 1), ("one", 2)]
+    capped = recommend(data["points"], {**MANIFEST["targets"], "max_jobs": 2})
+    assert capped["best"] is None and capped["why"] == "no measured point meets the targets"
+    assert {o["why"] for o in capped["options"]} >= {"needs 5 jobs, more than max_jobs 2"}
+    assert "not feasible" in text({**data, "recommendation": capped})
+
+
+def test_charts_are_well_formed_svg_with_a_series_per_case(tmp_path) -> None:
+    data = analysis(tmp_path)
+    made = charts(data)
+    assert set(made) == {"throughput.svg", "latency.svg", "pareto.svg"}
+    for name, svg in made.items():
+        root = ET.fromstring(svg)
+        assert root.tag == f"{SVG}svg"
+        series = [g.get("data-series") for g in root.iter(f"{SVG}g")]
+        assert {s.split(" ")[0] for s in series} >= {"one", "absent"}, (name, series)
+    throughput = ET.fromstring(made["throughput.svg"])
+    line = next(g for g in throughput.iter(f"{SVG}g") if g.get("data-series") == "one")
+    assert len(line.findall(f"{SVG}circle")) == 3 + 1  # three points and the legend's
+    files = write(data, tmp_path / "report")
+    assert sorted(Path(f).name for f in files) == [
+        "README.md", "analysis.json", "latency.svg", "pareto.svg", "throughput.svg"]
+    assert "**Partial results.**" in (tmp_path / "report" / "README.md").read_text()
+
+
+def test_a_series_name_from_a_case_is_escaped() -> None:
+    data = {"cases": [{"case": "a<b&\"c"}], "points": [], "pareto": []}
+    ET.fromstring(charts(data)["throughput.svg"])  # well-formed despite the name
+
+
+def test_percentiles_interpolate() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0 and percentile([1.0, 2.0], 99) == 1.99
+
+
+def test_a_cpu_deployment_costs_no_gpu_hours_and_is_still_on_the_front() -> None:
+    """The llama.cpp 2 x 2 sweep on the testbed runs on CPUs: 0 GPUs (failed: empty front)."""
+    rows = [{"case": "a", "concurrency": 1, "records_per_s": 2.0, "gpu_hours_per_1000": 0.0},
+            {"case": "a", "concurrency": 2, "records_per_s": 3.0, "gpu_hours_per_1000": 0.0}]
+    assert [r["concurrency"] for r in pareto(rows)] == [2]
+
+
+def test_sacct_times_add_the_jobs_boot_and_count_the_whole_allocation(tmp_path) -> None:
+    """With accounting, boot starts at the job's start and GPU-hours cover the job."""
+    layout = make_run(tmp_path / "ws", [Shard("winner"), Shard("winner"), Shard("running")])
+    for shard, seconds in ((0, 10.0), (1, 5.0), (2, 2.0)):
+        fill(layout, shard, 10, seconds, [100.0], done=shard != 2)
+    asked = []
+
+    def times(ids):
+        asked.append(sorted(ids))
+        return {"500_0": (NOW - 4.0, NOW + 16.0)}  # started 4 s before ready, 20 s in all
+
+    data = analyze({**MANIFEST, "cases": MANIFEST["cases"][:1]}, {RUN_ID: layout}, times)
+    assert asked == [["500_0", "500_1", "500_2"]]
+    first, second = data["points"][0], data["points"][1]
+    assert (first["job_boot_s"], first["job_wall_s"], first["gpu_hours_from"]) == \
+        (4.0, 20.0, "sacct")
+    assert first["gpu_hours_per_1000"] == first["gpus"] * 20.0 / 3600 / 10 * 1000
+    assert (second["job_boot_s"], second["gpu_hours_from"]) == (None, "generator")
+
+
+def test_sacct_lines_parse_and_unknown_times_are_none() -> None:
+    got = parse_times("1640_0|2026-12-01T13:24:07|2026-12-01T13:24:15\n"
+                      "1640_1|2026-12-01T13:24:07|Unknown\nbad line\n")
+    assert got["1640_0"][1] - got["1640_0"][0] == 8.0 and got["1640_1"][1] is None
+    assert set(got) == {"1640_0", "1640_1"}
