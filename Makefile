@@ -5,8 +5,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install testbed testbeds serving-llamacpp serving-vllm client-dd test-image demo test \
-	test-fast lint bundle bench clean
+.PHONY: install testbed testbeds serving-llamacpp serving-vllm serving-sglang client-dd \
+	test-image demo test test-fast lint bundle bench clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -20,20 +20,31 @@ NOACCT_DIR  ?= /tmp/synthbatch-testbed-noacct
 NOACCT_PORT ?= 6917
 # the second testbed also has a small MaxArraySize: runs of more shards split into several arrays
 NOACCT_MAX_ARRAY_SIZE ?= 4
+# the third: 3 nodes, each at its own loopback address (replicas that span nodes)
+MULTINODE_DIR  ?= /tmp/synthbatch-testbed-multinode
+MULTINODE_PORT ?= 7017
+MULTINODE_FIRST_JOB_ID ?= 300
 
 testbed:  ## start the local Slurm testbed (installs Slurm, munge, MariaDB if missing)
 	scripts/slurm-testbed up >/dev/null
 
-testbeds: testbed  ## the main testbed and a second one without accounting (for tests)
+testbeds: testbed  ## the main testbed, one without accounting, one of 3 distinct nodes (for tests)
 	SYNTHBATCH_TESTBED_ACCOUNTING=0 SYNTHBATCH_TESTBED_PORT=$(NOACCT_PORT) \
 		SYNTHBATCH_TESTBED_MAX_ARRAY_SIZE=$(NOACCT_MAX_ARRAY_SIZE) \
 		scripts/slurm-testbed up $(NOACCT_DIR) >/dev/null
+	SYNTHBATCH_TESTBED_ACCOUNTING=0 SYNTHBATCH_TESTBED_NODES=3 SYNTHBATCH_TESTBED_DISTINCT_ADDRS=1 \
+		SYNTHBATCH_TESTBED_PORT=$(MULTINODE_PORT) \
+		SYNTHBATCH_TESTBED_FIRST_JOB_ID=$(MULTINODE_FIRST_JOB_ID) \
+		scripts/slurm-testbed up $(MULTINODE_DIR) >/dev/null
 
 serving-llamacpp:  ## serving environment: llama.cpp (xllamacpp) + SmolLM2-135M GGUF (~8 s)
 	scripts/serving-env llamacpp >/dev/null
 
 serving-vllm:  ## serving environment: vLLM CPU + SmolLM2 as safetensors (~3.5 GB, ~2 min)
 	scripts/serving-env vllm >/dev/null
+
+serving-sglang: serving-vllm  ## SGLang 0.5.23's argument parser on the vLLM env (~40 MB, ~20 s)
+	scripts/serving-env sglang >/dev/null
 
 # The sealed test image the real-container tests run (docs/containers.md): Debian trixie
 # minbase + python3 (3.13) from Debian, nothing of synthbatch; built once, then cached.
@@ -55,7 +66,8 @@ FAST_WORKERS ?= 4
 
 test: install  ## every test: fast suite, then real-Slurm and real-engine suites
 	$(BIN)/python -m pytest -m "not slurm and not slow" -n $(FAST_WORKERS)
-	$(MAKE) --no-print-directory testbeds serving-llamacpp serving-vllm client-dd test-image
+	$(MAKE) --no-print-directory testbeds serving-llamacpp serving-vllm serving-sglang client-dd \
+		test-image
 	. scripts/testbed-env && $(BIN)/python -m pytest -m "slurm or slow"
 
 test-fast: install  ## unit, contract and packaging tests (no Slurm)

@@ -21,6 +21,10 @@ from agent_stdlib.errors import AgentError
 from agent_stdlib.statefile import canonical
 
 SCHEMA_VERSION = 1
+# Ports a multi-node replica's ranks may use from ``ReplicaSpec.dist_port`` on: the planner
+# keeps them apart, preflight checks them. SGLang derives its own from --dist-init-addr up
+# to +6; vLLM uses the first (--master-port).
+DIST_PORTS = 8
 
 T = TypeVar("T", bound="Record")
 
@@ -176,12 +180,24 @@ class ShardSpec:
 
 @dataclass(frozen=True)
 class ReplicaSpec:
-    """Where one server replica runs: allocation node, GPU indices there, preferred port."""
+    """Where one server replica runs: allocation node(s), GPU indices there, preferred ports.
+
+    A replica of several nodes (tensor/pipeline parallel across nodes) runs one rank per
+    node of ``nodes``; its leader (rank 0, the one that serves HTTP) is on ``node``, the
+    first of them, and listens for the other ranks on ``dist_port``.
+    """
 
     index: int
-    node: int  # relative node index in the allocation (srun --relative)
-    gpus: Tuple[int, ...]  # GPU indices on that node
+    node: int  # relative node index in the allocation (srun --relative); the leader's
+    gpus: Tuple[int, ...]  # GPU indices on that node (on each of ``nodes``)
     port: int  # preferred port (port_base + offset, unique within the allocation)
+    nodes: Tuple[int, ...] = ()  # every node the replica spans, leader first; () = (node,)
+    dist_port: int = 0  # preferred first port of the ranks' distributed init (0: one node)
+
+    @property
+    def span(self) -> Tuple[int, ...]:
+        """The allocation nodes this replica runs on, leader first."""
+        return self.nodes or (self.node,)
 
 
 @dataclass(frozen=True)
@@ -226,6 +242,15 @@ class DeploymentSpec:
     placement: Tuple[ReplicaSpec, ...] = ()  # one per replica, in replica order
     secret_env: Dict[str, str] = field(default_factory=dict)  # step var -> job env var name
     container: Optional[ContainerSpec] = None
+    # One replica across nodes: ``command`` is every rank's argv with {node_rank},
+    # {leader_host} and {dist_port} left for the agent; ranks > 0 append ``follower_args``.
+    nodes_per_replica: int = 1
+    follower_args: Tuple[str, ...] = ()
+
+    @property
+    def gpus_per_rank(self) -> int:
+        """GPUs of one replica on each node it spans (all of them on one node)."""
+        return self.gpus_per_replica // max(1, self.nodes_per_replica)
 
 
 @dataclass(frozen=True)

@@ -295,3 +295,16 @@ def write_json(tmp_path: Path, data: Any, name: str = "run.json") -> Path:
 def invoke(*args: str) -> Result:
     """Run ``synthbatch ARGS`` in-process; never raises (the result holds the exit code)."""
     return CliRunner().invoke(cli, list(args), catch_exceptions=True)
+
+
+def poll(what: str, check: Callable[[], Any], timeout_s: float = 30.0,
+         interval_s: float = 0.05) -> Any:
+    """``check()`` until it returns something truthy (returned); fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:g}s waiting for {what}")
+        time.sleep(interval_s)

@@ -39,7 +39,7 @@ from agent_stdlib.containers import (
 from agent_stdlib.contracts import ContainerSpec, DeploymentSpec, Plan
 
 LOOPBACK = "127.0.0.1"
-_PLACEHOLDER = re.compile(r"\{(host|port|agent)\}")
+_PLACEHOLDER = re.compile(r"\{(host|port|agent|node_rank|leader_host|dist_port)\}")
 # SYNTHBATCH_* variables that hold host paths (translated inside a container).
 PATH_VARS = ("SYNTHBATCH_OUTPUT_DIR", "SYNTHBATCH_PROGRESS_FILE", "SYNTHBATCH_RESUME_DIR")
 
@@ -54,6 +54,12 @@ class Site:
     host: str
     port: int
     gpus: Tuple[int, ...] = ()
+    # A replica across nodes: the nodes it spans (leader first), the address {host} is on
+    # each of them, where the other ranks reach rank 0, and the first port of its block.
+    span: Tuple[int, ...] = ()
+    hosts: Tuple[str, ...] = ()
+    leader: str = ""
+    dist_port: int = 0
 
     @property
     def url(self) -> str:
@@ -70,10 +76,16 @@ class Launch:
     env: Dict[str, str]
 
 
-def fill_placeholders(argv: Sequence[str], host: str, port: int, agent: str = "") -> List[str]:
-    """Replace ``{host}``, ``{port}`` and ``{agent}`` in one pass (values are never rescanned)."""
-    values = {"host": host, "port": str(port), "agent": agent}
-    return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in argv]
+def fill_placeholders(argv: Sequence[str], host: Optional[str], port: Optional[int],
+                      agent: Optional[str] = "", **ranks: object) -> List[str]:
+    """Replace ``{host}``, ``{port}``, ``{agent}`` and the rank placeholders given as
+    keywords (``node_rank``, ``leader_host``, ``dist_port``) in one pass (values are never
+    rescanned); a placeholder whose value is None stays as it is, for the ``serve`` role of
+    each rank to fill."""
+    given = {"host": host, "port": port, "agent": agent, **ranks}
+    values = {name: str(value) for name, value in given.items() if value is not None}
+    return [_PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), arg)
+            for arg in argv]
 
 
 def secret_values(secret_env: Mapping[str, str], ambient: Mapping[str, str],
@@ -114,7 +126,7 @@ def scratch_for(name: str, container: Optional[ContainerSpec],
 
 def _step(plan: Plan, name: str, argv: Sequence[str], extra: Mapping[str, str],
           ambient: Mapping[str, str], container: Optional[ContainerSpec], gpus: int,
-          relative: Optional[int], task_prefix: Sequence[str] = ()) -> Launch:
+          relative: Optional[int], task_prefix: Sequence[str] = (), nodes: int = 1) -> Launch:
     names = sorted(extra)
     container = scratch_for(name, container, ambient)
     wrapped = wrap(container, argv, names, gpus, task_prefix, inherit=plan.runtime.env_allow)
@@ -122,7 +134,7 @@ def _step(plan: Plan, name: str, argv: Sequence[str], extra: Mapping[str, str],
         raise LaunchError(f"{name}: a {container.runtime if container else ''} image needs the "
                           "srun launcher")
     cmd = step_argv(plan.runtime, plan.resources, name, wrapped.argv, gpus,
-                    relative=relative, flags=wrapped.srun_flags)
+                    relative=relative, flags=wrapped.srun_flags, nodes=nodes)
     env = step_env(plan.runtime, ambient, extra)
     env.update(local_devices(plan.runtime, ambient, gpus))
     return Launch(name=name, argv=tuple(cmd), env=container_env(container, env, names))
@@ -146,9 +158,9 @@ def gpu_binder(plan: Plan, dep: DeploymentSpec, name: str, gpus: Sequence[int],
     """
     if dep.gpus_per_replica == 0:
         return []
-    if len(gpus) != dep.gpus_per_replica:
+    if len(gpus) != dep.gpus_per_rank:
         raise LaunchError(f"{name}: the plan gives it GPUs {tuple(gpus)}, the deployment "
-                          f"needs {dep.gpus_per_replica}")
+                          f"needs {dep.gpus_per_rank}")
     box = dep.container
     inside = task_in_image(box)
     python = IMAGE_PYTHON if inside else plan.runtime.python
@@ -170,15 +182,60 @@ def server_launch(plan: Plan, dep: DeploymentSpec, replica: int, site: Site, age
     GPUs asks for every GPU of the allocation on its node (``plan.resources.gpus``) and
     gets ``site.gpus`` of them through :func:`gpu_binder`.
     """
+    if dep.nodes_per_replica > 1:
+        return replica_launch(plan, dep, replica, site, agent_pyz, ambient)
     agent = in_container(agent_pyz, dep.container, f"deployment {dep.alias}: agent")
     argv = fill_placeholders(dep.command, site.host, site.port, agent)
-    extra = dict(dep.env)
-    extra.update(secret_values(dep.secret_env, ambient, f"deployment {dep.alias}"))
+    extra = _server_env(dep, ambient)
     relative = site.node if dep.placement else None
     name = server_name(dep, replica)
     binder = gpu_binder(plan, dep, name, site.gpus, agent_pyz)
     gpus = plan.resources.gpus if binder else dep.gpus_per_replica
     return _step(plan, name, argv, extra, ambient, dep.container, gpus, relative, binder)
+
+
+def _server_env(dep: DeploymentSpec, ambient: Mapping[str, str]) -> Dict[str, str]:
+    extra = dict(dep.env)
+    extra.update(secret_values(dep.secret_env, ambient, f"deployment {dep.alias}"))
+    return extra
+
+
+# ----------------------------------------------------------------------------- ranks
+
+
+def rank_binder(plan: Plan, dep: DeploymentSpec, name: str, site: Site,
+                agent_pyz: str) -> List[str]:
+    """The ``serve`` role of each rank of a replica across nodes: :func:`gpu_binder`'s
+    argv plus ``--nnodes N --hosts H0,H1 [--follower-arg=A ...]``; each rank fills its
+    ``{host}`` and ``{node_rank}`` (:mod:`agent_stdlib.allocation.serve`)."""
+    if plan.runtime.launcher != "srun" or dep.gpus_per_replica == 0:
+        raise LaunchError(f"{name}: a replica across {dep.nodes_per_replica} nodes needs the "
+                          "srun launcher and GPUs")
+    if len(site.span) != dep.nodes_per_replica or len(site.hosts) != len(site.span):
+        raise LaunchError(f"{name}: the plan places it on nodes {site.span}, the deployment "
+                          f"needs {dep.nodes_per_replica}")
+    if list(site.span) != list(range(site.node, site.node + len(site.span))):
+        raise LaunchError(f"{name}: nodes {site.span} are not consecutive (one srun step "
+                          "runs every rank)")
+    binder = gpu_binder(plan, dep, name, site.gpus, agent_pyz)[:-1]  # without its "--"
+    binder += ["--nnodes", str(len(site.span)), "--hosts", ",".join(site.hosts)]
+    return binder + [f"--follower-arg={arg}" for arg in dep.follower_args] + ["--"]
+
+
+def replica_launch(plan: Plan, dep: DeploymentSpec, replica: int, site: Site,
+                   agent_pyz: str, ambient: Mapping[str, str]) -> Launch:
+    """Replica ``replica`` of ``dep`` across the nodes of ``site``: one step
+    ``srun --relative=<leader node> --nodes=N --ntasks-per-node=1 --label`` whose tasks
+    are its ranks. The agent fills ``{port}``, ``{agent}``, ``{leader_host}`` and
+    ``{dist_port}``; each rank's ``serve`` role the rest."""
+    agent = in_container(agent_pyz, dep.container, f"deployment {dep.alias}: agent")
+    argv = fill_placeholders(dep.command, None, site.port, agent, leader_host=site.leader,
+                             dist_port=site.dist_port)
+    extra = _server_env(dep, ambient)
+    name = server_name(dep, replica)
+    binder = rank_binder(plan, dep, name, site, agent_pyz)
+    return _step(plan, name, argv, extra, ambient, dep.container, plan.resources.gpus,
+                 site.node, binder, nodes=len(site.span))
 
 
 @dataclass(frozen=True)

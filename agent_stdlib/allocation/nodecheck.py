@@ -24,7 +24,8 @@ STEP_MEM_MB = 64
 
 
 def remote_paths(plan: Plan) -> Dict[int, List[str]]:
-    """Per allocation node other than the batch node: the absolute paths its replicas need."""
+    """Per allocation node other than the batch node: the absolute paths the replicas (and
+    the ranks of replicas across nodes) placed there need."""
     needed: Dict[int, List[str]] = {}
     for dep in plan.deployments:
         paths = []
@@ -33,10 +34,9 @@ def remote_paths(plan: Plan) -> Dict[int, List[str]]:
         else:
             paths += [p for p in (dep.model, dep.command[0] if dep.command else "")
                       if os.path.isabs(p)]
-        for spec in dep.placement:
-            if spec.node != 0:
-                row = needed.setdefault(spec.node, [])
-                row += [p for p in paths if p not in row]
+        for node in (n for spec in dep.placement for n in spec.span if n != 0):
+            row = needed.setdefault(node, [])
+            row += [p for p in paths if p not in row]
     return needed
 
 

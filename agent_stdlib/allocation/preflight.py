@@ -21,6 +21,7 @@ port that is taken fails preflight, naming it.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import os
@@ -45,7 +46,13 @@ from agent_stdlib.allocation.launch import (
 from agent_stdlib.allocation.slurmjob import JobIdentity
 from agent_stdlib.allocation.steps import COMMAND_TIMEOUT_S
 from agent_stdlib.containers import DEFAULT_EXECUTABLE, SCRATCH_MOUNT
-from agent_stdlib.contracts import AttemptRecord, ContainerSpec, Plan, dd_check_report
+from agent_stdlib.contracts import (
+    DIST_PORTS,
+    AttemptRecord,
+    ContainerSpec,
+    Plan,
+    dd_check_report,
+)
 from agent_stdlib.recipe.seeds import SeedError, scan
 
 MIN_PYTHON = (3, 9)
@@ -146,16 +153,21 @@ def gpu_indices(plan: Plan) -> Dict[int, List[int]]:
             continue
         for replica, slot in enumerate(row):
             who = f"deployment {dep.alias} replica {replica}"
-            if len(slot.gpus) != dep.gpus_per_replica:
+            if len(slot.nodes) != dep.nodes_per_replica:
+                raise PreflightError(f"gpus: {who}: the plan places it on nodes "
+                                     f"{_ids(slot.nodes)}, it spans {dep.nodes_per_replica}")
+            if len(slot.gpus) != dep.gpus_per_rank:
+                each = " on each node" if dep.nodes_per_replica > 1 else ""
                 raise PreflightError(f"gpus: {who}: the plan gives it GPU indices "
-                                     f"{_ids(slot.gpus) or 'none'}, it needs "
-                                     f"{dep.gpus_per_replica}")
-            used = per_node.setdefault(slot.node, {})
-            for gpu in slot.gpus:
-                if gpu in used:
-                    raise PreflightError(f"gpus: {who} and {used[gpu]} both have GPU {gpu} "
-                                         f"of node {slot.node} in the plan")
-                used[gpu] = who
+                                     f"{_ids(slot.gpus) or 'none'}{each}, it needs "
+                                     f"{dep.gpus_per_rank}")
+            for node in slot.nodes:
+                used = per_node.setdefault(node, {})
+                for gpu in slot.gpus:
+                    if gpu in used:
+                        raise PreflightError(f"gpus: {who} and {used[gpu]} both have GPU "
+                                             f"{gpu} of node {node} in the plan")
+                    used[gpu] = who
     return {node: sorted(gpus) for node, gpus in per_node.items()}
 
 
@@ -447,11 +459,19 @@ def node_hosts(ctx: Context, needed: Sequence[int]) -> Dict[int, Tuple[str, str]
 
 
 class Slot(NamedTuple):
-    """One replica as the plan gives it: node index, port offset, GPU indices there."""
+    """One replica as the plan gives it: node index, port offset, GPU indices there; for a
+    replica across nodes also every node it spans and its rank ports' offset."""
 
     node: int
     offset: int
     gpus: Tuple[int, ...]
+    span: Tuple[int, ...] = ()  # () for one node; see ``nodes``
+    dist_offset: int = -1  # -1: no rank ports
+
+    @property
+    def nodes(self) -> Tuple[int, ...]:
+        """The nodes this replica runs on, leader first."""
+        return self.span or (self.node,)
 
 
 def replica_slots(plan: Plan) -> List[List[Slot]]:
@@ -469,7 +489,9 @@ def replica_slots(plan: Plan) -> List[List[Slot]]:
         for replica in range(dep.replicas):
             if replica < len(dep.placement):
                 spec = dep.placement[replica]
-                slot = Slot(spec.node, spec.port - plan.runtime.port_base, spec.gpus)
+                base = plan.runtime.port_base
+                slot = Slot(spec.node, spec.port - base, spec.gpus, spec.nodes,
+                            spec.dist_port - base if spec.dist_port else -1)
             else:
                 first = next_gpu.get(0, 0)
                 slot = Slot(0, running, tuple(range(first, first + dep.gpus_per_replica)))
@@ -486,25 +508,68 @@ def port_block(plan: Plan, key: str) -> int:
     base = plan.runtime.port_base
     if "exclusive" in plan.resources.options:
         return base
-    offsets = [slot.offset for row in replica_slots(plan) for slot in row]
+    offsets = [max(slot.offset, slot.dist_offset + DIST_PORTS - 1)
+               for row in replica_slots(plan) for slot in row]
     return assign_ports(base, key, max(offsets, default=0) + 1)[0]
 
 
-def plan_sites(plan: Plan, key: str, hosts: Mapping[int, Tuple[str, str]]) -> Dict[str, List[Site]]:
-    """Alias -> the site of each replica, in replica order (pure)."""
+def leader_addrs(ctx: Context, hosts: Mapping[int, Tuple[str, str]],
+                 leaders: Sequence[int]) -> Dict[int, str]:
+    """Node index -> the address the other ranks of a replica across nodes reach its leader
+    at: the node's own address from :func:`node_hosts`, except for the agent's node, whose
+    servers bind loopback (for the proxy) while the other ranks need its ``NodeAddr``."""
+    own = [i for i in set(leaders) if hosts[i][0] == ctx.ident.node
+           and ctx.plan.runtime.launcher == "srun"]
+    out = {i: hosts[i][1] for i in set(leaders) if i not in own}
+    if own:
+        addrs = slurmjob.node_addrs([hosts[i][0] for i in own])
+        for i in own:
+            name = hosts[i][0]
+            addr = _resolve(addrs.get(name, name))
+            if addr is None:
+                raise PreflightError(f"hosts: cannot resolve node {name} (NodeAddr "
+                                     f"{addrs.get(name, 'unknown')}) for the ranks on other "
+                                     "nodes")
+            out[i] = addr
+    return out
+
+
+def plan_sites(plan: Plan, key: str, hosts: Mapping[int, Tuple[str, str]],
+               leaders: Optional[Mapping[int, str]] = None) -> Dict[str, List[Site]]:
+    """Alias -> the site of each replica, in replica order (pure). A replica across nodes
+    also gets every node's address and its leader's (``leaders``, else its own address)."""
     block = port_block(plan, key)
-    return {dep.alias: [Site(node=slot.node, host=hosts[slot.node][1], port=block + slot.offset,
-                             gpus=slot.gpus) for slot in row]
-            for dep, row in zip(plan.deployments, replica_slots(plan))}
+    out: Dict[str, List[Site]] = {}
+    for dep, row in zip(plan.deployments, replica_slots(plan)):
+        sites = out.setdefault(dep.alias, [])
+        for slot in row:
+            site = Site(node=slot.node, host=hosts[slot.node][1], port=block + slot.offset,
+                        gpus=slot.gpus)
+            if slot.span:
+                site = dataclasses.replace(
+                    site, span=slot.span, hosts=tuple(hosts[n][1] for n in slot.span),
+                    leader=(leaders or {}).get(slot.node, site.host),
+                    dist_port=block + slot.dist_offset)
+            sites.append(site)
+    return out
 
 
 def check_sites(ctx: Context, sites: Mapping[str, Sequence[Site]],
                 hosts: Mapping[int, Tuple[str, str]]) -> None:
-    """Every replica's port is free: bound locally, connected to on other nodes."""
+    """Every replica's port is free: bound locally, connected to on other nodes; for a
+    replica across nodes also on every other node it spans, and its leader's rank ports."""
     for group in sites.values():
         for site in group:
             name = hosts[site.node][0]
-            _check_port(ctx, site, name, local=site.node == 0 or name == ctx.ident.node)
+            local = site.node == 0 or name == ctx.ident.node
+            _check_port(ctx, site, name, local=local)
+            for node, addr in zip(site.span[1:], site.hosts[1:]):
+                follower = hosts[node][0]
+                _check_port(ctx, Site(node, addr, site.port), follower,
+                            local=follower == ctx.ident.node)
+            if site.span:  # the ranks' rendezvous ports, on the leader
+                for port in range(site.dist_port, site.dist_port + DIST_PORTS):
+                    _check_port(ctx, Site(site.node, site.leader, port), name, local=local)
 
 
 def run_preflight(ctx: Context) -> Dict[str, List[Site]]:
@@ -520,13 +585,15 @@ def run_preflight(ctx: Context) -> Dict[str, List[Site]]:
     check_secrets(ctx)
     check_images(ctx)
     check_data_designer(ctx)
-    needed = sorted({slot.node for row in replica_slots(ctx.plan) for slot in row})
+    slots = [slot for row in replica_slots(ctx.plan) for slot in row]
+    needed = sorted({node for slot in slots for node in slot.nodes})
     hosts = node_hosts(ctx, needed)
     if ctx.plan.runtime.launcher == "srun":
         problem = nodecheck.check_remote(ctx.plan, str(ctx.agent_pyz), ctx.env,
                                          {i: name for i, (name, _) in hosts.items()})
         if problem:
             raise PreflightError(problem)
-    sites = plan_sites(ctx.plan, allocation_key(ctx.ident), hosts)
+    leaders = leader_addrs(ctx, hosts, [slot.node for slot in slots if slot.span])
+    sites = plan_sites(ctx.plan, allocation_key(ctx.ident), hosts, leaders)
     check_sites(ctx, sites, hosts)
     return sites

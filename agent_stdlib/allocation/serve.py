@@ -1,7 +1,9 @@
-"""``python agent.pyz serve --gpus 2,3 [--replica NAME] [--env-prefix P] -- ENGINE ...``
+"""``python agent.pyz serve --gpus 2,3 [--replica NAME] [--env-prefix P] [--nnodes N --hosts
+H0,H1 [--follower-arg=A]...] -- ENGINE ...``
 
 Binds one server replica to the GPUs the plan gives it, then ``exec``s the engine (same
-pid: signals and exit status are the engine's).
+pid: signals and exit status are the engine's). With ``--nnodes N`` > 1 it is one rank of
+a replica across N nodes (see "Ranks" below).
 
 Why a role and not an srun flag (measured on Slurm 22.05, ``docs/runtime.md`` "GPU
 binding"): concurrent ``srun --overlap --gres=gpu:2`` steps of one allocation are all
@@ -18,6 +20,10 @@ That holds whether Slurm renumbers devices (``ConstrainDevices=yes``: a job hold
 ids in both cases) is narrowed the same way, so it names the physical GPUs the replica
 uses. A step whose lists cannot cover the plan exits with :data:`EXIT_UNCOVERED` and one
 line saying so, before the engine starts.
+
+With ``--nnodes N`` it is one rank of a replica across N nodes
+(:mod:`agent_stdlib.allocation.ranks`): it binds its node's GPUs the same way, then runs
+the engine of its rank as a child instead of ``exec``ing it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,14 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from agent_stdlib.allocation.ranks import (
+    EXIT_NOT_FOUND,
+    RankError,
+    RankId,
+    rank_argv,
+    rank_of,
+    run_rank,
+)
 from agent_stdlib.containers import DEVICE_VARS
 from agent_stdlib.errors import AgentError
 
@@ -36,7 +50,6 @@ LIST_VARS = DEVICE_VARS + ("SLURM_STEP_GPUS",)
 NO_DEVICES = "NoDevFiles"  # Slurm's value when the GRES has no device files
 EXIT_USAGE = 2
 EXIT_UNCOVERED = 78  # sysexits EX_CONFIG: the step cannot give the replica its GPUs
-EXIT_NOT_FOUND = 127  # the engine executable could not be run (as a shell reports it)
 
 
 class BindError(AgentError, ValueError):
@@ -99,37 +112,60 @@ def narrow(env: Mapping[str, str], positions: Sequence[int], replica: str = "",
     return Binding(env=out, line=f"serve: {who}{where}: plan GPUs {wanted} -> {shown}")
 
 
-def main(argv: List[str]) -> int:
-    """Narrow the device lists, report the binding, and exec the engine's argv."""
-    if "--" not in argv:
-        print("serve: usage: serve --gpus I,J [--replica NAME] [--env-prefix P] -- ENGINE ...",
-              file=sys.stderr)
-        return EXIT_USAGE
-    split = argv.index("--")
-    command = argv[split + 1:]
+# ----------------------------------------------------------------------------- main
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agent serve")
     parser.add_argument("--gpus", required=True, help="the plan's GPU indices on this node")
     parser.add_argument("--replica", default="", help="the replica's name, for messages")
     parser.add_argument("--env-prefix", default="", help="also set each variable with this "
                         "prefix (APPTAINERENV_ for apptainer --cleanenv)")
-    args = parser.parse_args(argv[:split])
-    if not command:
-        print("serve: no engine command after --", file=sys.stderr)
+    parser.add_argument("--nnodes", type=int, default=1, help="nodes of the replica (one "
+                        "rank each)")
+    parser.add_argument("--hosts", default="", help="comma-separated: the address {host} "
+                        "is on each rank's node")
+    parser.add_argument("--follower-arg", action="append", default=[],
+                        help="appended to the engine argv of ranks > 0 (give as =VALUE)")
+    return parser
+
+
+def main(argv: List[str]) -> int:
+    """Narrow the device lists, report the binding, and exec the engine's argv (or run it
+    as one rank of a replica across nodes)."""
+    if "--" not in argv:
+        print("serve: usage: serve --gpus I,J [--replica NAME] [--env-prefix P] [--nnodes N "
+              "--hosts H0,H1 [--follower-arg=A]] -- ENGINE ...", file=sys.stderr)
+        return EXIT_USAGE
+    split = argv.index("--")
+    command = argv[split + 1:]
+    args = _parser().parse_args(argv[:split])
+    hosts = [h for h in args.hosts.split(",") if h]
+    if not command or (args.nnodes > 1 and len(hosts) != args.nnodes):
+        print("serve: no engine command after --, or --hosts does not name every rank's "
+              "address", file=sys.stderr)
         return EXIT_USAGE
     try:
         positions = parse_indices(args.gpus)
     except BindError as err:
         print(f"serve: {err}", file=sys.stderr)
         return EXIT_USAGE
+    node = os.environ.get("SLURMD_NODENAME", "")
+    who = RankId(args.replica, node or "unknown-node", 0, args.nnodes)
     try:
+        if args.nnodes > 1:
+            who = who._replace(rank=rank_of(os.environ, args.nnodes))
         binding = narrow(os.environ, positions, args.replica,
-                         os.environ.get("SLURMD_NODENAME", ""), args.env_prefix)
-    except BindError as err:
-        print(f"serve: {err}", file=sys.stderr, flush=True)
+                         who.where if args.nnodes > 1 else node, args.env_prefix)
+    except (BindError, RankError) as err:
+        print(f"serve: {args.replica}: {err}" if args.nnodes > 1 else f"serve: {err}",
+              file=sys.stderr, flush=True)
         return EXIT_UNCOVERED
     print(binding.line, file=sys.stderr, flush=True)
     env = dict(os.environ)
     env.update(binding.env)
+    if args.nnodes > 1:
+        return run_rank(rank_argv(command, hosts, who.rank, args.follower_arg), env, who)
     try:
         os.execvpe(command[0], command, env)
     except OSError as err:

@@ -24,9 +24,10 @@ from agent_stdlib.allocation.launch import (
     server_launch,
 )
 from agent_stdlib.allocation.probes import http_ok
+from agent_stdlib.allocation.ranks import first_rank_exit
 from agent_stdlib.allocation.signals import SignalCoordinator
 from agent_stdlib.allocation.steps import current_env, step_env
-from agent_stdlib.allocation.supervisor import Managed, Supervisor, tail
+from agent_stdlib.allocation.supervisor import Managed, Supervisor, log_text, tail
 from agent_stdlib.contracts import BackendStatus, DeploymentSpec, Plan
 
 POLL_S = 0.2
@@ -35,13 +36,27 @@ HOST = LOOPBACK
 
 
 
+RANK_LOG_BYTES = 256 * 1024  # how far back a replica's log is searched for its first rank
+
+
+def exit_reason(child: Managed, code: int) -> str:
+    """Why a child ended: its status and log tail; for a replica across nodes, the rank
+    that ended first, its node, how, and that rank's last lines (``ranks.first_rank_exit``)."""
+    if child.ranks > 1:
+        first = first_rank_exit(log_text(child.log_path, RANK_LOG_BYTES))
+        if first is not None:
+            return (f"{child.name} ({child.ranks} nodes) ended: rank {first.rank} on "
+                    f"{first.node}: {first.what} (srun status {code}; log {child.log_path}, "
+                    f"rank {first.rank}: {first.tail or 'no output'})")
+    return f"{child.name} exited with status {code} (log {child.log_path}: {tail(child.log_path)})"
+
+
 def fail_on_exit(children: Iterable[Managed]) -> None:
     """Raise AllocationFailure naming the first child that has exited (status + log tail)."""
     for child in children:
         code = child.exit_code()
         if code is not None:
-            raise AllocationFailure(f"{child.name} exited with status {code} "
-                                    f"(log {child.log_path}: {tail(child.log_path)})")
+            raise AllocationFailure(exit_reason(child, code))
 
 
 @dataclass
@@ -76,6 +91,7 @@ class Services:
         child = self.supervisor.start(launch.name, launch.argv, launch.env,
                                       self.logs / f"{launch.name}.log",
                                       step=self.plan.runtime.launcher == "srun")
+        child.ranks = dep.nodes_per_replica
         self.servers.setdefault(dep.alias, []).append(child)
         self.urls.setdefault(dep.alias, []).append(site.url)
 

@@ -39,6 +39,7 @@ class Managed:
     process: subprocess.Popen
     log_path: Path
     step: Optional[str] = None
+    ranks: int = 1  # tasks of a step that runs one replica across nodes (srun --label)
 
     @property
     def pid(self) -> int:
@@ -55,16 +56,21 @@ def open_log(path: Path) -> int:
     return os.open(str(path), LOG_FLAGS, 0o600)
 
 
-def tail(path: Path, limit: int = 2000) -> str:
-    """The last ``limit`` bytes of a log file, decoded leniently, on one line, control
-    characters made visible (a failure reason quotes it; ``agent_stdlib.text``)."""
+def log_text(path: Path, limit: int) -> str:
+    """The last ``limit`` bytes of a log file, decoded leniently ("" if unreadable)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
             handle.seek(max(0, handle.tell() - limit))
-            text = handle.read().decode("utf-8", "replace")
+            return handle.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def tail(path: Path, limit: int = 2000) -> str:
+    """The last ``limit`` bytes of a log file, decoded leniently, on one line, control
+    characters made visible (a failure reason quotes it; ``agent_stdlib.text``)."""
+    text = log_text(path, limit)
     lines = [visible(line.strip()) for line in text.splitlines() if line.strip()]
     return " | ".join(lines[-5:])
 
@@ -89,7 +95,7 @@ class Supervisor:
             with self.signals.critical():  # a signal here is replayed once registered
                 process = subprocess.Popen(list(argv), env=env, stdin=subprocess.DEVNULL,
                                            stdout=fd, stderr=fd, start_new_session=True,
-                                           close_fds=True, preexec_fn=_die_with_parent)
+                                           close_fds=True, preexec_fn=die_with_parent)
                 child = Managed(name=name, argv=list(argv), process=process,
                                 log_path=log_path, step=name if step else None)
                 self.children.append(child)
@@ -171,8 +177,9 @@ class Supervisor:
             time.sleep(0.2)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it if the agent dies (``kill -9``, OOM).
+def die_with_parent() -> None:
+    """In the child before exec: SIGKILL it if its parent (the agent, or a rank's ``serve``
+    role) dies (``kill -9``, OOM).
 
     Slurm reaps what is left of the batch step when the job ends, but a child that was
     re-parented to init escapes process tracking without cgroups; this closes that gap.

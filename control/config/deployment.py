@@ -26,6 +26,8 @@ from control.secrets import check_args, literal_secret
 
 COMMAND_PLACEHOLDERS = frozenset({"host", "port", "model", "served_name", "python", "config_dir",
                                   "agent"})
+# Filled per rank on the node, in the command of a replica of several nodes only.
+RANK_PLACEHOLDERS = frozenset({"node_rank", "leader_host", "dist_port"})
 ARG_PLACEHOLDERS = frozenset({"model", "served_name", "config_dir"})
 
 
@@ -121,6 +123,8 @@ class Deployment(Strict):
     pipeline_parallel: Optional[int] = Field(default=None, ge=1, le=64)
     replicas: int = Field(default=1, ge=1, le=64)
     nodes: int = Field(default=1, ge=1, le=64)
+    nodes_per_replica: Optional[int] = Field(default=None, ge=1, le=64)
+    shared_node: Optional[Name] = None
     startup_timeout_s: float = Field(default=600.0, gt=0, le=86400)
     readiness_path: UrlPath = "/health"
     # the proxy sheds above this many waiting per replica; the generator keeps up to this
@@ -156,6 +160,8 @@ class Deployment(Strict):
                                      f"{', '.join(RENDERED)}; put it in command")
             self._check_command(self.command)
             return
+        if self.engine == "llamacpp" and (self.nodes_per_replica or 1) > 1:
+            raise ValueError("nodes_per_replica: a llamacpp replica runs on one node")
         if self.command is not None:
             raise ValueError(f"command: engine {self.engine!r} renders its own command; "
                              f"use extra_args")
@@ -173,9 +179,18 @@ class Deployment(Strict):
     def _check_command(self, command: List[str]) -> None:
         if not command:
             raise ValueError("command: must not be empty")
-        used = check_placeholders("command", command, COMMAND_PLACEHOLDERS)
+        spanning = (self.nodes_per_replica or 1) > 1
+        used = check_placeholders("command", command, COMMAND_PLACEHOLDERS | RANK_PLACEHOLDERS)
+        rank = sorted(RANK_PLACEHOLDERS & set(used))
+        if rank and not spanning:
+            raise ValueError(f"command: {{{rank[0]}}} is only for a replica of several nodes "
+                             "(nodes_per_replica > 1)")
         if "port" not in used:
             raise ValueError("command: must contain {port} so the agent can place the server")
+        if spanning and "node_rank" not in used:
+            raise ValueError("command: a replica of several nodes runs this command on each "
+                             "of them; it must contain {node_rank} (and {leader_host}, "
+                             "{dist_port} to find rank 0)")
         try:
             check_args(command)
         except ValueError as err:
@@ -194,4 +209,11 @@ class Deployment(Strict):
                                  f"{tp} x {pp} = {tp * pp} but gpus = {self.gpus}")
         if self.nodes > self.replicas:
             raise ValueError(f"nodes: {self.nodes} nodes for {self.replicas} replica(s); "
-                             f"a replica runs on one node")
+                             f"nodes spreads whole replicas (a replica spanning nodes is "
+                             f"nodes_per_replica)")
+        spanning = self.nodes_per_replica or 1
+        if spanning > 1:
+            gpus = self.gpus_per_replica
+            if gpus == 0 or gpus % spanning:
+                raise ValueError(f"nodes_per_replica: {gpus} GPU(s) per replica do not split "
+                                 f"evenly over {spanning} nodes")

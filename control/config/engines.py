@@ -1,7 +1,8 @@
 """Which engines exist and the flags of theirs that synthbatch owns (authored-input rules).
 
-Flags the runtime owns (host, port, model, served name, parallel sizes, API keys) must not
-appear in a deployment's ``extra_args``: ``reserved_flag`` names the offending one. The
+Flags the runtime owns (host, port, model, served name, parallel sizes, the executor and
+the ranks of a replica across nodes, API keys) must not appear in a deployment's
+``extra_args``: ``reserved_flag`` names the offending one. The
 planner renders each engine's command line (``control/planning/engines.py``).
 """
 
@@ -18,11 +19,14 @@ _COMMON = ("--host", "--port", "--api-key", "--api-key-file")
 RESERVED: Dict[str, Tuple[str, ...]] = {
     "vllm": _COMMON + ("--model", "--served-model-name", "--tensor-parallel-size", "-tp",
                        "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp",
-                       "--uds"),
+                       "--uds", "--distributed-executor-backend", "--nnodes", "-n",
+                       "--node-rank", "-r", "--master-addr", "--master-port", "--headless",
+                       "--distributed-timeout-seconds"),
     "sglang": _COMMON + ("--model-path", "--model", "--served-model-name", "--tp-size",
                          "--tp", "--tensor-parallel-size", "--pp-size",
                          "--pipeline-parallel-size", "--dp-size", "--dp",
-                         "--data-parallel-size"),
+                         "--data-parallel-size", "--nnodes", "--node-rank", "--dist-init-addr",
+                         "--nccl-init-addr", "--dist-timeout"),
     "llamacpp": _COMMON + ("-m", "--model", "-a", "--alias", "-hf", "-hfr", "--hf-repo",
                            "-mu", "--model-url"),
     "openai": ("--api-key", "--api-key-file"),

@@ -53,6 +53,11 @@ class RunConfig(Strict):
         dupes = sorted({a for a in aliases if aliases.count(a) > 1})
         if dupes:
             raise ValueError(f"deployments: alias {dupes[0]!r} is defined twice")
+        for index, dep in enumerate(self.deployments):
+            if dep.shared_node is not None and dep.shared_node not in aliases[:index]:
+                raise ValueError(f"deployments[{index}].shared_node: {dep.shared_node!r} is "
+                                 f"not an earlier deployment (have before it: "
+                                 f"{', '.join(aliases[:index]) or 'none'})")
         for where, alias in (self.client.aliases() if isinstance(self.client, GenerateClient)
                              else ()):
             if alias not in aliases:

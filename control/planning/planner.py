@@ -39,11 +39,12 @@ from control.planning.containers import (
     model_inside,
     mounts_for,
 )
-from control.planning.engines import engine_argv
+from control.planning.engines import engine_argv, follower_args
 from control.planning.placement import Placement, PlacementError, Shape, place
 
 # Placeholders the agent fills in on the node; the planner leaves them as they are.
-NODE_PLACEHOLDERS = {"host": "{host}", "port": "{port}", "agent": "{agent}"}
+NODE_PLACEHOLDERS = {name: f"{{{name}}}" for name in ("host", "port", "agent", "node_rank",
+                                                      "leader_host", "dist_port")}
 EnvMap = Mapping[str, Union[str, SecretRef]]
 
 
@@ -88,8 +89,20 @@ def config_path(value: str, config_dir: Path) -> str:
     return value
 
 
+def replica_nodes(dep: Deployment, gpus_per_node: int) -> int:
+    """Nodes one replica spans: ``nodes_per_replica``, else, for the engines that render
+    their multi-node ranks (vLLM, SGLang), the fewest nodes that split its GPUs evenly
+    into at most ``gpus_per_node`` each (TP 8 x PP 2 on 8-GPU nodes: 2), else 1."""
+    if dep.nodes_per_replica:
+        return dep.nodes_per_replica
+    gpus = dep.gpus_per_replica
+    if dep.engine not in PARALLEL or gpus_per_node == 0 or gpus <= gpus_per_node:
+        return 1
+    return next(n for n in range(2, gpus + 1) if gpus % n == 0 and gpus // n <= gpus_per_node)
+
+
 def _server_argv(dep: Deployment, model: str, python: str, config_dir: Path,
-                 container: Optional[ContainerSpec]) -> Tuple[str, ...]:
+                 container: Optional[ContainerSpec], nodes: int) -> Tuple[str, ...]:
     served = dep.served_name or model
     if dep.engine not in PARALLEL + ("llamacpp",):
         argv = resolve_command(dep, python, config_dir, model)
@@ -102,7 +115,8 @@ def _server_argv(dep: Deployment, model: str, python: str, config_dir: Path,
                        tensor_parallel=dep.tensor_parallel or 1,
                        pipeline_parallel=dep.pipeline_parallel or 1,
                        extra_args=[inside(a, container) for a in extra], executable=exe,
-                       python=serving_python)
+                       python=serving_python, nodes=nodes,
+                       dist_timeout_s=dep.startup_timeout_s)
 
 
 def _env(env: EnvMap, where: str, profile: Profile,
@@ -129,12 +143,13 @@ def _deployment(index: int, dep: Deployment, profile: Profile, config_dir: Path,
     resolved = config_path(dep.model, config_dir)
     model = model_inside(resolved, container, f"{where}.model")
     env, secret_env = _env(dep.env, f"{where}.env", profile, container)
+    nodes = replica_nodes(dep, profile.gpus_per_node)
     return DeploymentSpec(
         alias=dep.alias,
         engine=dep.engine,
         model=resolved,
         served_name=dep.served_name or resolved,
-        command=_server_argv(dep, model, profile.python, config_dir, container),
+        command=_server_argv(dep, model, profile.python, config_dir, container, nodes),
         env=env,
         gpus_per_replica=dep.gpus_per_replica,
         replicas=dep.replicas,
@@ -147,13 +162,23 @@ def _deployment(index: int, dep: Deployment, profile: Profile, config_dir: Path,
         placement=replicas,
         secret_env=secret_env,
         container=container,
+        nodes_per_replica=nodes,
+        follower_args=follower_args(dep.engine, nodes),
     )
 
 
+def _gpu_field(dep: Deployment) -> str:
+    if dep.nodes_per_replica:
+        return "nodes_per_replica"
+    return "gpus" if dep.gpus is not None or dep.engine not in PARALLEL else "tensor_parallel"
+
+
 def _placement(run: RunConfig, profile: Profile) -> Placement:
+    aliases = [d.alias for d in run.deployments]
     shapes = [Shape(gpus=d.gpus_per_replica, replicas=d.replicas, nodes=d.nodes,
-                    gpu_field="gpus" if d.gpus is not None or d.engine not in PARALLEL
-                    else "tensor_parallel")
+                    gpu_field=_gpu_field(d),
+                    nodes_per_replica=replica_nodes(d, profile.gpus_per_node),
+                    shared_with=aliases.index(d.shared_node) if d.shared_node else None)
               for d in run.deployments]
     if profile.backend == "local":
         for index, dep in enumerate(run.deployments):
@@ -161,12 +186,32 @@ def _placement(run: RunConfig, profile: Profile) -> Placement:
                 raise PlanError(f"deployments[{index}].nodes", f"{dep.nodes} nodes: the local "
                                                                "backend runs on one machine")
     try:
-        return place(shapes, profile.gpus_per_node, profile.port_base)
+        placement = place(shapes, profile.gpus_per_node, profile.port_base)
     except PlacementError as err:
         if err.index < 0:
             raise PlanError(err.field, str(err), source="profile") from err
         raise PlanError(f"deployments[{err.index}].{err.field}",
                         f"{err} (gpus_per_node)") from err
+    if profile.backend == "local":
+        _one_machine(placement, shapes, profile.gpus_per_node)
+    return placement
+
+
+def _one_machine(placement: Placement, shapes: List[Shape], gpus_per_node: int) -> None:
+    """A local plan's replicas all fit on node 0; else name the first that does not."""
+    for index, (shape, replicas) in enumerate(zip(shapes, placement.replicas)):
+        for replica in replicas:
+            if len(replica.span) > 1:
+                raise PlanError(f"deployments[{index}].{shape.gpu_field}",
+                                f"{shape.gpus} GPU(s) per replica span {len(replica.span)} "
+                                f"nodes of {gpus_per_node} GPUs (gpus_per_node): the local "
+                                "backend runs on one machine")
+            if replica.node > 0:
+                raise PlanError(f"deployments[{index}].{shape.gpu_field}",
+                                f"replica {replica.index} ({shape.gpus} GPU(s)) does not fit "
+                                f"on this machine's {gpus_per_node} GPUs (gpus_per_node) next "
+                                "to the replicas before it: the local backend runs on one "
+                                "machine")
 
 
 def _resources(run: RunConfig, profile: Profile, placement: Placement) -> ResourceSpec:
@@ -196,7 +241,8 @@ def _runtime(placement: Placement, profile: Profile, resources: ResourceSpec) ->
     per_node = [0] * max(placement.nodes, 1)
     for replicas in placement.replicas:
         for replica in replicas:
-            per_node[replica.node] += 1
+            for node in replica.span:
+                per_node[node] += 1
     per_node[0] += 1  # the client runs on the first node
     steps = max(per_node)
     step_mem = resources.mem_mb // steps

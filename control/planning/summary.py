@@ -48,11 +48,19 @@ def _layout(plan: Plan, gpus_per_node: Optional[int]) -> List[str]:
     for dep in plan.deployments:
         for rep in dep.placement:
             gpus = ",".join(map(str, rep.gpus)) or "none"
-            nodes.setdefault(rep.node, []).append(
-                f"{dep.alias}#{rep.index} GPUs {gpus} port {rep.port}")
+            for rank, node in enumerate(rep.span):
+                if len(rep.span) == 1:
+                    text = f"{dep.alias}#{rep.index} GPUs {gpus} port {rep.port}"
+                elif rank == 0:
+                    text = (f"{dep.alias}#{rep.index} rank 0/{len(rep.span)} GPUs {gpus} port "
+                            f"{rep.port}, ranks meet at port {rep.dist_port}")
+                else:
+                    text = f"{dep.alias}#{rep.index} rank {rank}/{len(rep.span)} GPUs {gpus}"
+                nodes.setdefault(node, []).append(text)
     lines = ["GPU layout:"]
     for node in range(plan.resources.nodes):
-        used = sum(len(r.gpus) for d in plan.deployments for r in d.placement if r.node == node)
+        used = sum(len(r.gpus) for d in plan.deployments for r in d.placement
+                   if node in r.span)
         total = f"/{gpus_per_node}" if gpus_per_node else ""
         client = "; client" if node == 0 else ""
         lines.append(f"  node {node} ({used}{total} GPUs): "
@@ -75,10 +83,18 @@ def _deployment(dep: DeploymentSpec) -> List[str]:
     shape = f"{dep.replicas} replica(s) x {dep.gpus_per_replica} GPU(s)"
     if dep.engine in ("vllm", "sglang"):
         shape += f" (TP {dep.tensor_parallel} x PP {dep.pipeline_parallel})"
+    if dep.nodes_per_replica > 1:
+        shape += (f", each across {dep.nodes_per_replica} nodes ({dep.gpus_per_rank} GPU(s) "
+                  f"per node, one rank each)")
+    else:
+        shape += f" on {dep.nodes} node(s)"
+    followers = [f"    ranks > 0 add: {shlex.join(dep.follower_args)}"] \
+        if dep.follower_args else []
     return [
         f"  {dep.alias}: {dep.engine}, model {dep.model} served as {dep.served_name}, "
-        f"{shape} on {dep.nodes} node(s), {_image(dep.container)}",
+        f"{shape}, {_image(dep.container)}",
         f"    argv: {shlex.join(dep.command)}",
+        *followers,
         f"    env: {_env_names(dep.env, dep.secret_env)}; ready at {dep.readiness_path} within "
         f"{dep.startup_timeout_s:g}s; max queued {dep.max_queued_requests}",
     ]

@@ -24,7 +24,10 @@ import pytest
 DEFAULT_DIR = "/tmp/synthbatch-testbed"
 # A second testbed without slurmdbd (`make testbed` starts it; see the Makefile).
 NOACCT_DIR = "/tmp/synthbatch-testbed-noacct"
-CLUSTER_FIXTURES = ("slurm_cluster", "slurm_cluster_noacct")
+# A third one of 3 nodes, each at its own loopback address (`make testbeds`).
+MULTINODE_DIR = "/tmp/synthbatch-testbed-multinode"
+MULTINODE_NODES = 3
+CLUSTER_FIXTURES = ("slurm_cluster", "slurm_cluster_noacct", "slurm_cluster_multinode")
 TERMINAL_STATES = frozenset(
     {
         "BOOT_FAIL",
@@ -199,6 +202,38 @@ def slurm_cluster_noacct(monkeypatch):
     cluster = SlurmCluster(conf=conf, dir=str(Path(conf).parent.parent),
                            accounting=_accounting(conf))
     assert not cluster.accounting, f"{conf} keeps accounting; it must not"
+    monkeypatch.setenv("SLURM_CONF", conf)
+    return cluster
+
+
+def node_addrs(cluster: SlurmCluster) -> dict:
+    """Node name -> NodeAddr, from ``scontrol show node -o``."""
+    out = cluster.run("scontrol", "show", "node", "-o").stdout
+    return dict(re.findall(r"NodeName=(\S+) .*?NodeAddr=(\S+)", out))
+
+
+@pytest.fixture
+def slurm_cluster_multinode(monkeypatch):
+    """The testbed of 3 nodes with distinct loopback addresses
+    (``SYNTHBATCH_TESTBED_DISTINCT_ADDRS=1``); SLURM_CONF points at it for one test."""
+    tb_dir = os.environ.get("SYNTHBATCH_TESTBED_MULTINODE_DIR") or MULTINODE_DIR
+    conf = str(Path(tb_dir, "etc", "slurm.conf"))
+    reason = _ping(conf)
+    cluster = None
+    if reason is None:
+        cluster = SlurmCluster(conf=conf, dir=tb_dir, accounting=_accounting(conf))
+        addrs = node_addrs(cluster)
+        if len(addrs) < MULTINODE_NODES or len(set(addrs.values())) < len(addrs):
+            reason = (f"{conf} has nodes {addrs}: {MULTINODE_NODES} nodes with distinct "
+                      "addresses are needed")
+    if reason is not None:
+        msg = (f"no multi-node testbed ({reason}). Start it with: "
+               f"SYNTHBATCH_TESTBED_NODES={MULTINODE_NODES} SYNTHBATCH_TESTBED_DISTINCT_ADDRS=1 "
+               f"SYNTHBATCH_TESTBED_ACCOUNTING=0 SYNTHBATCH_TESTBED_PORT=7017 "
+               f"scripts/slurm-testbed up {MULTINODE_DIR}  (or: make testbeds)")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
     monkeypatch.setenv("SLURM_CONF", conf)
     return cluster
 

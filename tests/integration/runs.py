@@ -15,18 +15,29 @@ from click.testing import CliRunner, Result
 
 from control.cli.main import cli
 from tests.conftest import FAKE_SERVER, REPO
+from tests.fakes import poll
 
-LLAMACPP_SERVING = REPO / ".work" / "serving" / "llamacpp"
+SERVING = REPO / ".work" / "serving"
+
+
+def serving_env(engine: str) -> Path:
+    """A serving environment (``scripts/serving-env ENGINE``): skipped without it, failed
+    under CI=true."""
+    env = SERVING / engine
+    if not (env / ".complete").exists():
+        message = f"no {engine} serving environment: run scripts/serving-env {engine}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return env
+
+
+LLAMACPP_SERVING = SERVING / "llamacpp"
 
 
 def require_llamacpp() -> Path:
     """The llama.cpp serving environment; skip without it (fail in CI)."""
-    if not (LLAMACPP_SERVING / ".complete").exists():
-        message = "no llamacpp serving environment: run scripts/serving-env llamacpp"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return LLAMACPP_SERVING
+    return serving_env("llamacpp")
 
 
 PROFILE_DEFAULTS: Dict[str, Any] = {
@@ -114,14 +125,7 @@ def write_run(tmp_path: Path, records: int, shards: int, latency: float) -> Path
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 90) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(1.0)
+    return poll(what, check, timeout_s, interval_s=1.0)
 
 
 CRASH_WRAPPER = """\

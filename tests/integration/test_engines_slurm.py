@@ -8,27 +8,14 @@ Each needs its serving environment (`scripts/serving-env llamacpp|vllm`, built b
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
-from tests.conftest import REPO
-from tests.integration.runs import cli_json, wait_final, write_profile
+from tests.integration.runs import cli_json, serving_env, wait_final, write_profile
 
 pytestmark = pytest.mark.slurm
-SERVING = REPO / ".work" / "serving"
-
-
-def _serving_env(engine: str) -> Path:
-    env = SERVING / engine
-    if not (env / ".complete").exists():
-        message = f"no {engine} serving environment: run scripts/serving-env {engine}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return env
 
 
 def _run_to_end(run_file: Path, profile: Path, timeout_s: float) -> Dict[str, Any]:
@@ -48,7 +35,7 @@ def _server_logs(tmp_path: Path, run_id: str) -> str:
 
 
 def test_llamacpp_generates_real_text_through_slurm(slurm_cluster, tmp_path, python_exe):
-    env = _serving_env("llamacpp")
+    env = serving_env("llamacpp")
     run_file = tmp_path / "run.toml"
     run_file.write_text(
         'schema_version = 1\nname = "llama"\nrecords = 6\n[shards]\ncount = 2\n'
@@ -78,7 +65,7 @@ def test_llamacpp_generates_real_text_through_slurm(slurm_cluster, tmp_path, pyt
 @pytest.mark.slow
 def test_vllm_cpu_serves_a_shard_and_the_proxy_reads_its_metrics(slurm_cluster, tmp_path,
                                                                   python_exe):
-    env = _serving_env("vllm")
+    env = serving_env("vllm")
     run_file = tmp_path / "run.toml"
     run_file.write_text(
         'schema_version = 1\nname = "vllm"\nrecords = 4\n[shards]\ncount = 1\n'

@@ -166,6 +166,20 @@ def test_defaults_may_be_omitted() -> None:
     assert ReadinessRecord.from_dict(data).endpoints == {}
 
 
+def test_a_plan_written_before_replicas_spanned_nodes_still_parses() -> None:
+    data = json.loads((GOLDENS / "plan.json").read_text())
+    for dep in data["deployments"]:
+        del dep["nodes_per_replica"], dep["follower_args"]
+        for replica in dep["placement"]:
+            del replica["nodes"], replica["dist_port"]
+    plan = Plan.from_dict(data)
+    assert plan == golden_plan()
+    dep = plan.deployments[0]
+    assert (dep.nodes_per_replica, dep.follower_args, dep.gpus_per_rank) == \
+        (1, (), dep.gpus_per_replica)
+    assert all(r.span == (r.node,) and r.dist_port == 0 for r in dep.placement)
+
+
 def test_tuples_come_back_as_tuples() -> None:
     plan = Plan.from_dict(json.loads(sample_plan().to_json()))
     assert isinstance(plan.shards, tuple) and isinstance(plan.deployments[0].command, tuple)

@@ -50,3 +50,12 @@ def test_check_role_reports_missing_paths(agent_pyz, tmp_path):
     assert _verdict(proc.stdout, proc.returncode) == expected
     assert _verdict('{"node": "n2", "missing": []}\n', 0) is None
     assert _verdict("srun: error: Unable to create step\n", 1) == ""
+
+
+def test_every_node_of_a_replica_across_nodes_is_checked(tmp_path):
+    plan = _placed(tmp_path, nodes=(0,))
+    dep = dataclasses.replace(plan.deployments[0], nodes_per_replica=3, placement=(
+        ReplicaSpec(0, 0, (0,), 20000, nodes=(0, 1, 2), dist_port=20001),))
+    wanted = [str(tmp_path / "model.gguf"), sys.executable]
+    assert remote_paths(dataclasses.replace(plan, deployments=(dep,))) == {1: wanted,
+                                                                           2: wanted}

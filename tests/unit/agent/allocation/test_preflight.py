@@ -544,6 +544,85 @@ def test_gpus_are_counted_per_node_of_the_placement(tmp_path):
         check_gpus(dataclasses.replace(ctx, plan=two_node_plan(ctx), env=TWO_NODES))
 
 
+# ----------------------------------------------------------------------------- across nodes
+
+
+def spanning_plan(ctx: Context, nodes: int = 3) -> Plan:
+    """``tiny`` as one replica across nodes 1 and 2 (2 GPUs each), a judge on node 0."""
+    base = ctx.plan.deployments[0]
+    big = dataclasses.replace(
+        base, gpus_per_replica=4, nodes_per_replica=2, follower_args=("--follow",),
+        placement=(ReplicaSpec(index=0, node=1, gpus=(0, 1), port=20001, nodes=(1, 2),
+                               dist_port=20002),))
+    judge = dataclasses.replace(base, alias="judge", gpus_per_replica=1,
+                                placement=(ReplicaSpec(index=0, node=0, gpus=(0,),
+                                                       port=20000),))
+    resources = dataclasses.replace(ctx.plan.resources, nodes=nodes, gpus=2)
+    runtime = dataclasses.replace(ctx.plan.runtime, launcher="srun")
+    return ctx.plan.replace(deployments=(judge, big), resources=resources, runtime=runtime)
+
+
+THREE = {0: ("node1", "127.0.0.1"), 1: ("node2", "10.1.2.3"), 2: ("node3", "10.1.2.4")}
+
+
+def test_a_replica_across_nodes_uses_its_gpus_on_every_node_it_spans(tmp_path):
+    ctx = make_ctx(tmp_path)
+    plan = spanning_plan(ctx)
+    assert preflight.gpu_indices(plan) == {0: [0], 1: [0, 1], 2: [0, 1]}
+    short = plan.replace(deployments=(plan.deployments[0], dataclasses.replace(
+        plan.deployments[1], placement=(dataclasses.replace(plan.deployments[1].placement[0],
+                                                            nodes=()),))))
+    with pytest.raises(PreflightError, match=r"^gpus: deployment tiny replica 0: the plan "
+                                             r"places it on nodes 1, it spans 2$"):
+        preflight.gpu_indices(short)
+
+
+def test_sites_of_a_replica_across_nodes_name_every_rank_and_the_leader(tmp_path):
+    plan = spanning_plan(make_ctx(tmp_path))
+    block = preflight.port_block(plan, "37")
+    assert block == assign_ports(20000, "37", 2 + 8)[0]  # the rank ports are in the block
+    sites = plan_sites(plan, "37", THREE, {1: "10.1.2.3"})
+    assert sites["tiny"] == [Site(node=1, host="10.1.2.3", port=block + 1, gpus=(0, 1),
+                                  span=(1, 2), hosts=("10.1.2.3", "10.1.2.4"),
+                                  leader="10.1.2.3", dist_port=block + 2)]
+    assert sites["judge"] == [Site(node=0, host="127.0.0.1", port=block, gpus=(0,))]
+
+
+def test_a_leader_on_the_agent_s_node_is_reached_at_its_node_address(tmp_path, monkeypatch):
+    ctx = make_ctx(tmp_path)
+    ctx = dataclasses.replace(ctx, plan=spanning_plan(ctx))
+    asked = []
+    monkeypatch.setattr(preflight.slurmjob, "node_addrs",
+                        lambda names: asked.append(names) or {"node1": "127.0.9.1"})
+    assert preflight.leader_addrs(ctx, THREE, [0, 1]) == {0: "127.0.9.1", 1: "10.1.2.3"}
+    assert asked == [["node1"]]
+    monkeypatch.setattr(preflight.slurmjob, "node_addrs",
+                        lambda names: {"node1": "no-such-host.invalid"})
+    with pytest.raises(PreflightError, match="cannot resolve node node1 .NodeAddr no-such"):
+        preflight.leader_addrs(ctx, {0: ("node1", "127.0.0.1")}, [0])
+
+
+def test_ports_of_a_replica_across_nodes_are_checked_on_every_node_it_spans(tmp_path):
+    ctx = make_ctx(tmp_path)
+    ctx = dataclasses.replace(ctx, plan=spanning_plan(ctx))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        follower = Site(node=1, host="127.0.0.2", port=port, gpus=(0, 1), span=(1, 2),
+                        hosts=("127.0.0.2", "127.0.0.1"), leader="127.0.0.2",
+                        dist_port=port + 100)
+        with pytest.raises(PreflightError, match=rf"^ports: 127.0.0.1:{port} is already in "
+                                                 r"use on node3$"):
+            check_sites(ctx, {"tiny": [follower]}, {**THREE, 1: ("node2", "127.0.0.2"),
+                                                    2: ("node3", "127.0.0.1")})
+        rank_port = Site(node=1, host="127.0.0.2", port=port + 100, gpus=(0, 1), span=(1, 2),
+                         hosts=("127.0.0.2", "127.0.0.3"), leader="127.0.0.1",
+                         dist_port=port - 3)
+        with pytest.raises(PreflightError, match=rf"^ports: 127.0.0.1:{port} is already in "
+                                                 r"use on node2$"):
+            check_sites(ctx, {"tiny": [rank_port]}, {**THREE, 1: ("node2", "127.0.0.2"),
+                                                     2: ("node3", "127.0.0.3")})
 def dd_ctx(tmp_path: Path, problems: Any, code: int = 0) -> Context:
     """A local plan with a Data Designer client whose 'python' is a stand-in that prints
     ``problems`` as ``dd --validate`` would (None: prints nothing)."""

@@ -118,3 +118,20 @@ def test_step_control_without_slurm_reports_it_cannot_ask(monkeypatch):
     control = StepControl("1")
     assert control.steps() is None and control.alive(["x"]) is None
     assert control.signal(["x"], "TERM") == []
+
+
+def test_a_step_is_signalled_unless_scancel_names_it_in_an_error():
+    import subprocess
+
+    from agent_stdlib.allocation.steps import signalled
+
+    steps = {"server-big-0": "460_0.1", "server-judge-0": "460_0.2"}
+    ok = subprocess.CompletedProcess([], 0, "", "")
+    assert signalled(steps, ok) == ["server-big-0", "server-judge-0"]
+    # measured on 22.05 in a 2-node allocation: the tasks got the signal, scancel said this
+    quirk = subprocess.CompletedProcess([], 225, "", "scancel: error: Kill job error on job "
+                                        "step id 460: Invalid job id specified\n" * 2)
+    assert signalled(steps, quirk) == ["server-big-0", "server-judge-0"]
+    gone = subprocess.CompletedProcess([], 1, "", "scancel: error: Kill job error on job "
+                                       "step id 460_0.2: Invalid job id specified\n")
+    assert signalled(steps, gone) == ["server-big-0"]

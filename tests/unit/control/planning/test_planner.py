@@ -209,6 +209,30 @@ def test_a_local_profile_plans_the_local_launcher_on_one_machine() -> None:
         make_plan(run_config(data), local, RUN_ID, QUICKSTART.parent)
 
 
+def test_a_local_plan_fits_one_machine() -> None:
+    local = profile(backend="local")  # 4 GPUs per node
+    data = run_data()
+    data["deployments"][0].update(engine="vllm", model="/models/x", tensor_parallel=8)
+    for field in ("command", "gpus"):
+        data["deployments"][0].pop(field, None)
+    assert make_plan(run_config(data), profile(), RUN_ID,
+                     QUICKSTART.parent).deployments[0].nodes_per_replica == 2
+    with pytest.raises(InvalidInput, match=r"deployments\[0\]\.tensor_parallel: 8 GPU\(s\) "
+                                           r"per replica span 2 nodes of 4 GPUs "
+                                           r"\(gpus_per_node\): the local backend runs on one "
+                                           r"machine"):
+        make_plan(run_config(data), local, RUN_ID, QUICKSTART.parent)
+    data = run_data()
+    data["deployments"][0].update(gpus=3)
+    data["deployments"].append(dict(data["deployments"][0], alias="judge", gpus=2))
+    assert make_plan(run_config(data), profile(), RUN_ID, QUICKSTART.parent).resources.nodes == 2
+    with pytest.raises(InvalidInput, match=r"deployments\[1\]\.gpus: replica 0 \(2 GPU\(s\)\) "
+                                           r"does not fit on this machine's 4 GPUs"):
+        make_plan(run_config(data), local, RUN_ID, QUICKSTART.parent)
+    data["deployments"][1].update(gpus=1)
+    assert make_plan(run_config(data), local, RUN_ID, QUICKSTART.parent).resources.nodes == 1
+
+
 def test_profile_defaults_apply() -> None:
     data = run_data()
     del data["resources"]
