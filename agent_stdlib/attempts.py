@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from agent_stdlib import states
 from agent_stdlib.contracts import AttemptRecord, ReadinessRecord
 from agent_stdlib.statefile import (
     StateError,
+    create_many_json,
     load_record,
     write_json_atomic,
     write_many_json,
@@ -36,12 +37,18 @@ def create_attempt(path: Path, run_id: str, shard: int, attempt: int,
     return record
 
 
-def create_attempts(items: Sequence[Tuple[Path, str, int, int]]) -> List[AttemptRecord]:
-    """``create_attempt`` for many ``(path, run_id, shard, attempt)`` with one sync."""
+def create_attempts(items: Iterable[Tuple[Union[str, Path], str, int, int, Optional[int]]],
+                    in_place: bool = False) -> None:
+    """``create_attempt`` for many ``(path, run_id, shard, attempt, resume_from)`` with one
+    sync; ``in_place``: new files written where they go (``statefile.create_many_json``:
+    the staged attempts of a submit, before ``run.json``), else temp + rename.
+
+    Streams: each record is made, written and dropped (100,000 shards in constant memory).
+    """
     now = time.time()
-    records = [created_record(run_id, shard, attempt, now) for _, run_id, shard, attempt in items]
-    write_many_json((item[0], r.to_dict()) for item, r in zip(items, records))
-    return records
+    write = create_many_json if in_place else write_many_json
+    write((path, created_record(run_id, shard, attempt, now, resume_from).to_dict())
+          for path, run_id, shard, attempt, resume_from in items)
 
 
 def advance_attempts(items: Sequence[Tuple[Path, Dict[str, Any]]],

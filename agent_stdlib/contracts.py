@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Type, 
 
 from agent_stdlib import arrays
 from agent_stdlib.errors import AgentError
+from agent_stdlib.statefile import canonical
 
 SCHEMA_VERSION = 1
 # Ports a multi-node replica's ranks may use from ``ReplicaSpec.dist_port`` on: the planner
@@ -110,9 +111,24 @@ def _from_fields(cls: Any, data: Dict[str, Any], where: str) -> Any:
     return cls(**kwargs)
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.cache
+def _field_names(cls: type) -> Optional[Tuple[str, ...]]:
+    """The field names of a dataclass (None for any other type), looked up once."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _to_plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    names = _field_names(kind)
+    if names is not None:
+        return {name: _to_plain(getattr(value, name)) for name in names}
     if isinstance(value, (tuple, list)):
         return [_to_plain(v) for v in value]
     if isinstance(value, dict):
@@ -130,7 +146,7 @@ class Record:
 
     def to_json(self) -> str:
         """Return canonical JSON (sorted keys) for the record."""
-        return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
+        return canonical(self.to_dict()) + "\n"
 
     @classmethod
     def from_dict(cls: Type[T], data: Dict[str, Any]) -> T:

@@ -28,6 +28,11 @@ def job_name(run_id: str) -> str:
     return JOB_PREFIX + run_id
 
 
+def shard_name(shard: int) -> str:
+    """``shard-00012``: the folder of a shard under ``shards/``."""
+    return f"shard-{shard:05d}"
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Paths inside ``<workspace>/runs/<run-id>/``."""
@@ -79,7 +84,7 @@ class RunLayout:
 
     def shard_dir(self, shard: int) -> Path:
         """Directory of one shard."""
-        return self.root / "shards" / f"shard-{shard:05d}"
+        return self.root / "shards" / shard_name(shard)
 
     def winner_json(self, shard: int) -> Path:
         """Immutable winner record of a shard."""

@@ -1,14 +1,31 @@
-"""``status --json`` of a 10,000-shard run from a fresh process, against one bare ``squeue``.
+"""``status --json`` of 1,000 / 10,000 / 100,000-shard runs, all settled and 1% active:
+time, files opened and path lookups, with and without the settled index, against main.
 
-Builds a synthetic run in a temp workspace (6,000 shards succeeded, 100 failed, 50
-cancelled, 150 running with progress, 3,700 pending), submits one held array for its
-unfinished shards to the running testbed (so squeue answers about real jobs), times
-``synthbatch status RUN --json`` in fresh processes, compares it with a bare ``squeue``
-and prints the ratio. The held array is cancelled at the end.
+    . DIR/env.sh && python benchmarks/status_scale.py [--shards 1000,10000,100000]
+        [--repeat 3] [--latency-ms 1] [--before REF] [--no-latency]
 
-    . /tmp/synthbatch-testbed/env.sh && python benchmarks/status_scale.py [--shards N]
+For each size it builds one synthetic run in a temp workspace (99% of shards with a
+verified winner, 1% failed an hour ago), then makes 1% of the shards active (90% of those
+``submitted``, 10% ``running`` with progress) and submits one held array for them to the
+running testbed (so squeue answers about real jobs; cancelled at the end). Every figure is
+a fresh ``synthbatch status RUN --json`` process, all side by side in one run:
 
-Targets (issue 4): <= 1.0 s, and <= 3x one bare squeue call.
+* ``before``: the code of REF (default ``main``, exported with ``git archive`` to a temp
+  folder, so no checkout is touched);
+* ``cold``: this tree with ``observer/`` removed first (the first status of a run, or one
+  after the index was found damaged: every shard read, the index built);
+* ``warm``: this tree with the index there (every later status).
+
+Files opened and path lookups (``openat``; ``stat``/``lstat``/``newfstatat``/``statx``/
+``readlink``) under the run directory are counted with ``strace -f``. The simulated
+metadata latency runs the same CLI in a child whose ``os.open``, ``os.stat``,
+``os.lstat``, ``os.listdir`` and ``os.scandir`` sleep ``--latency-ms`` first for paths
+under the workspace (an in-process wrapper: no FUSE here, and it costs exactly what the
+code asks of the filesystem, nothing that a FUSE daemon would add). Python's own imports
+are not slowed: on a cluster the software is usually installed elsewhere.
+
+Goals (issue 20): files opened <= unsettled shards + 20; <= 0.5 s at 100,000 settled
+shards.
 """
 
 from __future__ import annotations
@@ -16,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -24,31 +42,26 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from agent_stdlib.contracts import RunRecord, ShardSpec, SubmissionRecord  # noqa: E402
-from control.config.loader import load_model  # noqa: E402
-from control.config.profile import Profile  # noqa: E402
-from control.config.run import RunConfig  # noqa: E402
-from control.planning.planner import make_plan  # noqa: E402
+UNDER_TEST = os.environ.get("STATUS_SCALE_REPO")  # child mode: the tree to import
+sys.path.insert(0, UNDER_TEST or str(REPO))
 
 PER_SHARD = 10
 NOW = time.time()
+LOOKUPS = re.compile(r"\b(newfstatat|statx|lstat|stat|readlink|access)\(")
 
 
 def write(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, sort_keys=True))
 
 
-def attempt(run_id: str, shard: int, state: str, job: Optional[str],
-            reason: Optional[str] = None, updated_at: float = NOW) -> dict:
+def attempt(run_id: str, shard: int, state: str, job: str, reason: Optional[str] = None,
+            updated_at: float = NOW) -> dict:
     return {"schema_version": 1, "run_id": run_id, "shard": shard, "attempt": 1,
             "state": state, "revision": 4, "updated_at": updated_at, "submission": 1,
-            "job_id": f"{job}_{shard}" if job else None, "node": None, "restarts": 0,
-            "reason": reason}
+            "job_id": f"{job}_{shard}", "node": None, "restarts": 0, "reason": reason}
 
 
 def progress(done: int) -> dict:
@@ -56,20 +69,27 @@ def progress(done: int) -> dict:
             "tokens": done * 40, "requests_per_s": 0.8, "updated_at": NOW - 3}
 
 
-def kind(index: int, shards: int) -> str:
-    """The state of shard ``index`` in the synthetic mix (fractions of 10,000)."""
-    share = index * 10_000 // shards
-    if share < 6000:
-        return "succeeded"
-    if share < 6100:
-        return "failed"
-    if share < 6150:
-        return "cancelled"
-    return "running" if share < 6300 else "submitted"
+def winner(index: int) -> dict:
+    """A complete winner record (status verifies every one, as merge does)."""
+    files = [{"path": "records.jsonl", "sha256": "0" * 64, "bytes": 1000 * PER_SHARD,
+              "records": PER_SHARD}]
+    return {"schema_version": 1, "shard": index, "attempt": 1, "records": PER_SHARD,
+            "result_sha256": "0" * 64, "files": files, "created_at": NOW - 3600}
 
 
-def build(workspace: Path, shards: int, job: Optional[str], run_id: str) -> Path:
-    """The run directory, written with plain writes (no fsync: this is a benchmark)."""
+def active_range(shards: int) -> range:
+    """The last 1% of the shards are the active ones (one contiguous array range)."""
+    return range(shards - max(1, shards // 100), shards)
+
+
+def build(workspace: Path, shards: int, run_id: str, job: str) -> Path:
+    """A settled run: plain writes (no fsync: a benchmark), the real plan and records."""
+    from agent_stdlib.contracts import RunRecord, ShardSpec, SubmissionRecord
+    from control.config.loader import load_model
+    from control.config.profile import Profile
+    from control.config.run import RunConfig
+    from control.planning.planner import make_plan
+
     base = make_plan(load_model(REPO / "examples/quickstart.toml", RunConfig),
                      load_model(REPO / "examples/profiles/testbed.toml", Profile), run_id,
                      REPO / "examples")
@@ -85,141 +105,233 @@ def build(workspace: Path, shards: int, job: Optional[str], run_id: str) -> Path
         agent_pyz="agent-x.pyz", agent_sha256="0" * 64, backend="slurm",
         job_name=f"synthbatch-{run_id}", shard_count=shards).to_dict())
     write(root / "submissions" / "0001.json", SubmissionRecord(
-        number=1, argv=("sbatch",), job_id=job or "999999990",
-        attempts={str(i): 1 for i in range(shards)}, submitted_at=NOW - 3600,
-        released=True).to_dict())
+        number=1, argv=("sbatch",), job_id=job, attempts={str(i): 1 for i in range(shards)},
+        submitted_at=NOW - 3600, released=True).to_dict())
+    old = NOW - 3600
     for index in range(shards):
-        write_shard(root, run_id, index, kind(index, shards), job or "999999990")
+        shard = root / "shards" / f"shard-{index:05d}"
+        folder = shard / "attempts" / "attempt-0001"
+        folder.mkdir(parents=True)
+        if index % 100 == 37:  # 1% failed an hour ago
+            write(folder / "attempt.json", attempt(run_id, index, "failed", job,
+                                                   "client exited with status 1", old))
+            write(folder / "progress.json", progress(3))
+        else:
+            write(folder / "attempt.json", attempt(run_id, index, "succeeded", job,
+                                                   updated_at=old))
+            write(folder / "progress.json", progress(PER_SHARD))
+            write(shard / "winner.json", winner(index))
     return root
 
 
-def winner(index: int) -> dict:
-    """A complete winner record (status verifies every one, as merge does)."""
-    files = [{"path": "records.jsonl", "sha256": "0" * 64, "bytes": 1000 * PER_SHARD,
-              "records": PER_SHARD}]
-    return {"schema_version": 1, "shard": index, "attempt": 1, "records": PER_SHARD,
-            "result_sha256": "0" * 64, "files": files, "created_at": NOW - 3600}
+def make_active(root: Path, run_id: str, shards: int, job: str) -> None:
+    """1% of the shards back to ``submitted`` (90%) or ``running`` (10%), as a live run."""
+    for number, index in enumerate(active_range(shards)):
+        shard = root / "shards" / f"shard-{index:05d}"
+        folder = shard / "attempts" / "attempt-0001"
+        (shard / "winner.json").unlink(missing_ok=True)
+        (folder / "progress.json").unlink(missing_ok=True)
+        running = number % 10 == 0
+        write(folder / "attempt.json", attempt(run_id, index,
+                                               "running" if running else "submitted", job))
+        if running:
+            write(folder / "progress.json", progress(4))
 
 
-def write_shard(root: Path, run_id: str, index: int, state: str, job: str) -> None:
-    shard = root / "shards" / f"shard-{index:05d}"
-    folder = shard / "attempts" / "attempt-0001"
-    (folder / "logs" / "execution-1").mkdir(parents=True)
-    old = NOW - 3600
-    if state == "succeeded":
-        write(folder / "attempt.json", attempt(run_id, index, state, job, updated_at=old))
-        write(folder / "progress.json", progress(PER_SHARD))
-        write(shard / "winner.json", winner(index))
-    elif state in ("failed", "cancelled"):
-        log = folder / "logs" / "execution-1" / "client.log"
-        reason = f"client exited with status 1 (log {log}: boom)"
-        write(folder / "attempt.json", attempt(run_id, index, state, job, reason, old))
-    elif state == "running":
-        write(folder / "attempt.json", attempt(run_id, index, state, job))
-        write(folder / "progress.json", progress(4))
-    else:
-        write(folder / "attempt.json", attempt(run_id, index, state, job))
-
-
-def timed(argv: List[str], env: dict, repeat: int) -> tuple[float, subprocess.CompletedProcess]:
-    """Median wall time of ``argv`` over ``repeat`` fresh processes, and the last result."""
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        times.append(time.perf_counter() - start)
-    assert result is not None
-    return statistics.median(times), result
-
-
-def held_array(name: str, indices: str) -> Optional[str]:
+def held_array(name: str, indices: range) -> Optional[str]:
     """Submit a held array with the run's job name; None without a testbed."""
     if not os.environ.get("SLURM_CONF") or not shutil.which("sbatch"):
         return None
-    out = subprocess.run(["sbatch", "--parsable", "--hold", f"--array={indices}",
-                          f"--job-name={name}", "--mem=64M", "-c1", "-o", "/dev/null",
-                          "--wrap", "true"], capture_output=True, text=True, check=False)
+    out = subprocess.run(["sbatch", "--parsable", "--hold",
+                          f"--array={indices.start}-{indices.stop - 1}", f"--job-name={name}",
+                          "--mem=64M", "-c1", "-o", "/dev/null", "--wrap", "true"],
+                         capture_output=True, text=True, check=False)
     return out.stdout.strip().split(";")[0] if out.returncode == 0 else None
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def child_env(tree: str) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = tree  # bytecode is cached, as in an installed synthbatch
+    env["STATUS_SCALE_REPO"] = tree
+    return env
+
+
+def status_argv(run_id: str, profile: Path, latency_s: float = 0.0,
+                root: Optional[Path] = None) -> List[str]:
+    if latency_s:
+        return [sys.executable, str(Path(__file__).resolve()), "--child", str(latency_s),
+                str(root), "status", run_id, "--profile", str(profile), "--json"]
+    return [sys.executable, "-c", "from control.cli.main import main; main()", "status",
+            run_id, "--profile", str(profile), "--json"]
+
+
+def timed(argv: List[str], env: Dict[str, str], repeat: int,
+          before_each: Optional[Callable[[], None]] = None) -> Tuple[float, dict]:
+    """Median wall time over ``repeat`` fresh processes, and the last output (parsed)."""
+    times, result = [], None
+    for _ in range(repeat):
+        if before_each:
+            before_each()
+        started = time.perf_counter()
+        result = subprocess.run(argv, env=env, capture_output=True, text=True, check=False,
+                                cwd=env["STATUS_SCALE_REPO"])  # python -c puts the cwd first
+        times.append(time.perf_counter() - started)
+    assert result is not None
+    try:
+        data = json.loads(result.stdout)
+    except ValueError:
+        data = {"error": (result.stderr.strip().splitlines() or ["?"])[-1][:200]}
+    return statistics.median(times), data
+
+
+def traced(argv: List[str], env: Dict[str, str], root: Path) -> Tuple[int, int]:
+    """(files opened, path lookups) under ``root`` in one process, by strace -f."""
+    if not shutil.which("strace"):
+        return -1, -1
+    with tempfile.NamedTemporaryFile("r", suffix=".strace") as log:
+        subprocess.run(["strace", "-f", "-qq", "-o", log.name, "-e",
+                        "trace=openat,open,stat,lstat,newfstatat,statx,readlink,access",
+                        *argv], env=env, capture_output=True, check=False,
+                       cwd=env["STATUS_SCALE_REPO"])
+        lines = [line for line in log.read().splitlines() if f'"{root}' in line]
+    opens = sum(1 for line in lines if "open" in line.split("(")[0])
+    return opens, sum(1 for line in lines if LOOKUPS.search(line.split('"')[0]))
+
+
+def export(ref: str, into: Path) -> Optional[Path]:
+    """``git archive REF`` of this repository into ``into`` (None if there is no REF)."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], capture_output=True,
+                             check=False)
+    if archive.returncode != 0:
+        return None
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def measure(tmp: Path, shards: int, args: argparse.Namespace, before: Optional[Path],
+            rows: List[dict]) -> None:
+    run_id = f"scale-{shards}-{os.getpid():06x}"
+    job = held_array(f"synthbatch-{run_id}", active_range(shards)) or "999999990"
+    workspace = tmp / f"ws-{shards}"
+    try:
+        started = time.perf_counter()
+        root = build(workspace, shards, run_id, job)
+        print(f"# built {shards} shards in {time.perf_counter() - started:.0f} s "
+              f"(held array {job})", flush=True)
+        profile = tmp / f"profile-{shards}.toml"
+        profile.write_text((REPO / "examples/profiles/testbed.toml").read_text().replace(
+            '"/tmp/synthbatch-workspace"', json.dumps(str(workspace))))
+        for mix in ("settled", "active"):
+            if mix == "active":
+                make_active(root, run_id, shards, job)
+            rows.append(measure_mix(root, run_id, profile, shards, mix, args, before))
+            print(row_line(rows[-1]), flush=True)
+    finally:
+        if job != "999999990":
+            subprocess.run(["scancel", job], check=False)
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
+def measure_mix(root: Path, run_id: str, profile: Path, shards: int, mix: str,
+                args: argparse.Namespace, before: Optional[Path]) -> dict:
+    ours = child_env(str(REPO))
+    argv = status_argv(run_id, profile)
+    drop = lambda: shutil.rmtree(root / "observer", ignore_errors=True)  # noqa: E731
+    unsettled = 0 if mix == "settled" else len(active_range(shards))
+    row: dict = {"shards": shards, "mix": mix, "unsettled": unsettled}
+    timed(argv, ours, 1)  # bytecode cached, index built
+    if before is not None:
+        theirs = child_env(str(before))
+        timed(argv, theirs, 1, drop)
+        row["before_s"], data = timed(argv, theirs, args.repeat, drop)
+        row["before_state"] = data.get("state", data.get("error"))
+        row["before_opens"], row["before_lookups"] = traced(argv, theirs, root)
+    row["cold_s"], _ = timed(argv, ours, args.repeat, drop)
+    drop()
+    row["cold_opens"], row["cold_lookups"] = traced(argv, ours, root)
+    row["warm_s"], data = timed(argv, ours, args.repeat)
+    row["warm_state"] = data.get("state", data.get("error"))
+    row["counts"] = data.get("counts")
+    row["warm_opens"], row["warm_lookups"] = traced(argv, ours, root)
+    if args.latency_ms:
+        latency = args.latency_ms / 1000
+        slow = status_argv(run_id, profile, latency, root.parent.parent)
+        row["warm_latency_s"], _ = timed(slow, ours, 1)
+        if shards <= args.latency_cold_max:
+            row["cold_latency_s"], _ = timed(slow, ours, 1, drop)
+            if before is not None:
+                row["before_latency_s"], _ = timed(slow, child_env(str(before)), 1, drop)
+    return row
+
+
+def row_line(row: dict) -> str:
+    def ms(key: str) -> str:
+        return f"{row[key] * 1000:.0f}" if key in row else "-"
+
+    return (f"| {row['shards']:,} | {row['mix']} | {row['unsettled']:,} | {ms('before_s')} | "
+            f"{ms('cold_s')} | {ms('warm_s')} | {row.get('before_opens', '-')} / "
+            f"{row.get('cold_opens', '-')} / {row.get('warm_opens', '-')} | "
+            f"{row.get('before_lookups', '-')} / {row.get('cold_lookups', '-')} / "
+            f"{row.get('warm_lookups', '-')} | {ms('before_latency_s')} / "
+            f"{ms('cold_latency_s')} / {ms('warm_latency_s')} | "
+            f"{row.get('before_state', '-')} / {row.get('warm_state')} |")
+
+
+HEADER = ("| shards | mix | unsettled | before ms | cold ms | warm ms | files opened "
+          "before / cold / warm | path lookups before / cold / warm | with {lat} ms "
+          "metadata latency: before / cold / warm ms | state before / now |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
+
+
+def child(latency_s: float, root: str, argv: List[str]) -> None:
+    """Run the CLI with a metadata latency on every path under ``root``."""
+    def slowed(call):  # noqa: ANN001, ANN202
+        def wrapper(path=".", *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            if str(os.fspath(path) if not isinstance(path, int) else "").startswith(root):
+                time.sleep(latency_s)
+            return call(path, *args, **kwargs)
+        return wrapper
+
+    for name in ("open", "stat", "lstat", "listdir", "scandir"):
+        setattr(os, name, slowed(getattr(os, name)))
+    sys.argv = ["synthbatch", *argv]
+    from control.cli.main import main
+
+    main()
 
 
 def main() -> None:
     """Build, measure, print, clean up."""
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(float(sys.argv[2]), sys.argv[3], sys.argv[4:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shards", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--shards", default="1000,10000,100000")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--latency-ms", type=float, default=1.0, help="0: no latency runs")
+    parser.add_argument("--latency-cold-max", type=int, default=10_000,
+                        help="largest run whose cold/before status runs with the latency")
+    parser.add_argument("--before", default="main", help="git ref to compare with ('' none)")
     args = parser.parse_args()
-    run_id = f"scale-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid():06x}"[:40]
-    first_open = next(i for i in range(args.shards) if kind(i, args.shards) == "running")
-    job = held_array(f"synthbatch-{run_id}", f"{first_open}-{args.shards - 1}")
     tmp = Path(tempfile.mkdtemp(prefix="status-scale-"))
+    load = os.getloadavg()[0]
     try:
-        measure(tmp, run_id, job, args)
+        before = export(args.before, tmp / "before") if args.before else None
+        print(f"# status --json, median of {args.repeat} fresh processes; before = "
+              f"{args.before if before else 'none'}; load average {load:.1f} on "
+              f"{os.cpu_count()} CPUs; {sys.version.split()[0]}")
+        print(HEADER.format(lat=args.latency_ms))
+        rows: List[dict] = []
+        for shards in (int(n) for n in args.shards.split(",")):
+            measure(tmp, shards, args, before, rows)
+        print(f"# load average at the end {os.getloadavg()[0]:.1f}")
     finally:
-        if job:
-            subprocess.run(["scancel", job], check=False)
         shutil.rmtree(tmp, ignore_errors=True)
 
-
-def measure(tmp: Path, run_id: str, job: Optional[str], args: argparse.Namespace) -> None:
-    """Time the fresh-process status and the bare squeue; print the figures."""
-    started = time.perf_counter()
-    build(tmp / "ws", args.shards, job, run_id)
-    profile = tmp / "profile.toml"
-    profile.write_text((REPO / "examples/profiles/testbed.toml").read_text().replace(
-        '"/tmp/synthbatch-workspace"', json.dumps(str(tmp / "ws"))))
-    print(f"built {args.shards} shards in {time.perf_counter() - started:.1f}s "
-          f"(held array {job or 'none: no testbed, job ids are fake'})")
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    cli = [sys.executable, "-c", "from control.cli.main import main; main()"]
-    status_s, result = timed([*cli, "status", run_id, "--profile", str(profile), "--json"],
-                             env, args.repeat)
-    if result.returncode != 0:
-        raise SystemExit(f"status failed: {result.stderr}")
-    data = json.loads(result.stdout)
-    import_s, _ = timed([sys.executable, "-c", STATUS_IMPORTS], env, args.repeat)
-    python_s, _ = timed([sys.executable, "-c", "pass"], env, args.repeat)
-    print(f"status --json: {status_s * 1000:.0f} ms  (state {data['state']}, counts "
-          f"{data['counts']}, scheduler_error {data['scheduler_error']})")
-    reads_s = read_time(tmp / "ws" / "runs" / run_id, args.repeat)
-    sacct = "not called" if data["accounting"] is None else "called"
-    print(f"  of which: python start-up {python_s * 1000:.0f} ms, imports of the status path "
-          f"{(import_s - python_s) * 1000:.0f} ms, reading {args.shards} shards "
-          f"{reads_s * 1000:.0f} ms (in process, warm), sacct {sacct}")
-    if shutil.which("squeue") and os.environ.get("SLURM_CONF"):
-        query_s, _ = timed(["squeue", "-h", "-t", "all", "-n", f"synthbatch-{run_id}", "-o",
-                            "%i|%T|%r"], env, args.repeat)
-        print(f"  status's own squeue call: {query_s * 1000:.0f} ms; the rest (verdicts, "
-              f"rows, JSON out) {(status_s - import_s - reads_s - query_s) * 1000:.0f} ms")
-        squeue_s, _ = timed(["squeue"], env, args.repeat)
-        print(f"bare squeue:   {squeue_s * 1000:.0f} ms")
-        print(f"ratio status/squeue: {status_s / squeue_s:.1f}x (target <= 3x); "
-              f"absolute {'OK' if status_s <= 1.0 else 'OVER'} (target <= 1.0 s); "
-              f"python start-up alone is {python_s / squeue_s:.1f}x")
-
-
-STATUS_IMPORTS = ("import control.cli.main, control.cli.status, control.api, "
-                  "control.runs.status")
-
-
-def read_time(root: Path, repeat: int) -> float:
-    """Median time to read the plan, submissions and every shard as status does."""
-    from agent_stdlib.layout import RunLayout
-    from control.runs.store import (
-        expected_attempts,
-        load_plan_view,
-        scan_shard,
-        submission_views,
-    )
-
-    layout, times = RunLayout(root), []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        plan = load_plan_view(layout)
-        expected = expected_attempts(submission_views(layout)).get
-        for index in range(len(plan.shard_records)):
-            scan_shard(layout, index, expected(index))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 if __name__ == "__main__":
     main()

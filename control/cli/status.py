@@ -10,7 +10,15 @@ import click
 
 from agent_stdlib.text import visible
 from control.cli.common import common, run_id_argument
-from control.cli.output import emit_json, emit_text, fit_width, is_tty, paint, use_colour
+from control.cli.output import (
+    emit_encoded_json,
+    emit_json,
+    emit_text,
+    fit_width,
+    is_tty,
+    paint,
+    use_colour,
+)
 from control.cli.render import frame, plain_line, status_text
 
 
@@ -72,18 +80,24 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status:
     from control.runs.watch import outcome
 
     run_id = run_id or api.latest_run(profile)
+    if not watch and as_json:  # the settled rows are printed as the index keeps them
+        fresh = api.status_refresh(run_id, profile)
+        emit_encoded_json(fresh.json_text(), fresh.data)
+        error = unreachable(fresh.summary) or \
+            (outcome(fresh.summary, waited=False) if exit_status else None)
+        if error is not None:
+            raise error
+        return None
     if not watch:
         data = api.status(run_id, profile).to_dict()
         error = unreachable(data) or (outcome(data, waited=False) if exit_status else None)
         if error is None:
             return {"data": data, "text": status_text(data), "colour": True}
         if not unreachable(data):
-            emit_json(data) if as_json else emit_text(status_text(data), colour=True)
+            emit_text(status_text(data), colour=True)
             raise error
-        if as_json:
-            emit_json(data)
-        else:  # the error line on stderr is the one message about the scheduler
-            emit_text(status_text({**data, "scheduler_error": None}), colour=True)
+        # the error line on stderr is the one message about the scheduler
+        emit_text(status_text({**data, "scheduler_error": None}), colour=True)
         raise error
     from control.runs.watch import Backoff
     from control.runs.watch import watch as watch_loop

@@ -21,6 +21,7 @@ from control.errors import (
     SchedulerUnavailable,
     SchedulerUncertain,
 )
+from control.runs import settled
 from control.runs.ledger import record_cancel
 from control.runs.store import (
     ShardView,
@@ -90,6 +91,7 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
     plan = load_plan_view(layout)
     selected = select_shards(len(plan.shard_records), shards)
     views = [v for v in (scan_shard(layout, i) for i in selected) if _open(v)]
+    settled.forget(layout, plan.run_id, len(plan.shard_records), [v.index for v in views])
     jobs = {v.attempt.job_id for v in views if v.attempt and v.attempt.job_id}
     targets = scancel_targets(layout, plan.arrays, jobs)
     record = record_cancel(layout, selected, targets) if views else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -11,9 +12,10 @@ from agent_stdlib.layout import RunLayout, runs_root
 from agent_stdlib.statefile import StateError
 from control.errors import SynthbatchError
 from control.runs import normalize as norm
+from control.runs import settled
 from control.runs.store import (
     ShardView,
-    expected_attempts,
+    expected_lookup,
     load_plan_view,
     load_run,
     run_layout,
@@ -41,31 +43,46 @@ def durable_shard_state(view: ShardView) -> str:
     return DURABLE.get(view.attempt.state, norm.UNKNOWN)
 
 
+# What a settled row says without Slurm: a lost shard's attempt is recorded ``failed``.
+SETTLED = {"succeeded": norm.SUCCEEDED, "failed": norm.FAILED, "cancelled": norm.CANCELLED,
+           "lost": norm.FAILED}
+
+
 def durable_state(layout: RunLayout, shard_count: int,
-                  sizes: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+                  sizes: Optional[Sequence[int]] = None,
+                  run_id: Optional[str] = None) -> Dict[str, Any]:
     """``{"state", "counts"}`` of a run from its shard records, without Slurm.
 
     With the shards' ``sizes`` (records per shard, from the plan) also ``records_done``
     (winners count whole, others by their progress) and ``ended_at``: when the last shard
-    of a final run was recorded (None while it is not final).
+    of a final run was recorded (None while it is not final). With ``run_id`` the shards
+    the settled index holds (``control.runs.settled``; status maintains it, this only
+    reads it) are counted from it, and only the others are read.
     """
-    try:
-        expected = expected_attempts(submission_views(layout)).get
-    except StateError:  # a bad submission record: list every shard's folders instead
-        expected = {}.get
-    counts: Dict[str, int] = {}
-    done, ended = 0, 0.0
-    for index in range(shard_count):
-        view = scan_shard(layout, index, expected(index))
-        state = durable_shard_state(view)
-        counts[state] = counts.get(state, 0) + 1
-        if sizes is not None:
-            size = sizes[index]
-            done += size if view.winner else min(view.progress.records_done, size) \
-                if view.progress else 0
-        if view.attempt is not None:
-            ended = max(ended, view.attempt.updated_at)
-    state = norm.run_state(counts, True)
+    index = settled.check(layout, settled.load(layout), run_id, shard_count) \
+        if run_id else settled.Index()
+    known = index.positions()
+    counts: Counter = Counter(SETTLED[settled.CODE_STATES[index.codes[p]]]
+                              for p in known.values())
+    done_column = index.columns["records_done"]
+    done = sum(done_column[p] for p in known.values())
+    ended = index.ended_at if known else 0.0
+    todo = [i for i in range(shard_count) if i not in known]
+    if todo:
+        try:
+            expected = expected_lookup(submission_views(layout))
+        except StateError:  # a bad submission record: list every shard's folders instead
+            expected = {}.get
+        for i in todo:
+            view = scan_shard(layout, i, expected(i))
+            counts[durable_shard_state(view)] += 1
+            if sizes is not None:
+                size = sizes[i]
+                done += size if view.winner else min(view.progress.records_done, size) \
+                    if view.progress else 0
+            if view.attempt is not None:
+                ended = max(ended, view.attempt.updated_at)
+    state = norm.run_state(dict(counts), True)
     data: Dict[str, Any] = {"state": state, "counts": dict(sorted(counts.items()))}
     if sizes is not None:
         data.update(records=sum(sizes), records_done=done,
@@ -97,7 +114,8 @@ def list_runs(workspace: Path, now: Optional[float] = None) -> List[Dict[str, An
         except Exception:  # noqa: BLE001 - a damaged plan: the records still give a state
             sizes = None
         state = durable_state(layout, record.shard_count,
-                              sizes if sizes and len(sizes) == record.shard_count else None)
+                              sizes if sizes and len(sizes) == record.shard_count else None,
+                              record.run_id)
         end = state.get("ended_at") or now
         found.append({"run_id": record.run_id, "name": record.name,
                       "created_at": record.created_at, "shards": record.shard_count,

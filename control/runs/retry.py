@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt
+from agent_stdlib.attempts import advance_attempt, load_attempt
+from agent_stdlib.attempts import create_attempts as create_attempts_of
 from agent_stdlib.contracts import AttemptRecord, Plan
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import load_winner
@@ -41,6 +42,7 @@ from agent_stdlib.resume import scan_kept
 from agent_stdlib.statefile import StateError, ensure_dir
 from control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
 from control.runs import normalize as norm
+from control.runs import settled
 from control.runs.store import attempt_numbers, load_plan, load_run, load_submissions
 
 if TYPE_CHECKING:
@@ -259,25 +261,23 @@ def create_attempts(layout: RunLayout, run_id: str, choices: Sequence[Choice]) -
     """Write the ``created`` record of every new attempt; return the choices now on disk.
 
     ``mkdir`` is exclusive: a folder that already exists belongs to another writer, and
-    its shard is left out (it is never overwritten).
+    its shard is left out (it is never overwritten). The records are written together,
+    each atomically, with one sync for all (``attempts.create_attempts``).
     """
-    ready = []
+    ready, items = [], []
     for choice in choices:
         paths = layout.attempt(choice.shard, choice.attempt)
-        if choice.existing:
-            if not paths.attempt_json.exists():
-                create_attempt(paths.attempt_json, run_id, choice.shard, choice.attempt,
-                               choice.resume_from)
-            ready.append(choice)
-            continue
-        ensure_dir(paths.root.parent)
-        try:
-            paths.root.mkdir(mode=0o700)
-        except FileExistsError:
-            continue
-        create_attempt(paths.attempt_json, run_id, choice.shard, choice.attempt,
-                       choice.resume_from)
+        if not choice.existing:
+            ensure_dir(paths.root.parent)
+            try:
+                paths.root.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+        if not choice.existing or not paths.attempt_json.exists():
+            items.append((paths.attempt_json, run_id, choice.shard, choice.attempt,
+                          choice.resume_from))
         ready.append(choice)
+    create_attempts_of(items)
     return ready
 
 
@@ -322,7 +322,10 @@ def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
     with RetryLock(layout, lock_wait_s):
         selection = select(layout, plan, shards, policy, auto, verdicts=verdicts)
         _refuse(selection)
-        ready = create_attempts(layout, plan.run_id, selection.choices)
+        # A new attempt unsettles its shard: the settled index drops it first.
+        with settled.changing(layout, plan.run_id, len(plan.shards),
+                              [c.shard for c in selection.choices]):
+            ready = create_attempts(layout, plan.run_id, selection.choices)
         if not ready:
             return RetryResult(selection, [], [])
         staged = Staged(layout, plan, run.plan_sha256, run.agent_pyz, run.agent_sha256)

@@ -9,9 +9,20 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
-from agent_stdlib.layout import RunLayout, run_dir, runs_root
+from agent_stdlib.layout import RunLayout, run_dir, runs_root, shard_name
 from agent_stdlib.statefile import StateError, load_record, open_state_file
 from control.errors import InvalidInput, NotFound
 
@@ -122,7 +133,10 @@ def attempt_numbers(layout: RunLayout, shard: int) -> List[int]:
 
 READ_CHUNK = 1 << 16  # os.read(fd, n) allocates n bytes first: 1 MiB per call cost ~11 us
 MAX_RECORD = 1 << 20
-MAX_PLAN = 1 << 28  # plan.json grows ~90 bytes a shard: 10,000 shards are ~0.9 MiB
+MAX_PLAN = 1 << 28  # plan.json grows ~90 bytes a shard: 100,000 shards are ~9 MiB
+# A submission record maps every shard it submitted to its attempt (~16 bytes a shard as
+# written): one of 100,000 shards is ~1.6 MiB, more than any other record.
+MAX_SUBMISSION = 1 << 26
 RETRIED_STATES = frozenset({"failed", "cancelled"})  # retry adds an attempt only after these
 # The agent records ``running`` before its client can write progress, and states never move
 # back: an attempt read in one of these states has no progress file to read.
@@ -180,7 +194,7 @@ class SubmissionView(NamedTuple):
     released: bool
 
 
-def _read_small(path: str, limit: int) -> Optional[bytes]:
+def read_limited(path: str, limit: int) -> Optional[bytes]:
     """At most ``limit`` bytes of ``path`` (no symlinks); None when it does not exist."""
     fd = open_state_file(path)
     if fd is None:
@@ -202,7 +216,7 @@ def _read_small(path: str, limit: int) -> Optional[bytes]:
 
 
 def _json_object(path: str, limit: int = MAX_RECORD) -> Optional[Dict[str, Any]]:
-    raw = _read_small(path, limit)
+    raw = read_limited(path, limit)
     if raw is None:
         return None
     try:
@@ -288,7 +302,7 @@ def submission_views(layout: RunLayout) -> List[SubmissionView]:
     found = []
     for name in names:
         path = f"{folder}/{name}"
-        data = _json_object(path)
+        data = _json_object(path, MAX_SUBMISSION)
         if data is None:
             continue
         job_id, = _optional_text(data, ("job_id",), path)
@@ -315,6 +329,20 @@ def expected_attempts(submissions: Iterable[SubmissionView]) -> Dict[int, int]:
     return latest
 
 
+def expected_lookup(submissions: Sequence[SubmissionView]) -> Callable[[int], Optional[int]]:
+    """``expected_attempts(submissions).get`` without building the map of every shard
+    (status asks only about the shards its settled index does not hold)."""
+    if len(submissions) == 1:
+        only = submissions[0].attempts.get
+        return lambda shard: only(str(shard))
+
+    def lookup(shard: int) -> Optional[int]:
+        key = str(shard)
+        return max((r.attempts.get(key, 0) for r in submissions), default=0) or None
+
+    return lookup
+
+
 RECOVERY_GRACE_S = 120.0  # a submission younger than this may still be in flight
 
 
@@ -336,7 +364,7 @@ def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[st
     Plain strings and two ``listdir`` calls; ``scan_shard`` falls back to it when the
     submission records do not name the shard's latest attempt.
     """
-    folder = f"{layout.root}/shards/shard-{shard:05d}"
+    folder = f"{layout.root}/shards/{shard_name(shard)}"
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
@@ -391,7 +419,7 @@ def _scan_expected(layout: RunLayout, shard: int, expected: int) -> Optional[Sha
     looked for. Anything unexpected (no record, another number, a damaged record) falls
     back to listing.
     """
-    folder = f"{layout.root}/shards/shard-{shard:05d}"
+    folder = f"{layout.root}/shards/{shard_name(shard)}"
     present = _exists(f"{folder}/winner.json")
     base = f"{folder}/attempts/attempt-{expected:04d}"
     try:
@@ -424,7 +452,7 @@ def scan_shard(layout: RunLayout, shard: int, expected: Optional[int] = None) ->
         present, folder = latest_attempt_dir(layout, shard)
     except OSError as err:
         return ShardView(shard, False, None, None, problem=str(err))
-    winner, winner_problem = _winner(f"{layout.root}/shards/shard-{shard:05d}", shard, present)
+    winner, winner_problem = _winner(f"{layout.root}/shards/{shard_name(shard)}", shard, present)
     attempt, problem = None, None
     progress, progress_problem = None, None
     if folder:
@@ -455,6 +483,39 @@ class PlanView:
     total_records: int
     shard_records: Tuple[int, ...]
     arrays: Tuple[ArrayView, ...] = ()
+
+
+def plan_view_data(plan: PlanView) -> Dict[str, Any]:
+    """A PlanView as plain data, records per shard run-length encoded (for the settled
+    index, which keeps it so that a large plan is not decoded on every refresh)."""
+    sizes: List[List[int]] = []
+    for size in plan.shard_records:
+        if sizes and sizes[-1][0] == size:
+            sizes[-1][1] += 1
+        else:
+            sizes.append([size, 1])
+    return {"run_id": plan.run_id, "name": plan.name, "total_records": plan.total_records,
+            "sizes": sizes, "arrays": [list(a) for a in plan.arrays]}
+
+
+def plan_view_from_data(data: Any) -> PlanView:
+    """The inverse of ``plan_view_data``; ValueError when ``data`` is not such a view."""
+    try:
+        sizes: List[int] = []
+        for size, count in data["sizes"]:
+            if type(size) is not int or type(count) is not int or count < 1:
+                raise ValueError("bad run of shard sizes")
+            sizes.extend([size] * count)
+        arrays = tuple(ArrayView(*(int(v) for v in a)) for a in data["arrays"])
+        view = PlanView(run_id=data["run_id"], name=data["name"],
+                        total_records=data["total_records"], shard_records=tuple(sizes),
+                        arrays=arrays)
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"malformed plan view ({err})") from err
+    if not isinstance(view.run_id, str) or not isinstance(view.name, str) or \
+            type(view.total_records) is not int:
+        raise ValueError("malformed plan view")
+    return view
 
 
 def load_plan_view(layout: RunLayout) -> PlanView:

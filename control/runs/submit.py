@@ -7,11 +7,12 @@ so a crash anywhere leaves a state that ``status`` can explain.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from agent_stdlib import states
 from agent_stdlib.arrays import task_job_id
@@ -22,7 +23,7 @@ from agent_stdlib.attempts import (
     load_attempt,
 )
 from agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord, sha256_bytes
-from agent_stdlib.layout import RunLayout, job_name, runs_root
+from agent_stdlib.layout import RunLayout, job_name, runs_root, shard_name
 from agent_stdlib.statefile import (
     ensure_dir,
     publish_immutable,
@@ -80,14 +81,26 @@ def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: P
     publish_immutable(layout.plan_json, plan_bytes, mode=0o400)
     agent_name = f"agent-{agent_sha256}.pyz"
     _copy_private(agent_pyz, root / agent_name, 0o400)
-    items = []
-    for shard in plan.shards:
-        paths = layout.attempt(shard.index, 1)
-        ensure_dir(paths.root)
-        items.append((paths.attempt_json, plan.run_id, shard.index, 1))
-    create_attempts(items)  # one sync for all, before run.json commits the run
+    create_attempts(_first_attempts(layout, plan), in_place=True)  # one sync, then run.json
     return Staged(layout, plan, plan_sha256 or sha256_bytes(plan_bytes), agent_name,
                   agent_sha256)
+
+
+def _first_attempts(layout: RunLayout, plan: Plan
+                    ) -> Iterator[Tuple[str, str, int, int, Optional[int]]]:
+    """Make each shard's ``attempts/attempt-0001`` folder; yield what ``create_attempts``
+    writes there. The run directory is new (made exclusively above), so its folders are
+    made with three plain ``mkdir`` calls a shard, and no existence checks."""
+    shards = str(ensure_dir(layout.root / "shards"))
+    first = layout.attempt(0, 1)  # the names below come from the layout, as strings
+    attempts, attempt, record = (first.root.parent.name, first.root.name,
+                                 first.attempt_json.name)
+    for shard in plan.shards:
+        folder = f"{shards}/{shard_name(shard.index)}"
+        os.mkdir(folder, 0o700)
+        os.mkdir(f"{folder}/{attempts}", 0o700)
+        os.mkdir(f"{folder}/{attempts}/{attempt}", 0o700)
+        yield f"{folder}/{attempts}/{attempt}/{record}", plan.run_id, shard.index, 1, None
 
 
 def commit_run(staged: Staged, backend: str, warnings: Sequence[str] = (),

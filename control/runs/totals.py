@@ -13,7 +13,7 @@ calls ask Slurm nothing; a retry (new job ids) makes them be counted again.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError, read_json, write_json_atomic
@@ -68,8 +68,15 @@ def gpu_hours(scheduler: Scheduler, job_ids: List[str],
 
 
 def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
-           now: Optional[float] = None) -> Dict[str, Any]:
-    """The run's numbers for ``status`` (``data`` is its refresh)."""
+           now: Optional[float] = None,
+           jobs: Optional[Callable[[], List[Optional[str]]]] = None,
+           ended: Optional[float] = None) -> Dict[str, Any]:
+    """The run's numbers for ``status`` (``data`` is its refresh).
+
+    ``jobs`` gives each shard's job id in shard order when ``data`` leaves the rows out
+    (called only for a finished run not yet counted); ``ended``, when given, is when the
+    last shard was recorded, else it is read from every shard's attempt.
+    """
     now = time.time() if now is None else now
     created = created_at(layout)
     if created is None:
@@ -84,9 +91,11 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
     cached = _cached(layout, job_ids)
     if cached is not None:
         return cached
-    end = ended_at(layout, len(data.get("shards", []))) or now
+    per_shard = jobs() if jobs is not None else [row.get("job_id")
+                                                 for row in data.get("shards", [])]
+    end = (ended if ended is not None else ended_at(layout, len(per_shard))) or now
     elapsed = max(0.0, end - created)
-    shard_jobs = [row["job_id"] for row in data.get("shards", []) if row.get("job_id")]
+    shard_jobs = [job for job in per_shard if job]
     usage = gpu_hours(scheduler, job_ids, shard_jobs)
     found = {"elapsed_s": round(elapsed, 1), **_rates(done, tokens, elapsed),
              "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}

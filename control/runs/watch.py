@@ -3,8 +3,20 @@
 Each refresh of ``status --watch`` is one ``observe`` (one squeue call, plus one sacct call
 only for jobs squeue no longer knows). While nothing changes the interval grows by
 ``factor`` up to ``cap_s``; a change brings it back to ``base_s``; a scheduler error
-doubles it. It never drops below ``floor_s``, which keeps a watcher far under Slurm's
-RPC rate limit.
+doubles it.
+
+Two floors, whichever is higher:
+
+* ``floor_s`` (1 s): nothing a refresh shows changes faster. The agent rewrites its
+  progress file about once a second, and Slurm keeps job times in whole seconds; its
+  scheduler starts pending jobs on events and on passes every ``sched_interval`` (60 s by
+  default, 2 s on the testbed), so a faster poll only repeats the same answer.
+* ``1 / busy_share`` times the last refresh's own duration (10x by default): a watcher
+  spends at most ~10% of its time, and of the metadata load it puts on the shared
+  filesystem, refreshing. That floor grows with the run: a refresh reads one record per
+  shard that has not settled (see ``settled``), so a run of 100,000 open shards on a
+  filesystem with 1 ms metadata round trips (~2 s a refresh) is refreshed every ~20 s at
+  most, not every 2 s; the cap grows with it.
 """
 
 from __future__ import annotations
@@ -34,15 +46,17 @@ class Backoff:
     cap_s: float = 30.0
     factor: float = 1.5
     floor_s: float = 1.0
+    busy_share: float = 0.1  # at most this share of the time is spent refreshing
     current: float = field(default=0.0)
 
-    def next(self, changed: bool, failed: bool = False) -> float:
-        """The wait before the next refresh."""
+    def next(self, changed: bool, failed: bool = False, took_s: float = 0.0) -> float:
+        """The wait before the next refresh (``took_s``: how long the last one took)."""
+        floor = max(self.floor_s, took_s / self.busy_share)
         if not self.current or (changed and not failed):
             self.current = self.base_s
         else:
             self.current *= 2 if failed else self.factor
-        self.current = max(self.floor_s, min(self.current, self.cap_s))
+        self.current = max(floor, min(self.current, self.cap_s))
         return self.current
 
 
@@ -65,12 +79,15 @@ def watch(fetch: Callable[[], Snapshot], show: Callable[[Snapshot], None],
     backoff = backoff or Backoff()
     start, previous = clock(), None
     while True:
+        began = clock()
         snapshot = fetch()
+        took = clock() - began
         show(snapshot)
         if finished(snapshot):
             return snapshot
         failed = snapshot.get("scheduler_error") is not None
-        wait = backoff.next(changed=fingerprint(snapshot) != previous, failed=failed)
+        wait = backoff.next(changed=fingerprint(snapshot) != previous, failed=failed,
+                            took_s=took)
         previous = fingerprint(snapshot)
         if max_s is not None:
             left = max_s - (clock() - start)

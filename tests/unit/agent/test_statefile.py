@@ -437,7 +437,7 @@ def test_bulk_attempts_check_every_edge_before_writing_any(tmp_path):
     from agent_stdlib.states import TransitionError
 
     paths = [tmp_path / f"a{i}.json" for i in range(3)]
-    create_attempts([(p, "run", i, 1) for i, p in enumerate(paths)])
+    create_attempts([(p, "run", i, 1, None) for i, p in enumerate(paths)])
     advance_attempts([(paths[0], {"job_id": "7_0"})], "submitted")
     with pytest.raises(TransitionError):
         advance_attempts([(p, {}) for p in paths], "pending")  # a1/a2 are still created
@@ -445,3 +445,49 @@ def test_bulk_attempts_check_every_edge_before_writing_any(tmp_path):
     done = advance_attempts([(p, {"job_id": f"7_{i}"}) for i, p in enumerate(paths[1:], 1)],
                             "submitted")
     assert [r.revision for r in done] == [2, 2] and load_attempt(paths[2]).job_id == "7_2"
+
+
+def test_canonical_is_json_dumps_byte_for_byte():
+    import random
+
+    from agent_stdlib.statefile import canonical
+
+    rng = random.Random(20)
+
+    def value(depth):
+        pick = rng.random()
+        if depth > 3 or pick < 0.5:
+            return rng.choice([None, True, False, 0, -5, 3.5, 1e300, float("nan"), 0.1,
+                               'a"b\\\u00e9\x01', "", 2 ** 70])
+        if pick < 0.75:
+            return {rng.choice(["a", "b", "c\u20ac", ""]) + str(i): value(depth + 1)
+                    for i in range(rng.randint(0, 4))}
+        return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+
+    for _ in range(5000):
+        data = value(0)
+        assert canonical(data) == json.dumps(data, sort_keys=True, indent=2)
+    assert canonical({1: "x"}) == json.dumps({1: "x"}, sort_keys=True, indent=2)
+
+
+def test_create_many_json_writes_in_place_never_over_a_file_and_syncs_once(tmp_path,
+                                                                           monkeypatch):
+    from agent_stdlib import statefile
+
+    synced = []
+    monkeypatch.setattr(statefile, "sync_filesystem", synced.append)
+    paths = [tmp_path / f"r{i}.json" for i in range(4)]
+    statefile.create_many_json((p, {"i": i}) for i, p in enumerate(paths))
+    assert [json.loads(p.read_text()) for p in paths] == [{"i": i} for i in range(4)]
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted(p.name for p in paths)
+    assert synced == [str(tmp_path)]
+    with pytest.raises(FileExistsError):
+        statefile.create_many_json([(paths[0], {"i": 9})])
+    assert json.loads(paths[0].read_text()) == {"i": 0}
+
+
+def test_sync_filesystem_syncs_that_filesystem_not_the_machine(tmp_path, monkeypatch):
+    from agent_stdlib import statefile
+
+    monkeypatch.setattr(statefile.os, "sync", lambda: pytest.fail("sync(2) of every fs"))
+    statefile.sync_filesystem(tmp_path)  # syncfs(2) of the one filesystem (Linux)

@@ -122,9 +122,28 @@ def test_wait_prints_progress_lines_on_stderr_unless_quiet(workspace: Path,
 
 
 @pytest.mark.parametrize("flags, code", [([], 0), (["--exit-status"], 6),
-                                         (["--watch", "--exit-status"], 6)])
+                                         (["--watch", "--exit-status"], 6),
+                                         (["--json", "--exit-status"], 6), (["--json"], 0)])
 def test_status_exit_status(workspace: Path, profile_file: Path, flags: list,
                             code: int) -> None:
     make_run(workspace, [Shard("failed", reason="x")])
     result = invoke("status", RUN, *flags, "--profile", str(profile_file))
     assert result.exit_code == code, result.output
+
+
+def test_status_json_of_a_settled_run_is_the_api_status(workspace: Path,
+                                                        profile_file: Path) -> None:
+    """Printed from the settled index (the second status), ``status --json`` still carries
+    what the API's status says: backend, blocked, totals, record failures."""
+    from control import api
+
+    make_run(workspace, [Shard("winner", progress=10), Shard("failed", "x", progress=3,
+                                                          updated_at=1.0)])
+    first = invoke("status", RUN, "--json", "--profile", str(profile_file))
+    again = invoke("status", RUN, "--json", "--profile", str(profile_file))
+    assert first.exit_code == again.exit_code == 0, again.output
+    data = json.loads(again.stdout)
+    assert data == json.loads(first.stdout) == api.status(RUN, str(profile_file)).to_dict()
+    assert {"backend", "blocked", "totals", "record_failures"} <= set(data)
+    assert data["totals"]["elapsed_s"] is not None
+    assert (workspace / "runs" / RUN / "observer" / "settled.json").exists()

@@ -249,3 +249,39 @@ def test_the_damaged_run_through_status_merge_retry_and_logs(cli_run, tmp_path: 
     assert logs.exit_code == 0, logs.output
     assert logs.stdout == "client of the damaged shard\n"
     assert "shard 1 attempt 1 execution 1: client" in logs.stderr
+
+
+# ----------------------------------------------------------------------------- settled index
+
+
+def test_damaged_shards_are_never_kept_in_the_settled_index(tmp_path: Path) -> None:
+    """Status keeps only shards whose every record read cleanly: the second refresh (from
+    the index) says what the first said, and the damaged shards are read again each time."""
+    from control.runs import settled
+
+    layout = damaged_run(tmp_path)
+    now = time.time()
+    first = observe(layout, Scheduler(runner=SbatchRecorder()), now=now)
+    index = settled.load(layout)
+    assert index.shards == [3]  # 0: garbage progress; 1, 2, 5: damaged; 4: garbage progress
+    second = observe(layout, Scheduler(runner=SbatchRecorder()), now=now)
+    assert second == first
+    assert durable_state(layout, 6, run_id=RUN_ID)["counts"] == durable_state(layout, 6)["counts"] \
+        == {"failed": 2, "succeeded": 1, "unknown": 3}
+    manifest = merge_run(layout, None, allow_partial=True)  # merge reads winners, not the index
+    assert manifest["missing_shards"] == [1, 2, 3, 4, 5]
+
+
+def test_a_half_written_index_is_ignored_and_rebuilt(tmp_path: Path) -> None:
+    from control.runs import settled
+
+    layout = damaged_run(tmp_path)
+    now = time.time()
+    first = observe(layout, Scheduler(runner=SbatchRecorder()), now=now)
+    path = settled.index_path(layout)
+    path.write_bytes(path.read_bytes()[:-30])  # torn: the digest line is cut
+    again = observe(layout, Scheduler(runner=SbatchRecorder()), now=now)
+    assert {**again, "notes": []} == first
+    assert "settled index not used" in again["notes"][0]
+    assert "digest missing or wrong" in again["notes"][0]
+    assert durable_state(layout, 6, run_id=RUN_ID)["counts"] == first["counts"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -484,3 +485,64 @@ def test_merge_parquet(tmp_path: Path) -> None:
     assert manifest["sha256"] == hashlib.sha256(data).hexdigest()
     merge_run(layout, None, True, fmt="parquet")
     assert target.read_bytes() == data
+
+
+def test_the_copy_is_made_in_the_kernel_and_hashed_in_the_output(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """copy_file_range moves the bytes; a chunk larger than one map granule and files that
+    do not start on a page boundary of the output are hashed where they landed."""
+    from control.runs import merge
+
+    monkeypatch.setattr(merge, "COPY_CHUNK", 5000)  # many chunks, unaligned offsets
+    layout = build_run(tmp_path / "run", records=400, count=3)
+    calls: List[int] = []
+    real = os.copy_file_range
+    monkeypatch.setattr(os, "copy_file_range",
+                        lambda *a: calls.append(1) or real(*a))
+    manifest = merge_run(layout, None, allow_partial=False)
+    data = (layout.merged / "records.jsonl").read_bytes()
+    assert merged_ids(layout.merged / "records.jsonl") == list(range(400))
+    assert manifest["sha256"] == hashlib.sha256(data).hexdigest() and len(calls) > 6
+
+
+@pytest.mark.parametrize("code", [errno.EXDEV, errno.ENOSYS, errno.EINVAL])
+def test_without_copy_file_range_the_bytes_stream_through_buffers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    layout = build_run(tmp_path / "run", records=40, count=3)
+    expected = merge_run(layout, None, allow_partial=False)
+    data = (layout.merged / "records.jsonl").read_bytes()
+
+    def refuse(*args: object) -> int:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    again = merge_run(layout, None, allow_partial=False)
+    assert again == expected and (layout.merged / "records.jsonl").read_bytes() == data
+
+
+def test_a_file_changed_during_the_copy_fails_its_digest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The output's bytes are what is hashed: a source rewritten after the copy began
+    (between two copy_file_range calls) is caught, and nothing is published."""
+    from control.errors import Conflict
+    from control.runs import merge
+
+    monkeypatch.setattr(merge, "COPY_CHUNK", 64)
+    layout = build_run(tmp_path / "run", records=80, count=2)
+    source = layout.attempt(0, 1).output / "part-1.jsonl"
+    assert source.stat().st_size > 64
+    real, seen = os.copy_file_range, []
+
+    def tamper(src: int, dst: int, count: int) -> int:
+        seen.append(1)
+        if len(seen) == 2:  # after the first chunk: same size, other bytes
+            size = source.stat().st_size
+            with open(source, "r+b") as handle:
+                handle.seek(size - 8)
+                handle.write(b"X" * 8)
+        return real(src, dst, count)
+
+    monkeypatch.setattr(os, "copy_file_range", tamper)
+    with pytest.raises(Conflict, match="does not match its winner's digest"):
+        merge_run(layout, None, allow_partial=False)
+    assert not (layout.merged / "records.jsonl").exists()

@@ -478,6 +478,29 @@ def test_backoff_never_tight() -> None:
     assert all(backoff.next(changed=i % 2 == 0) >= 1.0 for i in range(20))
 
 
+def test_backoff_floor_grows_with_the_cost_of_a_refresh() -> None:
+    backoff = Backoff(base_s=2, cap_s=30)
+    assert backoff.next(changed=True, took_s=0.05) == 2
+    assert backoff.next(changed=True, took_s=1.5) == 15  # 10x the refresh's own time
+    assert backoff.next(changed=False, took_s=6.0) == 60  # above the cap, too
+
+
+def test_watch_waits_ten_times_a_slow_refresh() -> None:
+    now = [0.0]
+    snapshots = iter([{"state": "running", "counts": {"running": 1}, "records_done": 1},
+                      {"state": "running", "counts": {"running": 1}, "records_done": 2},
+                      {"state": "succeeded", "counts": {"succeeded": 1}}])
+
+    def fetch() -> dict:
+        now[0] += 4.0  # every refresh takes 4 s (a large run on a slow filesystem)
+        return next(snapshots)
+
+    sleeps: list = []
+    watch(fetch, lambda _: None, Backoff(base_s=2), clock=lambda: now[0],
+          sleep=lambda s: (sleeps.append(s), now.__setitem__(0, now[0] + s)))
+    assert sleeps == [40, 40]
+
+
 def test_watch_refreshes_until_the_run_ends() -> None:
     snapshots = iter([{"state": "running", "counts": {"running": 1}, "records_done": 1},
                       {"state": "running", "counts": {"running": 1}, "records_done": 1},

@@ -1,0 +1,468 @@
+"""The settled index: what status has verified about shards that can no longer change.
+
+``<run>/observer/settled.json`` keeps, per settled shard, the row status shows for it (a
+verified winner, or a ``failed``/``cancelled`` attempt older than the window in which
+Slurm's word is still added to it, read without a problem in any of its records). Those
+records are immutable (``winner.json`` is published once, terminal attempts never move),
+so a status of a run whose shards are all settled reads this one file instead of two or
+three per shard. The index also keeps the plan's shape, keyed by ``plan.json``'s identity
+(device, inode, size, mtime, ctime), so a large plan is not decoded on every refresh.
+
+Only ``retry`` makes a settled shard change (a new attempt after a failed or cancelled
+one); ``cancel`` acts on open shards only, and wraps its writes the same way as a guard.
+Every writer holds ``observer/settled.lock`` (``flock``, as ``retry.lock``) while it
+reads, merges and replaces the file (temp + fsync + rename):
+
+* an invalidator (``changing``) removes the shards' rows and marks them ``pending``,
+  does its work, then moves them from ``pending`` to ``invalidated`` at a new
+  ``generation``; it holds the lock the whole time;
+* status reads the index without the lock and never uses the row of a ``pending`` shard.
+  After reading the other shards it adds the newly settled ones under the lock
+  (non-blocking: while another writer holds it, this refresh writes nothing), dropping
+  every shard invalidated after the generation it read, and every pending one. A pending
+  mark left by a writer that died (status holds the lock, so none is at work) becomes an
+  invalidation then.
+
+So a writer only ever adds rows it verified itself to what the latest index holds: two
+status processes never lose each other's rows, and no row verified before a retry created
+its attempt survives it. A missing index is built by the next status; a damaged one (or
+one of another run or run directory) is ignored, named in the notes and rebuilt.
+
+Format: one compact JSON header line (the fields above, and the rows as columns: shard,
+state code, attempt, job id, records, records done, tokens, records the client gave up
+on (``record_failures``), records dropped (``records_dropped``), and any other field of a row
+that is not its default, such as a reason or log path), then each row as status prints it
+(``json.dumps(row, sort_keys=True)``, one a line, so ``status --json`` writes them as they
+are), then ``#sha256=<digest of everything before it>``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from operator import lt
+from pathlib import Path
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
+
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import StateError, ensure_dir, write_bytes_atomic
+from control.errors import Conflict
+from control.runs.store import read_limited
+
+SCHEMA = 2  # 2: record_failures and records_dropped columns (schema 1 is rebuilt)
+MAX_INDEX = 1 << 30
+DIGEST = b"#sha256="
+STATE_CODES = {"succeeded": "s", "failed": "f", "cancelled": "c", "lost": "l"}
+CODE_STATES = {code: state for state, code in STATE_CODES.items()}
+COLUMNS = ("attempt", "job_id", "records", "records_done", "tokens", "record_failures",
+           "records_dropped")
+LOCK_WAIT_S = 30.0  # an invalidator waits this long; status never waits
+LOCK_TRIES = 3  # status: non-blocking tries, LOCK_POLL_S apart, then it writes nothing
+LOCK_POLL_S = 0.02
+Identity = Tuple[int, ...]  # (dev, ino, size, mtime_ns, ctime_ns) of plan.json
+Row = Dict[str, Any]
+
+
+def index_path(layout: RunLayout) -> Path:
+    """``<run>/observer/settled.json``."""
+    return layout.root / "observer" / "settled.json"
+
+
+def lock_path(layout: RunLayout) -> Path:
+    """``<run>/observer/settled.lock``."""
+    return layout.root / "observer" / "settled.lock"
+
+
+def _defaults(code: str) -> Row:
+    """The fields a row of this state has without being told (``log`` only for failures)."""
+    return {"reason": None} if code == "s" else {"reason": None, "log": None}
+
+
+@dataclass
+class Index:
+    """One read of the settled index (empty when missing or damaged: see ``problem``).
+
+    The rows are kept as columns (``shards`` ascending) and as the JSON text status
+    prints; ``row``/``rows`` build the dicts, only for whoever needs them.
+    """
+
+    lineage: str = ""  # random id of this index's history; a new one after a rebuild
+    generation: int = 0
+    pending: FrozenSet[int] = frozenset()
+    invalidated: Dict[int, int] = field(default_factory=dict)  # shard -> generation
+    plan: Optional[Dict[str, Any]] = None  # cached plan view (``plan_identity`` names it)
+    plan_identity: Optional[Identity] = None
+    run_id: Optional[str] = None
+    root: Optional[str] = None  # the run directory the rows were read in (log paths)
+    ended_at: float = 0.0  # latest ``updated_at`` of the rows' attempts (0: none known)
+    shards: List[int] = field(default_factory=list)
+    codes: str = ""
+    columns: Dict[str, List[Any]] = field(default_factory=lambda: {c: [] for c in COLUMNS})
+    extra: Dict[int, Row] = field(default_factory=dict)  # shard -> non-default fields
+    texts: List[str] = field(default_factory=list)
+    raw: Optional[bytes] = None  # the bytes read (None: no file)
+    problem: Optional[str] = None  # why the file on disk was not used
+
+    def positions(self) -> Dict[int, int]:
+        """shard -> position of every row status may use (pending shards left out)."""
+        found = dict(zip(self.shards, range(len(self.shards))))
+        for shard in self.pending:
+            found.pop(shard, None)
+        return found
+
+    def row(self, pos: int) -> Row:
+        """The row at ``pos`` as status shows it."""
+        shard, code = self.shards[pos], self.codes[pos]
+        row = {"index": shard, "state": CODE_STATES[code],
+               **{name: values[pos] for name, values in self.columns.items()},
+               **_defaults(code)}
+        row.update(self.extra.get(shard, ()))
+        return row
+
+    def rows(self, positions: Sequence[int]) -> List[Row]:
+        """The rows at ``positions``: the common case (no extra fields) in one pass."""
+        if self.extra:
+            return [self.row(p) for p in positions]
+        shards, codes, cols = self.shards, self.codes, self.columns
+        attempt, job, records = cols["attempt"], cols["job_id"], cols["records"]
+        done, tokens, failed = cols["records_done"], cols["tokens"], cols["record_failures"]
+        dropped = cols["records_dropped"]
+        rows = [{"index": shards[p], "state": CODE_STATES[codes[p]], "reason": None,
+                 "attempt": attempt[p], "job_id": job[p], "records": records[p],
+                 "records_done": done[p], "tokens": tokens[p], "record_failures": failed[p],
+                 "records_dropped": dropped[p]} for p in positions]
+        if codes.count("s") != len(codes):
+            for row in rows:
+                if row["state"] != "succeeded":
+                    row["log"] = None
+        return rows
+
+
+def identity(path: Path) -> Optional[Identity]:
+    """The identity of a file by ``stat`` (None if it cannot be stat-ed)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _ints(value: Any, name: str) -> List[int]:
+    if not isinstance(value, list) or not set(map(type, value)) <= {int}:
+        raise ValueError(f"{name!r} is not a list of integers")
+    return value
+
+
+def decode(raw: bytes) -> Index:
+    """Parse index bytes; ValueError naming the first thing that is wrong."""
+    body, sep, tail = raw.rpartition(DIGEST)
+    if not sep or tail.strip().decode("ascii", "replace") != hashlib.sha256(body).hexdigest():
+        raise ValueError("digest missing or wrong (truncated or edited)")
+    lines = body.decode("utf-8").split("\n")
+    data = json.loads(lines[0])
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA:
+        raise ValueError(f"not a schema_version {SCHEMA} settled index")
+    run_id, root = data.get("run_id"), data.get("root")
+    lineage, generation = data.get("lineage"), data.get("generation")
+    if not isinstance(run_id, str) or not isinstance(root, str) or \
+            not isinstance(lineage, str) or type(generation) is not int:
+        raise ValueError("run_id/root/lineage/generation have the wrong type")
+    shards = _ints(data.get("shards"), "shards")
+    codes, columns = data.get("state"), data.get("columns")
+    if not isinstance(codes, str) or not set(codes) <= set(CODE_STATES):
+        raise ValueError("'state' is not a string of state codes")
+    if not isinstance(columns, dict) or set(columns) != set(COLUMNS):
+        raise ValueError(f"'columns' are not {', '.join(COLUMNS)}")
+    for name in COLUMNS:
+        if name != "job_id":
+            _ints(columns[name], name)
+    if not isinstance(columns["job_id"], list) or \
+            not set(map(type, columns["job_id"])) <= {str, type(None)}:
+        raise ValueError("'job_id' is not a list of strings")
+    texts = lines[1:-1] if lines[-1] == "" else lines[1:]
+    if len({len(shards), len(codes), len(texts), *map(len, columns.values())}) != 1:
+        raise ValueError("columns and rows differ in length")
+    if shards and (shards[0] < 0 or not all(map(lt, shards, shards[1:]))):
+        raise ValueError("shards are not ascending")
+    extra, invalidated = data.get("extra"), data.get("invalidated")
+    if not isinstance(extra, dict) or not all(
+            k.isdigit() and isinstance(v, dict) for k, v in extra.items()):
+        raise ValueError("'extra' is not a shard -> fields map")
+    if not isinstance(invalidated, dict) or not all(
+            k.isdigit() and type(v) is int for k, v in invalidated.items()):
+        raise ValueError("'invalidated' is not a shard -> generation map")
+    ended = data.get("ended_at")
+    if type(ended) not in (int, float):
+        raise ValueError("'ended_at' is not a number")
+    plan, plan_identity = data.get("plan"), data.get("plan_identity")
+    if plan is not None and (not isinstance(plan, dict) or not isinstance(plan_identity, list)):
+        raise ValueError("'plan' is malformed")
+    return Index(lineage, generation, frozenset(_ints(data.get("pending"), "pending")),
+                 {int(k): v for k, v in invalidated.items()}, plan,
+                 tuple(plan_identity) if plan is not None else None, run_id, root,
+                 float(ended), shards, codes, columns,
+                 {int(k): v for k, v in extra.items()}, texts, raw)
+
+
+def load(layout: RunLayout) -> Index:
+    """The index as it is on disk; an empty Index (with ``problem``) if it is damaged.
+
+    The caller checks it against the plan (``check``) once it knows the plan.
+    """
+    path = index_path(layout)
+    try:
+        raw = read_limited(str(path), MAX_INDEX)
+    except (StateError, OSError) as err:
+        return Index(problem=str(err))
+    if raw is None:
+        return Index()
+    try:
+        return decode(raw)
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        return Index(raw=raw, problem=f"{path}: {err}")
+
+
+def check(layout: RunLayout, index: Index, run_id: str, shard_count: int) -> Index:
+    """``index`` if it belongs to this run, directory and plan, else an empty one naming
+    why."""
+    if not index.lineage:
+        return index
+    why = None
+    if index.run_id != run_id:
+        why = f"names run {index.run_id!r}"
+    elif index.root != str(layout.root):
+        why = f"was written in {index.root!r} (the run directory moved)"
+    elif index.shards and index.shards[-1] >= shard_count:
+        why = f"names shard {index.shards[-1]} of a {shard_count}-shard run"
+    if why is None:
+        return index
+    return Index(raw=index.raw, problem=f"{index_path(layout)}: {why}")
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def encode(index: Index, layout: RunLayout, run_id: str) -> bytes:
+    """The index file: header line, one row a line, digest line."""
+    data = {
+        "schema_version": SCHEMA, "run_id": run_id, "root": str(layout.root),
+        "lineage": index.lineage, "generation": index.generation,
+        "pending": sorted(index.pending),
+        "invalidated": {str(k): v for k, v in sorted(index.invalidated.items())},
+        "plan": index.plan,
+        "plan_identity": list(index.plan_identity) if index.plan is not None else None,
+        "ended_at": index.ended_at,
+        "shards": index.shards, "state": index.codes, "columns": index.columns,
+        "extra": {str(k): v for k, v in sorted(index.extra.items())},
+    }
+    body = "\n".join([json.dumps(data, separators=(",", ":")), *index.texts, ""])
+    payload = body.encode("utf-8")
+    return payload + DIGEST + hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n"
+
+
+def _merge(index: Index, rows: Sequence[Row], drop: FrozenSet[int] = frozenset()) -> None:
+    """Replace ``index``'s rows by its rows minus ``drop`` plus ``rows`` (shard order)."""
+    keep = [(s, p) for p, s in enumerate(index.shards) if s not in drop]
+    new = {row["index"]: row for row in rows}
+    order = sorted([(s, p, None) for s, p in keep if s not in new] +
+                   [(s, -1, r) for s, r in new.items()], key=lambda item: item[0])
+    shards, codes, texts = [], [], []
+    columns: Dict[str, List[Any]] = {c: [] for c in COLUMNS}
+    extra: Dict[int, Row] = {}
+    for shard, pos, row in order:
+        shards.append(shard)
+        if row is None:
+            codes.append(index.codes[pos])
+            for name in COLUMNS:
+                columns[name].append(index.columns[name][pos])
+            if shard in index.extra:
+                extra[shard] = index.extra[shard]
+            texts.append(index.texts[pos])
+            continue
+        code = STATE_CODES[row["state"]]
+        codes.append(code)
+        for name in COLUMNS:
+            columns[name].append(row[name])
+        defaults = _defaults(code)
+        fields = {k: v for k, v in row.items() if k not in COLUMNS and k not in
+                  ("index", "state") and (k not in defaults or v != defaults[k])}
+        if fields:
+            extra[shard] = fields
+        texts.append(json.dumps(row, sort_keys=True))
+    index.shards, index.codes, index.columns = shards, "".join(codes), columns
+    index.extra, index.texts = extra, texts
+
+
+def can_keep(row: Row) -> bool:
+    """True when ``row`` fits the index: a final state, column fields of their types, the
+    fields every row of its state has."""
+    code = STATE_CODES.get(row.get("state"))  # type: ignore[arg-type]
+    return code is not None and all(
+        type(row.get(name)) is int for name in COLUMNS if name != "job_id") and \
+        isinstance(row.get("job_id"), (str, type(None))) and \
+        all(name in row for name in _defaults(code))
+
+
+def _new_lineage() -> str:
+    return os.urandom(8).hex()
+
+
+@contextmanager
+def _locked(layout: RunLayout, wait_s: Optional[float]) -> Iterator[bool]:
+    """Hold ``settled.lock``; yields False when it could not be had (``wait_s`` None:
+    a few non-blocking tries, for status)."""
+    ensure_dir(lock_path(layout).parent)
+    fd = os.open(lock_path(layout), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        deadline = time.monotonic() + (wait_s or 0.0)
+        tries = 0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as err:
+                if err.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                tries += 1
+                if (wait_s is None and tries >= LOCK_TRIES) or \
+                        (wait_s is not None and time.monotonic() >= deadline):
+                    yield False
+                    return
+                time.sleep(LOCK_POLL_S)
+        yield True
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+@contextmanager
+def _changer(layout: RunLayout) -> Iterator[None]:
+    """The lock for a writer that changes shards: waited for, Conflict when not had."""
+    with _locked(layout, LOCK_WAIT_S) as held:
+        if not held:
+            raise Conflict(f"{lock_path(layout)}: the settled index is locked by another "
+                           "process", hint="wait a moment and try again")
+        yield
+
+
+def _current(layout: RunLayout, run_id: str, shard_count: int) -> Index:
+    """The index under the lock; a fresh lineage when it is missing or damaged."""
+    index = check(layout, load(layout), run_id, shard_count)
+    if not index.lineage:
+        return Index(lineage=_new_lineage(), raw=index.raw, problem=index.problem)
+    return index
+
+
+def _trusted(latest: Index, base: Index) -> Callable[[int], bool]:
+    """Which shards verified after ``base`` was read may be added to ``latest``."""
+    if latest.raw == base.raw:  # nobody wrote since
+        return lambda shard: True
+    if latest.problem is not None or latest.raw is None:
+        # removed or damaged since: its invalidations are lost, nothing earlier is trusted
+        return lambda shard: False
+    if latest.lineage == base.lineage:
+        return lambda shard: latest.invalidated.get(shard, -1) <= base.generation
+    return lambda shard: shard not in latest.invalidated  # rebuilt by another writer since
+
+
+def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_count: int,
+        plan: Optional[Tuple[Identity, Dict[str, Any]]] = None, ended_at: float = 0.0) -> bool:
+    """Add the newly settled ``rows`` (verified after ``base`` was read); True if written.
+
+    ``ended_at`` is the latest ``updated_at`` of their attempts: the header keeps the
+    largest, so a finished run's end is known without reading its shards (a shard
+    invalidated since only ever gets a later attempt, so the largest stays right).
+
+    Under the lock the latest index is read again: rows of shards invalidated since
+    ``base`` (or pending) are dropped, every row already there is kept, and a pending
+    mark left by a writer that died becomes an invalidation. Nothing is written when
+    there is nothing new, or while another writer holds the lock.
+    """
+    rows = [r for r in rows if can_keep(r)]
+    if not rows and base.problem is None and not base.pending and plan is None:
+        return False  # nothing to add: not even the lock is taken
+    try:
+        with _locked(layout, None) as held:
+            if not held:
+                return False
+            latest = _current(layout, run_id, shard_count)
+            valid, there = _trusted(latest, base), set(latest.shards)
+            # (a pending shard's row is dropped below, with its pending mark)
+            fresh = [r for r in rows if r["index"] not in there and valid(r["index"])]
+            changed = bool(fresh) or latest.problem is not None or bool(latest.pending)
+            if plan is not None and latest.plan_identity != plan[0]:
+                latest.plan_identity, latest.plan = plan
+                changed = True
+            if not changed:
+                return False
+            leftover = latest.pending  # we hold the lock: whoever marked them is gone
+            if leftover:
+                latest.generation += 1
+                latest.invalidated.update((s, latest.generation) for s in leftover)
+                latest.pending = frozenset()
+            _merge(latest, fresh, leftover)
+            if fresh:
+                latest.ended_at = max(latest.ended_at, ended_at)
+            write_bytes_atomic(index_path(layout), encode(latest, layout, run_id))
+            return True
+    except (OSError, StateError):
+        return False  # a read-only run directory, a full disk: status still answered
+
+
+def forget(layout: RunLayout, run_id: str, shard_count: int, shards: Sequence[int]) -> None:
+    """Drop ``shards``' rows, if the index holds any, at a new generation (``cancel``).
+
+    ``cancel`` only changes shards that are not settled (no winner, attempt not terminal),
+    which the index never holds, and what it records stays out of it (a cancelled attempt
+    with a job id is not settled for ENRICH_WINDOW_S); so this writes nothing unless the
+    index holds a row that it should not.
+    """
+    wanted = frozenset(shards)
+    current = check(layout, load(layout), run_id, shard_count)
+    if not wanted & set(current.shards):
+        return
+    with _changer(layout):
+        index = _current(layout, run_id, shard_count)
+        index.generation += 1
+        index.invalidated.update((s, index.generation) for s in wanted)
+        _merge(index, [], wanted)
+        write_bytes_atomic(index_path(layout), encode(index, layout, run_id))
+
+
+@contextmanager
+def changing(layout: RunLayout, run_id: str, shard_count: int,
+             shards: Sequence[int]) -> Iterator[None]:
+    """Around a change to ``shards``' records that may unsettle them (a new attempt).
+
+    Their rows are removed and marked pending before the body runs, and invalidated at a
+    new generation after it (also when it fails). Raises Conflict when the lock cannot
+    be had within LOCK_WAIT_S: the change must not happen behind the index's back.
+    """
+    wanted = frozenset(shards)
+    if not wanted:
+        yield
+        return
+    path = index_path(layout)
+    with _changer(layout):
+        index = _current(layout, run_id, shard_count)
+        index.generation += 1
+        # We hold the lock: a pending mark already there was left by a writer that died.
+        index.invalidated.update((s, index.generation) for s in index.pending)
+        index.pending = wanted
+        _merge(index, [], wanted)
+        write_bytes_atomic(path, encode(index, layout, run_id))
+        try:
+            yield
+        finally:
+            index.generation += 1
+            index.pending = frozenset()
+            index.invalidated.update((s, index.generation) for s in wanted)
+            write_bytes_atomic(path, encode(index, layout, run_id))
