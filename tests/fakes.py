@@ -143,10 +143,12 @@ class FakeSlurm:
 class SbatchRecorder:
     """sbatch answers increasing ids (or refuses); sbatch/release calls are recorded."""
 
-    def __init__(self, refuse: bool = False, delay_s: float = 0.0, next_id: int = 900) -> None:
+    def __init__(self, refuse: bool = False, delay_s: float = 0.0, next_id: int = 900,
+                 fail_on: Optional[int] = None) -> None:
         self.calls: List[List[str]] = []
         self.next_id = next_id
         self.refuse = refuse
+        self.fail_on = fail_on  # the n-th sbatch (1-based) is refused
         self.delay_s = delay_s
         self.lock = threading.Lock()
 
@@ -156,7 +158,7 @@ class SbatchRecorder:
             self.calls.append(list(argv))
         if name == "sbatch":
             time.sleep(self.delay_s)
-            if self.refuse:
+            if self.refuse or len(self.sbatch()) == self.fail_on:
                 return CommandResult(argv, 1, "", "sbatch: error: invalid partition\n")
             with self.lock:
                 self.next_id += 1

@@ -131,32 +131,58 @@ def array_groups(plan: Plan, shards: List[int]) -> List[Tuple[Optional[int], Dic
 
 def submit_all(staged: Staged, profile: Profile, scheduler: Scheduler,
                attempts: Dict[int, int]) -> List[SubmissionRecord]:
-    """Submit ``attempts`` (shard -> attempt) as one held array per array of the plan."""
+    """Submit ``attempts`` (shard -> attempt) as one held array per array of the plan.
+
+    Three phases, so that a run of many arrays makes its attempts durable once: every
+    array is sbatch-ed held and its job id recorded; then every attempt is advanced to
+    ``submitted`` with one sync; then every array is released. Each submission record
+    still goes ``job id`` -> ``released`` in that order, which recovery relies on.
+    """
     existing = load_submissions(staged.layout)
     recorded = [r.job_id for r in existing if r.job_id]
     number = max((r.number for r in existing), default=0) + 1
-    records = []
+    held: List[Tuple[SubmissionRecord, Dict[int, int], Dict[int, int]]] = []
+    failure: Optional[BaseException] = None
     for array_index, tasks in array_groups(staged.plan, sorted(attempts)):
-        record = submit_attempts(staged, profile, scheduler,
-                                 {shard: attempts[shard] for shard in tasks}, number, recorded,
-                                 array_index=array_index, tasks=tasks)
-        records.append(record)
+        mine = {shard: attempts[shard] for shard in tasks}
+        try:
+            record = _submit_held(staged, profile, scheduler, mine, number, recorded,
+                                  array_index, tasks)
+        except Exception as err:  # noqa: BLE001 - the arrays held so far still run
+            failure = err
+            break
+        held.append((record, mine, tasks))
         recorded.append(record.job_id or "")
         number += 1
-    return records
+    _release_held(staged.layout, scheduler, held)
+    if failure is not None:
+        raise failure
+    return [record.replace(released=True) for record, _, _ in held]
 
 
-def submit_attempts(staged: Staged, profile: Profile, scheduler: Scheduler,
-                    attempts: Dict[int, int], number: int, recorded: List[str],
-                    array_index: Optional[int] = None,
-                    tasks: Optional[Dict[int, int]] = None) -> SubmissionRecord:
-    """One held sparse array for ``attempts`` (shard -> attempt), recorded, then released.
+def _release_held(layout: RunLayout, scheduler: Scheduler,
+                  held: List[Tuple[SubmissionRecord, Dict[int, int], Dict[int, int]]]) -> None:
+    """Advance the held arrays' attempts to ``submitted`` (one sync), then release each."""
+    advance_attempts([(layout.attempt(shard, attempt).attempt_json,
+                       {"job_id": task_job_id(str(record.job_id), tasks[shard]),
+                        "submission": record.number})
+                      for record, mine, tasks in held
+                      for shard, attempt in sorted(mine.items())], states.SUBMITTED)
+    for record, _, _ in held:
+        scheduler.release(str(record.job_id))
+        write_json_atomic(layout.submission_json(record.number),
+                          record.replace(released=True).to_dict())
+
+
+def _submit_held(staged: Staged, profile: Profile, scheduler: Scheduler,
+                 attempts: Dict[int, int], number: int, recorded: List[str],
+                 array_index: Optional[int], tasks: Dict[int, int]) -> SubmissionRecord:
+    """One held sparse array for ``attempts`` (shard -> attempt), its job id recorded.
 
     ``tasks`` maps each shard to its array task id (the shard itself when the plan has one
     array); ``array_index`` tells the agent which of the plan's arrays this job is.
     """
     layout, plan = staged.layout, staged.plan
-    tasks = tasks or {shard: shard for shard in attempts}
     script = layout.submission_script(number)
     write_bytes_atomic(script, render_batch_script(BatchScript(
         job_name=job_name(plan.run_id), run_dir=str(layout.root), agent_pyz=staged.agent_name,
@@ -171,12 +197,6 @@ def submit_attempts(staged: Staged, profile: Profile, scheduler: Scheduler,
     job_id, argv = _sbatch(scheduler, str(script), sorted(tasks.values()), throttle,
                            job_name(plan.run_id), recorded)
     record = record.replace(argv=tuple(argv), job_id=job_id)
-    write_json_atomic(layout.submission_json(number), record.to_dict())
-    advance_attempts([(layout.attempt(shard, attempt).attempt_json,
-                       {"job_id": task_job_id(job_id, tasks[shard]), "submission": number})
-                      for shard, attempt in sorted(attempts.items())], states.SUBMITTED)
-    scheduler.release(job_id)
-    record = record.replace(released=True)
     write_json_atomic(layout.submission_json(number), record.to_dict())
     return record
 

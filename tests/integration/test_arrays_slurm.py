@@ -32,25 +32,25 @@ def test_recovery_of_a_crashed_split_submit_runs_every_shard(slurm_cluster_noacc
     shards = max_size + 2
     profile = write_profile(tmp_path, python_exe)
     run_file = write_run(tmp_path, records=2 * shards, shards=shards, latency=0.01)
-    real = submit.advance_attempts  # dies after the second array's sbatch:
-    monkeypatch.setattr(submit, "advance_attempts", crash_on_call(real, 2))
+    real = submit.advance_attempts  # dies after both arrays' sbatch, before their attempts
+    monkeypatch.setattr(submit, "advance_attempts", crash_on_call(real, 1))  # (one sync)
     with pytest.raises(Crash):
         api.submit(run_file, str(profile))
     monkeypatch.setattr(submit, "advance_attempts", real)
     (root,) = (tmp_path / "workspace" / "runs").iterdir()
     layout = RunLayout(root)
     records = submit.load_submissions(layout)
-    assert [r.released for r in records] == [True, False]
-    second = records[1].job_id
-    assert second is not None
+    assert [r.released for r in records] == [False, False]
+    first, second = records[0].job_id, records[1].job_id
+    assert first is not None and second is not None
 
     monkeypatch.setattr(store, "RECOVERY_GRACE_S", 0.0)  # the crashed submit is long gone
     monkeypatch.setattr(submit, "RECOVERY_GRACE_S", 0.0)
     status = cli_json("status", root.name, "--profile", str(profile))
+    assert f"submission 1: job {first} released" in status["notes"]
     assert f"submission 2: job {second} released" in status["notes"]
-    jobs = [load_attempt(layout.attempt(s, 1).attempt_json).job_id
-            for s in range(max_size, shards)]
-    assert jobs == [f"{second}_0", f"{second}_1"]
+    jobs = [load_attempt(layout.attempt(s, 1).attempt_json).job_id for s in range(shards)]
+    assert jobs == [f"{first}_{s}" for s in range(max_size)] + [f"{second}_0", f"{second}_1"]
 
     final = wait_final(root.name, Path(profile), timeout_s=180)
     assert final["state"] == "succeeded", final["failures"]

@@ -63,21 +63,44 @@ def test_recovery_of_a_crashed_submit_gives_each_array_task_its_job_id(
     plan, profile = _plan(tmp_path, 2)
     staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
     commit_run(staged, "slurm")
-    real = submit.advance_attempts  # dies after the second array's sbatch:
-    monkeypatch.setattr(submit, "advance_attempts", crash_on_call(real, 2))
+    real = submit.advance_attempts  # dies after every array's sbatch, before the attempts
+    monkeypatch.setattr(submit, "advance_attempts", crash_on_call(real, 1))  # (one sync)
     runner = SbatchRecorder(next_id=700)
     with pytest.raises(Crash):
         submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
     monkeypatch.setattr(submit, "advance_attempts", real)
     records = submit.load_submissions(staged.layout)
-    assert [(r.job_id, r.released) for r in records] == [("701", True), ("702", False)]
-    rows = [JobRow("702_[0-1]", "PENDING", "JobHeldUser")]
+    assert [(r.job_id, r.released) for r in records] == [
+        ("701", False), ("702", False), ("703", False)]
+    rows = [JobRow("701_[0-1]", "PENDING", "JobHeldUser"),
+            JobRow("702_[0-1]", "PENDING", "JobHeldUser"), JobRow("703_0", "PENDING",
+                                                                "JobHeldUser")]
     notes = submit.recover_submissions(staged.layout, Scheduler(runner=runner), True, records,
                                        rows, now=records[-1].submitted_at + 3600)
-    assert notes == ["submission 2: job 702 released"]
-    jobs = [load_attempt(staged.layout.attempt(i, 1).attempt_json).job_id for i in range(4)]
-    assert jobs == ["701_0", "701_1", "702_0", "702_1"]  # shards 2 and 3 are tasks 0 and 1
-    assert runner.calls[-1][-2:] == ["release", "702"]
+    assert notes == [f"submission {n}: job {j} released" for n, j in
+                     ((1, 701), (2, 702), (3, 703))]
+    jobs = [load_attempt(staged.layout.attempt(i, 1).attempt_json).job_id for i in range(5)]
+    assert jobs == ["701_0", "701_1", "702_0", "702_1", "703_0"]  # shard 2 is 702's task 0
+    assert runner.calls[-1][-2:] == ["release", "703"]
+
+
+def test_arrays_held_before_a_failed_sbatch_are_released_and_the_error_raised(
+        tmp_path: Path, agent_pyz: Path) -> None:
+    from control.errors import SchedulerRejected
+    from control.runs import submit
+
+    plan, profile = _plan(tmp_path, 2)
+    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
+    commit_run(staged, "slurm")
+    runner = SbatchRecorder(next_id=700, fail_on=3)
+    with pytest.raises(SchedulerRejected):
+        submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
+    records = submit.load_submissions(staged.layout)
+    assert [(r.job_id, r.released) for r in records] == [("701", True), ("702", True),
+                                                          (None, False)]
+    jobs = [load_attempt(staged.layout.attempt(i, 1).attempt_json) for i in range(5)]
+    assert [a.job_id for a in jobs[:4]] == ["701_0", "701_1", "702_0", "702_1"]
+    assert jobs[4].state == "created"
 
 
 def test_cancel_folds_the_tasks_of_a_split_array_into_its_job_id(
