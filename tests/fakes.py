@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 import threading
 import time
@@ -13,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import HealthCheck, settings
 
 from agent_stdlib import states
 from agent_stdlib.attempts import advance_attempt, create_attempt
@@ -50,6 +52,27 @@ TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 RUN_ID = "obs-20240101-000000-abcdef"
 NOW = 1_700_000_000.0
 
+
+
+# ------------------------------------------------ fuzzing budgets (docs/reliability.md)
+
+LONG = os.environ.get("SYNTHBATCH_LONG", "") == "1"
+
+
+def budget(ci: int, long: int) -> int:
+    """How many cases a fuzz or crash target runs: ``ci`` in ``make test``, ``long`` with
+    ``SYNTHBATCH_LONG=1`` (the long mode, run by hand)."""
+    return long if LONG else ci
+
+
+def fuzz(ci: int, long: int) -> settings:
+    """Hypothesis settings of one fuzz target: ``budget(ci, long)`` examples, no deadline
+    (2 shared cores), derandomized in CI (the same cases every run: a failure reproduces),
+    random in the long mode (new cases every run; a failure prints its reproduction)."""
+    return settings(max_examples=budget(ci, long), deadline=None, derandomize=not LONG,
+                    database=None, print_blob=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.function_scoped_fixture])
 
 
 class Crash(Exception):
