@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
+from agent_stdlib.arrays import is_job_id
 from agent_stdlib.layout import RunLayout, run_dir, runs_root
 from agent_stdlib.statefile import StateError, load_record, open_state_file
 from control.errors import InvalidInput, NotFound
@@ -67,6 +68,7 @@ def load_submissions(layout: RunLayout) -> List[SubmissionRecord]:
     for path in sorted(layout.submissions.glob("[0-9][0-9][0-9][0-9].json")):
         record = load_record(path, SubmissionRecord)
         if record is not None:
+            _job_id(record.job_id, str(path))
             found.append(record)
     return found
 
@@ -193,13 +195,20 @@ def _optional_text(data: Dict[str, Any], names: Tuple[str, ...], path: str) -> L
     return values
 
 
+def _job_id(value: Optional[str], path: str) -> Optional[str]:
+    """A record's job id, checked: it becomes an argument of squeue, sacct and scancel."""
+    if value is not None and not is_job_id(value):
+        raise StateError(f"{path}: field 'job_id' is not a Slurm job id ({value[:40]!r})")
+    return value
+
+
 def _attempt_view(path: str) -> Optional[AttemptView]:
     data = _json_object(path)
     if data is None:
         return None
     job_id, reason = _optional_text(data, ("job_id", "reason"), path)
     return AttemptView(_field(data, "attempt", (int,), path),
-                       _field(data, "state", (str,), path), job_id, reason,
+                       _field(data, "state", (str,), path), _job_id(job_id, path), reason,
                        float(_field(data, "updated_at", (int, float), path)))
 
 
@@ -231,6 +240,7 @@ def submission_views(layout: RunLayout) -> List[SubmissionView]:
         if data is None:
             continue
         job_id, = _optional_text(data, ("job_id",), path)
+        job_id = _job_id(job_id, path)
         attempts = _field(data, "attempts", (dict,), path)
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in attempts.values()):
             raise StateError(f"{path}: field 'attempts' has the wrong type")

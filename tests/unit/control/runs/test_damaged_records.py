@@ -249,3 +249,49 @@ def test_the_damaged_run_through_status_merge_retry_and_logs(cli_run, tmp_path: 
     assert logs.exit_code == 0, logs.output
     assert logs.stdout == "client of the damaged shard\n"
     assert "shard 1 attempt 1 execution 1: client" in logs.stderr
+
+
+# ----------------------------------------------------------------------------- found by fuzzing
+
+
+def _set_job_id(layout: RunLayout, shard: int, job_id: str) -> None:
+    path = layout.attempt(shard, 1).attempt_json
+    record = json.loads(path.read_text())
+    record["job_id"] = job_id
+    path.write_text(json.dumps(record))
+
+
+def test_a_job_id_that_is_not_one_is_the_shards_problem_never_a_slurm_argument(
+        tmp_path: Path) -> None:
+    # status crashed with int('--state=RUNNING') (exit 1); cancel passed it to scancel,
+    # where it is an option: every running job of the user
+    from tests.fakes import FakeSlurm as QueueFake
+
+    layout = make_run(tmp_path, [Shard("running"), Shard("running")])
+    _set_job_id(layout, 1, "--state=RUNNING")
+    fake = QueueFake()
+    fake.on("squeue", stdout="500_0|RUNNING|None\n")
+    fake.on("sacct", stdout="")
+    fake.on("scancel")
+    rows = observe(layout, Scheduler(runner=fake), now=time.time())["shards"]
+    assert rows[0]["state"] == "running"
+    assert rows[1]["state"] == "unknown"
+    assert "attempt.json: field 'job_id' is not a Slurm job id" in rows[1]["reason"]
+    from control.runs.cancel import cancel_run
+
+    cancel_run(layout, Scheduler(runner=fake), wait_s=0)
+    scancel = [call for call in fake.calls if call[0] == "scancel"]
+    assert scancel and all(not arg.startswith("-") for call in scancel for arg in call[1:])
+
+
+def test_the_scheduler_refuses_a_job_id_that_is_not_one() -> None:
+    from control.errors import InvalidInput
+    from tests.fakes import FakeSlurm as QueueFake
+
+    fake = QueueFake()
+    for call in (lambda s: s.cancel(["12", "-u"]), lambda s: s.queue(["12_x"]),
+                 lambda s: s.accounting(["1,2"]), lambda s: s.release("--hold")):
+        with pytest.raises(InvalidInput, match="not a Slurm job id"):
+            call(Scheduler(runner=fake))
+    assert fake.calls == []
+
