@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from agent_stdlib import states
 from agent_stdlib.arrays import array_job_id
@@ -22,6 +22,7 @@ from control.runs import normalize as norm
 from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
 from control.runs.store import (
     ShardView,
+    SubmissionView,
     expected_attempts,
     load_plan_view,
     needs_recovery,
@@ -143,9 +144,18 @@ def _rate(shards: List[ShardView], rows: List[Dict[str, Any]], now: float) -> fl
     return rate
 
 
+def _submissions(layout: RunLayout) -> Tuple[List[SubmissionView], List[str]]:
+    """The submission records, and a note when one is damaged: then none is used (each
+    shard is read by listing its folders, and no crashed submit is recovered)."""
+    try:
+        return submission_views(layout), []
+    except (StateError, OSError) as err:
+        return [], [f"{one_line(str(err), 300)}: every shard is read by listing its folders"]
+
+
 def _scan(layout: RunLayout, count: int) -> List[ShardView]:
     """Every shard, each read at the attempt the submission records name (no listing)."""
-    expected = expected_attempts(submission_views(layout)).get
+    expected = expected_attempts(_submissions(layout)[0]).get
     return [scan_shard(layout, index, expected(index)) for index in range(count)]
 
 
@@ -155,7 +165,7 @@ def observe(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     now = time.time() if now is None else now
     plan = load_plan_view(layout)
     committed = layout.run_json.exists()
-    submissions = submission_views(layout)
+    submissions, damaged = _submissions(layout)
     expected = expected_attempts(submissions).get
     shards = [scan_shard(layout, index, expected(index))
               for index in range(len(plan.shard_records))]
@@ -164,7 +174,7 @@ def observe(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     recover = needs_recovery(submissions, committed, now)
     sched = ask_scheduler(scheduler, job_name(plan.run_id), wanted) \
         if wanted or recover else SchedulerView()
-    notes: List[str] = []
+    notes: List[str] = list(damaged)
     if recover and sched.rows is not None:
         from control.runs import submit  # rare: a submit crashed; needs the full records
 

@@ -295,3 +295,17 @@ def test_the_scheduler_refuses_a_job_id_that_is_not_one() -> None:
             call(Scheduler(runner=fake))
     assert fake.calls == []
 
+
+def test_a_damaged_submission_record_still_shows_every_shard(tmp_path: Path) -> None:
+    # status raised the StateError (exit 1, no shard shown): it now reads each shard by
+    # listing its folders and notes the damaged record
+    from tests.fakes import FakeSlurm as QueueFake
+
+    layout = make_run(tmp_path, [Shard("succeeded"), Shard("running")])
+    publish_json_immutable(layout.winner_json(0), real_winner(layout, 0, 0).to_dict())
+    layout.submission_json(1).write_text('{"schema_version": 1, "number": "x"')
+    fake = QueueFake()
+    fake.on("squeue", stdout="500_1|RUNNING|None\n")
+    data = observe(layout, Scheduler(runner=fake), now=time.time())
+    assert [row["state"] for row in data["shards"]] == ["succeeded", "running"]
+    assert any("0001.json: not valid JSON" in note for note in data["notes"]), data["notes"]
