@@ -61,7 +61,7 @@ def status_cmd(run_id: str, watch: bool, interval: float, profile: Optional[str]
         if as_json:
             emit_json(data)
         else:  # the error line on stderr is the one message about the scheduler
-            click.echo(status_text({**data, "scheduler_error": None}))
+            emit_text(status_text({**data, "scheduler_error": None}))
         raise error
     from control.runs.watch import Backoff
     from control.runs.watch import watch as watch_loop

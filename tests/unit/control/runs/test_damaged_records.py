@@ -309,3 +309,27 @@ def test_a_damaged_submission_record_still_shows_every_shard(tmp_path: Path) -> 
     data = observe(layout, Scheduler(runner=fake), now=time.time())
     assert [row["state"] for row in data["shards"]] == ["succeeded", "running"]
     assert any("0001.json: not valid JSON" in note for note in data["notes"]), data["notes"]
+
+
+def test_status_printed_while_slurm_is_unreachable_is_made_visible(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the exit-5 path printed the summary with click.echo, past text.visible: a plan's
+    # run id (or any other text from the records) reached the terminal raw
+    from control import api
+    from tests.fakes import FakeSlurm as QueueFake
+
+    layout = make_run(tmp_path / "ws", [Shard("running")])
+    layout.plan_json.chmod(0o600)
+    plan = json.loads(layout.plan_json.read_text())
+    plan["run_id"] += "\x1b]0;owned\x07"
+    layout.plan_json.write_text(json.dumps(plan))
+    fake = QueueFake()
+    fake.on("squeue", code=1, stderr="squeue: error: Unable to contact slurm controller "
+                                     "(connect failure)\n")
+    monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=fake))
+    profile = tmp_path / "profile.toml"
+    profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                   json.dumps(str(tmp_path / "ws"))))
+    result = run_cli("status", RUN_ID, "--profile", str(profile))
+    assert result.exit_code == 5, result.output
+    assert "\x1b" not in result.stdout and "\\x1b]0;owned\\x07" in result.stdout
