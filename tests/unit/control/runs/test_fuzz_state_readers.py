@@ -287,6 +287,7 @@ def test_what_is_shown_from_state_and_logs_is_control_character_safe(
     os.chmod(plan, 0o600)
     data = json.loads(plan.read_text())
     data["name"] = name
+    data["run_id"] = f"{RUN_ID}{name}"
     plan.write_text(json.dumps(data))
     for result in commands(layout, profile, env):
         for text in (result.stdout, result.stderr):
