@@ -288,6 +288,35 @@ def test_a_created_attempt_left_by_a_crashed_retry_is_submitted_not_replaced(
     assert not staged.layout.attempt(1, 3).root.exists()
 
 
+def test_a_submit_killed_before_sbatch_is_submitted_by_the_next_retry(
+        tmp_path: Path, agent_pyz: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # found by the crash harness: the submission record was written (no job id yet), then
+    # the process died before sbatch; status found no job to adopt and retry counted the
+    # attempts as submitted: the shards stayed "created" forever
+    from control.runs import submit as submitting
+    from tests.fakes import Crash, crash_on_call
+
+    run = load_model(REPO / "examples" / "fake-server.toml", RunConfig)
+    profile = load_model(REPO / "examples" / "profiles" / "testbed.toml", Profile)
+    plan = make_plan(run, profile, "retry-1", REPO / "examples")
+    staged = stage_run(tmp_path / "ws", plan, {}, agent_pyz, "0" * 64)
+    commit_run(staged, "slurm")
+    sbatch = SbatchRecorder()
+    monkeypatch.setattr(submitting, "_sbatch", crash_on_call(submitting._sbatch, 1))
+    with pytest.raises(Crash):
+        submit_all(staged, profile, Scheduler(runner=sbatch), {i: 1 for i in range(3)})
+    monkeypatch.undo()
+    assert sbatch.sbatch() == [] and staged.layout.submission_json(1).exists()
+    assert select(staged.layout, staged.plan).choices == []  # young: may still be in flight
+    later = time.time() + retrying.ABANDONED_AFTER_S + 1
+    monkeypatch.setattr(retrying.time, "time", lambda: later)
+    done = retry_run(staged.layout, profile, Scheduler(runner=sbatch))
+    assert [(c.shard, c.attempt) for c in done.submitted] == [(0, 1), (1, 1), (2, 1)]
+    assert len(sbatch.sbatch()) == 1
+    assert all(load_attempt(staged.layout.attempt(s, 1).attempt_json).state == "submitted"
+               for s in range(3))
+
+
 def test_a_rejected_sbatch_fails_the_new_attempts(failed_run) -> None:
     staged, profile = failed_run
     with pytest.raises(SchedulerRejected):
