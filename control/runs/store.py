@@ -280,10 +280,13 @@ def needs_recovery(records: Iterable[Any], committed: bool, now: float) -> bool:
 
 
 def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[str]]:
-    """(winner.json exists, the newest ``attempt-NNNN`` folder) of a shard, by listing.
+    """(winner.json exists, the newest ``attempt-NNNN`` folder with a record) of a shard.
 
     Plain strings and two ``listdir`` calls; ``scan_shard`` falls back to it when the
-    submission records do not name the shard's latest attempt.
+    submission records do not name the shard's latest attempt. A newer folder without
+    ``attempt.json`` is not an attempt yet (a retry is creating it, or died doing so:
+    the next retry submits it), so the attempt before it is the shard's latest; without
+    any record the newest folder is returned (status reports it incomplete).
     """
     folder = f"{layout.root}/shards/shard-{shard:05d}"
     try:
@@ -293,10 +296,13 @@ def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[st
     winner = "winner.json" in names
     if "attempts" not in names:
         return winner, None
-    attempts = [n for n in os.listdir(f"{folder}/attempts") if ATTEMPT_DIR.match(n)]
+    attempts = sorted((n for n in os.listdir(f"{folder}/attempts") if ATTEMPT_DIR.match(n)),
+                      key=lambda n: int(n[8:]), reverse=True)
     if not attempts:
         return winner, None
-    return winner, f"{folder}/attempts/{max(attempts, key=lambda n: int(n[8:]))}"
+    recorded = next((n for n in attempts
+                     if _exists(f"{folder}/attempts/{n}/attempt.json")), attempts[0])
+    return winner, f"{folder}/attempts/{recorded}"
 
 
 def _exists(path: str) -> bool:

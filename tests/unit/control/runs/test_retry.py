@@ -317,6 +317,29 @@ def test_a_submit_killed_before_sbatch_is_submitted_by_the_next_retry(
                for s in range(3))
 
 
+def test_a_retry_killed_after_making_the_attempt_folder_shows_the_attempt_before(
+        failed_run, monkeypatch: pytest.MonkeyPatch) -> None:
+    # found by the crash harness: mkdir attempt-0002, then killed before its record; status
+    # showed the shard "unknown: no attempt record" forever (retry would have taken it,
+    # but nothing said so)
+    from control.runs.status import observe
+
+    staged, profile = failed_run
+    from tests.fakes import FakeSlurm
+
+    staged.layout.attempt(1, 2).root.mkdir(mode=0o700)
+    slurm = FakeSlurm()
+    slurm.on("squeue")
+    slurm.on("sacct")
+    rows = observe(staged.layout, Scheduler(runner=slurm))["shards"]
+    assert (rows[1]["state"], rows[1]["attempt"]) == ("failed", 1), rows[1]
+    later = time.time() + retrying.ABANDONED_AFTER_S + 1
+    monkeypatch.setattr(retrying.time, "time", lambda: later)
+    done = retry_run(staged.layout, profile, Scheduler(runner=SbatchRecorder()))
+    assert [(c.shard, c.attempt) for c in done.submitted] == [(1, 2), (4, 2)]
+    assert not staged.layout.attempt(1, 3).root.exists()
+
+
 def test_a_rejected_sbatch_fails_the_new_attempts(failed_run) -> None:
     staged, profile = failed_run
     with pytest.raises(SchedulerRejected):
