@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -463,10 +464,11 @@ FAIL_AFTER = 3  # records a failing client writes before it exits 1
 class FakeClient:
     """The client step, in-process: the real ``generate`` loop with ``complete`` answered
     locally (records depend only on their index), progress written after every record;
-    ``fail`` says which (shard, attempt) exits 1 after ``FAIL_AFTER`` records."""
+    ``fail`` says which (shard, attempt) exits 1 after ``FAIL_AFTER`` records; each record
+    takes ``delay_s``."""
 
-    def __init__(self, fail: Callable[[int, int], bool]) -> None:
-        self.fail = fail
+    def __init__(self, fail: Callable[[int, int], bool], delay_s: float = 0.0) -> None:
+        self.fail, self.delay_s = fail, delay_s
 
     def __call__(self, env: Mapping[str, str], shard: int, attempt: int) -> int:
         from agent_stdlib.client import generate as gen
@@ -479,6 +481,7 @@ class FakeClient:
         kept = gen.kept_records(env.get("SYNTHBATCH_RESUME_DIR"), output, offset, count)
         failing = self.fail(shard, attempt)
         todo = min(count, FAIL_AFTER) if failing else count
+        gen.complete = slow_completion(self.delay_s) if self.delay_s else fake_completion
         gen.generate(plan.client, gen.Target("http://127.0.0.1:9", "fake"), offset, todo,
                      output / f"records-{offset:012d}.jsonl", progress, None, kept)
         return 1 if failing else 0
@@ -489,6 +492,14 @@ def fake_completion(spec: Any, target: Any, index: int) -> Dict[str, Any]:
     return {"index": index, "prompt": f"item {index}", "completion": f"text {index}",
             "finish_reason": "stop", "model": spec.model, "served_model": target.served_name,
             "usage": {"completion_tokens": 2}}
+
+
+def slow_completion(delay_s: float) -> Callable[..., Dict[str, Any]]:
+    """``fake_completion`` that takes ``delay_s`` per record."""
+    def complete(spec: Any, target: Any, index: int) -> Dict[str, Any]:
+        time.sleep(delay_s)
+        return fake_completion(spec, target, index)
+    return complete
 
 
 class EveryRecord:
@@ -532,7 +543,6 @@ def run_agent(layout: RunLayout, job: str, task: int, script: str, restarts: int
     from agent_stdlib.allocation.invocation import invocation, parse_args
     from agent_stdlib.allocation.signals import SignalCoordinator
     from agent_stdlib.allocation.supervisor import open_log
-    from agent_stdlib.client import generate as gen
 
     text = Path(script).read_text()
     args = ["--run-dir", str(layout.root), "--submission",
@@ -546,7 +556,6 @@ def run_agent(layout: RunLayout, job: str, task: int, script: str, restarts: int
                       SLURMD_NODENAME="node1", SLURM_JOB_NODELIST="node1",
                       SLURM_JOB_NUM_NODES="1")
     inv = invocation(parse_args(args), os.environ)
-    gen.complete = fake_completion
 
     class Supervisor:
         def __init__(self, *args: Any) -> None:
@@ -621,3 +630,109 @@ def fork_call(function: Callable[[], Any], kill_after_s: Optional[float] = None,
             pass
     _, status = os.waitpid(pid, 0)
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+FAKE_SLURM_BIN = """#!{python}
+import os, sys
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from tests.fakes import FileCluster
+result = FileCluster(Path(os.environ["SYNTHBATCH_FAKE_CLUSTER"]))(sys.argv, 30.0)
+sys.stdout.write(result.stdout)
+sys.stderr.write(result.stderr)
+sys.exit(result.returncode)
+"""
+
+
+def file_cluster_bin(folder: Path) -> Path:
+    """``sbatch``, ``squeue``, ``sacct``, ``scancel`` and ``scontrol`` executables answering
+    from the FileCluster named by ``$SYNTHBATCH_FAKE_CLUSTER`` (a profile's ``slurm_bin``:
+    the real CLI, in its own processes, against the fake)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = FAKE_SLURM_BIN.format(python=sys.executable, repo=str(REPO))
+    for name in ("sbatch", "squeue", "sacct", "scancel", "scontrol"):
+        path = folder / name
+        path.write_text(script)
+        path.chmod(0o755)
+    return folder
+
+
+def harness_plan(shards: int, per_shard: int, max_attempts: int = 5) -> Any:
+    """The fake-server example planned for ``shards`` shards of ``per_shard`` records."""
+    base = make_plan(load_model(QUICKSTART, RunConfig), testbed_profile(), RUN_ID,
+                     QUICKSTART.parent)
+    return replace(base, shards=tuple(ShardSpec(i, i * per_shard, per_shard)
+                                      for i in range(shards)),
+                   total_records=shards * per_shard, arrays=array_chunks(shards),
+                   max_attempts=max_attempts)
+
+
+@functools.lru_cache(maxsize=1)
+def testbed_profile() -> Profile:
+    """examples/profiles/testbed.toml, validated (once)."""
+    return load_model(TESTBED, Profile)
+
+
+@dataclass
+class World:
+    """A workspace of one run (``RUN_ID``), its FileCluster and an agent bundle stand-in."""
+
+    root: Path
+
+    @property
+    def ws(self) -> Path:
+        return self.root / "ws"
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.ws / "runs" / RUN_ID)
+
+    def cluster(self, kill: Optional[KillSwitch] = None) -> FileCluster:
+        return FileCluster(self.root / "cluster.json", kill)
+
+    @property
+    def agent(self) -> Path:
+        path = self.root / "agent.pyz"
+        if not path.exists():
+            path.write_bytes(b"agent bundle stand-in\n")
+        return path
+
+    def submit(self, plan: Any, cluster: FileCluster) -> Any:
+        """``synthbatch submit`` of ``plan``: stage, commit, one held array, release."""
+        from agent_stdlib.contracts import sha256_bytes
+        from control.runs.submit import commit_run, stage_run, submit_all
+        from control.slurm.scheduler import Scheduler
+
+        staged = stage_run(self.ws, plan, {"run.toml": QUICKSTART, "profile.toml": TESTBED},
+                           self.agent, sha256_bytes(self.agent.read_bytes()))
+        commit_run(staged, "slurm")
+        submit_all(staged, testbed_profile(), Scheduler(runner=cluster),
+                   {s.index: 1 for s in plan.shards})
+        return staged
+
+
+def run_jobs(world: World, cluster: FileCluster, client: FakeClient) -> None:
+    """Run an allocation for every released pending task, one after the other (Slurm)."""
+    for job, task, script, restarts in cluster.runnable():
+        cluster.set(job, task, "RUNNING")
+        code = run_agent(world.layout, job, task, script, restarts, client)
+        cluster.set(job, task, "COMPLETED" if code == 0 else "FAILED")
+
+
+def drive(world: World, cluster: FileCluster, client: FakeClient, rounds: int = 10) -> None:
+    """Status, retry and allocations, as a user and Slurm go on, until status says the run
+    succeeded (and no task is left to run: a job requeued after its attempt succeeded
+    still runs, and exits); AssertionError if ``rounds`` do not get there."""
+    from control.runs.retry import retry_run
+    from control.runs.status import observe
+    from control.slurm.scheduler import Scheduler
+
+    layout, sched = world.layout, Scheduler(runner=cluster)
+    for _ in range(rounds):
+        data = observe(layout, sched)
+        if data["state"] == "succeeded" and not cluster.runnable():
+            return
+        if {"failed", "cancelled", "lost", "created"} & set(data["counts"]):
+            retry_run(layout, testbed_profile(), sched)  # what a user does about those
+        run_jobs(world, cluster, client)
+    raise AssertionError(f"did not converge: {observe(layout, sched)}")

@@ -29,7 +29,6 @@ import os
 import random
 import shutil
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple
 
@@ -45,35 +44,29 @@ from agent_stdlib.contracts import (
     ReadinessRecord,
     ResultManifest,
     RunRecord,
-    ShardSpec,
     SubmissionRecord,
-    sha256_bytes,
 )
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import verify_winner
 from agent_stdlib.statefile import load_record, read_json
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.planning.arrays import array_chunks
-from control.planning.planner import make_plan
 from control.runs.cancel import cancel_run
 from control.runs.merge import merge_run
 from control.runs.retry import retry_run
 from control.runs.status import observe
 from control.runs.store import scan_shard
-from control.runs.submit import commit_run, remove_uncommitted, stage_run, submit_all
+from control.runs.submit import remove_uncommitted
 from control.slurm.scheduler import Scheduler
 from tests.fakes import (
-    QUICKSTART,
-    RUN_ID,
-    TESTBED,
     FakeClient,
     FileCluster,
     KillSwitch,
+    World,
     budget,
+    drive,
     fork_call,
-    run_agent,
+    harness_plan,
+    run_jobs,
+    testbed_profile,
 )
 
 SHARDS, PER_SHARD = 2, 5
@@ -81,64 +74,22 @@ CLOCK_AHEAD_S = 1000.0  # the resumed writers run "later": past every grace peri
 ACTIVE = ("PENDING", "RUNNING")
 
 
-def _plan() -> Plan:
-    base = make_plan(load_model(QUICKSTART, RunConfig), load_model(TESTBED, Profile), RUN_ID,
-                     QUICKSTART.parent)
-    return replace(base, shards=tuple(ShardSpec(i, i * PER_SHARD, PER_SHARD)
-                                      for i in range(SHARDS)),
-                   total_records=SHARDS * PER_SHARD, arrays=array_chunks(SHARDS),
-                   max_attempts=5)
-
-
-PLAN = _plan()
-PROFILE = load_model(TESTBED, Profile)
+PLAN = harness_plan(SHARDS, PER_SHARD)
+PROFILE = testbed_profile()
 CLIENT = FakeClient(fail=lambda shard, attempt: (shard, attempt) == (1, 1))
-
-
-@dataclass
-class World:
-    """One case: a workspace, its fake cluster, and the agent bundle to stage."""
-
-    root: Path
-
-    @property
-    def ws(self) -> Path:
-        return self.root / "ws"
-
-    @property
-    def layout(self) -> RunLayout:
-        return RunLayout(self.ws / "runs" / RUN_ID)
-
-    def cluster(self, kill: Optional[KillSwitch] = None) -> FileCluster:
-        return FileCluster(self.root / "cluster.json", kill)
-
-    @property
-    def agent(self) -> Path:
-        return self.root / "agent.pyz"
-
-
-def run_jobs(world: World, cluster: FileCluster) -> None:
-    """Run an allocation for every released pending task, as Slurm would."""
-    for job, task, script, restarts in cluster.runnable():
-        cluster.set(job, task, "RUNNING")
-        code = run_agent(world.layout, job, task, script, restarts, CLIENT)
-        cluster.set(job, task, "COMPLETED" if code == 0 else "FAILED")
 
 
 def scenario(world: World, cluster: FileCluster) -> None:
     """The whole run, as the user and Slurm drive it (see the module docstring)."""
     sched = Scheduler(runner=cluster)
     layout = world.layout
-    staged = stage_run(world.ws, PLAN, {"run.toml": QUICKSTART, "profile.toml": TESTBED},
-                       world.agent, sha256_bytes(world.agent.read_bytes()))
-    commit_run(staged, "slurm")
-    submit_all(staged, PROFILE, sched, {s.index: 1 for s in PLAN.shards})
-    run_jobs(world, cluster)
+    world.submit(PLAN, cluster)
+    run_jobs(world, cluster, CLIENT)
     observe(layout, sched)
     retry_run(layout, PROFILE, sched)
     cancel_run(layout, sched, [1], wait_s=5.0)
     retry_run(layout, PROFILE, sched)
-    run_jobs(world, cluster)
+    run_jobs(world, cluster, CLIENT)
     observe(layout, sched)
 
 
@@ -146,19 +97,12 @@ def converge(world: World, cluster: FileCluster, ahead_s: float = CLOCK_AHEAD_S)
     """What happens after the crash, until status says succeeded (clock ``ahead_s``)."""
     real = time.time
     time.time = lambda: real() + ahead_s  # type: ignore[assignment]
-    layout, sched = world.layout, Scheduler(runner=cluster)
+    layout = world.layout
     if not layout.run_json.exists():  # never committed: the user submits again
         if layout.root.exists():
             remove_uncommitted(layout)
         scenario(world, cluster)
-    for _ in range(10):
-        data = observe(layout, sched)
-        if data["state"] == "succeeded" and not cluster.runnable():
-            return  # (a job requeued after its attempt succeeded still runs, and exits)
-        if {"failed", "cancelled", "lost", "created"} & set(data["counts"]):
-            retry_run(layout, PROFILE, sched)  # what the user does about those shards
-        run_jobs(world, cluster)
-    raise AssertionError(f"did not converge: {observe(layout, sched)}")
+    drive(world, cluster, CLIENT)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -280,7 +224,6 @@ def new_world(base: Path, name: str) -> World:
     world = World(base / name)
     shutil.rmtree(world.root, ignore_errors=True)
     world.root.mkdir()
-    world.agent.write_bytes(b"agent bundle stand-in\n")
     return world
 
 
