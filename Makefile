@@ -5,8 +5,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install testbed testbeds serving-llamacpp serving-vllm demo test test-fast lint bundle \
-	clean
+.PHONY: install testbed testbeds serving-llamacpp serving-vllm client-dd test-image demo test \
+	test-fast lint bundle clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,19 @@ serving-llamacpp:  ## serving environment: llama.cpp (xllamacpp) + SmolLM2-135M 
 serving-vllm:  ## serving environment: vLLM CPU + SmolLM2 as safetensors (~3.5 GB, ~2 min)
 	scripts/serving-env vllm >/dev/null
 
-demo: install testbed serving-llamacpp  ## examples/quickstart.toml end to end: real text
+# The sealed test image the real-container tests run (docs/containers.md): Debian trixie
+# minbase + python3 (3.13) from Debian, nothing of synthbatch; built once, then cached.
+TEST_IMAGE_DIR ?= $(CURDIR)/.work/images/python3-trixie
+export SYNTHBATCH_TEST_IMAGE_DIR := $(TEST_IMAGE_DIR)
+
+test-image:  ## sealed test image for charliecloud: rootfs/ + image.sqfs (~1 min once, cached)
+	scripts/test-image $(TEST_IMAGE_DIR) >/dev/null
+
+client-dd:  ## client environment: data-designer 0.9.7 (NeMo Data Designer, ~800 MB, ~1 min)
+	scripts/client-env dd >/dev/null
+
+# scripts/demo starts the testbed itself, or (no root, no apt-get) runs on the local backend
+demo: install serving-llamacpp  ## examples/quickstart.toml end to end: real text
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
 
 # The fast suite waits more than it computes: 4 workers on 2 cores take it from ~56 s to ~25 s.
@@ -43,7 +55,7 @@ FAST_WORKERS ?= 4
 
 test: install  ## every test: fast suite, then real-Slurm and real-engine suites
 	$(BIN)/python -m pytest -m "not slurm and not slow" -n $(FAST_WORKERS)
-	$(MAKE) --no-print-directory testbeds serving-llamacpp serving-vllm
+	$(MAKE) --no-print-directory testbeds serving-llamacpp serving-vllm client-dd test-image
 	. scripts/testbed-env && $(BIN)/python -m pytest -m "slurm or slow"
 
 test-fast: install  ## unit, contract and packaging tests (no Slurm)

@@ -5,9 +5,13 @@ Usage::
 
     python build_zipapp.py [--out-dir dist]          # build, print the path
     python build_zipapp.py --check [PYZ]             # build (or take PYZ) and import-check it
+    python build_zipapp.py --check [PYZ] --image IMG [--runtime charliecloud|apptainer]
+                                                     # ... with the python3 inside image IMG
 
 The check extracts the archive and imports every module listed in its manifest with
-``python -I -S`` (standard library only). Exit status: 0 OK, 1 check failed, 2 build error.
+``python -I -S`` (standard library only); with ``--image`` the check runs inside that image
+with its ``python3`` (the extracted bundle bound at ``/synthbatch/scratch``, the runtime's
+flags as for a step). Exit status: 0 OK, 1 check failed, 2 build error.
 This script only needs the standard library and shiv; it never imports pydantic or click.
 """
 
@@ -54,9 +58,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument(
         "--python",
-        default=sys.executable,
-        help="interpreter used for the import check (default: %(default)s)",
+        default=None,
+        help="interpreter used for the import check (default: this one, or the image's "
+        "python3 with --image)",
     )
+    parser.add_argument("--image", default=None, help="run the check inside this image")
+    parser.add_argument("--runtime", default="charliecloud", choices=("charliecloud", "apptainer"),
+                        help="container runtime for --image (default: %(default)s)")
+    parser.add_argument("--runtime-executable", default="",
+                        help="ch-run / apptainer binary (default: found on PATH)")
     args = parser.parse_args(argv)
 
     if args.check:
@@ -74,13 +84,26 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(pyz)
             return 0
 
-    errors = check_agent_bundle(pyz, python=args.python)
+    if args.image:
+        from control.images.inspect import agent_check, runtime_executable
+
+        exe = runtime_executable(args.runtime, args.runtime_executable)
+        if exe is None:
+            print(f"error: {args.runtime_executable or args.runtime}: not installed here",
+                  file=sys.stderr)
+            return 2
+        errors = list(agent_check(args.runtime, exe, args.image, pyz,
+                                  python=args.python or "python3")["errors"])
+        python = f"{args.python or 'python3'} in {args.image}"
+    else:
+        python = args.python or sys.executable
+        errors = check_agent_bundle(pyz, python=python)
     if errors:
         for error in errors:
             print(f"FAIL {error}", file=sys.stderr)
         print(f"{pyz}: {len(errors)} error(s)", file=sys.stderr)
         return 1
-    print(f"OK {pyz}: all manifest modules import with {args.python} -I -S")
+    print(f"OK {pyz}: all manifest modules import with {python} -I -S")
     return 0
 
 

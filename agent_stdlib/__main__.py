@@ -13,6 +13,7 @@ ROLES: Dict[str, str] = {
     "allocation": "agent_stdlib.allocation.controller",
     "proxy": "agent_stdlib.proxy.main",
     "generate": "agent_stdlib.client.generate",
+    "dd": "agent_stdlib.client.data_designer",
     "serve-llamacpp": "agent_stdlib.engines.llamacpp",
     "check": "agent_stdlib.allocation.nodecheck",
     "serve": "agent_stdlib.allocation.serve",

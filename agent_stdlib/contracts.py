@@ -14,7 +14,7 @@ import hashlib
 import json
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Type, TypeVar
 
 from agent_stdlib import arrays
 from agent_stdlib.errors import AgentError
@@ -223,6 +223,7 @@ class GenerateSpec:
     concurrency: int
     max_retries: int
     request_timeout_s: float
+    container: Optional[ContainerSpec] = None  # a client image the generator runs in
 
 
 @dataclass(frozen=True)
@@ -266,6 +267,28 @@ class CommandClientSpec:
 
 
 @dataclass(frozen=True)
+class DataDesignerSpec:
+    """A NeMo Data Designer config run by the ``dd`` role under the client environment's
+    Python (``agent_stdlib/client/data_designer.py``, ``docs/data-designer.md``)."""
+
+    config: str  # the config file (YAML/JSON) as the step sees it, or "<file.py>:<function>"
+    python: str  # the client environment's interpreter (inside the image, with one)
+    models: Dict[str, str] = field(default_factory=dict)  # DD alias -> deployment alias
+    run_config: Dict[str, Any] = field(default_factory=dict)  # Data Designer RunConfig fields
+    max_passes: int = 3  # Data Designer runs per shard to fill the rows it dropped
+    env: Dict[str, str] = field(default_factory=dict)
+    secret_env: Dict[str, str] = field(default_factory=dict)
+    container: Optional[ContainerSpec] = None
+    config_sha256: str = ""  # the config file's digest at submit ("": not readable there)
+
+
+def split_dd_config(config: str) -> Tuple[str, str]:
+    """``"/x/build.py:builder"`` -> ``("/x/build.py", "builder")``; a file -> ``(file, "")``."""
+    path, colon, function = config.rpartition(":")
+    return (path, function) if colon else (config, "")
+
+
+@dataclass(frozen=True)
 class ArraySpec:
     """One Slurm array of a run: task ``t`` runs shard ``first_shard + t``."""
 
@@ -283,7 +306,7 @@ class Plan(Record):
     total_records: int
     shards: Tuple[ShardSpec, ...]
     deployments: Tuple[DeploymentSpec, ...]
-    client: Optional[GenerateSpec]  # None only when client_command is set
+    client: Optional[GenerateSpec]  # None when client_command or client_data_designer is set
     resources: ResourceSpec
     runtime: RuntimeSpec
     max_attempts: int
@@ -294,12 +317,28 @@ class Plan(Record):
     resume: str = "auto"  # "auto" | "always" | "never"
     output_format: str = "jsonl"
     agent_sha256: str = ""  # the agent bundle digest, when known at plan time
+    client_data_designer: Optional[DataDesignerSpec] = None
 
     def __post_init__(self) -> None:
-        if self.client is None and self.client_command is None:
-            raise ContractError("Plan.client: expected an object (or a client_command)")
-        if self.client is not None and self.client_command is not None:
-            raise ContractError("Plan.client_command: must be null when client is set")
+        given = [name for name in ("client", "client_command", "client_data_designer")
+                 if getattr(self, name) is not None]
+        if not given:
+            raise ContractError("Plan.client: expected an object (or a client_command or "
+                                "client_data_designer)")
+        if len(given) > 1:
+            raise ContractError(f"Plan.{given[1]}: must be null when {given[0]} is set")
+
+    @property
+    def client_container(self) -> Optional[ContainerSpec]:
+        """The client step's image (None: the client runs on the host)."""
+        spec = self.client_command or self.client_data_designer or self.client
+        return spec.container if spec is not None else None
+
+    @property
+    def client_secret_env(self) -> Dict[str, str]:
+        """The client step's secrets: step variable -> job variable."""
+        spec = self.client_command or self.client_data_designer
+        return dict(spec.secret_env) if spec is not None else {}
 
     def shard(self, index: int) -> ShardSpec:
         """Return the shard with ``index`` or raise ContractError."""
@@ -340,6 +379,11 @@ class RunRecord(Record):
     job_name: str
     shard_count: int
     schema_version: int = SCHEMA_VERSION
+    # What ``plan`` warned about at submit (login-node checks), and the command-line
+    # overrides of the profile (``-p/-A/-q/-t/--reservation``: field -> value). Both have
+    # defaults: run.json files written before they existed still read.
+    warnings: Tuple[str, ...] = ()
+    overrides: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -409,6 +453,7 @@ class ProgressRecord(Record):
     requests_per_s: float
     updated_at: float
     schema_version: int = SCHEMA_VERSION
+    failures: int = 0  # records the client gave up on so far (it may generate them again)
 
 
 @dataclass(frozen=True)
@@ -449,3 +494,22 @@ class WinnerRecord(Record):
 def sha256_bytes(payload: bytes) -> str:
     """Hex sha256 of ``payload``."""
     return hashlib.sha256(payload).hexdigest()
+
+
+def dd_check_report(stdout: str, stderr: str, code: int) -> Tuple[List[str], List[str]]:
+    """``(problems, notes)`` of ``agent.pyz dd --validate``: its last JSON line of stdout
+    (``{"problems": [...], "notes": [...]}``); without one, a problem saying why."""
+    for line in reversed(stdout.splitlines()):
+        try:
+            report = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(report, dict) and isinstance(report.get("problems"), list):
+            problems = [str(p) for p in report["problems"]]
+            notes = [str(n) for n in report.get("notes") or []]
+            if not problems and code != 0:
+                problems = [f"the check exited with status {code}"]
+            return problems, notes
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return [f"the check printed no verdict (exit status {code}"
+            + (f": {lines[-1]}" if lines else "") + ")"], []

@@ -72,7 +72,7 @@ def bench_submit(shards: int, work: Path) -> None:
         "count = 3", f"count = {shards}").replace("{config_dir}/..", str(REPO))
     run.write_text(text)
     warm = api.submit(run, str(profile))  # warm-up: builds and caches the agent bundle once
-    _cancel(warm["job_ids"])
+    _cancel(warm.job_ids)
     times = phase_timer()
     started = time.perf_counter()
     try:
@@ -80,9 +80,9 @@ def bench_submit(shards: int, work: Path) -> None:
     finally:
         _cancel_named(work)
     wall = time.perf_counter() - started
-    _cancel(result["job_ids"])
+    _cancel(result.job_ids)
     print(f"submit of {shards} shards: {wall:.2f} s wall (target <= 5 s: "
-          f"{'ok' if wall <= 5 else 'MISS'}); job ids {result['job_ids']}")
+          f"{'ok' if wall <= 5 else 'MISS'}); job ids {result.job_ids}")
     for name, seconds in times.items():
         print(f"  {name:<11} {seconds:6.2f} s")
     print(f"  other       {wall - sum(times.values()):6.2f} s (plan: resolve, bundle lookup)")

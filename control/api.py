@@ -1,4 +1,10 @@
-"""The Python API behind every CLI command; each returns what ``--json`` prints.
+"""The Python API behind every CLI command: what notebooks and scripts call.
+
+``plan``, ``submit``, ``status``, ``wait``, ``merge`` and ``runs`` return typed results
+(``control.runs.results``; ``submit`` and ``run`` a :class:`Run` handle) whose
+``to_dict()`` is what ``--json`` prints; ``cancel``, ``retry`` and ``logs`` return that
+data as plain dicts. Every path and profile argument takes a ``str`` or a ``Path``; a
+profile is a name (``~/.config/synthbatch/profiles/<name>.toml``) or a file.
 
 Imports of the planner, bundle builder and renderer happen inside the functions that need
 them, so that ``status``, ``runs``, ``logs`` and ``cancel`` start quickly. Those commands
@@ -8,63 +14,134 @@ use, no pydantic); ``plan``, ``submit`` and ``retry`` validate the whole profile
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Union
 
-from agent_stdlib.layout import RunLayout, runs_root
+from agent_stdlib.layout import RunLayout, job_name
 from control.config.workspace import WorkspaceProfile, load_workspace_profile
-from control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
-from control.runs.store import load_run, run_layout
+from control.errors import InvalidInput, SchedulerUnavailable
+from control.runs.results import MergeResult, PlanResult, RunStatus, RunSummary
+from control.runs.store import latest_run_id, run_backend, run_layout
 from control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:
+    from control.backends.local.scheduler import LocalScheduler
+    from control.config.overrides import Overrides
     from control.config.profile import Profile
 
+PathLike = Union[str, "os.PathLike[str]"]
+ProfileRef = Union[str, "os.PathLike[str]", None]  # a name, a file, or None (the default)
+Show = Callable[[Dict[str, Any]], None]
+AnyProfile = Union["Profile", WorkspaceProfile]
 
-def scheduler_for(profile: Union[Profile, WorkspaceProfile]) -> Scheduler:
-    """The Slurm client configured by a profile."""
+
+def profile_ref(profile: ProfileRef) -> Optional[str]:
+    """A profile argument as the loaders take it: a ``Path`` is always a file."""
+    if profile is None or isinstance(profile, str):
+        return profile
+    text = os.fspath(profile)
+    return text if "/" in text or text.endswith((".toml", ".json")) else f"./{text}"
+
+
+def scheduler_for(profile: AnyProfile) -> Union[Scheduler, LocalScheduler]:
+    """The scheduler a profile names: the Slurm client, or the local backend's table."""
+    if profile.backend == "local":
+        from control.backends.local.scheduler import LocalScheduler, Settings
+
+        local = getattr(profile, "local", None)  # None: a read-only command's profile
+        settings = None if local is None else Settings(
+            gpus_per_node=profile.gpus_per_node,  # type: ignore[union-attr]
+            gpus=tuple(local.gpus) if local.gpus is not None else None,
+            max_concurrent=local.max_concurrent, kill_wait_s=local.kill_wait_s)
+        return LocalScheduler(profile.workspace, settings=settings)
     return Scheduler(slurm_bin=profile.slurm_bin, timeout_s=profile.scheduler_timeout_s)
 
 
-def _profile(profile: Optional[str]) -> Profile:
+def _of_run(profile: AnyProfile, layout: RunLayout) -> AnyProfile:
+    """``profile`` with the backend the run was submitted to (the profile may have changed
+    since), so that its jobs are asked where they are."""
+    backend = run_backend(layout)
+    if backend is None or backend == profile.backend:
+        return profile
+    if isinstance(profile, WorkspaceProfile):
+        return profile._replace(backend=backend)
+    return profile.model_copy(update={"backend": backend})
+
+
+def _profile(profile: ProfileRef) -> Profile:
     from control.config.profile import load_profile
 
-    return load_profile(profile)[0]
+    return load_profile(profile_ref(profile))[0]
 
 
-def _run(run_id: str, profile: Optional[str]) -> tuple[WorkspaceProfile, RunLayout]:
-    prof = load_workspace_profile(profile)
-    return prof, run_layout(Path(prof.workspace), run_id)
+def _run(run_id: Optional[str], profile: ProfileRef) -> tuple[WorkspaceProfile, RunLayout]:
+    prof = load_workspace_profile(profile_ref(profile))
+    workspace = Path(prof.workspace)
+    return prof, run_layout(workspace, run_id or latest_run_id(workspace))
 
 
-def run_dir(run_id: str, profile: Optional[str] = None) -> RunLayout:
-    """The directory layout of an existing run of the profile's workspace."""
+def latest_run(profile: ProfileRef = None) -> str:
+    """The id of the workspace's latest run (the one committed last); NotFound if none."""
+    return latest_run_id(Path(load_workspace_profile(profile_ref(profile)).workspace))
+
+
+def run_dir(run_id: Optional[str] = None, profile: ProfileRef = None) -> RunLayout:
+    """The directory layout of an existing run of the profile's workspace (None: the
+    latest run)."""
     return _run(run_id, profile)[1]
 
 
-def _max_array_size(prof: Profile, scheduler: Optional[Scheduler]) -> Optional[int]:
+def _overrides(partition: Optional[str], account: Optional[str], qos: Optional[str],
+               time_limit: Optional[str], reservation: Optional[str]) -> Overrides:
+    from control.config.overrides import Overrides
+
+    return Overrides(partition=partition, account=account, qos=qos, time_limit=time_limit,
+                     reservation=reservation)
+
+
+def _max_array_size(sched: Scheduler) -> tuple[Optional[int], Optional[SchedulerUnavailable]]:
     try:
-        return (scheduler or scheduler_for(prof)).max_array_size()
-    except SchedulerUnavailable:
-        return None  # plan without the cluster: one array, as large as the run
+        return sched.max_array_size(), None
+    except SchedulerUnavailable as err:
+        return None, err  # plan without the cluster: one array, as large as the run
 
 
-def plan(run_file: Path, profile: Optional[str] = None,
-         scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
-    """Dry run: validate and resolve the run, render the batch script, submit nothing."""
+def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Scheduler] = None,
+         *, partition: Optional[str] = None, account: Optional[str] = None,
+         qos: Optional[str] = None, time_limit: Optional[str] = None,
+         reservation: Optional[str] = None) -> PlanResult:
+    """Dry run: validate and resolve the run, check what this login node can see (paths,
+    programs, images, secrets, the partition's nodes), render the batch script; submit
+    nothing. ``partition`` ... ``reservation`` override the profile (``time_limit`` the
+    run's too), as ``-p/-A/-q/-t/--reservation`` do."""
     from control.runs.plan import dry_run
 
-    return dry_run(run_file, profile,
-                   max_array_size=_max_array_size(_profile(profile), scheduler))
+    sched = scheduler or scheduler_for(_profile(profile))
+    size, unavailable = _max_array_size(sched)
+    over = _overrides(partition, account, qos, time_limit, reservation)
+    return PlanResult.from_dict(dry_run(Path(run_file), profile_ref(profile),
+                                        max_array_size=size, overrides=over, scheduler=sched,
+                                        unavailable=unavailable))
 
 
-def submit(run_file: Path, profile: Optional[str] = None,
-           scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
-    """Plan, stage, commit and submit a run; return its id and job id."""
+def submit(run_file: PathLike, profile: ProfileRef = None,
+           scheduler: Optional[Scheduler] = None, *, partition: Optional[str] = None,
+           account: Optional[str] = None, qos: Optional[str] = None,
+           time_limit: Optional[str] = None, reservation: Optional[str] = None,
+           checks: bool = True) -> Run:
+    """Plan, check, stage, commit and submit a run; return its :class:`Run` handle.
+
+    Refuses (InvalidInput, nothing written) what ``plan``'s checks call an error; their
+    warnings are kept in ``run.json`` and on the handle. ``checks=False`` skips the
+    login-node checks (submits what Slurm accepts, e.g. for a partition about to grow).
+    """
     from control import bundle
     from control.runs import submit as submitting
-    from control.runs.plan import resolve
+    from control.runs.checks import errors, warnings
+    from control.runs.plan import login_checks, resolve
 
+    run_file = Path(run_file)
     prof = _profile(profile)
     workspace = Path(prof.workspace)
     try:
@@ -73,87 +150,157 @@ def submit(run_file: Path, profile: Optional[str] = None,
         raise InvalidInput(f"agent bundle: {err}") from err
     agent_sha256 = bundle.sha256_file(pyz)
     sched = scheduler or scheduler_for(prof)
-    resolved = resolve(run_file, profile, max_array_size=sched.max_array_size(),
-                       agent_sha256=agent_sha256)
+    over = _overrides(partition, account, qos, time_limit, reservation)
+    resolved = resolve(run_file, profile_ref(profile), max_array_size=sched.max_array_size(),
+                       agent_sha256=agent_sha256, overrides=over)
+    found = login_checks(resolved, sched) if checks else []
+    bad = errors(found)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise InvalidInput(f"submit refused: {bad[0].line()}{more}",
+                           hint=f"synthbatch plan {run_file} shows every check")
     plan = resolved.plan
-    staged = submitting.stage_run(
-        workspace, plan,
-        {"run" + run_file.suffix: run_file,
-         "profile" + resolved.profile_path.suffix: resolved.profile_path},
-        pyz, agent_sha256, resolved.plan_bytes, resolved.plan_sha256)
+    inputs = {"run" + run_file.suffix: run_file,
+              "profile" + resolved.profile_path.suffix: resolved.profile_path}
+    if resolved.client_config is not None:  # a copy of what the plan pinned, for the record
+        inputs["data-designer" + resolved.client_config.suffix] = resolved.client_config
+    staged = submitting.stage_run(workspace, plan, inputs, pyz, agent_sha256,
+                                  resolved.plan_bytes, resolved.plan_sha256)
+    kept = [f.line() for f in warnings(found)]
     try:
-        submitting.commit_run(staged, prof.backend)
+        submitting.commit_run(staged, prof.backend, warnings=kept, overrides=over.to_dict())
     except BaseException:
         submitting.remove_uncommitted(staged.layout)
         raise
-    records = submitting.submit_all(staged, prof, sched, {s.index: 1 for s in plan.shards})
-    return {"run_id": plan.run_id, "run_dir": str(staged.layout.root),
-            "job_id": records[0].job_id, "job_ids": [r.job_id for r in records],
-            "shards": len(plan.shards)}
+    records = submitting.submit_all(staged, resolved.profile, sched,
+                                    {s.index: 1 for s in plan.shards})
+    return Run(plan.run_id, profile, scheduler, submission={
+        "run_id": plan.run_id, "run_dir": str(staged.layout.root),
+        "job_id": records[0].job_id, "job_ids": [r.job_id for r in records],
+        "shards": len(plan.shards), "warnings": kept, "overrides": over.to_dict()})
 
 
-def status(run_id: str, profile: Optional[str] = None,
-           scheduler: Optional[Scheduler] = None, auto_retry: bool = False) -> Dict[str, Any]:
-    """Shards by state, records done, tokens, rate, ETA, failures with reasons and logs.
+def status(run_id: Optional[str] = None, profile: ProfileRef = None,
+           scheduler: Optional[Scheduler] = None, auto_retry: bool = False) -> RunStatus:
+    """The run's (None: the latest run's) state: shards by state, records done, tokens,
+    rate, ETA, failures with reasons and logs.
 
     ``auto_retry`` also submits the next attempt of failed shards below the run's
     ``max_attempts`` (as ``retry --auto``; skipped while another retry holds the lock) and
     adds what it submitted as ``retried``.
     """
-    from control.runs.status import observe, unreachable
 
+    return RunStatus.from_dict(_status_data(run_id, profile, scheduler, auto_retry))
+
+
+def _status_data(run_id: Optional[str], profile: ProfileRef, scheduler: Optional[Scheduler],
+                 auto_retry: bool) -> Dict[str, Any]:
     prof, layout = _run(run_id, profile)
-    sched = scheduler or scheduler_for(prof)
+    sched = scheduler or scheduler_for(_of_run(prof, layout))
+    return _presented(layout, _observed(layout, profile, sched, auto_retry, scheduler), sched)
+
+
+def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Dict[str, Any]:
+    """``observe`` plus ``backend``: which scheduler answered (and, for the local backend,
+    where each supervisor of the run is)."""
+    from control.runs.status import observe
+
     data = observe(layout, sched)
+    data["backend"] = sched.describe(job_name(layout.root.name))
+    return data
+
+
+def _presented(layout: RunLayout, data: Dict[str, Any], sched: Scheduler) -> Dict[str, Any]:
+    """The refresh with what is said about it: pending reasons that block shards
+    (``blocked``) and the run's numbers (``totals``)."""
+    from control.runs.pending import blocked
+    from control.runs.totals import totals
+
+    return {**data, "blocked": blocked(data["shards"]), "totals": totals(layout, data, sched)}
+
+
+def _observed(layout: RunLayout, profile: ProfileRef, sched: Scheduler, auto_retry: bool,
+              given: Optional[Scheduler] = None) -> Dict[str, Any]:
+    """One refresh; with ``auto_retry``, failed shards resubmitted (through ``given``, the
+    caller's scheduler, or one made from the whole profile: submitting needs all of it)."""
+    from control.runs.status import unreachable
+
+    data = _refresh(layout, sched)
     if not auto_retry or not data["counts"].get("failed") or unreachable(data):
         return data
     from control.errors import Conflict
     from control.runs.retry import retry_run
 
     try:
-        done = retry_run(layout, _profile(profile), sched, auto=True, lock_wait_s=0.0)
+        full = _of_run(_profile(profile), layout)  # submitting needs the whole profile
+        done = retry_run(layout, full, given or scheduler_for(full), auto=True,
+                         lock_wait_s=0.0)
     except Conflict as err:
         return {**data, "retried": [], "notes": [*data["notes"], err.message]}
     notes = [done.selection.skipped[s] for s in sorted(done.selection.skipped)]
     if not done.submitted:
         return {**data, "retried": [], "notes": [*data["notes"], *notes]}
-    fresh = observe(layout, sched)
+    fresh = _refresh(layout, sched)
     return {**fresh, "retried": [c.to_dict() for c in done.submitted],
             "notes": [*fresh["notes"], *notes]}
 
 
-def cancel(run_id: str, shards: Sequence[int] = (), profile: Optional[str] = None,
+def wait(run_id: Optional[str] = None, profile: ProfileRef = None,
+         timeout_s: Optional[float] = None, interval_s: float = 5.0,
+         show: Optional[Show] = None, scheduler: Optional[Scheduler] = None) -> RunStatus:
+    """Refresh the run's status until it ends (or ``timeout_s`` passes); return the last.
+
+    Each refresh is one ``status`` (backing off from ``interval_s`` to 30 s while nothing
+    changes, never stopping on a Slurm outage); ``show`` is called with each refresh's
+    data. Whether the run succeeded is the result's ``state`` (``succeeded``); the CLI's
+    exit status comes from it (``control.runs.watch.outcome``).
+    """
+    from control.runs.watch import Backoff
+    from control.runs.watch import watch as watch_loop
+
+    prof, layout = _run(run_id, profile)
+    sched = scheduler or scheduler_for(_of_run(prof, layout))
+    name = layout.root.name
+    last = watch_loop(lambda: _status_data(name, profile, sched, False),
+                      show or (lambda data: None), Backoff(base_s=interval_s),
+                      max_s=timeout_s)
+    return RunStatus.from_dict(last)
+
+
+def cancel(run_id: str, shards: Sequence[int] = (), profile: ProfileRef = None,
            scheduler: Optional[Scheduler] = None, wait_s: float = 60.0) -> Dict[str, Any]:
     """scancel the recorded jobs of the run (or of ``shards``); states become cancelled."""
     from control.runs.cancel import cancel_run
 
     prof, layout = _run(run_id, profile)
-    return cancel_run(layout, scheduler or scheduler_for(prof), list(shards), wait_s)
+    return cancel_run(layout, scheduler or scheduler_for(_of_run(prof, layout)), list(shards),
+                      wait_s)
 
 
-def logs(run_id: str, shard: Optional[int] = None, step: Optional[str] = None,
-         profile: Optional[str] = None) -> Dict[str, Any]:
+def logs(run_id: Optional[str] = None, shard: Optional[int] = None,
+         step: Optional[str] = None, profile: ProfileRef = None) -> Dict[str, Any]:
     """Which log file of the latest execution to show, and the other steps that have one."""
     from control.runs.logs import locate
 
     _, layout = _run(run_id, profile)
     target = locate(layout, shard, step)
-    return {"run_id": run_id, "shard": target.shard, "attempt": target.attempt,
+    return {"run_id": layout.root.name, "shard": target.shard, "attempt": target.attempt,
             "execution": target.execution, "step": target.step, "path": str(target.path),
             "steps": target.steps}
 
 
-def merge(run_id: str, output: Optional[Path] = None, allow_partial: bool = False,
-          profile: Optional[str] = None, fmt: str = "jsonl") -> Dict[str, Any]:
+def merge(run_id: str, output: Optional[PathLike] = None, allow_partial: bool = False,
+          profile: ProfileRef = None, fmt: str = "jsonl") -> MergeResult:
     """Verify and concatenate the winners of a run in shard order; return the manifest."""
     from control.runs.merge import merge_run
 
     _, layout = _run(run_id, profile)
-    return merge_run(layout, output.resolve() if output else None, allow_partial, fmt)
+    target = Path(output).resolve() if output is not None else None
+    return MergeResult.from_dict(merge_run(layout, target, allow_partial, fmt))
 
 
 def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
-          dry_run: bool = False, auto: bool = False, profile: Optional[str] = None,
+          dry_run: bool = False, auto: bool = False, profile: ProfileRef = None,
           scheduler: Optional[Scheduler] = None, lock_wait_s: float = 60.0) -> Dict[str, Any]:
     """Submit attempt N+1 for shards that ended without a winner (or the named ``shards``).
 
@@ -170,6 +317,7 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
 
     prof = _profile(profile)
     layout = run_layout(Path(prof.workspace), run_id)
+    prof = _of_run(prof, layout)  # type: ignore[assignment]
     sched = scheduler or scheduler_for(prof)
     seen = observe(layout, sched)
     error = unreachable(seen)
@@ -186,25 +334,90 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
             "skipped": [selection.skipped[s] for s in sorted(selection.skipped)]}
 
 
-def runs(profile: Optional[str] = None) -> Dict[str, Any]:
-    """Runs in the workspace, newest first, with their state from the run directory alone."""
-    from control.runs.listing import durable_state
+def runs(profile: ProfileRef = None) -> List[RunSummary]:
+    """The runs of the workspace, newest first, from their directories alone (no Slurm):
+    state, records done, shards, when submitted, how long they ran."""
+    from control.runs.listing import list_runs
 
-    prof = load_workspace_profile(profile)
-    root = runs_root(Path(prof.workspace))
-    found: List[Dict[str, Any]] = []
-    for folder in sorted(root.iterdir() if root.is_dir() else [], reverse=True):
-        try:
-            layout = run_layout(Path(prof.workspace), folder.name)
-            record = load_run(layout)
-        except SynthbatchError:
-            continue
-        except Exception as err:  # noqa: BLE001 - one bad run must not hide the rest
-            found.append({"run_id": folder.name, "state": "unknown", "problem": str(err)})
-            continue
-        if record is not None:
-            found.append({"run_id": record.run_id, "name": record.name,
-                          "created_at": record.created_at, "shards": record.shard_count,
-                          **durable_state(layout, record.shard_count)})
-    found.sort(key=lambda r: r.get("created_at", 0), reverse=True)
-    return {"runs": found}
+    prof = load_workspace_profile(profile_ref(profile))
+    return [RunSummary.from_dict(r) for r in list_runs(Path(prof.workspace))]
+
+
+def run(run_id: Optional[str] = None, profile: ProfileRef = None,
+        scheduler: Optional[Scheduler] = None) -> Run:
+    """The handle of an existing run (None: the latest run of the workspace)."""
+    return Run(_run(run_id, profile)[1].root.name, profile, scheduler)
+
+
+class Run:
+    """A handle on one run, like submitit's job objects: ask it, wait for it, merge it.
+
+    ``api.submit(...)`` returns one; ``api.run(run_id)`` makes one for an existing run.
+    Every method reads the run's durable state afresh (and asks Slurm where status does),
+    so a handle can be kept, pickled or rebuilt from its ``run_id`` in another process.
+    """
+
+    def __init__(self, run_id: str, profile: ProfileRef = None,
+                 scheduler: Optional[Scheduler] = None,
+                 submission: Optional[Dict[str, Any]] = None) -> None:
+        self.run_id = run_id
+        self.profile = profile
+        self.scheduler = scheduler
+        self.submission = dict(submission or {})
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_id!r})"
+
+    @property
+    def dir(self) -> Path:
+        """The run's directory on the shared filesystem."""
+        return run_dir(self.run_id, self.profile).root
+
+    @property
+    def job_ids(self) -> List[str]:
+        """The Slurm job ids submit got (empty for a handle made by ``api.run``)."""
+        return list(self.submission.get("job_ids", []))
+
+    @property
+    def warnings(self) -> List[str]:
+        """What the login-node checks warned about at submit (kept in ``run.json``)."""
+        if "warnings" in self.submission:
+            return list(self.submission["warnings"])
+        from control.runs.store import load_run
+
+        record = load_run(run_dir(self.run_id, self.profile))
+        return list(record.warnings) if record is not None else []
+
+    def to_dict(self) -> Dict[str, Any]:
+        """What ``submit --json`` prints (``{"run_id": ...}`` for an existing run)."""
+        return dict(self.submission) or {"run_id": self.run_id}
+
+    def status(self) -> RunStatus:
+        """The run's state now (``api.status``)."""
+        return status(self.run_id, self.profile, self.scheduler)
+
+    def wait(self, timeout_s: Optional[float] = None, interval_s: float = 5.0,
+             show: Optional[Show] = None) -> RunStatus:
+        """Block until the run ends (or ``timeout_s``); the last status (``api.wait``)."""
+        return wait(self.run_id, self.profile, timeout_s, interval_s, show, self.scheduler)
+
+    def cancel(self, shards: Sequence[int] = ()) -> Dict[str, Any]:
+        """scancel the run, or some of its shards (``api.cancel``)."""
+        return cancel(self.run_id, shards, self.profile, self.scheduler)
+
+    def retry(self, shards: Sequence[int] = (), resume: Optional[str] = None,
+              dry_run: bool = False) -> Dict[str, Any]:
+        """Submit the next attempt of the shards that ended without a winner."""
+        return retry(self.run_id, shards, resume, dry_run, profile=self.profile,
+                     scheduler=self.scheduler)
+
+    def merge(self, output: Optional[PathLike] = None, allow_partial: bool = False,
+              fmt: str = "jsonl") -> MergeResult:
+        """Verify and concatenate the winners into ``output`` (``api.merge``)."""
+        return merge(self.run_id, output, allow_partial, self.profile, fmt)
+
+    def logs(self, shard: Optional[int] = None, step: Optional[str] = None) -> str:
+        """The text of a shard's log (as ``synthbatch logs``; the last 64 KiB)."""
+        from control.runs.logs import read_tail
+
+        return read_tail(Path(logs(self.run_id, shard, step, self.profile)["path"]))

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 __all__ = [
     "AGENT_PACKAGE",
@@ -328,13 +328,23 @@ def _safe_extract(archive: zipfile.ZipFile, dest: Path) -> None:
     archive.extractall(dest)
 
 
-def check_agent_bundle(pyz: Path, python: str = sys.executable) -> List[str]:
+# Given the host directory the bundle was extracted to: the command prefix that runs the
+# check elsewhere (inside an image) and that directory as the command sees it.
+Runner = Callable[[str], Tuple[List[str], str]]
+
+
+def check_agent_bundle(pyz: Path, python: str = sys.executable,
+                       runner: Optional[Runner] = None,
+                       env: Optional[Dict[str, str]] = None) -> List[str]:
     """Import every module listed in the bundle's manifest with ``python -I -S``.
 
     The archive is extracted to a temporary directory; the check interpreter has only the
     standard library and the extracted ``site-packages`` on ``sys.path``, so any import of a
     third-party package (pydantic, yaml, ...) fails. Also fails when the manifest is missing
     or invalid, names a module without a file, or misses a module shipped in the archive.
+    With ``runner`` the interpreter runs behind its prefix (``ch-run -b DIR:/x IMG --``:
+    an image's ``python3``), seeing the extracted directory where ``runner`` says, in
+    ``env`` (default: this process's environment).
 
     Returns a list of one-line error strings; an empty list means the bundle is OK.
     """
@@ -381,14 +391,16 @@ def check_agent_bundle(pyz: Path, python: str = sys.executable) -> List[str]:
         if entry_point != ENTRY_POINT:
             errors.append(f"environment.json: entry point {entry_point!r} != {ENTRY_POINT!r}")
 
-        argv = [
+        prefix, seen = runner(tmp) if runner is not None else ([], tmp)
+        argv = prefix + [
             python, "-I", "-S", "-B", "-c", _CHECK_SCRIPT,
-            str(site_packages), entry_point or ENTRY_POINT, json.dumps(importable),
+            f"{seen}/{SITE_PACKAGES}", entry_point or ENTRY_POINT, json.dumps(importable),
         ]  # fmt: skip
         try:
             proc = subprocess.run(
                 argv,
                 cwd=tmp,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,

@@ -6,17 +6,21 @@ Also ``one_line``: the redaction, escaping and capping every message goes throug
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Optional, Sequence
 
 from agent_stdlib.text import visible
 from control.secrets import redact_text
 
-OK = 0
+# Exit statuses of every command (README and docs/observation.md list them).
+OK = 0  # done; for ``wait`` and ``submit --wait``: every shard succeeded
 INTERNAL = 1
 INVALID_INPUT = 2
 NOT_FOUND = 3
 CONFLICT = 4
 SCHEDULER_UNAVAILABLE = 5
+RUN_FAILED = 6  # the run ended and a shard failed (or was lost)
+RUN_CANCELLED = 7  # the run ended, no shard failed, at least one was cancelled
+STILL_RUNNING = 8  # ``wait --timeout`` passed before the run ended
 
 MAX_MESSAGE = 500
 REDACTED = "***"
@@ -37,15 +41,18 @@ def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
 
 
 class SynthbatchError(Exception):
-    """Base error: a one-line message, an exit code and an optional hint."""
+    """Base error: a one-line message, an exit code, an optional hint and ``details``
+    (one line per problem, when there are several)."""
 
     exit_code = INTERNAL
     code = "internal"
 
-    def __init__(self, message: str, hint: Optional[str] = None) -> None:
+    def __init__(self, message: str, hint: Optional[str] = None,
+                 details: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.details = tuple(details)
 
 
 class InvalidInput(SynthbatchError):
@@ -101,3 +108,24 @@ class SchedulerRejected(SynthbatchError):
 
     exit_code = INVALID_INPUT
     code = "scheduler_rejected"
+
+
+class RunFailed(SynthbatchError):
+    """The run being waited for ended with failed (or lost) shards."""
+
+    exit_code = RUN_FAILED
+    code = "run_failed"
+
+
+class RunCancelled(SynthbatchError):
+    """The run being waited for ended with cancelled shards and no failed one."""
+
+    exit_code = RUN_CANCELLED
+    code = "run_cancelled"
+
+
+class StillRunning(SynthbatchError):
+    """The wait's time limit passed before the run ended."""
+
+    exit_code = STILL_RUNNING
+    code = "still_running"

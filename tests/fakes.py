@@ -111,11 +111,11 @@ def write_readiness(path: Path, shard: int, attempt: int, execution: int, state:
 # Flags each command may carry; a value flag consumes the next argv word.
 FLAGS: Dict[str, Dict[str, bool]] = {
     "sbatch": {"--parsable": False, "--hold": False, "--array": True, "--job-name": True},
-    "scontrol": {},
+    "scontrol": {"-o": False},
     "scancel": {},
-    "sinfo": {"-h": False, "-o": True},
+    "sinfo": {"-h": False, "-o": True, "-N": False, "-p": True},
     "squeue": {"-h": False, "-t": True, "-j": True, "-o": True, "-n": True},
-    "sacct": {"-n": False, "-P": False, "-X": False, "-j": True, "--format": True},
+    "sacct": {"-n": False, "-P": False, "-X": False, "-D": False, "-j": True, "--format": True},
 }
 
 Reply = Tuple[int, str, str]
@@ -208,27 +208,28 @@ class Shard:
 
 def make_run(workspace: Path, shards: List[Shard], job_id: Optional[str] = "500",
              committed: bool = True, released: bool = True,
-             submitted_at: float = NOW - 3600, per_shard: int = 10) -> RunLayout:
+             submitted_at: float = NOW - 3600, per_shard: int = 10,
+             run_id: str = RUN_ID) -> RunLayout:
     """A run directory written with the real record writers."""
-    base = make_plan(load_model(QUICKSTART, RunConfig), load_model(TESTBED, Profile), RUN_ID,
+    base = make_plan(load_model(QUICKSTART, RunConfig), load_model(TESTBED, Profile), run_id,
                      QUICKSTART.parent)
     plan = replace(base, shards=tuple(ShardSpec(i, i * per_shard, per_shard)
                                       for i in range(len(shards))),
                    total_records=per_shard * len(shards), arrays=array_chunks(len(shards)))
-    layout = RunLayout(ensure_dir(workspace / "runs" / RUN_ID))
+    layout = RunLayout(ensure_dir(workspace / "runs" / run_id))
     publish_immutable(layout.plan_json, plan.to_json().encode(), mode=0o400)
     ensure_dir(layout.submissions)
     ensure_dir(layout.slurm_logs)
     for index, shard in enumerate(shards):
-        write_shard(layout, index, shard, job_id, per_shard)
+        write_shard(layout, index, shard, job_id, per_shard, run_id)
     record = SubmissionRecord(number=1, argv=("sbatch",), job_id=job_id,
                               attempts={str(i): 1 for i in range(len(shards))},
                               submitted_at=submitted_at, released=released)
     write_json_atomic(layout.submission_json(1), record.to_dict())
     if committed:
-        run = RunRecord(run_id=RUN_ID, name=plan.name, created_at=NOW, plan_sha256="0" * 64,
+        run = RunRecord(run_id=run_id, name=plan.name, created_at=NOW, plan_sha256="0" * 64,
                         agent_pyz="agent-x.pyz", agent_sha256="0" * 64, backend="slurm",
-                        job_name=f"synthbatch-{RUN_ID}", shard_count=len(shards))
+                        job_name=f"synthbatch-{run_id}", shard_count=len(shards))
         publish_immutable(layout.run_json, run.to_json().encode())
     return layout
 
@@ -241,10 +242,10 @@ PATHS = {"submitted": ["submitted"], "pending": ["submitted", "pending"],
 
 
 def write_shard(layout: RunLayout, index: int, shard: Shard, job_id: Optional[str],
-                per_shard: int) -> None:
+                per_shard: int, run_id: str = RUN_ID) -> None:
     paths = layout.attempt(index, 1)
     ensure_dir(paths.root)
-    create_attempt(paths.attempt_json, RUN_ID, index, 1)
+    create_attempt(paths.attempt_json, run_id, index, 1)
     for step in PATHS[shard.state]:
         extra = {"job_id": f"{job_id}_{index}", "submission": 1} if step == "submitted" else {}
         reason = shard.reason if step in states.TERMINAL else None
@@ -261,6 +262,40 @@ def write_shard(layout: RunLayout, index: int, shard: Shard, job_id: Optional[st
         publish_json_immutable(layout.winner_json(index), WinnerRecord(
             shard=index, attempt=1, records=per_shard, result_sha256="0" * 64, files=(),
             created_at=NOW).to_dict())
+
+
+def fake_slurm_bin(tmp_path: Path, **scripts: str) -> Path:
+    """A slurm_bin folder whose commands are small shell scripts."""
+    folder = tmp_path / "fakebin"
+    folder.mkdir()
+    for name, body in scripts.items():
+        path = folder / name
+        path.write_text("#!/bin/sh\n" + body + "\n")
+        path.chmod(0o755)
+    return folder
+
+
+def profile_with_bin(profile_file: Path, folder: Path) -> str:
+    """``profile_file`` with its ``slurm_bin`` set to ``folder``; its path."""
+    profile_file.write_text(profile_file.read_text() + f'slurm_bin = "{folder}"\n')
+    return str(profile_file)
+
+
+# ------------------------------------------------ documentation
+
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+
+
+def fenced_blocks(path: Path, info: Optional[str] = None) -> List[str]:
+    """The fenced code blocks of a Markdown file, in order; with ``info``, only those whose
+    info string is exactly it (``bash testbed``, ``toml run``)."""
+    return [body for tag, body in FENCE.findall(path.read_text(encoding="utf-8"))
+            if info is None or tag.strip() == info]
+
+
+def fenced_infos(path: Path) -> List[str]:
+    """The info strings of every fenced block of a Markdown file."""
+    return [tag.strip() for tag, _ in FENCE.findall(path.read_text(encoding="utf-8"))]
 
 
 # ------------------------------------------------ authored inputs

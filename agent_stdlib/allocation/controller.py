@@ -11,7 +11,11 @@ Every exit path (failure, signal, time limit, requeue) goes through ``_finish``,
 owner of cleanup. SIGUSR1 stops generation gracefully, keeps partial output and requeues
 the job while ``--max-requeues`` allows; SIGTERM from a requeue leaves the attempt
 ``running`` for the next execution; SIGTERM at a time limit fails it; any other SIGTERM
-cancels it.
+cancels it. A cancellation or a time limit is recorded before cleanup (the client gets a
+second to save): Slurm SIGKILLs the job ``KillWait`` after that SIGTERM, which a graceful
+stop of several servers can outlast. The scheduler is Slurm (``srun`` launcher) or the
+local backend's supervisor (``local`` launcher, ``agent_stdlib/localjob.py``); ``slurmjob``
+answers for both.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from agent_stdlib.publish import complete_winner, publish_result
 from agent_stdlib.statefile import ensure_dir
 
 POLL_S = 0.2
+RECORD_FIRST_WAIT_S = 1.0  # how long a cancelled client may save before the outcome is recorded
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,9 @@ class Outcome:
     state: Optional[str]
     reason: Optional[str] = None
     requeue: bool = False  # the agent asks Slurm to requeue the job after cleanup
+    # recorded before cleanup: Slurm SIGKILLs the whole job KillWait after this SIGTERM
+    # (30 s by default, often less), which a graceful stop can outlast
+    record_first: bool = False
 
 
 @dataclass
@@ -65,7 +73,7 @@ class Allocation:
 
     inv: Invocation
     signals: SignalCoordinator
-    ident: JobIdentity = field(default_factory=slurmjob.current_identity)
+    ident: Optional[JobIdentity] = None  # default: from the environment, per launcher
     supervisor: Supervisor = field(init=False)
     services: Optional[Services] = None
     client: Optional[Managed] = None
@@ -75,6 +83,14 @@ class Allocation:
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.signals, step_control(self.inv.plan.runtime))
+        if self.ident is None:
+            self.ident = slurmjob.current_identity(self.inv.plan.runtime.launcher)
+
+    @property
+    def job(self) -> JobIdentity:
+        """Who the scheduler says this allocation is."""
+        assert self.ident is not None  # set in __post_init__
+        return self.ident
 
     @property
     def paths(self) -> AttemptLayout:
@@ -109,7 +125,7 @@ class Allocation:
                 return _say(f"attempt {self.inv.attempt} had succeeded; winner completed", 0)
             if record.state in states.TERMINAL:
                 return _say(f"attempt {self.inv.attempt} is already {record.state}", 1)
-            if self.srun:
+            if self.srun or self.job.job_id:  # Slurm, or the local backend's supervisor
                 check_identity(self._context(record))
         except AgentError as err:
             return _say(f"refusing to run: {err}", 2)
@@ -136,7 +152,7 @@ class Allocation:
 
     def _context(self, record: AttemptRecord) -> Context:
         return Context(plan=self.inv.plan, shard=self.inv.shard, attempt=record,
-                       ident=self.ident, env=current_env(), plan_json=self.inv.layout.plan_json,
+                       ident=self.job, env=current_env(), plan_json=self.inv.layout.plan_json,
                        agent_pyz=self.inv.agent_pyz,
                        writable=[self.inv.layout.shard_dir(self.inv.shard), self.paths.root,
                                  self.paths.output, self.logs],
@@ -144,11 +160,11 @@ class Allocation:
                        hash_cache=self.inv.layout.image_hashes)
 
     def _begin(self, record: AttemptRecord) -> AttemptRecord:
-        restarts = max(self.ident.restart_count, record.restarts)
+        restarts = max(self.job.restart_count, record.restarts)
         restarting = restarts > 0 or record.state == states.RUNNING
         record = advance_attempt(self.paths.attempt_json, states.RUNNING,
-                                 job_id=record.job_id or self.ident.key,
-                                 node=self.ident.node, restarts=restarts)
+                                 job_id=record.job_id or self.job.key,
+                                 node=self.job.node, restarts=restarts)
         ensure_dir(self.paths.output)
         self.execution = self._new_execution(restarts + 1)
         self.services = Services(self.inv.plan, self.supervisor, self.signals, self.logs,
@@ -210,20 +226,19 @@ class Allocation:
         if not err.soft:
             return self._terminated(err)
         self._stop_client_gracefully()
-        if self.srun and self.ident.job_id and \
-                self.ident.restart_count < self.inv.max_requeues:
-            return Outcome(None, f"{err}: requeued (restart {self.ident.restart_count + 1} "
+        if self.job.job_id and self.job.restart_count < self.inv.max_requeues:
+            return Outcome(None, f"{err}: requeued (restart {self.job.restart_count + 1} "
                                  f"of {self.inv.max_requeues})", requeue=True)
         return Outcome(states.FAILED, f"{err} (time limit or preemption soon): "
                                       "stopped early, no requeue left")
 
     def _terminated(self, err: Interrupted) -> Outcome:
-        cause = slurmjob.termination_cause(self.ident) if self.srun else slurmjob.CANCELLED
+        cause = slurmjob.termination_cause(self.job)
         if cause == slurmjob.REQUEUED:
             return Outcome(None, f"{err}: requeued by the scheduler")
         if cause == slurmjob.TIME_LIMIT:
-            return Outcome(states.FAILED, f"{err}: time limit reached")
-        return Outcome(states.CANCELLED, str(err))
+            return Outcome(states.FAILED, f"{err}: time limit reached", record_first=True)
+        return Outcome(states.CANCELLED, str(err), record_first=True)
 
     def _stop_client_gracefully(self) -> None:
         """Ask the client to stop and save its records (SIGUSR1), bounded by the grace."""
@@ -231,17 +246,33 @@ class Allocation:
         if client is None or client.exit_code() is not None:
             return
         self.supervisor.interrupt(client, signal.SIGUSR1)
-        deadline = time.monotonic() + self.inv.plan.runtime.grace_s
-        while client.exit_code() is None and time.monotonic() < deadline \
-                and not self.signals.urgent:
+        self._wait_client(self.inv.plan.runtime.grace_s)
+
+    def _wait_client(self, budget_s: float) -> None:
+        """Wait up to ``budget_s`` for the client to exit (not past an urgent signal)."""
+        client = self.client
+        deadline = time.monotonic() + budget_s
+        while client is not None and client.exit_code() is None \
+                and time.monotonic() < deadline and not self.signals.urgent:
             time.sleep(0.05)
 
     # ------------------------------------------------------------------ the one exit path
 
     def _finish(self, outcome: Outcome) -> int:
         self.signals.defer()
+        if not (outcome.record_first and outcome.state is not None):
+            if self.execution:
+                self._cleanup(outcome.reason)
+            return self._record(outcome)
+        # the client got Slurm's SIGTERM too: let it save, briefly, then record, then stop
+        self._wait_client(min(self.inv.plan.runtime.grace_s, RECORD_FIRST_WAIT_S))
+        status = self._record(outcome)
         if self.execution:
             self._cleanup(outcome.reason)
+        return status
+
+    def _record(self, outcome: Outcome) -> int:
+        """Write the attempt's outcome (and winner); return the agent's exit status."""
         partial = self._partial() if outcome.state != states.SUCCEEDED else None
         if partial and outcome.reason:
             total = self.inv.plan.shard(self.inv.shard).num_records
@@ -284,9 +315,9 @@ class Allocation:
         """Keep the attempt ``running`` for the next execution of this job."""
         advance_attempt(self.paths.attempt_json, states.RUNNING, reason=outcome.reason,
                         partial_records=partial)
-        if outcome.requeue and not slurmjob.requeue(self.ident):
+        if outcome.requeue and not slurmjob.requeue(self.job):
             advance_attempt(self.paths.attempt_json, states.FAILED,
-                            reason=f"{outcome.reason}; but scontrol requeue was refused",
+                            reason=f"{outcome.reason}; but the requeue was refused",
                             partial_records=partial)
             return 1
         return _say(f"shard {self.inv.shard} attempt {self.inv.attempt}: {outcome.reason}", 0)

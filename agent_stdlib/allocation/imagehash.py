@@ -1,10 +1,12 @@
-"""sha256 of container images, remembered per run so array tasks do not re-hash them.
+"""Image digests, remembered per run so array tasks do not re-hash them.
 
 Hashing a multi-GB image takes tens of seconds, and every array task of a run checks the
-same files. The first task that hashes an image records the digest in
-``<run>/image-hashes/<key>.json`` together with the file's identity and change stamps
-(device, inode, size, mtime_ns, ctime_ns); a later task reuses the digest only when all of
-them still match. ``ctime`` cannot be set back by a user, so a file rewritten in place,
+same images. The first task that hashes an image (:func:`agent_stdlib.imagedigest.image_digest`:
+a file's sha256, a directory's tree digest) records the digest in
+``<run>/image-hashes/<key>.json`` together with the image's identity and change stamps
+(device, inode, size, mtime_ns, ctime_ns; for a directory also :func:`tree_stamp`, the
+same stamps of every entry below it); a later task reuses the digest only when all of
+them still match. ``ctime`` cannot be set back by a user, so an image rewritten in place,
 replaced, or touched back to its old mtime is hashed again.
 """
 
@@ -12,29 +14,23 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from agent_stdlib.imagedigest import image_digest, tree_stamp
 from agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
-
-HASH_BLOCK = 1 << 20
-STAMP_FIELDS = ("dev", "ino", "size", "mtime_ns", "ctime_ns")
-
-
-def file_sha256(path: str) -> str:
-    """Hex sha256 of a file, streamed."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(HASH_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def stamp(path: str) -> Dict[str, Any]:
-    """The identity and change stamps of ``path`` (follows symlinks, like reading does)."""
+    """The identity and change stamps of ``path`` (follows symlinks, like reading does);
+    a directory's also cover every entry below it (``tree``)."""
     st = os.stat(path)
-    return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+    out: Dict[str, Any] = {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size,
+                           "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+    if stat.S_ISDIR(st.st_mode):
+        out["tree"] = tree_stamp(path)
+    return out
 
 
 def record_path(cache: Path, path: str) -> Path:
@@ -43,10 +39,10 @@ def record_path(cache: Path, path: str) -> Path:
 
 
 def cached_sha256(path: str, cache: Optional[Path]) -> str:
-    """The image's sha256: from the run's cache when the file is unchanged, else hashed
+    """The image's digest: from the run's cache when the image is unchanged, else hashed
     (and recorded; a cache that cannot be written is not an error)."""
     if cache is None:
-        return file_sha256(path)
+        return image_digest(path)[0]
     before = stamp(path)
     where = record_path(cache, path)
     try:
@@ -54,10 +50,10 @@ def cached_sha256(path: str, cache: Optional[Path]) -> str:
     except StateError:
         known = None
     if known is not None and known.get("path") == os.path.abspath(path) \
-            and all(known.get(k) == before[k] for k in STAMP_FIELDS) \
+            and all(known.get(k) == v for k, v in before.items()) \
             and isinstance(known.get("sha256"), str):
         return str(known["sha256"])
-    digest = file_sha256(path)
+    digest = image_digest(path)[0]
     if stamp(path) == before:  # not changed while it was read
         try:
             ensure_dir(cache)

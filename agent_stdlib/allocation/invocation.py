@@ -1,6 +1,7 @@
 """What the batch script told the agent: arguments, the verified plan, shard and attempt.
 
-The shard comes from ``--shard``, or from the array task: with ``plan.arrays`` the batch
+The shard comes from ``--shard``, or from the array task (``SLURM_ARRAY_TASK_ID``, or
+``SYNTHBATCH_LOCAL_ARRAY_TASK_ID`` under the local backend): with ``plan.arrays`` the batch
 script passes ``--array-index K`` and the task id maps to a shard through
 :func:`agent_stdlib.arrays.task_shard` (the one home of that rule). Without
 ``--array-index`` (scripts rendered before arrays existed) a plan with one array behaves as
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
+from agent_stdlib import localjob
 from agent_stdlib.allocation.errors import AllocationFailure
 from agent_stdlib.arrays import task_shard
 from agent_stdlib.contracts import SCHEMA_VERSION, Plan, SubmissionRecord, sha256_bytes
@@ -69,6 +71,8 @@ def resolve_shard(plan: Plan, env: Mapping[str, str], shard: Optional[int],
                                         f"of --array-index {array_index}")
             return shard, task
         raw = env.get("SLURM_ARRAY_TASK_ID", "")
+        if plan.runtime.launcher == "local":  # the local backend names it its own way
+            raw = env.get(localjob.ARRAY_TASK_ID) or raw
         if not raw.isdigit():
             raise AllocationFailure("SLURM_ARRAY_TASK_ID is not set (not an array task?); "
                                     "pass --shard")

@@ -8,11 +8,14 @@ One builder per step kind, no I/O, so the exact command lines are golden-tested
   GPUs asks Slurm for all of the allocation's GPUs on its node and runs behind the
   ``serve`` role, which narrows the step's device lists to the plan's GPU indices
   (:mod:`agent_stdlib.allocation.serve`, ``docs/runtime.md`` "GPU binding");
-* the client step runs the built-in ``generate`` role, or the run's own command
-  (``plan.client_command``) with its env, secrets and container;
+* the client step runs the built-in ``generate`` role (on the host, or with the image's
+  ``python3`` in its client image), the run's own command (``plan.client_command``), or the
+  Data Designer adapter (``dd`` role) under the client environment's Python
+  (``plan.client_data_designer``), with its env, secrets and container;
 * secrets are copied by name from the agent's environment into the step's environment,
   never into an argv; inside a container the ``SYNTHBATCH_*`` paths and ``{agent}`` are
-  translated to the container's view of the run directory.
+  translated to the container's view of the run directory, and the agent's node-local
+  scratch (``SHIV_ROOT``) is mounted (:func:`scratch_for`).
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from agent_stdlib.allocation.errors import LaunchError
-from agent_stdlib.allocation.steps import step_argv, step_env
+from agent_stdlib.allocation.steps import local_devices, step_argv, step_env
 from agent_stdlib.containers import (
     IMAGE_PYTHON,
     container_env,
     env_prefix,
     task_in_image,
     translate,
+    with_scratch,
     wrap,
 )
 from agent_stdlib.contracts import ContainerSpec, DeploymentSpec, Plan
@@ -95,18 +99,33 @@ def in_container(path: str, container: Optional[ContainerSpec], what: str) -> st
     return moved
 
 
+def scratch_for(name: str, container: Optional[ContainerSpec],
+                ambient: Mapping[str, str]) -> Optional[ContainerSpec]:
+    """``container`` with the agent's node-local scratch (``SHIV_ROOT``, set by the batch
+    script) mounted, so shiv extracts there inside the image and never into a home."""
+    if container is None or container.runtime == "none":
+        return container
+    scratch = ambient.get("SHIV_ROOT", "")
+    if not scratch.startswith("/"):
+        raise LaunchError(f"{name}: a step in image {container.image} needs SHIV_ROOT (an "
+                          "absolute node-local scratch directory; the batch script sets it)")
+    return with_scratch(container, scratch)
+
+
 def _step(plan: Plan, name: str, argv: Sequence[str], extra: Mapping[str, str],
           ambient: Mapping[str, str], container: Optional[ContainerSpec], gpus: int,
           relative: Optional[int], task_prefix: Sequence[str] = ()) -> Launch:
     names = sorted(extra)
-    wrapped = wrap(container, argv, names, gpus, task_prefix)
+    container = scratch_for(name, container, ambient)
+    wrapped = wrap(container, argv, names, gpus, task_prefix, inherit=plan.runtime.env_allow)
     if wrapped.srun_flags and plan.runtime.launcher != "srun":
         raise LaunchError(f"{name}: a {container.runtime if container else ''} image needs the "
                           "srun launcher")
     cmd = step_argv(plan.runtime, plan.resources, name, wrapped.argv, gpus,
                     relative=relative, flags=wrapped.srun_flags)
-    env = container_env(container, step_env(plan.runtime, ambient, extra), names)
-    return Launch(name=name, argv=tuple(cmd), env=env)
+    env = step_env(plan.runtime, ambient, extra)
+    env.update(local_devices(plan.runtime, ambient, gpus))
+    return Launch(name=name, argv=tuple(cmd), env=container_env(container, env, names))
 
 
 def server_name(dep: DeploymentSpec, replica: int) -> str:
@@ -117,13 +136,15 @@ def server_name(dep: DeploymentSpec, replica: int) -> str:
 def gpu_binder(plan: Plan, dep: DeploymentSpec, name: str, gpus: Sequence[int],
                agent_pyz: str) -> List[str]:
     """The ``serve`` role in front of a replica's command: ``python -I agent.pyz serve
-    --gpus I,J --replica NAME [--env-prefix P] --`` ([] without GPUs or without srun).
+    --gpus I,J --replica NAME [--env-prefix P] --`` ([] without GPUs). With the local
+    launcher it narrows the allocation's ``CUDA_VISIBLE_DEVICES`` (set by the local
+    backend) the same way it narrows a Slurm step's lists.
 
     It runs where the step's task runs: inside a pyxis image (``python3`` and the agent's
     path there), on the host in front of apptainer (which also needs the narrowed
     variables as ``APPTAINERENV_*``) and charliecloud.
     """
-    if plan.runtime.launcher != "srun" or dep.gpus_per_replica == 0:
+    if dep.gpus_per_replica == 0:
         return []
     if len(gpus) != dep.gpus_per_replica:
         raise LaunchError(f"{name}: the plan gives it GPUs {tuple(gpus)}, the deployment "
@@ -176,9 +197,20 @@ class ClientPaths:
 
 def client_contract(plan: Plan, paths: ClientPaths,
                     endpoints: Mapping[str, str]) -> Dict[str, str]:
-    """The ``SYNTHBATCH_*`` variables of the client step (host paths)."""
+    """The ``SYNTHBATCH_*`` variables of the client step (host paths).
+
+    ``SYNTHBATCH_ENDPOINTS`` maps each alias to its proxy's root URL (no ``/v1``: the
+    readiness and metrics paths hang off it too); ``SYNTHBATCH_DEPLOYMENTS`` gives what an
+    OpenAI client needs per alias: ``base_url`` (ending in ``/v1``) and ``model`` (the
+    served name). With one deployment, ``SYNTHBATCH_OPENAI_BASE_URL`` and
+    ``SYNTHBATCH_MODEL`` say the same without JSON.
+    """
+    deployments = {alias: {"base_url": openai_base_url(url),
+                           "model": plan.deployment(alias).served_name}
+                   for alias, url in endpoints.items()}
     env = {
         "SYNTHBATCH_ENDPOINTS": json.dumps(dict(endpoints), sort_keys=True),
+        "SYNTHBATCH_DEPLOYMENTS": json.dumps(deployments, sort_keys=True),
         "SYNTHBATCH_SHARD_INDEX": str(paths.shard),
         "SYNTHBATCH_SHARD_COUNT": str(len(plan.shards)),
         "SYNTHBATCH_RECORD_OFFSET": str(paths.record_offset),
@@ -188,28 +220,72 @@ def client_contract(plan: Plan, paths: ClientPaths,
     }
     if paths.resume:
         env["SYNTHBATCH_RESUME_DIR"] = paths.resume
-    if len(endpoints) == 1:
-        env["SYNTHBATCH_OPENAI_BASE_URL"] = next(iter(endpoints.values())) + "/v1"
+    if len(deployments) == 1:
+        only = next(iter(deployments.values()))
+        env["SYNTHBATCH_OPENAI_BASE_URL"] = only["base_url"]
+        env["SYNTHBATCH_MODEL"] = only["model"]
     return env
+
+
+def _contract_inside(contract: Dict[str, str], container: Optional[ContainerSpec]) -> None:
+    """The contract's host paths (:data:`PATH_VARS`) as ``container`` sees them."""
+    for var in (v for v in PATH_VARS if v in contract):
+        contract[var] = in_container(contract[var], container, f"client: {var}")
+
+
+def openai_base_url(endpoint: str) -> str:
+    """The OpenAI-compatible base URL of a proxy endpoint: ``<endpoint>/v1``."""
+    return endpoint.rstrip("/") + "/v1"
 
 
 def client_launch(plan: Plan, paths: ClientPaths, endpoints: Mapping[str, str],
                   ambient: Mapping[str, str]) -> Launch:
-    """The client step: built-in ``generate``, or ``plan.client_command`` when set.
+    """The client step: built-in ``generate``, ``plan.client_command``, or the ``dd`` role
+    under the client environment's Python (``plan.client_data_designer``).
 
     It runs on the batch node (``--relative=0`` in multi-node allocations), where the
     loopback proxies listen.
     """
     contract = client_contract(plan, paths, endpoints)
     relative = 0 if plan.resources.nodes > 1 else None
-    command = plan.client_command
-    if command is None:
-        argv = [plan.runtime.python, "-I", paths.agent_pyz, "generate", "--plan",
-                paths.plan_json]
-        return _step(plan, "client", argv, contract, ambient, None, 0, relative)
-    for var in (v for v in PATH_VARS if v in contract):
-        contract[var] = in_container(contract[var], command.container, f"client: {var}")
-    extra = dict(command.env)
-    extra.update(secret_values(command.secret_env, ambient, "client"))
+    if plan.client is not None:
+        box = plan.client.container
+        _contract_inside(contract, box)
+        python = IMAGE_PYTHON if box is not None and box.runtime != "none" \
+            else plan.runtime.python
+        argv = [python, "-I", in_container(paths.agent_pyz, box, "client: agent"),
+                "generate", "--plan", in_container(paths.plan_json, box, "client: plan")]
+        return _step(plan, "client", argv, contract, ambient, box, 0, relative)
+    spec = plan.client_command or plan.client_data_designer
+    assert spec is not None  # the Plan contract holds exactly one client
+    box = spec.container
+    argv = list(plan.client_command.argv) if plan.client_command is not None \
+        else dd_argv(plan, paths.agent_pyz, paths.plan_json)
+    _contract_inside(contract, box)
+    extra = dict(spec.env)
+    extra.update(secret_values(spec.secret_env, ambient, "client"))
     extra.update(contract)  # the contract wins over a same-named literal
-    return _step(plan, "client", command.argv, extra, ambient, command.container, 0, relative)
+    return _step(plan, "client", argv, extra, ambient, box, 0, relative)
+
+
+def dd_argv(plan: Plan, agent_pyz: str, plan_json: str, *extra: str) -> List[str]:
+    """``<client python> -I <agent> dd --plan <plan.json> [extra]`` as the client step sees
+    it (paths inside the client image, when there is one)."""
+    spec = plan.client_data_designer
+    assert spec is not None
+    box = spec.container
+    return [spec.python, "-I", in_container(agent_pyz, box, "client: agent"), "dd", "--plan",
+            in_container(plan_json, box, "client: plan"), *extra]
+
+
+def dd_validate_launch(plan: Plan, agent_pyz: str, plan_json: str,
+                       ambient: Mapping[str, str]) -> Launch:
+    """The preflight step that runs ``dd --validate`` where the client step will run (same
+    Python, image, env and secrets), before any server starts."""
+    spec = plan.client_data_designer
+    assert spec is not None
+    extra = dict(spec.env)
+    extra.update(secret_values(spec.secret_env, ambient, "client"))
+    relative = 0 if plan.resources.nodes > 1 else None
+    return _step(plan, "preflight-dd", dd_argv(plan, agent_pyz, plan_json, "--validate"),
+                 extra, ambient, spec.container, 0, relative)

@@ -6,7 +6,8 @@ model. Checks: scheduler identity, node list and count, GPUs (this node's cover 
 highest GPU index the plan uses on a node; :func:`replica_slots` is the one rule for each
 replica's node, port offset and GPU indices), controller Python,
 every path the plan names (on the batch node here, on every other replica node through
-:mod:`agent_stdlib.allocation.nodecheck`), secrets (by name), container images (sha256), the address
+:mod:`agent_stdlib.allocation.nodecheck`), secrets (by name), container images (sha256), a
+Data Designer config (``dd --validate`` where the client will run), the address
 of every node that runs a replica, and the ports the servers will listen on.
 
 Ports (one rule, :func:`plan_sites`): replica *k* has the plan's offset
@@ -24,6 +25,7 @@ import hashlib
 import os
 import shutil
 import socket
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,15 +34,23 @@ from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence
 from agent_stdlib.allocation import nodecheck, slurmjob
 from agent_stdlib.allocation.errors import LaunchError, PreflightError
 from agent_stdlib.allocation.imagehash import cached_sha256
-from agent_stdlib.allocation.launch import LOOPBACK, Site, in_container, secret_values
+from agent_stdlib.allocation.launch import (
+    LOOPBACK,
+    Site,
+    dd_validate_launch,
+    in_container,
+    secret_values,
+)
 from agent_stdlib.allocation.slurmjob import JobIdentity
-from agent_stdlib.containers import DEFAULT_EXECUTABLE
-from agent_stdlib.contracts import AttemptRecord, ContainerSpec, Plan
+from agent_stdlib.allocation.steps import COMMAND_TIMEOUT_S
+from agent_stdlib.containers import DEFAULT_EXECUTABLE, SCRATCH_MOUNT
+from agent_stdlib.contracts import AttemptRecord, ContainerSpec, Plan, dd_check_report
 
 MIN_PYTHON = (3, 9)
 PORT_SLOTS = 512  # distinct port blocks per port_base
 PORT_STRIDE = 16  # ports per block (servers of one allocation)
 CONNECT_S = 0.5  # a remote port is taken when something accepts within this
+DD_CHECK_TIMEOUT_S = 300.0  # importing Data Designer from a cold shared filesystem is slow
 
 
 
@@ -205,6 +215,13 @@ def check_paths(ctx: Context) -> None:
     command = ctx.plan.client_command
     if command is not None and command.container is None and command.argv:
         _executable("client command", command.argv[0])
+    dd = ctx.plan.client_data_designer
+    if dd is not None and dd.container is None:  # in an image it is the image's business
+        _executable("client python", dd.python)
+        config = dd.config.rpartition(":")[0] or dd.config
+        if not os.access(config, os.R_OK):
+            raise PreflightError(f"paths: client: Data Designer config {config} is missing "
+                                 "or not readable")
     for dep in ctx.plan.deployments:
         if dep.command and dep.container is None:  # in an image it is the image's business
             _executable(f"deployment {dep.alias}: command", dep.command[0])
@@ -257,8 +274,7 @@ def check_secrets(ctx: Context) -> None:
     try:
         for dep in ctx.plan.deployments:
             secret_values(dep.secret_env, ctx.env, f"deployment {dep.alias}")
-        if ctx.plan.client_command is not None:
-            secret_values(ctx.plan.client_command.secret_env, ctx.env, "client")
+        secret_values(ctx.plan.client_secret_env, ctx.env, "client")
     except LaunchError as err:
         raise PreflightError(f"secrets: {err}") from err
 
@@ -267,34 +283,108 @@ def _containers(plan: Plan) -> Iterator[Tuple[str, ContainerSpec]]:
     for dep in plan.deployments:
         if dep.container is not None and dep.container.runtime != "none":
             yield f"deployment {dep.alias}", dep.container
-    command = plan.client_command
-    if command is not None and command.container is not None \
-            and command.container.runtime != "none":
-        yield "client", command.container
+    box = plan.client_container
+    if box is not None and box.runtime != "none":
+        yield "client", box
+
+
+def _readable_image(path: str) -> bool:
+    """A sealed image file, or an image directory (charliecloud), that can be read."""
+    if os.path.isdir(path):
+        return os.access(path, os.R_OK | os.X_OK)
+    return os.path.isfile(path) and os.access(path, os.R_OK)
+
+
+def missing_mount_point(box: ContainerSpec) -> Optional[str]:
+    """The first bind target a charliecloud image directory lacks (None if it has all).
+
+    ch-run 0.31 mounts the image read-only and binds only onto directories that exist in
+    it ("can't mkdir: ... Read-only file system"); a SquashFS image is not looked into.
+    """
+    if box.runtime != "charliecloud" or not os.path.isdir(box.path):
+        return None
+    for target in [m.container for m in box.mounts] + [SCRATCH_MOUNT]:
+        if not os.path.isdir(os.path.join(box.path, target.lstrip("/"))):
+            return target
+    return None
+
+
+def _runtime_problem(box: ContainerSpec, exe: str, env: Mapping[str, str]) -> Optional[str]:
+    """Why the runtime cannot run steps here as :mod:`agent_stdlib.containers` wraps them."""
+    if box.runtime != "charliecloud":
+        return None
+    if not env.get("USER"):
+        return "ch-run needs $USER, which is not set in the job environment"
+    try:
+        done = subprocess.run([exe, "--feature=extglob"], env=dict(env), capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=COMMAND_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"{exe} --feature=extglob did not run ({err})"
+    if done.returncode != 0:
+        return (f"{exe} has no extglob support (--feature=extglob), so --unset-env cannot "
+                "keep only the step's own variables")
+    return None
 
 
 def check_images(ctx: Context, hashed: Optional[Dict[str, str]] = None) -> None:
-    """Each image exists and matches its pinned sha256 (each file hashed once); the
-    runtime's binary is executable; the run directory is visible inside the container."""
+    """Each image exists and matches its pinned digest (each image hashed once); the
+    runtime's binary is executable and can wrap steps; the run directory is visible
+    inside the container; a charliecloud image directory has every mount point."""
     hashed = {} if hashed is None else hashed
+    checked: Dict[str, Optional[str]] = {}
     for owner, box in _containers(ctx.plan):
         where = f"images: {owner}: image {box.image} ({box.path})"
-        if not (os.path.isfile(box.path) and os.access(box.path, os.R_OK)):
+        if not _readable_image(box.path):
             raise PreflightError(f"{where} is missing or not readable")
+        if not ctx.env.get("SHIV_ROOT", "").startswith("/"):
+            raise PreflightError(f"images: {owner}: SHIV_ROOT (the node-local scratch "
+                                 "mounted into images) is not an absolute path")
         if box.path not in hashed:
-            hashed[box.path] = cached_sha256(box.path, ctx.hash_cache)
+            try:
+                hashed[box.path] = cached_sha256(box.path, ctx.hash_cache)
+            except OSError as err:
+                raise PreflightError(f"{where}: {err.strerror or err}") from err
         if hashed[box.path] != box.sha256:
             raise PreflightError(f"{where}: sha256 {hashed[box.path]} does not match the "
                                  f"pinned {box.sha256}")
         if box.runtime in DEFAULT_EXECUTABLE:
-            _executable(f"{owner}: container runtime",
-                        box.executable or DEFAULT_EXECUTABLE[box.runtime])
+            exe = box.executable or DEFAULT_EXECUTABLE[box.runtime]
+            _executable(f"{owner}: container runtime", exe)
+            if exe not in checked:
+                checked[exe] = _runtime_problem(box, exe, ctx.env)
+            if checked[exe]:
+                raise PreflightError(f"images: {owner}: {checked[exe]}")
+        target = missing_mount_point(box)
+        if target is not None:
+            raise PreflightError(f"{where} has no directory {target} to mount onto "
+                                 "(ch-run binds only onto directories the image has)")
         try:
             in_container(str(ctx.agent_pyz), box, f"{owner}: agent")
             for folder in ctx.writable:
                 in_container(str(folder), box, f"{owner}: run path")
         except LaunchError as err:
             raise PreflightError(f"images: {err}") from err
+
+
+def check_data_designer(ctx: Context) -> None:
+    """The Data Designer config passes the adapter's own checks where the client will run
+    (``dd --validate`` as a step: the client's Python, image, env): installation, config,
+    model aliases, seed dataset. One PreflightError naming every problem."""
+    if ctx.plan.client_data_designer is None:
+        return
+    try:
+        launch = dd_validate_launch(ctx.plan, str(ctx.agent_pyz), str(ctx.plan_json), ctx.env)
+    except LaunchError as err:
+        raise PreflightError(f"data designer: {err}") from err
+    try:
+        done = subprocess.run(list(launch.argv), env=launch.env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=DD_CHECK_TIMEOUT_S,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise PreflightError(f"data designer: the config check did not run ({err})") from err
+    problems, _ = dd_check_report(done.stdout, done.stderr, done.returncode)
+    if problems:
+        raise PreflightError("data designer: " + "; ".join(problems))
 
 
 def _resolve(addr: str) -> Optional[str]:
@@ -402,14 +492,17 @@ def check_sites(ctx: Context, sites: Mapping[str, Sequence[Site]],
 
 def run_preflight(ctx: Context) -> Dict[str, List[Site]]:
     """Run every check in order; return each alias's replica sites. Raises PreflightError."""
-    if ctx.plan.runtime.launcher == "srun":
+    srun = ctx.plan.runtime.launcher == "srun"
+    if srun or ctx.ident.job_id:  # Slurm, or the local backend's supervisor
         check_identity(ctx)
+    if srun:
         check_nodes(ctx)
     check_gpus(ctx)
     check_python()
     check_paths(ctx)
     check_secrets(ctx)
     check_images(ctx)
+    check_data_designer(ctx)
     needed = sorted({slot.node for row in replica_slots(ctx.plan) for slot in row})
     hosts = node_hosts(ctx, needed)
     if ctx.plan.runtime.launcher == "srun":

@@ -28,11 +28,10 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from agent_stdlib.containers import DEVICE_VARS
 from agent_stdlib.errors import AgentError
 
-# Device lists Slurm sets in a step with GPUs (CUDA, ROCm, OpenCL), then its own record.
-DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
-               "GPU_DEVICE_ORDINAL")
+# Slurm's device lists (CUDA, ROCm, OpenCL), then its own record.
 LIST_VARS = DEVICE_VARS + ("SLURM_STEP_GPUS",)
 NO_DEVICES = "NoDevFiles"  # Slurm's value when the GRES has no device files
 EXIT_USAGE = 2

@@ -1,9 +1,14 @@
-"""What this allocation is, as Slurm tells it: identity from the environment, why a
-SIGTERM came (``scontrol show job``), and requeueing the job.
+"""What this allocation is, as its scheduler tells it: identity from the environment, why a
+SIGTERM came, and requeueing the job.
 
-Measured on Slurm 22.05 while the batch step handles SIGTERM: after ``scontrol requeue``
-the job shows ``Restarts`` one higher than the running ``SLURM_RESTART_COUNT``; at a time
-limit it shows ``Reason=TimeLimit``; after ``scancel`` neither.
+On Slurm (the ``srun`` launcher): ``SLURM_*`` variables, ``scontrol show job``, ``scontrol
+requeue``. Measured on Slurm 22.05 while the batch step handles SIGTERM: after ``scontrol
+requeue`` the job shows ``Restarts`` one higher than the running ``SLURM_RESTART_COUNT``; at
+a time limit it shows ``Reason=TimeLimit``; after ``scancel`` neither.
+
+Under the local backend (the ``local`` launcher): ``SYNTHBATCH_LOCAL_*`` variables and the
+task's control folder (``agent_stdlib/localjob.py``): the supervisor writes the cause
+before it signals, the agent asks for a requeue with a file.
 """
 
 from __future__ import annotations
@@ -12,12 +17,10 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from agent_stdlib import localjob
 from agent_stdlib.allocation.steps import run_command
 from agent_stdlib.arrays import task_job_id
-
-REQUEUED = "requeued"
-TIME_LIMIT = "time limit"
-CANCELLED = "cancelled"
+from agent_stdlib.localjob import CANCELLED, REQUEUED, TIME_LIMIT
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class JobIdentity:
     node: Optional[str]
     nodelist: Optional[str]
     num_nodes: Optional[int]
+    local_dir: Optional[str] = None  # the local backend's control folder of this task
 
     @property
     def key(self) -> Optional[str]:
@@ -60,9 +64,23 @@ def identity(env: Mapping[str, str]) -> JobIdentity:
     )
 
 
-def current_identity() -> JobIdentity:
-    """This process's allocation identity."""
-    return identity(os.environ)
+def local_identity(env: Mapping[str, str]) -> JobIdentity:
+    """This task's identity as the local backend's supervisor gives it (all None outside)."""
+    node = os.uname().nodename
+    inside = bool(env.get(localjob.JOB_ID))
+    return JobIdentity(
+        job_id=env.get(localjob.JOB_ID) or None,
+        array_job_id=env.get(localjob.ARRAY_JOB_ID) or None,
+        array_task_id=_int(env.get(localjob.ARRAY_TASK_ID)),
+        restart_count=_int(env.get(localjob.RESTART_COUNT)) or 0,
+        node=node, nodelist=node if inside else None, num_nodes=1,
+        local_dir=localjob.task_dir(env) if inside else None,
+    )
+
+
+def current_identity(launcher: str = "srun") -> JobIdentity:
+    """This process's allocation identity: from Slurm, or (``local``) the local backend."""
+    return local_identity(os.environ) if launcher == "local" else identity(os.environ)
 
 
 def parse_show_job(text: str) -> Dict[str, str]:
@@ -86,7 +104,10 @@ def classify_termination(fields: Mapping[str, str], restart_count: int) -> str:
 
 
 def termination_cause(ident: JobIdentity) -> str:
-    """Ask slurmctld why this job got SIGTERM (``cancelled`` if it cannot be asked)."""
+    """Ask slurmctld (or the local supervisor) why this job got SIGTERM (``cancelled`` if
+    it cannot be asked)."""
+    if ident.local_dir:
+        return localjob.read_cause(ident.local_dir)
     if not ident.job_id:
         return CANCELLED
     out = run_command(["scontrol", "show", "job", "-o", ident.job_id], timeout_s=3.0)
@@ -94,7 +115,12 @@ def termination_cause(ident: JobIdentity) -> str:
 
 
 def requeue(ident: JobIdentity) -> bool:
-    """``scontrol requeue`` this job (it will get SIGTERM, then run again); True if accepted."""
+    """``scontrol requeue`` this job (it will get SIGTERM, then run again); True if accepted.
+
+    Under the local backend: ask the supervisor to run the task again once it exits.
+    """
+    if ident.local_dir:
+        return localjob.request_requeue(ident.local_dir, ident.restart_count)
     if not ident.job_id:
         return False
     return run_command(["scontrol", "requeue", ident.job_id], timeout_s=5.0) is not None

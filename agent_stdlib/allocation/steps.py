@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from agent_stdlib.allocation.serve import DEVICE_VARS
 from agent_stdlib.arrays import task_job_id
 from agent_stdlib.contracts import ResourceSpec, RuntimeSpec
 
@@ -74,6 +75,22 @@ def step_env(runtime: RuntimeSpec, ambient: Mapping[str, str],
     env = {k: v for k, v in ambient.items() if k in allowed or k.startswith("SLURM_")}
     env.update(extra)
     return env
+
+
+def local_devices(runtime: RuntimeSpec, ambient: Mapping[str, str], gpus: int) -> Dict[str, str]:
+    """The device lists of a step of the ``local`` launcher ({} for ``srun``).
+
+    Without Slurm nobody sets a step's GPUs: a step with GPUs gets the allocation's own
+    lists (the local backend set ``CUDA_VISIBLE_DEVICES`` for the allocation; the ``serve``
+    binder narrows them to the replica's plan GPUs), a step without gets them empty, so it
+    sees none rather than all (as ``gpu_flag`` asks Slurm for ``0``, never "all").
+    """
+    if runtime.launcher != "local":
+        return {}
+    present = {name: ambient[name] for name in DEVICE_VARS if name in ambient}
+    if gpus > 0:
+        return present
+    return {name: "" for name in {**present, "CUDA_VISIBLE_DEVICES": ""}}
 
 
 def current_env() -> Dict[str, str]:

@@ -21,6 +21,7 @@ import argparse
 import http.client
 import json
 import os
+import platform
 import signal
 import sys
 import threading
@@ -278,6 +279,9 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--plan", required=True, type=Path)
     args = parser.parse_args(argv)
     stop = stop_on_signals()
+    # which interpreter runs the client (the host's, or an image's: docs/containers.md)
+    print(f"generate: python {platform.python_version()} ({sys.executable})", file=sys.stderr,
+          flush=True)
     data = read_json(args.plan)
     if data is None:
         print(f"generate: {args.plan}: missing", file=sys.stderr)

@@ -6,11 +6,11 @@ from typing import Any, Optional, Tuple
 
 import click
 
-from control.cli.common import common
+from control.cli.common import common, run_id_argument
 
 
 @click.command("cancel")
-@click.argument("run_id")
+@run_id_argument()
 @click.option("--shard", "shards", type=click.IntRange(min=0), multiple=True,
               help="Cancel only this shard (repeatable; default: every unfinished shard).")
 @click.option("--wait", "wait_s", type=click.FloatRange(0, 3600), default=60.0,

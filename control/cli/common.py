@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
+import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, List
 
 import click
 
@@ -17,14 +19,15 @@ F = Callable[..., Any]
 def common(func: F) -> F:
     """Add ``--profile``, ``--json`` and ``--debug``; map errors to exit codes once.
 
-    The command returns ``{"data": ..., "text": ...}`` (printed as JSON or text), or None
-    when it printed its own output (``--watch``, ``--follow``); a command that declares
-    an ``as_json`` parameter receives the flag.
+    The command returns ``{"data": ..., "text": ...}`` (printed as JSON or text; with
+    ``"colour": True`` the text's states are coloured on a terminal), or None when it
+    printed its own output (``--watch``, ``--follow``); a command that declares an
+    ``as_json`` parameter receives the flag.
     """
 
     wants_json = "as_json" in inspect.signature(func).parameters
 
-    @click.option("--profile", "profile", default=None,
+    @click.option("--profile", "profile", default=None, shell_complete=complete_profile,
                   help="Profile name or path (default: $SYNTHBATCH_PROFILE, then 'default').")
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
@@ -43,6 +46,75 @@ def common(func: F) -> F:
         if as_json:
             emit_json(result["data"])
         else:
-            emit_text(result["text"])
+            emit_text(result["text"], colour=result.get("colour", False))
 
     return wrapper
+
+
+class SuggestingGroup(click.Group):
+    """A group that answers an unknown command with the closest known ones."""
+
+    def resolve_command(self, ctx: click.Context, args: List[str]) -> Any:
+        """Raise a usage error naming the closest commands for a name that is not one."""
+        name = args[0] if args else ""
+        if args and not name.startswith("-") and not ctx.resilient_parsing \
+                and self.get_command(ctx, name) is None:
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
+
+# ----------------------------------------------------------------------------- completion
+# Shell completion runs these on every <TAB>: they never raise and never ask Slurm.
+
+
+def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[Any]:
+    """Profile names from ``~/.config/synthbatch/profiles``; a path completes as a file."""
+    from click.shell_completion import CompletionItem
+
+    if "/" in incomplete or incomplete.startswith((".", "~")):
+        return [CompletionItem(incomplete, type="file")]
+    from control.config.workspace import PROFILE_DIR
+
+    try:
+        names = sorted(n[:-5] for n in os.listdir(PROFILE_DIR.expanduser())
+                       if n.endswith(".toml"))
+    except OSError:
+        names = []
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
+def complete_run_id(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[Any]:
+    """Run ids of the workspace of the ``--profile`` typed so far (or the default one)."""
+    from click.shell_completion import CompletionItem
+
+    from control.config.workspace import load_workspace_profile
+
+    try:
+        workspace = load_workspace_profile(ctx.params.get("profile")).workspace
+        names = os.listdir(os.path.join(workspace, "runs"))
+    except Exception:  # noqa: BLE001 - no profile, no workspace: nothing to offer
+        return []
+    return [CompletionItem(n) for n in sorted(names, reverse=True) if n.startswith(incomplete)
+            and os.path.exists(os.path.join(workspace, "runs", n, "run.json"))]
+
+
+def run_id_argument(required: bool = True) -> Callable[[F], F]:
+    """The ``RUN_ID`` argument of the run commands (completed from the workspace)."""
+    return click.argument("run_id", required=required, shell_complete=complete_run_id)
+
+
+def slurm_overrides(func: F) -> F:
+    """``-p/--partition``, ``-A/--account``, ``-q/--qos``, ``-t/--time``, ``--reservation``:
+    the profile's fields people change per run, as sbatch spells them."""
+    for names, dest, what in ((("--reservation",), "reservation", "Slurm reservation."),
+                              (("-t", "--time"), "time_limit",
+                               "Time limit per shard ([D-]HH:MM:SS or minutes); beats the "
+                               "run file's resources.time_limit."),
+                              (("-q", "--qos"), "qos", "Slurm QOS."),
+                              (("-A", "--account"), "account", "Slurm account."),
+                              (("-p", "--partition"), "partition", "Slurm partition.")):
+        func = click.option(*names, dest, default=None,
+                            help=f"{what} Overrides the profile.")(func)
+    return func

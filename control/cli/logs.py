@@ -8,24 +8,26 @@ from typing import Any, Optional
 
 import click
 
-from control.cli.common import common
+from control.cli.common import common, run_id_argument
 from control.cli.output import VisibleStream, emit_text, is_tty
 
 
 @click.command("logs")
-@click.argument("run_id")
+@run_id_argument(required=False)
 @click.option("--shard", type=click.IntRange(min=0), default=None,
               help="Shard index (default: the first failed, else the first running, else 0).")
 @click.option("--step", default=None,
               help="client, server-<alias>-<replica>, proxy-<alias> or slurm "
                    "(default: the log a failure names, else client, else slurm).")
 @click.option("--follow", "-f", is_flag=True,
-              help="Keep printing until the shard ends (moving on to the next execution "
-                   "after a requeue, or to a retry's attempt).")
+              help="Keep printing until the shard ends, like tail -F: waits for the log to "
+                   "appear (right after submit), moves on to the next execution after a "
+                   "requeue, or to a retry's attempt.")
 @common
-def logs_cmd(run_id: str, shard: Optional[int], step: Optional[str], follow: bool,
+def logs_cmd(run_id: Optional[str], shard: Optional[int], step: Optional[str], follow: bool,
              profile: Optional[str], as_json: bool) -> Any:
-    """Print a log of RUN_ID without knowing the run directory's layout.
+    """Print a log of RUN_ID (default: the latest run) without knowing the run
+    directory's layout.
 
     With --json: the file's path, the steps that have logs, and the last 64 KiB. On a
     terminal, control characters other than newline and tab are shown as escapes
@@ -34,20 +36,40 @@ def logs_cmd(run_id: str, shard: Optional[int], step: Optional[str], follow: boo
     from control import api
     from control.runs import logs
 
+    run_id = run_id or api.latest_run(profile)
+    if follow and not as_json:
+        return _follow(run_id, shard, step, profile)
     data = api.logs(run_id, shard, step, profile)
     path = Path(data["path"])
     if as_json:
         return {"data": {**data, "text": logs.read_tail(path)}, "text": ""}
     emit_text(_header(data["shard"], data["attempt"], data["execution"], data["step"], path),
               err=True)
-    out = VisibleStream(sys.stdout.buffer) if is_tty() else sys.stdout.buffer
-    if not follow:
-        logs.copy_from(path, out, 0)
-        return None
+    logs.copy_from(path, _out(), 0)
+    return None
+
+
+def _out() -> Any:
+    return VisibleStream(sys.stdout.buffer) if is_tty() else sys.stdout.buffer
+
+
+def _follow(run_id: str, shard: Optional[int], step: Optional[str],
+            profile: Optional[str]) -> None:
+    """Wait for the log (notes on stderr), then follow it across executions and attempts."""
+    from control import api
+    from control.runs import logs
+
     layout = api.run_dir(run_id, profile)
-    current = [logs.LogTarget(shard=data["shard"], attempt=data["attempt"],
-                              execution=data["execution"], step=data["step"], path=path,
-                              steps=data["steps"])]
+    index = logs.shard_index(layout, shard)
+    try:
+        first = logs.await_target(layout, index, step,
+                                  notify=lambda note: emit_text(f"synthbatch: {note}", err=True))
+    except KeyboardInterrupt:
+        return None
+    emit_text(_header(first.shard, first.attempt, first.execution, first.step, first.path),
+              err=True)
+    out = _out()
+    current = [first]
 
     def newer() -> Optional[Path]:
         target = logs.newer_target(layout, current[0])
@@ -59,7 +81,7 @@ def logs_cmd(run_id: str, shard: Optional[int], step: Optional[str], follow: boo
         return target.path
 
     try:
-        logs.follow(path, out, lambda: logs.shard_ended(layout, data["shard"]), newer=newer)
+        logs.follow(first.path, out, lambda: logs.shard_ended(layout, index), newer=newer)
     except KeyboardInterrupt:
         pass
     return None

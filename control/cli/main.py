@@ -12,8 +12,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
+from control.cli.common import SuggestingGroup
 from control.cli.output import emit_error
 from control.errors import InvalidInput
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}  # inherited by every subcommand
 
 # name -> (module, attribute, short help)
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
@@ -22,16 +25,20 @@ COMMANDS: Dict[str, Tuple[str, str, str]] = {
     "status": ("control.cli.status", "status_cmd",
                "Shards by state, records, rate, ETA, failures (--watch)."),
     "runs": ("control.cli.runs", "runs_cmd", "List the runs of the workspace, newest first."),
+    "wait": ("control.cli.wait", "wait_cmd",
+             "Wait until a run ends; exit 0 only if every shard succeeded."),
     "logs": ("control.cli.logs", "logs_cmd", "Print or follow a shard's log."),
     "cancel": ("control.cli.cancel", "cancel_cmd", "Cancel a run or some of its shards."),
     "merge": ("control.cli.merge", "merge_cmd", "Concatenate the verified winners of a run."),
     "retry": ("control.cli.retry", "retry_cmd", "Submit the next attempt of failed shards."),
     "profile": ("control.cli.profile", "profile_group", "Create, check and show profiles."),
     "image": ("control.cli.image", "image_group", "Register sealed container images."),
+    "completion": ("control.cli.completion", "completion_cmd",
+                   "Print the shell completion script (bash, zsh, fish)."),
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SuggestingGroup):
     """A group whose commands are imported on first use; usage errors honour ``--json``."""
 
     def list_commands(self, ctx: click.Context) -> List[str]:
@@ -69,7 +76,7 @@ class LazyGroup(click.Group):
             sys.exit(emit_error(InvalidInput(err.format_message()), True))
 
 
-@click.group(cls=LazyGroup)
+@click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.version_option(package_name="synthbatch")
 def cli() -> None:
     """Run large LLM synthetic-data generation jobs on Slurm."""

@@ -7,11 +7,11 @@ from typing import Any, Optional
 
 import click
 
-from control.cli.common import common
+from control.cli.common import common, run_id_argument
 
 
 @click.command("merge")
-@click.argument("run_id")
+@run_id_argument()
 @click.option("--output", type=click.Path(path_type=Path), default=None,
               help="Output file (default: <run>/merged/records.<format>).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "parquet"]), default="jsonl",
@@ -25,7 +25,7 @@ def merge_cmd(run_id: str, output: Optional[Path], fmt: str, allow_partial: bool
     """Concatenate the verified winners of RUN_ID in shard order; write a manifest."""
     from control import api
 
-    data = api.merge(run_id, output, allow_partial, profile, fmt=fmt)
+    data = api.merge(run_id, output, allow_partial, profile, fmt=fmt).to_dict()
     text = f"merged {data['records']} records into {data['output']}"
     if data["missing_shards"]:
         text += (f"\n  partial: {len(data['missing_shards'])} shard(s) were left out: "

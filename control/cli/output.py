@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 import re
 import sys
-from typing import Any, BinaryIO, Dict, Optional
+import time
+from typing import Any, BinaryIO, Dict, List
 
 import click
 
@@ -46,9 +48,37 @@ def emit_json(data: Dict[str, Any]) -> None:
     click.echo(text)
 
 
-def emit_text(text: str, err: bool = False) -> None:
-    """Human text on stdout (or stderr), made visible."""
-    click.echo(visible(text, KEEP), err=err)
+def emit_text(text: str, err: bool = False, colour: bool = False) -> None:
+    """Human text on stdout (or stderr), made visible; with ``colour``, run and shard
+    states coloured (``paint``) when the stream is a terminal and NO_COLOR is not set."""
+    shown_text = visible(text, KEEP)
+    if colour and use_colour(err):
+        click.echo(paint(shown_text), err=err, color=True)
+        return
+    click.echo(shown_text, err=err)
+
+
+# States as status, runs and wait print them -> their colour on a terminal.
+COLOURS = {"succeeded": "green", "running": "cyan", "pending": "yellow", "cancelling": "yellow",
+           "failed": "red", "lost": "red", "cancelled": "magenta", "unknown": "yellow"}
+STATE_WORD = re.compile(r"(?<![\w-])(" + "|".join(COLOURS) + r")(?![\w-])")
+
+
+def use_colour(err: bool = False) -> bool:
+    """True on a terminal, unless NO_COLOR is set (https://no-color.org) or TERM=dumb."""
+    stream = sys.stderr if err else sys.stdout
+    return stream.isatty() and not os.environ.get("NO_COLOR") and \
+        os.environ.get("TERM") != "dumb"
+
+
+def paint(text: str) -> str:
+    """``text`` (already made visible) with every state word in its colour."""
+    return STATE_WORD.sub(lambda m: click.style(m.group(1), fg=COLOURS[m.group(1)]), text)
+
+
+def fit_width(line: str, width: int) -> str:
+    """``line`` cut to ``width`` columns (with ``…``) so that a terminal never wraps it."""
+    return line if len(line) <= width else line[: max(1, width - 1)] + "…"
 
 
 class VisibleStream:
@@ -79,23 +109,69 @@ def emit_error(err: Exception, as_json: bool) -> int:
     """
     if isinstance(err, StateError):
         err = DamagedState(str(err))
+    details: List[str] = []
     if isinstance(err, SynthbatchError):
         code, message, hint, exit_code = err.code, err.message, err.hint, err.exit_code
+        details = [one_line(line, MAX_MESSAGE) for line in err.details]
     else:
         code, message, hint, exit_code = "internal", f"{type(err).__name__}: {err}", None, 1
     message = one_line(message, MAX_MESSAGE)
     hint = one_line(hint, MAX_MESSAGE) if hint else None
     if as_json:
-        payload: Dict[str, Optional[str]] = {"code": code, "message": message}
+        payload: Dict[str, Any] = {"code": code, "message": message}
         if hint:
             payload["hint"] = hint
+        if details:
+            payload["details"] = details
         click.echo(json.dumps({"error": payload}, sort_keys=True), err=True)
     else:
         click.echo(f"synthbatch: error: {message}" + (f" (hint: {hint})" if hint else ""),
                    err=True)
+        for line in details:  # one line per problem
+            click.echo(f"  {line}", err=True)
     return exit_code
 
 
 def is_tty() -> bool:
     """True when stdout is a terminal."""
     return sys.stdout.isatty()
+
+
+class ByteProgress:
+    """A one-line progress bar on stderr for hashing large images (only on a terminal).
+
+    Called as ``progress(done, total)``; redraws at most every :attr:`interval` seconds and
+    ends its line on :meth:`close`. Off the terminal (pipes, CI logs) it prints nothing.
+    """
+
+    interval = 0.2
+    width = 30
+
+    def __init__(self, label: str, stream: Any = None) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last = 0.0
+        self._drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        """Redraw the bar: ``done`` of ``total`` bytes."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last < self.interval and done < total:
+            return
+        self._last = now
+        share = done / total if total else 1.0
+        bar = "#" * int(share * self.width)
+        self.stream.write(f"\r{visible(self.label)} [{bar:<{self.width}}] {share:6.1%} "
+                          f"{done / 2**30:.2f}/{total / 2**30:.2f} GiB")
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        """End the bar's line (if one was drawn)."""
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = False

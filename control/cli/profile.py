@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import click
 
-from control.cli.common import common
+from control.cli.common import SuggestingGroup, common
 from control.cli.output import emit_json, emit_text
 
 MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 
 
-@click.group("profile")
+@click.group("profile", cls=SuggestingGroup)
 def profile_group() -> None:
     """Create, check and show cluster profiles."""
 
@@ -33,7 +32,10 @@ def _target(path: Optional[Path], profile: Optional[str]) -> Path:
 @click.option("--path", type=click.Path(path_type=Path), default=None,
               help="Where to write (default: ~/.config/synthbatch/profiles/<--profile or "
                    "'default'>.toml).")
-@click.option("--workspace", required=True, help="Shared directory for runs (absolute).")
+@click.option("--local", "local", is_flag=True,
+              help="The local backend: no Slurm, runs on this machine (GPUs from nvidia-smi).")
+@click.option("--workspace", default=None,
+              help="Shared directory for runs (absolute; with --local default ~/synthbatch).")
 @click.option("--account", default=None, help="Slurm account.")
 @click.option("--partition", default=None, help="Slurm partition.")
 @click.option("--qos", default=None, help="Slurm QOS.")
@@ -44,23 +46,53 @@ def _target(path: Optional[Path], profile: Optional[str]) -> Path:
 @click.option("--container-runtime", type=click.Choice(["none", "pyxis", "apptainer",
                                                          "charliecloud"]),
               default="none", show_default=True, help="How steps run in images.")
-@click.option("--python", "python", default="/usr/bin/python3", show_default=True,
-              help="Python 3.9+ on the compute nodes.")
+@click.option("--python", "python", default=None,
+              help="Python 3.9+ on the compute nodes (default /usr/bin/python3; with --local "
+                   "the one synthbatch runs on, outside its venv).")
 @click.option("--slurm-bin", default=None, help="Directory of the Slurm commands.")
 @common
-def init_cmd(path: Optional[Path], workspace: str, account: Optional[str],
-             partition: Optional[str], qos: Optional[str], gpus_per_node: int,
-             gpu_request: str, container_runtime: str, python: str,
-             slurm_bin: Optional[str], profile: Optional[str]) -> Any:
+def init_cmd(path: Optional[Path], local: bool, workspace: Optional[str],
+             account: Optional[str], partition: Optional[str], qos: Optional[str],
+             gpus_per_node: int, gpu_request: str, container_runtime: str,
+             python: Optional[str], slurm_bin: Optional[str], profile: Optional[str]) -> Any:
     """Write a commented starter profile (0600); never overwrites a file."""
     from control.config.starter import starter_toml, write_starter
+    from control.errors import InvalidInput
 
-    text = starter_toml(workspace, account, partition, qos, gpus_per_node, gpu_request,
-                        container_runtime, python, slurm_bin)
+    if local:
+        text = _local_starter(workspace, python, container_runtime,
+                              {"--account": account, "--partition": partition, "--qos": qos,
+                               "--slurm-bin": slurm_bin})
+    elif workspace is None:
+        raise InvalidInput("profile init: --workspace is required (the shared directory for "
+                           "runs), unless --local")
+    else:
+        text = starter_toml(workspace, account, partition, qos, gpus_per_node, gpu_request,
+                            container_runtime, python or "/usr/bin/python3", slurm_bin)
     target = write_starter(_target(path, profile), text)
     return {"data": {"path": str(target)},
             "text": f"wrote {target}; check it with: synthbatch profile validate "
                     f"--profile {target}"}
+
+
+def _local_starter(workspace: Optional[str], python: Optional[str], runtime: str,
+                   slurm_only: Dict[str, Optional[str]]) -> str:
+    """``profile init --local``: this machine's GPUs (nvidia-smi -L) and Python."""
+    import sys
+
+    from control.backends.local.gpus import detect
+    from control.config.starter import local_starter_toml
+    from control.errors import InvalidInput
+
+    given = [name for name, value in slurm_only.items() if value]
+    if given:
+        raise InvalidInput(f"profile init: {given[0]} is a Slurm option; --local runs without "
+                           "Slurm")
+    found = detect()
+    return local_starter_toml(workspace or str(Path("~/synthbatch").expanduser()),
+                              len(found) if found is not None else None,
+                              python or getattr(sys, "_base_executable", sys.executable),
+                              runtime)
 
 
 @profile_group.command("validate")
@@ -92,13 +124,12 @@ def validate_cmd(profile: Optional[str], as_json: bool) -> Any:
 @profile_group.command("show")
 @common
 def show_cmd(profile: Optional[str]) -> Any:
-    """Print the resolved profile (every field, defaults filled in)."""
+    """Print the resolved profile as TOML (every field, defaults filled in): valid as a
+    profile file itself."""
     from control.config.profile import load_profile
+    from control.config.tomltext import toml_text
 
     prof, path = load_profile(profile)
     values = prof.model_dump(mode="json")
-    lines = [f"# {path}"] + [f"{key} = {json.dumps(value)}" for key, value in values.items()
-                             if not isinstance(value, dict)]
-    lines += [f"{key} = {json.dumps(value, sort_keys=True)}" for key, value in values.items()
-              if isinstance(value, dict)]
-    return {"data": {"path": str(path), "profile": values}, "text": "\n".join(lines)}
+    text = f"# {path} with every default filled in\n{toml_text(values)}"
+    return {"data": {"path": str(path), "profile": values}, "text": text.rstrip("\n")}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 Status = Dict[str, Any]
 
@@ -12,6 +12,7 @@ FAILURE_LIMIT = 20
 BAR_LIMIT = 40  # a bar per shard up to this many shards; beyond, a compact grid
 BAR_WIDTH = 24
 GRID_WIDTH = 64
+FINAL_STATES = ("succeeded", "failed", "cancelled")
 GLYPH = {"succeeded": "#", "running": ">", "cancelling": "x", "pending": ".",
          "created": " ", "failed": "F", "cancelled": "C", "lost": "L", "unknown": "?"}
 
@@ -32,13 +33,76 @@ def headline(data: Status) -> str:
 
 
 def metrics(data: Status) -> str:
-    """Tokens, rate and ETA on one line."""
-    return (f"  tokens {data.get('tokens', 0):,}  rate {data.get('rate', 0.0):.2f} records/s"
-            f"  ETA {duration(data.get('eta_s'))}")
+    """Tokens, rate and ETA on one line; a finished run's numbers instead of rate and ETA;
+    the records clients gave up on, if any."""
+    totals = data.get("totals") or {}
+    tokens = f"  tokens {data.get('tokens', 0):,}"
+    failed = data.get("record_failures", 0)
+    failures = f"  record failures {failed:,}" if failed else ""
+    if data.get("state") in FINAL_STATES and totals:
+        return tokens + finished_numbers(totals) + failures
+    elapsed = f"  elapsed {duration(totals['elapsed_s'])}" if "elapsed_s" in totals else ""
+    return (f"{tokens}  rate {data.get('rate', 0.0):.2f} records/s"
+            f"  ETA {duration(data.get('eta_s'))}{elapsed}{failures}")
+
+
+def finished_numbers(totals: Dict[str, Any]) -> str:
+    """``  elapsed 0:05:00  1.20 records/s  35.2 tokens/s  GPU-hours 0.17``."""
+    line = f"  elapsed {duration(totals.get('elapsed_s'))}"
+    if totals.get("records_per_s") is not None:
+        line += (f"  {totals['records_per_s']:.2f} records/s  "
+                 f"{totals.get('tokens_per_s') or 0:.1f} tokens/s (average)")
+    if totals.get("gpu_hours") is not None:
+        hours = totals["gpu_hours"]
+        line += f"  GPU-hours {hours:.2f}" if hours >= 1 else f"  GPU-hours {hours:.3f}"
+    elif totals.get("gpu_hours_from"):
+        line += f"  GPU-hours unknown ({totals['gpu_hours_from']})"
+    return line
+
+
+def spans(indices: List[int]) -> str:
+    """``0-2,5`` for [0, 1, 2, 5] (the compression ``--array`` uses)."""
+    from control.slurm.scheduler import array_spec
+
+    return array_spec(indices, 0) if indices else ""
+
+
+def blocked_lines(data: Status) -> List[str]:
+    """Pending shards Slurm will not start by themselves: the reason and what to do."""
+    lines = []
+    for group in data.get("blocked") or []:
+        what = "can never start" if group["never"] else "waiting"
+        lines.append(f"  {what}: shard(s) {spans(group['shards'])} pending {group['reason']}: "
+                     f"{group['hint']}")
+    return lines
+
+
+def backend_lines(data: Status) -> List[str]:
+    """``backend local``: where the run's supervisors are and whether they still run."""
+    backend = data.get("backend") or {}
+    if backend.get("name") != "local":
+        return []
+    found = backend.get("supervisors", [])
+    lines = []
+    for item in [i for i in found if i.get("alive")] or found[-1:]:  # else the latest
+        where = f"pid {item.get('pid', '?')} on {item.get('host', '?')}"
+        if item.get("problem"):
+            state = item["problem"]
+        elif item.get("alive"):
+            state = f"running, heartbeat {item.get('heartbeat_age_s', 0):g} s ago"
+        elif item.get("stopped"):
+            state = "stopped: its tasks ended"
+        elif item.get("alive") is None:
+            state, where = "not started", "-"
+        else:
+            state = "gone"
+        lines.append(f"  backend local: job {item['job_id']} supervisor {where} ({state}; "
+                     f"log {item.get('log', '?')})")
+    return lines or ["  backend local"]
 
 
 def _notes(data: Status) -> List[str]:
-    lines = []
+    lines = backend_lines(data) + blocked_lines(data)
     if data.get("accounting") is False:
         lines.append("  accounting is disabled on this cluster: using squeue and the agent's "
                      "records only")
@@ -113,12 +177,27 @@ def plain_line(data: Status) -> str:
     return f"{headline(data)}{metrics(data)}{down}"
 
 
+RUNS_HEADER = ("RUN", "STATE", "RECORDS", "SHARDS", "SUBMITTED", "ELAPSED")
+
+
+def table(header: Sequence[str], rows: List[Sequence[str]]) -> List[str]:
+    """Columns padded to their widest cell (the last one is not padded)."""
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
+            for row in [header, *rows]]
+
+
 def runs_text(runs: List[Dict[str, Any]]) -> str:
-    """``runs``: one line per run, newest first."""
-    lines = []
+    """``runs``: an aligned table, newest first; a run that cannot be read says why."""
+    rows = []
     for run in runs:
-        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.get("created_at", 0)))
-        lines.append(f"{run['run_id']}  {run.get('state', '?'):<11} {created}  "
-                     f"{run.get('shards', '?')} shards" +
-                     (f"  ({run['problem']})" if run.get("problem") else ""))
-    return "\n".join(lines) or "no runs"
+        submitted = time.strftime("%Y-%m-%d %H:%M", time.localtime(run["created_at"])) \
+            if "created_at" in run else "-"
+        records = f"{run['records_done']}/{run['records']}" if "records" in run else "-"
+        settled = run.get("counts", {}).get("succeeded", 0)
+        shards = f"{settled}/{run['shards']}" if "shards" in run else "-"
+        elapsed = duration(run.get("elapsed_s")) if "elapsed_s" in run else "-"
+        note = f"  ({run['problem']})" if run.get("problem") else ""
+        rows.append((run["run_id"], run.get("state", "?"), records, shards, submitted,
+                     elapsed + note))
+    return "\n".join(table(RUNS_HEADER, rows)) if rows else "no runs"

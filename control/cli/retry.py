@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import click
 
-from control.cli.common import common
+from control.cli.common import common, run_id_argument
 from control.cli.output import emit_json, emit_text
 from control.errors import Conflict, InvalidInput
 
@@ -32,7 +32,7 @@ def describe(data: Dict[str, Any]) -> str:
 
 
 @click.command("retry")
-@click.argument("run_id")
+@run_id_argument()
 @click.option("--shard", "shards", type=click.IntRange(min=0), multiple=True,
               help="Retry only this shard (repeatable; default: every shard whose latest "
                    "attempt failed or was cancelled, without a winner).")

@@ -16,5 +16,5 @@ def runs_cmd(profile: Optional[str]) -> Any:
     """List the runs of the workspace, newest first, with their state."""
     from control import api
 
-    data = api.runs(profile)
-    return {"data": data, "text": runs_text(data["runs"])}
+    runs = [r.to_dict() for r in api.runs(profile)]
+    return {"data": {"runs": runs}, "text": runs_text(runs), "colour": True}

@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
+import shutil
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import click
 
-from control.cli.common import common
-from control.cli.output import emit_json, emit_text, is_tty
+from agent_stdlib.text import visible
+from control.cli.common import common, run_id_argument
+from control.cli.output import emit_json, emit_text, fit_width, is_tty, paint, use_colour
 from control.cli.render import frame, plain_line, status_text
 
 
 class Screen:
-    """Draws watch frames: redrawn in place on a terminal, else a line per change."""
+    """Draws watch frames: redrawn in place on a terminal, else a line per change.
 
-    def __init__(self, tty: bool) -> None:
+    On a terminal every line is cut to its width first: a wrapped line takes two rows,
+    and moving the cursor up by the number of lines drawn would then leave rows of the
+    old frame behind on a narrow terminal. States are coloured unless NO_COLOR is set.
+    """
+
+    def __init__(self, tty: bool, width: Optional[Callable[[], int]] = None,
+                 colour: Optional[bool] = None) -> None:
         self.tty = tty
         self.drawn = 0
         self.last: Optional[str] = None
+        self.width = width or (lambda: shutil.get_terminal_size().columns)
+        self.colour = use_colour() if colour is None else colour
 
     def show(self, data: Dict[str, Any]) -> None:
         """Draw one refresh."""
@@ -28,40 +38,52 @@ class Screen:
                 emit_text(f"{time.strftime('%H:%M:%S')} {line}")
             self.last = line
             return
-        lines: List[str] = frame(data)
+        width = max(20, self.width()) - 1  # the last column would wrap on some terminals
+        lines: List[str] = [fit_width(visible(line, ""), width) for line in frame(data)]
+        text = "\n".join(lines)
+        # color=True: this screen is a terminal (click would strip escapes it cannot see)
         if self.drawn:
-            click.echo(f"\x1b[{self.drawn}F\x1b[J", nl=False)  # up N lines, clear below
-        emit_text("\n".join(lines))  # after our own escapes: the lines are made visible
+            click.echo(f"\x1b[{self.drawn}F\x1b[J", nl=False, color=True)  # up N, clear
+        click.echo(paint(text) if self.colour else text, color=True)  # visible, then cut
         self.drawn = len(lines)
 
 
 @click.command("status")
-@click.argument("run_id")
+@run_id_argument(required=False)
 @click.option("--watch", is_flag=True,
               help="Refresh until the run ends (backing off while nothing changes).")
 @click.option("--interval", type=click.FloatRange(1.0, 600.0), default=2.0, show_default=True,
               help="First refresh interval of --watch, seconds.")
+@click.option("--exit-status", is_flag=True,
+              help="Exit 6 if the run ended with a failed shard, 7 if cancelled (as `wait`).")
 @common
-def status_cmd(run_id: str, watch: bool, interval: float, profile: Optional[str],
-               as_json: bool) -> Any:
-    """Show the shards of RUN_ID by state, records, tokens, rate, ETA and failures.
+def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status: bool,
+               profile: Optional[str], as_json: bool) -> Any:
+    """Show the shards of RUN_ID (default: the latest run) by state, records, tokens,
+    rate, ETA and failures.
 
     Exits 5 (after printing what the records say) when Slurm could not be asked about a
     run that is not over; --watch shows that as a note and keeps refreshing. With --json
-    --watch, one JSON object is printed when the run ends.
+    --watch, one JSON object is printed when the run ends. With --exit-status, a run that
+    ended failed exits 6 and cancelled 7 (`synthbatch wait` also waits for it to end).
     """
     from control import api
     from control.runs.status import unreachable
+    from control.runs.watch import outcome
 
+    run_id = run_id or api.latest_run(profile)
     if not watch:
-        data = api.status(run_id, profile)
-        error = unreachable(data)
+        data = api.status(run_id, profile).to_dict()
+        error = unreachable(data) or (outcome(data, waited=False) if exit_status else None)
         if error is None:
-            return {"data": data, "text": status_text(data)}
+            return {"data": data, "text": status_text(data), "colour": True}
+        if not unreachable(data):
+            emit_json(data) if as_json else emit_text(status_text(data), colour=True)
+            raise error
         if as_json:
             emit_json(data)
         else:  # the error line on stderr is the one message about the scheduler
-            emit_text(status_text({**data, "scheduler_error": None}))
+            emit_text(status_text({**data, "scheduler_error": None}), colour=True)
         raise error
     from control.runs.watch import Backoff
     from control.runs.watch import watch as watch_loop
@@ -69,10 +91,13 @@ def status_cmd(run_id: str, watch: bool, interval: float, profile: Optional[str]
     screen = Screen(is_tty() and not as_json)
     show = (lambda data: None) if as_json else screen.show
     try:
-        last = watch_loop(lambda: api.status(run_id, profile), show,
+        last = watch_loop(lambda: api.status(run_id, profile).to_dict(), show,
                           Backoff(base_s=interval))
     except KeyboardInterrupt:
         return None
     if as_json:
         emit_json(last)
+    error = outcome(last, waited=False) if exit_status else None
+    if error is not None:
+        raise error
     return None

@@ -1,4 +1,4 @@
-"""``synthbatch submit``."""
+"""``synthbatch submit`` (with ``--wait``)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,41 @@ from typing import Any, Optional
 
 import click
 
-from control.cli.common import common
+from control.cli.common import common, slurm_overrides
+from control.cli.wait import finish, wait_options, wait_until_over
 
 
 @click.command("submit")
 @click.argument("run_file", type=click.Path(path_type=Path))
+@slurm_overrides
+@click.option("--wait", "wait", is_flag=True,
+              help="Then wait until the run ends; exit as `synthbatch wait` does.")
+@wait_options
 @common
-def submit_cmd(run_file: Path, profile: Optional[str]) -> Any:
-    """Submit RUN_FILE as one Slurm job array; print the run id."""
-    from control import api
+def submit_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
+               qos: Optional[str], time_limit: Optional[str], reservation: Optional[str],
+               wait: bool, timeout_s: Optional[float], interval: float, quiet: bool,
+               profile: Optional[str], as_json: bool) -> Any:
+    """Submit RUN_FILE as one Slurm job array; print the run id.
 
-    data = api.submit(run_file, profile)
-    return {"data": data, "text": data["run_id"]}
+    Refuses (exit 2, nothing submitted) what `synthbatch plan` calls a failed check;
+    warnings go to stderr and into the run's run.json. -p/-A/-q/-t/--reservation override
+    the profile for this run (recorded in run.json and the plan). With --wait: the run
+    id, then progress on stderr until the run ends, then its status; exit 0 only if every
+    shard succeeded (6 failed, 7 cancelled, 8 --timeout).
+    """
+    from control import api
+    from control.cli.output import emit_text
+
+    run = api.submit(run_file, profile, partition=partition, account=account, qos=qos,
+                     time_limit=time_limit, reservation=reservation)
+    data = run.to_dict()
+    for line in data["warnings"]:
+        emit_text(f"synthbatch: warning: {line}", err=True)
+    if not wait:
+        return {"data": data, "text": data["run_id"]}
+    if not as_json:
+        click.echo(data["run_id"])  # first, so a script has it while the run goes on
+    final = wait_until_over(run.run_id, profile, timeout_s, interval, quiet)
+    finish(final, as_json, extra=data)
+    return None

@@ -95,11 +95,25 @@ class Container(Strict):
         return self
 
 
+class Local(Strict):
+    """The local backend (``backend = "local"``): runs without Slurm, on this machine."""
+
+    max_concurrent: int = Field(default=0, ge=0, le=1024)  # 0: as many as the GPUs allow
+    gpus: Optional[List[Annotated[int, Field(ge=0, le=1023)]]] = None  # default: detected
+    kill_wait_s: float = Field(default=30.0, gt=0, le=600)  # TERM -> KILL, as KillWait
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Local:
+        if self.gpus is not None and len(set(self.gpus)) != len(self.gpus):
+            raise ValueError("gpus: a GPU index is listed twice")
+        return self
+
+
 class Profile(Strict):
     """One cluster: backend, workspace, scheduler defaults and runtime settings."""
 
     schema_version: Literal[1]
-    backend: Literal["slurm"] = "slurm"
+    backend: Literal["slurm", "local"] = "slurm"
     workspace: SafePath
     partition: Optional[Name] = None
     account: Optional[Name] = None
@@ -124,9 +138,17 @@ class Profile(Strict):
     scheduler_timeout_s: float = Field(default=SCHEDULER_TIMEOUT_S, gt=0,
                                        le=MAX_SCHEDULER_TIMEOUT_S)
     sbatch_options: Dict[SbatchKey, SbatchValue] = {}
+    local: Local = Local()
 
     @model_validator(mode="after")
     def _consistent(self) -> Profile:
+        if self.backend == "local" and self.container.runtime == "pyxis":
+            raise ValueError("container.runtime: pyxis starts containers through srun; the "
+                             "local backend runs none, apptainer or charliecloud")
+        gpus = self.local.gpus
+        if self.backend == "local" and gpus is not None and self.gpus_per_node > len(gpus):
+            raise ValueError(f"gpus_per_node: {self.gpus_per_node} is more than the "
+                             f"{len(gpus)} GPU(s) in local.gpus")
         for key, value in self.sbatch_options.items():
             if value == "" and key not in FLAG_OPTIONS:
                 raise ValueError(f"sbatch_options.{key}: needs a value")

@@ -6,8 +6,10 @@ calls them directly, so both give the same message for the same value.
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import PurePosixPath
+from typing import Iterable
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Paths that end up in #SBATCH lines and scripts: no spaces, quotes, '%' or shell syntax.
@@ -38,3 +40,12 @@ def check_safe_path(value: str) -> str:
     if not SAFE_PATH.fullmatch(value):
         raise ValueError(f"{value!r} may only contain letters, digits and ._/+@,=-")
     return value
+
+
+def unknown_field(name: str, known: Iterable[str]) -> str:
+    """What an unknown key is told: the closest field name, else every field name."""
+    fields = sorted(known)
+    close = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+    if close:
+        return f"unknown field (did you mean {close[0]}?)"
+    return f"unknown field (fields here: {', '.join(fields)})" if fields else "unknown field"

@@ -6,7 +6,7 @@ from typing import List, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from control.config.client import Client, GenerateClient
+from control.config.client import Client, DataDesignerClient, GenerateClient
 from control.config.deployment import Deployment
 from control.config.fields import Name, Strict, TimeLimit
 
@@ -56,6 +56,11 @@ class RunConfig(Strict):
         if isinstance(self.client, GenerateClient) and self.client.model not in aliases:
             raise ValueError(f"client.model: {self.client.model!r} is not a deployment alias "
                              f"(have: {', '.join(aliases)})")
+        if isinstance(self.client, DataDesignerClient):
+            for dd_alias, alias in sorted(self.client.models.items()):
+                if alias not in aliases:
+                    raise ValueError(f"client.models.{dd_alias}: {alias!r} is not a deployment "
+                                     f"alias (have: {', '.join(aliases)})")
         if self.shards.count is not None and self.shards.count > self.records:
             raise ValueError(f"shards.count: {self.shards.count} shards for "
                              f"{self.records} records")

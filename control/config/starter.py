@@ -1,4 +1,5 @@
-"""``synthbatch profile init``: a commented starter profile, written 0600, never over a file."""
+"""``synthbatch profile init``: a commented starter profile, written 0600, never over a file
+(a Slurm cluster's, or with ``--local`` the local backend's)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,41 @@ runtime = {runtime}   # none | pyxis | apptainer | charliecloud
 """
 
 
+LOCAL_TEMPLATE = """\
+# synthbatch profile: the local backend. No Slurm: every shard runs as a process tree on
+# this machine (docs/local-backend.md). Every commented line shows the default.
+# Check it with: synthbatch profile validate
+schema_version = 1
+backend = "local"
+
+# Where runs live (any local directory).
+workspace = {workspace}
+
+# GPUs a shard may use: this machine's ({found}).
+gpus_per_node = {gpus_per_node}
+# default_time_limit = "01:00:00"
+
+# The Python that runs the agent (3.9 or newer).
+python = {python}
+
+# Environment variables passed to servers and clients (names only).
+# env_allow = ["HF_HOME"]
+# secrets = ["HF_TOKEN"]
+
+# port_base = 20000         # servers listen on port_base, port_base + 1, ...
+# signal_lead_s = 120       # SIGUSR1 this long before the time limit
+# grace_s = 10.0
+
+[local]
+# max_concurrent = 0        # shards at once (0: as many as the GPUs allow, 1 without GPUs)
+# gpus = [0, 1]             # the GPU indices to use (default: all that nvidia-smi -L lists)
+# kill_wait_s = 30.0        # SIGTERM -> SIGKILL at a time limit or cancel
+
+[container]
+runtime = {runtime}   # none | apptainer | charliecloud
+"""
+
+
 def _string(value: str) -> str:
     return json.dumps(value)  # a valid TOML basic string
 
@@ -90,6 +126,21 @@ def starter_toml(workspace: str, account: Optional[str] = None,
         gpu_request=_string(gpu_request), python=_string(python),
         slurm_bin=_optional("slurm_bin", slurm_bin, "/opt/slurm/bin"),
         runtime=_string(runtime))
+    return _validated(text)
+
+
+def local_starter_toml(workspace: str, gpus: Optional[int], python: str,
+                       runtime: str = "none") -> str:
+    """The starter profile of the local backend; ``gpus``: what nvidia-smi found (None:
+    no nvidia-smi). InvalidInput naming the option if a value is invalid."""
+    found = "none found" if gpus is None else f"nvidia-smi -L lists {gpus}"
+    text = LOCAL_TEMPLATE.format(workspace=_string(workspace), found=found,
+                                 gpus_per_node=gpus or 0, python=_string(python),
+                                 runtime=_string(runtime))
+    return _validated(text)
+
+
+def _validated(text: str) -> str:
     try:
         Profile.model_validate(tomllib.loads(text))
     except ValidationError as err:

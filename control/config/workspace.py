@@ -1,8 +1,8 @@
 """The profile as the run-reading commands need it, without pydantic.
 
-``status``, ``runs``, ``logs``, ``cancel`` and ``merge`` use three fields of the profile:
-``workspace``, ``slurm_bin`` and ``scheduler_timeout_s``. Importing pydantic and building
-the profile models costs ~70 ms, most of what a ``status`` process spends outside its
+``status``, ``runs``, ``logs``, ``cancel`` and ``merge`` use four fields of the profile:
+``backend``, ``workspace``, ``slurm_bin`` and ``scheduler_timeout_s``. Importing pydantic and
+building the profile models costs ~70 ms, most of what a ``status`` process spends outside its
 run's records, so these commands read the file here: the fields they use are checked with
 the same rules and messages as ``control.config.profile.Profile`` (one line naming the file
 and the field), ``schema_version``/``backend`` are checked, and an unknown top-level key is
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, NamedTuple, Optional
 
 from control.config.document import read_document
-from control.config.rules import check_safe_path
+from control.config.rules import check_safe_path, unknown_field
 from control.errors import InvalidInput, NotFound
 from control.secrets import redact
 
@@ -30,8 +30,8 @@ FIELDS = ("schema_version", "backend", "workspace", "partition", "account", "qos
           "reservation", "default_time_limit", "gpus_per_node", "gpu_request", "cpus_per_task",
           "mem_mb", "cpus_per_gpu", "mem_per_gpu_mb", "container", "python", "slurm_bin",
           "env_allow", "secrets", "port_base", "array_throttle", "signal_lead_s", "grace_s",
-          "scheduler_timeout_s", "sbatch_options")
-BACKENDS = ("slurm",)
+          "scheduler_timeout_s", "sbatch_options", "local")
+BACKENDS = ("slurm", "local")
 SCHEDULER_TIMEOUT_S = 30.0  # default; Profile.scheduler_timeout_s uses these three
 MAX_SCHEDULER_TIMEOUT_S = 600.0
 
@@ -45,6 +45,7 @@ class WorkspaceProfile(NamedTuple):
     workspace: str
     slurm_bin: Optional[str]
     scheduler_timeout_s: float
+    backend: str = BACKENDS[0]
 
 
 def default_profile_path(name: str = "default") -> Path:
@@ -117,8 +118,8 @@ def _check(data: Dict[str, Any], path: Path) -> WorkspaceProfile:
     timeout = _timeout(data)
     for key, value in data.items():
         if key not in FIELDS:
-            raise _Bad(key, "Extra inputs are not permitted", value)
-    return WorkspaceProfile(path, str(workspace), slurm_bin, timeout)
+            raise _Bad(key, unknown_field(key, FIELDS), value)
+    return WorkspaceProfile(path, str(workspace), slurm_bin, timeout, backend)
 
 
 def load_workspace_profile(name_or_path: Optional[str]) -> WorkspaceProfile:

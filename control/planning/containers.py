@@ -8,7 +8,13 @@ from typing import Mapping, Optional, Tuple
 from agent_stdlib.containers import RUN_DIR_MOUNT, translate
 from agent_stdlib.contracts import ContainerSpec, MountSpec
 from control.config.profile import Profile
-from control.images.registry import RUNTIME_SUFFIXES, ImageEntry
+from control.images.registry import (
+    DIRECTORY,
+    DIRECTORY_RUNTIMES,
+    RUNTIME_SUFFIXES,
+    ImageEntry,
+    image_format,
+)
 
 
 class PlanError(ValueError):
@@ -44,9 +50,15 @@ def container_for(profile: Profile, alias: Optional[str], where: str,
     if entry is None:
         raise PlanError(where, f"no image {alias!r} is registered (see 'synthbatch image ls')")
     suffix = PurePosixPath(entry.path).suffix
-    if suffix not in RUNTIME_SUFFIXES[runtime]:
+    runs = ", ".join(RUNTIME_SUFFIXES[runtime]) + \
+        (" or an image directory" if runtime in DIRECTORY_RUNTIMES else "")
+    if image_format(entry) == DIRECTORY:
+        if runtime not in DIRECTORY_RUNTIMES:
+            raise PlanError(where, f"image {alias!r} is a directory, which {runtime} cannot "
+                                   f"run (needs {runs})")
+    elif suffix not in RUNTIME_SUFFIXES[runtime]:
         raise PlanError(where, f"image {alias!r} is a {suffix} file, which {runtime} cannot "
-                               f"run (needs " + ", ".join(RUNTIME_SUFFIXES[runtime]) + ")")
+                               f"run (needs {runs})")
     return ContainerSpec(runtime=runtime, image=alias, path=entry.path, sha256=entry.sha256,
                          mounts=mounts, executable=profile.container.executable or "")
 

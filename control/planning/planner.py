@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from agent_stdlib.containers import IMAGE_PYTHON
 from agent_stdlib.contracts import (
     CommandClientSpec,
     ContainerSpec,
+    DataDesignerSpec,
     DeploymentSpec,
     GenerateSpec,
     MountSpec,
@@ -17,9 +19,10 @@ from agent_stdlib.contracts import (
     ResourceSpec,
     RuntimeSpec,
     ShardSpec,
+    split_dd_config,
 )
 from agent_stdlib.layout import run_dir
-from control.config.client import CommandClient, GenerateClient
+from control.config.client import CommandClient, DataDesignerClient, GenerateClient
 from control.config.deployment import Deployment, SecretRef
 from control.config.engines import PARALLEL
 from control.config.profile import Profile
@@ -150,6 +153,11 @@ def _placement(run: RunConfig, profile: Profile) -> Placement:
                     gpu_field="gpus" if d.gpus is not None or d.engine not in PARALLEL
                     else "tensor_parallel")
               for d in run.deployments]
+    if profile.backend == "local":
+        for index, dep in enumerate(run.deployments):
+            if dep.nodes > 1:
+                raise PlanError(f"deployments[{index}].nodes", f"{dep.nodes} nodes: the local "
+                                                               "backend runs on one machine")
     try:
         return place(shapes, profile.gpus_per_node, profile.port_base)
     except PlacementError as err:
@@ -194,7 +202,7 @@ def _runtime(placement: Placement, profile: Profile, resources: ResourceSpec) ->
         raise PlanError("resources.mem_mb", f"{resources.mem_mb} MB is too little for "
                                             f"{steps} concurrent steps")
     return RuntimeSpec(
-        launcher="srun",
+        launcher="local" if profile.backend == "local" else "srun",
         python=profile.python,
         port_base=profile.port_base,
         env_allow=tuple(profile.env_allow),
@@ -204,7 +212,9 @@ def _runtime(placement: Placement, profile: Profile, resources: ResourceSpec) ->
     )
 
 
-def _generate_spec(client: GenerateClient) -> GenerateSpec:
+def _generate_spec(client: GenerateClient, profile: Profile,
+                   images: Mapping[str, ImageEntry],
+                   mounts: Tuple[MountSpec, ...]) -> GenerateSpec:
     return GenerateSpec(
         model=client.model,
         prompt_template=client.prompt_template,
@@ -214,6 +224,7 @@ def _generate_spec(client: GenerateClient) -> GenerateSpec:
         concurrency=client.concurrency,
         max_retries=client.max_retries,
         request_timeout_s=client.request_timeout_s,
+        container=container_for(profile, client.image, "client.image", images, mounts),
     )
 
 
@@ -225,6 +236,20 @@ def _command_spec(client: CommandClient, profile: Profile, config_dir: Path,
     env, secret_env = _env(client.env, "client.env", profile, container)
     return CommandClientSpec(argv=tuple(inside(a, container) for a in argv), env=env,
                              secret_env=secret_env, container=container)
+
+
+def _data_designer_spec(client: DataDesignerClient, profile: Profile, config_dir: Path,
+                        images: Mapping[str, ImageEntry],
+                        mounts: Tuple[MountSpec, ...]) -> DataDesignerSpec:
+    container = container_for(profile, client.image, "client.image", images, mounts)
+    path, function = split_dd_config(client.data_designer)
+    path = model_inside(config_path(path, config_dir), container, "client.data_designer")
+    python = config_path(client.python, config_dir) if client.python else IMAGE_PYTHON
+    env, secret_env = _env(client.env, "client.env", profile, container)
+    return DataDesignerSpec(config=f"{path}:{function}" if function else path, python=python,
+                            models=dict(client.models), run_config=dict(client.run_config),
+                            max_passes=client.max_passes, env=env, secret_env=secret_env,
+                            container=container)
 
 
 def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
@@ -243,9 +268,12 @@ def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
         deployments=tuple(_deployment(i, d, profile, config_dir, images, mounts,
                                       placement.replicas[i])
                           for i, d in enumerate(run.deployments)),
-        client=_generate_spec(client) if isinstance(client, GenerateClient) else None,
+        client=(_generate_spec(client, profile, images, mounts)
+                if isinstance(client, GenerateClient) else None),
         client_command=(_command_spec(client, profile, config_dir, images, mounts)
                         if isinstance(client, CommandClient) else None),
+        client_data_designer=(_data_designer_spec(client, profile, config_dir, images, mounts)
+                              if isinstance(client, DataDesignerClient) else None),
         resources=resources,
         runtime=_runtime(placement, profile, resources),
         max_attempts=run.max_attempts,

@@ -81,6 +81,12 @@ def _client(plan: Plan) -> List[str]:
         c = plan.client
         return [f"client: generate -> {c.model} (concurrency {c.concurrency}, max_tokens "
                 f"{c.max_tokens}, temperature {c.temperature:g})"]
+    dd = plan.client_data_designer
+    if dd is not None:
+        models = ", ".join(f"{k} -> {v}" for k, v in sorted(dd.models.items())) or "same names"
+        return [f"client: Data Designer {dd.config} in {_image(dd.container)}",
+                f"    python: {dd.python}; model aliases: {models}",
+                f"    env: {_env_names(dd.env, dd.secret_env)}"]
     cmd = plan.client_command
     assert cmd is not None
     return [f"client: command in {_image(cmd.container)}",
@@ -91,8 +97,7 @@ def _client(plan: Plan) -> List[str]:
 def _images(plan: Plan) -> List[str]:
     seen: Dict[str, ContainerSpec] = {}
     containers = [d.container for d in plan.deployments]
-    if plan.client_command is not None:
-        containers.append(plan.client_command.container)
+    containers.append(plan.client_container)
     for container in containers:
         if container is not None:
             seen.setdefault(container.image, container)
@@ -117,6 +122,9 @@ def plan_summary(plan: Plan, plan_sha256: str, gpus_per_node: Optional[int] = No
         f"retries: {plan.max_attempts} attempts per shard, resume {plan.resume}; output "
         f"{plan.output_format}",
         *_resources(plan.resources),
+        *(["backend local: no Slurm; each shard runs on this machine (the batch script below "
+           "as it is; partition, account, cpus and memory are not enforced)"]
+          if plan.runtime.launcher == "local" else []),
         f"total: up to {len(plan.shards)} allocations x {plan.resources.nodes} node(s) x "
         f"{plan.resources.gpus} GPU(s)",
         *_layout(plan, gpus_per_node),

@@ -46,7 +46,7 @@ class Check:
         return {"name": self.name, "status": self.status, "detail": self.detail}
 
 
-def _fs_type(path: Path, mounts_file: Path = Path("/proc/mounts")) -> Optional[str]:
+def fs_type(path: Path, mounts_file: Path = Path("/proc/mounts")) -> Optional[str]:
     """The filesystem type of the mount holding ``path`` (Linux), or None."""
     try:
         lines = mounts_file.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -65,8 +65,9 @@ def _fs_type(path: Path, mounts_file: Path = Path("/proc/mounts")) -> Optional[s
     return best[1]
 
 
-def check_workspace(workspace: Path, mounts_file: Path = Path("/proc/mounts")) -> Check:
-    """Writable, 0700 run directories possible, and on a shared filesystem."""
+def check_workspace(workspace: Path, mounts_file: Path = Path("/proc/mounts"),
+                    shared: bool = True) -> Check:
+    """Writable, 0700 run directories possible, and (``shared``) on a shared filesystem."""
     if not workspace.exists():
         parent = next((p for p in workspace.parents if p.exists()), Path("/"))
         if os.access(parent, os.W_OK | os.X_OK):
@@ -86,7 +87,10 @@ def check_workspace(workspace: Path, mounts_file: Path = Path("/proc/mounts")) -
     if mode != 0o700:
         return Check("workspace", "fail", f"{workspace}: new directories get mode "
                                           f"{mode:o}, not 700")
-    fs = _fs_type(workspace, mounts_file)
+    fs = fs_type(workspace, mounts_file)
+    if not shared:
+        return Check("workspace", "ok", f"{workspace}: writable, 0700 run dirs ({fs or 'unknown'}"
+                                        f"; the local backend needs no shared filesystem)")
     if fs in SHARED_FS:
         return Check("workspace", "ok", f"{workspace}: writable, 0700 run dirs, shared ({fs})")
     return Check("workspace", "warn", f"{workspace}: writable, 0700 run dirs, but on a "
@@ -167,6 +171,8 @@ def check_python(profile: Profile, runner: Runner = run_command) -> Check:
     """The controller Python here, and how to check it on a compute node."""
     how = (f"check on a compute node: srun{' -p ' + profile.partition if profile.partition else ''}"
            f" -N1 -n1 -t 1 {profile.python} -c 'import sys; print(sys.version)'")
+    if profile.backend == "local":
+        how = "the local backend runs it on this machine"
     ok, out = _run(runner, [profile.python, "-c",
                             "import sys; print('%d.%d.%d' % sys.version_info[:3])"], 10.0)
     if not ok:
@@ -214,11 +220,40 @@ def check_secrets(profile: Profile, env: Optional[Dict[str, str]] = None) -> Che
     return Check("secrets", "ok", f"set: {', '.join(profile.secrets)}")
 
 
+def check_local_gpus(profile: Profile, runner: Runner = run_command) -> Check:
+    """The local backend: the GPUs shards get (nvidia-smi -L, or the profile's indices)."""
+    from control.backends.local.gpus import detect, gpu_pool
+
+    detected = detect(runner)
+    try:
+        pool = gpu_pool(profile.local.gpus, profile.gpus_per_node, detected)
+    except ValueError as err:
+        return Check("gpus", "fail", str(err))
+    source = "nvidia-smi -L" if detected is not None and profile.local.gpus is None else \
+        "local.gpus" if profile.local.gpus is not None else "no nvidia-smi: gpus_per_node"
+    detail = f"{', '.join(pool) or 'none'} ({source})"
+    if profile.gpus_per_node > len(pool):
+        return Check("gpus", "fail", f"gpus_per_node = {profile.gpus_per_node}, but this "
+                                     f"machine has {len(pool)} GPU(s): {detail}")
+    if profile.local.max_concurrent:
+        limit = f"at most {profile.local.max_concurrent} shard(s) at once"
+    elif pool:
+        limit = "as many shards at once as their GPUs fit (1 at a time without GPUs)"
+    else:
+        limit = "1 shard at a time"
+    return Check("gpus", "ok", f"{detail}; {limit}")
+
+
 def check_profile(profile: Profile, runner: Optional[Runner] = None,
                   which: Optional[Which] = None) -> List[Check]:
     """Every check, in the order a user fixes them."""
     runner = runner or run_command
     which = which or shutil.which
+    if profile.backend == "local":  # no Slurm to ask
+        return [check_workspace(Path(profile.workspace), shared=False),
+                Check("backend", "ok", "local: no Slurm needed; shards run on this machine"),
+                check_local_gpus(profile, runner), check_python(profile, runner),
+                check_container(profile, runner, which), check_secrets(profile)]
     checks = [check_workspace(Path(profile.workspace)), check_binaries(profile, which)]
     checks += [check_partition(profile, runner), check_arrays(profile, runner),
                check_python(profile, runner), check_container(profile, runner, which),

@@ -22,6 +22,7 @@ from control.runs.store import ShardView, attempt_numbers, load_plan_view, scan_
 from control.runs.watch import Backoff
 
 SLURM_STEP = "slurm"
+CLIENT_STEP = "client"
 EXECUTION = re.compile(r"^execution-(\d+)$")
 TAIL_BYTES = 64 * 1024
 
@@ -78,14 +79,19 @@ def _default_step(view: ShardView, files: dict, slurm_log: Optional[Path]) -> st
     return SLURM_STEP if has_slurm or not files else sorted(files)[0]
 
 
-def locate(layout: RunLayout, shard: Optional[int] = None,
-           step: Optional[str] = None) -> LogTarget:
-    """The log to show; NotFound lists the steps that exist when ``step`` is not one."""
+def shard_index(layout: RunLayout, shard: Optional[int] = None) -> int:
+    """``shard``, or the one a user most likely means; NotFound if the run has no such."""
     count = len(load_plan_view(layout).shard_records)
     index = default_shard(layout, count) if shard is None else shard
     if not 0 <= index < count:
         raise NotFound(f"shard {index}: the run has {count} shards (0-{count - 1})")
-    return shard_target(layout, index, step)
+    return index
+
+
+def locate(layout: RunLayout, shard: Optional[int] = None,
+           step: Optional[str] = None) -> LogTarget:
+    """The log to show; NotFound lists the steps that exist when ``step`` is not one."""
+    return shard_target(layout, shard_index(layout, shard), step)
 
 
 def shard_target(layout: RunLayout, index: int, step: Optional[str] = None) -> LogTarget:
@@ -113,6 +119,33 @@ def shard_target(layout: RunLayout, index: int, step: Optional[str] = None) -> L
     number = int(execution.name.split("-", 1)[1]) if execution else None
     return LogTarget(shard=index, attempt=numbers[-1] if numbers else None,
                      execution=number, step=chosen, path=path, steps=steps)
+
+
+def await_target(layout: RunLayout, index: int, step: Optional[str] = None,
+                 notify: Callable[[str], None] = lambda message: None,
+                 sleep: Optional[Callable[[float], None]] = None,
+                 backoff: Optional[Backoff] = None) -> LogTarget:
+    """``shard_target`` once the log exists, like ``tail -F``: right after submit there is
+    none until the job starts. Without ``step`` it waits for the client's log (the run's
+    progress), or, once the shard ended without one, takes the log a failure names.
+    ``notify`` hears why it waits (once per attempt state); NotFound once the shard ended
+    without the log."""
+    backoff = backoff or Backoff(base_s=0.5, cap_s=5.0, floor_s=0.2)
+    wanted = step or CLIENT_STEP
+    said = None
+    while True:
+        try:
+            return shard_target(layout, index, wanted)
+        except NotFound:
+            if shard_ended(layout, index):
+                return shard_target(layout, index, step)  # raises, unless there is one
+        view = scan_shard(layout, index)
+        state = view.attempt.state if view.attempt else "not recorded yet"
+        if state != said:
+            notify(f"waiting for the {wanted} log of shard {index} (attempt "
+                   f"{view.attempt.number if view.attempt else '?'} is {state})")
+            said = state
+        (sleep or time.sleep)(backoff.next(changed=False))
 
 
 def newer_target(layout: RunLayout, current: LogTarget) -> Optional[LogTarget]:

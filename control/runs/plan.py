@@ -1,25 +1,39 @@
-"""``synthbatch plan``: validate and resolve a run, render its script, write nothing.
+"""``synthbatch plan``: validate and resolve a run, render its script, write nothing (a
+Data Designer config is also checked on this node when its client environment is here,
+``control/runs/ddcheck.py``).
 
-``dry_run`` is what ``control.api.plan`` returns: the plan, its sha256, the batch script
-and the human summary. ``resolve`` is the shared first half of ``plan`` and ``submit``.
+``dry_run`` is what ``control.api.plan`` returns: the plan, its sha256, the batch script,
+the human summary and the login-node checks. ``resolve`` is the shared first half of
+``plan`` and ``submit``; ``login_checks`` is what both check before anything is queued
+(``submit`` refuses an error, keeps the warnings in ``run.json``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
-from agent_stdlib.contracts import Plan, sha256_bytes
+from agent_stdlib.contracts import Plan, sha256_bytes, split_dd_config
 from agent_stdlib.layout import job_name, run_dir
+from control.config.client import DataDesignerClient
 from control.config.loader import load_model
+from control.config.overrides import Overrides
 from control.config.profile import Profile, load_profile
 from control.config.run import RunConfig
+from control.errors import SchedulerUnavailable
 from control.images import registry
-from control.planning.planner import make_plan
+from control.planning.planner import config_path, make_plan
 from control.planning.summary import plan_summary
+from control.runs.checks import ERROR, OK, DeploymentInputs, Finding, Sight, check_plan_paths
+from control.runs.ddcheck import check_on_login_node
+from control.runs.fit import Origins, check_fit
 from control.runs.store import new_run_id
 from control.slurm.renderer import BatchScript, render_batch_script
+from control.slurm.runner import Runner, run_command
+from control.slurm.scheduler import Scheduler
 
 
 @dataclass(frozen=True)
@@ -29,23 +43,128 @@ class Resolved:
     plan: Plan
     plan_bytes: bytes  # plan.json exactly as it is staged
     plan_sha256: str  # of plan_bytes: computed here once, named by run.json and the script
-    profile: Profile
+    profile: Profile  # with the overrides in effect
     profile_path: Path
     run_file: Path
+    config: Optional[RunConfig] = None  # with the overrides in effect
+    overrides: Overrides = field(default_factory=Overrides)
+    client_config: Optional[Path] = None  # a Data Designer config file the run pinned
 
 
 def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str] = None,
-            max_array_size: Optional[int] = None, agent_sha256: str = "") -> Resolved:
-    """Load the profile, the run config and the image registry; make the plan."""
+            max_array_size: Optional[int] = None, agent_sha256: str = "",
+            overrides: Optional[Overrides] = None) -> Resolved:
+    """Load the profile, the run config and the image registry; apply the command line's
+    overrides; make the plan."""
     prof, profile_path = load_profile(profile)
     config = load_model(run_file, RunConfig)
+    overrides = overrides or Overrides()
+    prof, config = overrides.apply(prof, config)
     images = registry.load(Path(prof.workspace))
     plan = make_plan(config, prof, run_id or new_run_id(config.name),
                      run_file.resolve().parent, images=images, run_file=run_file,
                      profile_file=profile_path, max_array_size=max_array_size,
                      agent_sha256=agent_sha256)
+    plan = pin_client_config(plan, config, run_file.resolve().parent)
     payload = plan.to_json().encode("utf-8")
-    return Resolved(plan, payload, sha256_bytes(payload), prof, profile_path, run_file)
+    return Resolved(plan, payload, sha256_bytes(payload), prof, profile_path, run_file,
+                    config=config, overrides=overrides,
+                    client_config=client_config_file(config, run_file.resolve().parent))
+
+
+def client_config_file(config: RunConfig, config_dir: Path) -> Optional[Path]:
+    """The host path of a Data Designer client's config file, when the login node sees it."""
+    client = config.client
+    if not isinstance(client, DataDesignerClient):
+        return None
+    path = Path(config_path(split_dd_config(client.data_designer)[0], config_dir))
+    return path if path.is_file() else None
+
+
+def pin_client_config(plan: Plan, config: RunConfig, config_dir: Path) -> Plan:
+    """``plan`` with the Data Designer config's sha256 pinned: every shard then runs the
+    config as submitted, and one edited mid-run fails its shard instead of changing the
+    data silently (``agent_stdlib/client/data_designer.py``)."""
+    spec, path = plan.client_data_designer, client_config_file(config, config_dir)
+    if spec is None or path is None:
+        return plan
+    return plan.replace(client_data_designer=dataclasses.replace(
+        spec, config_sha256=sha256_bytes(path.read_bytes())))
+
+
+def origins(resolved: Resolved) -> Origins:
+    """Which field each requested resource came from, named as the user wrote it."""
+    run, prof = str(resolved.run_file), str(resolved.profile_path)
+    cfg, over, profile = resolved.config, resolved.overrides, resolved.profile
+    gpus = resolved.plan.resources.gpus
+    assert cfg is not None
+    res = cfg.resources
+    per_gpu_cpus = bool(profile.cpus_per_gpu and gpus)
+    per_gpu_mem = bool(profile.mem_per_gpu_mb and gpus)
+    return Origins(
+        partition="--partition" if over.partition else f"{prof}: partition",
+        account="--account" if over.account else f"{prof}: account",
+        qos="--qos" if over.qos else f"{prof}: qos",
+        time_limit="--time" if over.time_limit else f"{run}: resources.time_limit"
+        if res.time_limit else f"{prof}: default_time_limit",
+        cpus=f"{run}: resources.cpus" if res.cpus else
+        f"{prof}: cpus_per_gpu" if per_gpu_cpus else f"{prof}: cpus_per_task",
+        mem_mb=f"{run}: resources.mem_mb" if res.mem_mb else
+        f"{prof}: mem_per_gpu_mb" if per_gpu_mem else f"{prof}: mem_mb",
+        gpus=f"{run}: deployments (GPUs per node; the profile's gpus_per_node is "
+             f"{profile.gpus_per_node})",
+        nodes=f"{run}: deployments (nodes)")
+
+
+def deployment_inputs(resolved: Resolved) -> List[DeploymentInputs]:
+    """What the run file said of each deployment, paths resolved like the planner's."""
+    assert resolved.config is not None
+    folder = resolved.run_file.resolve().parent
+    return [DeploymentInputs(engine=d.engine,
+                             python=config_path(d.python, folder) if d.python else None,
+                             executable=d.executable)
+            for d in resolved.config.deployments]
+
+
+def login_checks(resolved: Resolved, scheduler: Scheduler,
+                 unavailable: Optional[SchedulerUnavailable] = None,
+                 environ: Optional[Mapping[str, str]] = None,
+                 runner: Runner = run_command) -> List[Finding]:
+    """Everything this login node can check before the queue: the paths, programs,
+    images and secrets the plan names, and whether the request fits its partition."""
+    prof = resolved.profile
+    found = check_plan_paths(resolved.plan, deployment_inputs(resolved),
+                             Sight(Path(prof.workspace)),
+                             os.environ if environ is None else environ, runner,
+                             files=(str(resolved.run_file), str(resolved.profile_path)))
+    if prof.backend == "local":
+        return found + local_fit(resolved)
+    return found + check_fit(resolved.plan.resources, scheduler, origins(resolved),
+                             unavailable)
+
+
+def local_fit(resolved: Resolved) -> List[Finding]:
+    """The local backend's "partition" is this machine: an allocation needs its GPUs (the
+    backend enforces no CPU or memory limits, so those cannot fail to fit)."""
+    from control.backends.local.gpus import detect, gpu_pool
+
+    prof, res = resolved.profile, resolved.plan.resources
+    local = prof.local
+    try:
+        pool = gpu_pool(tuple(local.gpus) if local.gpus is not None else None,
+                        prof.gpus_per_node, detect())
+    except ValueError as err:
+        return [Finding(ERROR, f"{resolved.profile_path}: local.gpus", str(err))]
+    if res.gpus > len(pool):
+        return [Finding(ERROR, origins(resolved).gpus,
+                        f"{res.gpus} GPUs per allocation, but this machine's local backend "
+                        f"has {len(pool)} ({','.join(pool) or 'none'})")]
+    if res.nodes > 1:
+        return [Finding(ERROR, origins(resolved).nodes,
+                        f"{res.nodes} nodes per allocation, but the local backend runs on "
+                        "this machine only")]
+    return [Finding(OK, "local backend", f"fits this machine: {res.gpus} of {len(pool)} "
+                                         "GPUs per allocation")]
 
 
 def preview_script(resolved: Resolved) -> str:
@@ -60,15 +179,33 @@ def preview_script(resolved: Resolved) -> str:
 
 
 def dry_run(run_file: Path, profile: Optional[str] = None,
-            max_array_size: Optional[int] = None) -> Dict[str, Any]:
-    """Everything ``synthbatch plan`` prints; no state is written anywhere."""
-    resolved = resolve(run_file, profile, max_array_size=max_array_size)
+            max_array_size: Optional[int] = None, overrides: Optional[Overrides] = None,
+            scheduler: Optional[Scheduler] = None,
+            unavailable: Optional[SchedulerUnavailable] = None) -> Dict[str, Any]:
+    """Everything ``synthbatch plan`` prints; no state is written anywhere.
+
+    ``checks`` are the login-node checks (``login_checks``), run when a ``scheduler`` is
+    given.
+    """
+    resolved = resolve(run_file, profile, max_array_size=max_array_size, overrides=overrides)
     plan = resolved.plan
-    return {
+    checks = login_checks(resolved, scheduler, unavailable) if scheduler is not None else []
+    summary = plan_summary(plan, resolved.plan_sha256, resolved.profile.gpus_per_node)
+    out = {
         "plan": plan.to_dict(),
         "plan_sha256": resolved.plan_sha256,
         "script": preview_script(resolved),
-        "summary": plan_summary(plan, resolved.plan_sha256, resolved.profile.gpus_per_node),
         "shards": len(plan.shards),
         "records": plan.total_records,
+        "checks": [c.to_dict() for c in checks],
+        "overrides": resolved.overrides.to_dict(),
     }
+    if plan.client_data_designer is not None:
+        check = check_on_login_node(plan, resolved.plan_bytes, run_file,
+                                    Path(resolved.profile.workspace))
+        out["data_designer"] = check
+        lines = [f"data designer: config checked with {check['python']}"] \
+            if check["checked"] else []
+        summary = summary.rstrip("\n") + "\n" + "".join(
+            f"{line}\n" for line in lines + [f"data designer: {n}" for n in check["notes"]])
+    return {**out, "summary": summary}

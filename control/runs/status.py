@@ -129,6 +129,7 @@ def _shard_row(layout: RunLayout, shard: ShardView, size: int,
         "job_id": attempt.job_id if attempt else None,
         "records": size, "records_done": min(done, size),
         "tokens": progress.tokens if progress else 0,
+        "record_failures": progress.failures if progress else 0,
     }
     if verdict.state in (norm.FAILED, norm.CANCELLED, norm.LOST, norm.UNKNOWN):
         row["log"] = log_path(layout, shard, verdict.reason)
@@ -292,6 +293,7 @@ def summarize(run_id: str, name: str, total: int, committed: bool,
         "run_id": run_id, "name": name, "committed": committed, "state": state,
         "records": total, "records_done": done,
         "tokens": sum(row["tokens"] for row in rows),
+        "record_failures": sum(row.get("record_failures", 0) for row in rows),
         "rate": round(rate, 3), "eta_s": round(eta, 1) if eta is not None else None,
         "counts": dict(sorted(counts.items())), "accounting": sched.accounting,
         "scheduler_error": sched.error, "scheduler_hint": sched.hint, "notes": notes,

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the contract classes cost ~11 ms to import; status needs th
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ATTEMPT_DIR = re.compile(r"^attempt-(\d{4,})$")
 SUBMISSION = re.compile(r"^[0-9]{4}\.json$")
+RUNS_HINT = "'synthbatch runs' lists the runs of this workspace"
 
 
 def new_run_id(name: str, now: Optional[float] = None) -> str:
@@ -34,11 +35,31 @@ def new_run_id(name: str, now: Optional[float] = None) -> str:
 def run_layout(workspace: Path, run_id: str) -> RunLayout:
     """The layout of an existing run; NotFound if there is no such run directory."""
     if not RUN_ID.match(run_id):
-        raise InvalidInput(f"run id {run_id!r}: not a valid run id")
+        raise InvalidInput(f"run id {run_id!r}: not a valid run id", hint=RUNS_HINT)
     root = run_dir(workspace, run_id)
     if not root.is_dir():
-        raise NotFound(f"run {run_id}: no such run in {runs_root(workspace)}")
+        raise NotFound(f"run {run_id}: no such run in {runs_root(workspace)}", hint=RUNS_HINT)
     return RunLayout(root)
+
+
+def latest_run_id(workspace: Path) -> str:
+    """The run of ``workspace`` committed last (by its ``run.json``); NotFound if none."""
+    root = runs_root(workspace)
+    newest: Tuple[float, str] = (-1.0, "")
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        try:
+            stamp = os.stat(f"{root}/{name}/run.json").st_mtime
+        except OSError:
+            continue  # not committed (or not a run)
+        if RUN_ID.match(name) and (stamp, name) > newest:
+            newest = (stamp, name)
+    if not newest[1]:
+        raise NotFound(f"no runs in {root}", hint="submit one with 'synthbatch submit RUN.toml'")
+    return newest[1]
 
 
 def load_run(layout: RunLayout) -> Optional[RunRecord]:
@@ -46,6 +67,17 @@ def load_run(layout: RunLayout) -> Optional[RunRecord]:
     from agent_stdlib.contracts import RunRecord
 
     return load_record(layout.run_json, RunRecord)
+
+
+def run_backend(layout: RunLayout) -> Optional[str]:
+    """The backend ``run.json`` names (``slurm``/``local``); None before the run committed
+    or when the record cannot say (without the contract classes: status reads it)."""
+    try:
+        data = _json_object(str(layout.run_json))
+    except StateError:
+        return None
+    backend = (data or {}).get("backend")
+    return backend if isinstance(backend, str) else None
 
 
 def load_plan(layout: RunLayout) -> Plan:
@@ -117,6 +149,7 @@ class ProgressView(NamedTuple):
     tokens: int
     rate: float  # records per second, as the client measured it
     updated_at: float
+    failures: int = 0  # records the client gave up on so far (0 when it does not say)
 
 
 class ShardView(NamedTuple):
@@ -216,10 +249,11 @@ def _progress_view(path: str) -> Optional[ProgressView]:
     data = _json_object(path)
     if data is None:
         return None
+    failures = _field(data, "failures", (int,), path) if "failures" in data else 0
     return ProgressView(_field(data, "records_done", (int,), path),
                         _field(data, "tokens", (int,), path),
                         float(_field(data, "requests_per_s", (int, float), path)),
-                        float(_field(data, "updated_at", (int, float), path)))
+                        float(_field(data, "updated_at", (int, float), path)), failures)
 
 
 def submission_views(layout: RunLayout) -> List[SubmissionView]:

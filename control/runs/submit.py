@@ -11,7 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
 from agent_stdlib import states
 from agent_stdlib.arrays import task_job_id
@@ -90,13 +90,19 @@ def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: P
                   agent_sha256)
 
 
-def commit_run(staged: Staged, backend: str) -> RunRecord:
-    """Write ``run.json``: from now on the run exists for every observer."""
+def commit_run(staged: Staged, backend: str, warnings: Sequence[str] = (),
+               overrides: Optional[Dict[str, str]] = None) -> RunRecord:
+    """Write ``run.json``: from now on the run exists for every observer.
+
+    ``warnings`` are the login-node checks' warnings, ``overrides`` the command line's
+    overrides of the profile; both are kept in the record.
+    """
     record = RunRecord(run_id=staged.plan.run_id, name=staged.plan.name,
                        created_at=time.time(), plan_sha256=staged.plan_sha256,
                        agent_pyz=staged.agent_name, agent_sha256=staged.agent_sha256,
                        backend=backend, job_name=job_name(staged.plan.run_id),
-                       shard_count=len(staged.plan.shards))
+                       shard_count=len(staged.plan.shards), warnings=tuple(warnings),
+                       overrides=dict(overrides or {}))
     publish_immutable(staged.layout.run_json, record.to_json().encode("utf-8"))
     return record
 

@@ -13,7 +13,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
-from control.runs.normalize import FINAL
+from control.errors import (
+    Conflict,
+    RunCancelled,
+    RunFailed,
+    SchedulerUnavailable,
+    StillRunning,
+    SynthbatchError,
+)
+from control.runs.normalize import CANCELLED, FAILED, FINAL, SUCCEEDED
 
 Snapshot = Dict[str, Any]
 
@@ -70,3 +78,38 @@ def watch(fetch: Callable[[], Snapshot], show: Callable[[Snapshot], None],
                 return snapshot
             wait = min(wait, left)
         sleep(wait)
+
+
+def outcome(snapshot: Snapshot, waited: bool = True) -> Optional[SynthbatchError]:
+    """The error a script's exit status reports for a refresh (None: exit 0).
+
+    A run that ended with a failed (or lost) shard is RunFailed (6), with cancelled shards
+    and no failure RunCancelled (7); every shard succeeded is None. A run that is not over
+    is StillRunning (8) when ``waited`` (the wait's time ran out; SchedulerUnavailable, 5,
+    when the last refresh could not ask Slurm), else None.
+    """
+    state, run = snapshot.get("state"), snapshot.get("run_id")
+    if state == SUCCEEDED:
+        return None
+    if state == "uncommitted":
+        return Conflict(f"run {run} was never committed (its submit did not finish)")
+    counts = snapshot.get("counts", {})
+    total = sum(counts.values())
+    hint = f"synthbatch status {run}; synthbatch retry {run}"
+    if state == FAILED:
+        bad = counts.get(FAILED, 0) + counts.get("lost", 0)
+        first = next(iter(snapshot.get("failures", [])), None)
+        why = f" (shard {first['shard']}: {first['reason']})" if first and first.get(
+            "reason") else ""
+        return RunFailed(f"run {run} failed: {bad} of {total} shard(s) failed{why}", hint=hint)
+    if state == CANCELLED:
+        return RunCancelled(f"run {run} was cancelled: {counts.get(CANCELLED, 0)} of {total} "
+                            f"shard(s) cancelled", hint=hint)
+    if not waited:
+        return None
+    if snapshot.get("scheduler_error"):
+        return SchedulerUnavailable(f"run {run} is not over and Slurm could not be asked: "
+                                    f"{snapshot['scheduler_error']}",
+                                    hint=snapshot.get("scheduler_hint"))
+    done = f"{snapshot.get('records_done', 0)}/{snapshot.get('records', 0)} records"
+    return StillRunning(f"run {run} is still {state} ({done}) after the wait's time limit")

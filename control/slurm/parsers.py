@@ -205,3 +205,154 @@ def parse_sinfo(text: str) -> List[Partition]:
         found.append(Partition(name=name.rstrip("*"), default=name.endswith("*"),
                                available=avail == "up", nodes=int(nodes), state=state))
     return found
+
+
+# ----------------------------------------------------------------------------- partitions
+# ``scontrol show partition -o [NAME]``: one ``Key=Value ...`` line per partition;
+# ``sinfo -N -h -p NAME -o '%N|%c|%m|%G|%T'``: one line per node of the partition.
+# ``sacct -n -P -X -D --format=JobID,ElapsedRaw,AllocTRES``: what each job used.
+
+UNLIMITED = None  # how an UNLIMITED (or absent) limit is parsed
+PARTITION_KEY = re.compile(r"(?:^|\s)([A-Za-z]+)=")
+SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+GRES_GPUS = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+TRES_GPUS = re.compile(r"(?:^|,)gres/gpu=(\d+)(?:,|$)")
+
+
+@dataclass(frozen=True)
+class PartitionLimits:
+    """One partition's limits (None: UNLIMITED), from ``scontrol show partition -o``."""
+
+    name: str
+    default: bool
+    state: str  # UP | DOWN | DRAIN | INACTIVE
+    total_nodes: int
+    max_nodes: Optional[int]
+    max_time_s: Optional[int]
+    max_mem_per_node_mb: Optional[int]
+    max_cpus_per_node: Optional[int]
+    allow_accounts: Optional[Tuple[str, ...]]  # None: ALL
+    allow_qos: Optional[Tuple[str, ...]]  # None: ALL
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """One node as ``sinfo -N`` reports it: CPUs, memory (MB), GPUs, state."""
+
+    name: str
+    cpus: int
+    mem_mb: int
+    gpus: int
+    gres: str  # as printed: ``gpu:4``, ``gpu:a100:8(S:0-1)``, ``(null)``
+    state: str  # idle, mixed, allocated, drained, down*, ...
+
+    @property
+    def usable(self) -> bool:
+        """False for a node that takes no jobs now (down, drained, failing, ...)."""
+        base = self.state.rstrip("*~#!%$@^-").lower()
+        return base not in ("down", "drained", "draining", "drain", "fail", "failing",
+                            "future", "inval", "maint", "unknown", "power_down",
+                            "powered_down", "reboot_issued")
+
+
+def seconds_of(text: str) -> Optional[int]:
+    """A Slurm duration (``D-HH:MM:SS``, ``HH:MM:SS``, ``MM:SS``, ``MM``) in seconds; None
+    for UNLIMITED/INFINITE/NONE; ParseError otherwise."""
+    if text.upper() in ("UNLIMITED", "INFINITE", "NONE", ""):
+        return None
+    match = SLURM_TIME.fullmatch(text)
+    if not match:
+        raise ParseError(f"malformed time {text[:40]!r}")
+    days, a, b, c = (int(g) if g is not None else None for g in match.groups())
+    if b is None:  # minutes, or D-HH
+        hours, minutes, secs = (a, 0, 0) if days is not None else (0, a, 0)
+    elif c is None:  # D-HH:MM or MM:SS
+        hours, minutes, secs = (a, b, 0) if days is not None else (0, a, b)
+    else:
+        hours, minutes, secs = a, b, c
+    return (days or 0) * 86400 + (hours or 0) * 3600 + (minutes or 0) * 60 + secs
+
+
+def _limit(value: Optional[str], what: str) -> Optional[int]:
+    if value is None or value.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    if not value.isascii() or not value.isdigit():
+        raise ParseError(f"malformed {what} {value[:40]!r}")
+    return int(value)
+
+
+def _names(value: Optional[str]) -> Optional[Tuple[str, ...]]:
+    if value is None or value.upper() == "ALL":
+        return None
+    return tuple(v for v in value.split(",") if v)
+
+
+def partition_fields(line: str) -> Dict[str, str]:
+    """``Key=Value`` pairs of one ``-o`` line (values may hold ``=``, as TRES does)."""
+    marks = list(PARTITION_KEY.finditer(line))
+    fields: Dict[str, str] = {}
+    for mark, following in zip(marks, marks[1:] + [None]):
+        end = following.start() if following is not None else len(line)
+        fields[mark.group(1)] = line[mark.end():end].strip()
+    return fields
+
+
+def parse_partitions(text: str) -> List[PartitionLimits]:
+    """Rows of ``scontrol show partition -o``."""
+    found: List[PartitionLimits] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        f = partition_fields(line)
+        name = f.get("PartitionName")
+        if not name or "State" not in f or not f.get("TotalNodes", "").isdigit():
+            raise ParseError(f"malformed partition line {line[:120]!r}")
+        max_time = f.get("MaxTime", "UNLIMITED")
+        found.append(PartitionLimits(
+            name=name, default=f.get("Default") == "YES", state=f["State"],
+            total_nodes=int(f["TotalNodes"]), max_nodes=_limit(f.get("MaxNodes"), "MaxNodes"),
+            max_time_s=seconds_of(max_time),
+            max_mem_per_node_mb=_limit(f.get("MaxMemPerNode"), "MaxMemPerNode"),
+            max_cpus_per_node=_limit(f.get("MaxCPUsPerNode"), "MaxCPUsPerNode"),
+            allow_accounts=_names(f.get("AllowAccounts")), allow_qos=_names(f.get("AllowQos"))))
+    return found
+
+
+def gpus_of(gres: str) -> int:
+    """GPUs in a node's gres string (``gpu:4``, ``gpu:a100:8(S:0-1)``, several types summed)."""
+    return sum(int(n) for n in GRES_GPUS.findall(re.sub(r"\([^)]*\)", "", gres)))
+
+
+def parse_node_shapes(text: str) -> List[NodeShape]:
+    """Rows of ``sinfo -N -h -o '%N|%c|%m|%G|%T'`` (a node listed twice is kept once)."""
+    found: Dict[str, NodeShape] = {}
+    for name, cpus, mem, gres, state in _fields(text, 5, "sinfo node"):
+        mem_mb = mem.rstrip("+")
+        if not cpus.isdigit() or not mem_mb.isdigit() or not state:
+            line = "|".join((name, cpus, mem, gres, state))
+            raise ParseError(f"malformed sinfo node line {line[:120]!r}")
+        found.setdefault(name, NodeShape(name=name, cpus=int(cpus), mem_mb=int(mem_mb),
+                                         gpus=gpus_of(gres), gres=gres, state=state))
+    return list(found.values())
+
+
+@dataclass(frozen=True)
+class JobUsage:
+    """What one job (or array task, or one requeued execution of it) used."""
+
+    job_id: str
+    elapsed_s: int
+    gpus: int  # gres/gpu of AllocTRES (all nodes of the job); 0 when none or not allocated
+
+
+def parse_usage(text: str) -> List[JobUsage]:
+    """Rows of ``sacct -n -P -X -D --format=JobID,ElapsedRaw,AllocTRES``."""
+    found: List[JobUsage] = []
+    for job_id, elapsed, tres in _fields(text, 3, "sacct usage"):
+        if not elapsed.isascii() or not elapsed.isdigit():
+            raise ParseError(f"malformed sacct usage line {'|'.join((job_id, elapsed, tres))!r}")
+        split_job_id(job_id)
+        match = TRES_GPUS.search(tres)
+        found.append(JobUsage(job_id=job_id, elapsed_s=int(elapsed),
+                              gpus=int(match.group(1)) if match else 0))
+    return found

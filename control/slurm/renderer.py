@@ -1,7 +1,9 @@
 """The batch script: thin bash rendered from validated values only (pure, no I/O).
 
 The script checks the sha256 of the staged agent and the plan, picks node-local scratch
-for the agent's extraction, and ``exec``s the agent so that Slurm's signals reach it.
+for the agent's extraction (``SHIV_ROOT``; steps in images get it mounted), sets ``USER``
+when the job has none (Slurm does not set it; ``ch-run`` refuses to start without it),
+and ``exec``s the agent so that Slurm's signals reach it.
 Directives beyond the base set (reservation, the profile's allow-listed options, the
 multi-node shape) come from :func:`control.slurm.directives.apply_directives`. A
 submission of one of several arrays (``plan.arrays``) passes ``--array-index K`` so the
@@ -131,6 +133,7 @@ def render_batch_script(spec: BatchScript) -> str:
         "}",
         f"verify \"$agent\" {q(spec.agent_sha256)}",
         "verify \"$run_dir/plan.json\" \"$plan_sha256\"",
+        "export USER=\"${USER:-$(id -un)}\"  # Slurm does not set it; ch-run needs it",
         "scratch=${SLURM_TMPDIR:-${TMPDIR:-/tmp}}",
         "export SHIV_ROOT=\"$scratch/synthbatch-shiv-$(id -u)\"",
         "mkdir -p -m 700 \"$SHIV_ROOT\"",

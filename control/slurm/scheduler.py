@@ -12,7 +12,7 @@ once, in ``control.slurm.runner``; every error for an unreachable cluster carrie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, TypeVar
 
 from agent_stdlib.arrays import is_job_id
 from control.errors import (
@@ -24,13 +24,19 @@ from control.errors import (
 )
 from control.slurm.parsers import (
     JobRow,
+    JobUsage,
+    NodeShape,
     ParseError,
     Partition,
+    PartitionLimits,
     parse_max_array_size,
+    parse_node_shapes,
+    parse_partitions,
     parse_sacct,
     parse_sbatch_id,
     parse_sinfo,
     parse_squeue,
+    parse_usage,
 )
 from control.slurm.runner import (
     CommandResult,
@@ -47,6 +53,9 @@ ALREADY_DONE = "already completing or completed"
 SQUEUE_FORMAT = "%i|%T|%r"
 SACCT_FORMAT = "JobID,State,ExitCode"
 SINFO_FORMAT = "%P|%a|%D|%t"
+NODES_FORMAT = "%N|%c|%m|%G|%T"
+USAGE_FORMAT = "JobID,ElapsedRaw,AllocTRES"
+NO_PARTITION = "not found"  # scontrol: "Partition NAME not found"
 
 T = TypeVar("T")
 
@@ -95,6 +104,7 @@ class Scheduler:
 
     slurm_bin: Optional[str] = None
     timeout_s: float = 30.0
+    USAGE_FROM: ClassVar[str] = "accounting (sacct)"  # where ``usage`` comes from
     runner: Runner = field(default=run_command)
 
     def _run(self, name: str, *args: str) -> CommandResult:
@@ -178,14 +188,19 @@ class Scheduler:
         """One ``sacct`` call for ``job_ids``; None when the cluster keeps no accounting."""
         if not job_ids:
             return []
-        result = self._ask("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids_only(job_ids)),
-                           f"--format={SACCT_FORMAT}")
+        result = self._sacct("-X", "-j", ",".join(job_ids_only(job_ids)),
+                             f"--format={SACCT_FORMAT}")
+        return None if result is None else self._parse(parse_sacct, result)
+
+    def _sacct(self, *args: str) -> Optional[CommandResult]:
+        """``sacct -n -P ARGS``; None when the cluster keeps no accounting."""
+        result = self._ask("sacct", "-n", "-P", *args)
         if result.returncode != 0:
             if ACCOUNTING_DISABLED in result.stderr + result.stdout:
                 return None
             raise SchedulerUnavailable(f"sacct failed: {result.error_line()}",
                                        hint=result.hint)
-        return self._parse(parse_sacct, result)
+        return result
 
     def max_array_size(self) -> Optional[int]:
         """``MaxArraySize`` from ``scontrol show config`` (None if Slurm does not say)."""
@@ -194,6 +209,37 @@ class Scheduler:
     def partitions(self) -> List[Partition]:
         """``sinfo``: partitions, their availability and node states."""
         return self._parse(parse_sinfo, self.query("sinfo", "-h", "-o", SINFO_FORMAT))
+
+    def partition_limits(self, name: Optional[str]) -> Optional[PartitionLimits]:
+        """``scontrol show partition -o``: the partition called ``name`` (None: the
+        default one); None when there is no such partition."""
+        args = ["show", "partition", "-o"] + ([name] if name else [])
+        result = self._ask("scontrol", *args)
+        if result.returncode != 0:
+            if name and NO_PARTITION in result.stderr + result.stdout:
+                return None
+            raise SchedulerUnavailable(f"scontrol failed: {result.error_line()}",
+                                       hint=result.hint)
+        rows = self._parse(parse_partitions, result)
+        return next((p for p in rows if (p.name == name if name else p.default)), None)
+
+    def partition_nodes(self, name: str) -> List[NodeShape]:
+        """``sinfo -N -p NAME``: every node of the partition, its CPUs, memory and GPUs."""
+        result = self.query("sinfo", "-N", "-h", "-p", name, "-o", NODES_FORMAT)
+        return self._parse(parse_node_shapes, result)
+
+    def usage(self, job_ids: Sequence[str]) -> Optional[List[JobUsage]]:
+        """Elapsed seconds and GPUs of every execution of ``job_ids`` (requeues included:
+        ``sacct -D``); None when the cluster keeps no accounting."""
+        if not job_ids:
+            return []
+        result = self._sacct("-X", "-D", "-j", ",".join(job_ids_only(job_ids)),
+                             f"--format={USAGE_FORMAT}")
+        return None if result is None else self._parse(parse_usage, result)
+
+    def describe(self, job_name: str) -> Dict[str, Any]:
+        """``status``'s ``backend``: this is Slurm (no call is made)."""
+        return {"name": "slurm"}
 
     @staticmethod
     def _parse(parser: Callable[[str], T], result: CommandResult) -> T:

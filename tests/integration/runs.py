@@ -1,4 +1,5 @@
-"""Helpers shared by the real-Slurm tests: profiles, the CLI as JSON, waiting, process scans."""
+"""Helpers shared by the end-to-end tests (real Slurm, or the local backend): profiles, the CLI
+as JSON, waiting."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import secrets
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 import pytest
 from click.testing import CliRunner, Result
@@ -30,6 +31,25 @@ def write_profile(tmp_path: Path, python: str, **fields: Any) -> Path:
                   **fields)
     lines = ["schema_version = 1"] + [f"{key} = {json.dumps(value)}"
                                       for key, value in sorted(values.items())]
+    path = tmp_path / "profile.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+LOCAL_DEFAULTS: Dict[str, Any] = {"gpus": [0, 1, 2, 3], "kill_wait_s": 5}
+
+
+def write_local_profile(tmp_path: Path, python: str, local: Optional[Dict[str, Any]] = None,
+                        **fields: Any) -> Path:
+    """A local backend profile (no Slurm) with the testbed's shape: 4 GPUs that exist only
+    as indices (``local.gpus``), so runs written for the testbed run unchanged."""
+    values = dict(PROFILE_DEFAULTS, workspace=str(tmp_path / "workspace"), python=python,
+                  backend="local", **fields)
+    values.pop("partition")
+    table = dict(LOCAL_DEFAULTS, **(local or {}))
+    lines = ["schema_version = 1"] + [f"{key} = {json.dumps(value)}"
+                                      for key, value in sorted(values.items())]
+    lines += ["[local]"] + [f"{key} = {json.dumps(value)}" for key, value in sorted(table.items())]
     path = tmp_path / "profile.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -88,3 +108,29 @@ def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 90) -> An
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(1.0)
+
+
+CRASH_WRAPPER = """\
+import os, sys
+task = os.environ.get("SLURM_ARRAY_TASK_ID") or \\
+    os.environ.get("SYNTHBATCH_LOCAL_ARRAY_TASK_ID", "none")
+state, crashing, args = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
+args += ["--request-log", os.path.join(state, "requests-%s.log" % task)]
+if task in crashing:
+    try:
+        os.close(os.open(os.path.join(state, "crashed-%s" % task), os.O_CREAT | os.O_EXCL))
+        args += ["--exit-after", "3"]
+    except FileExistsError:
+        pass
+os.execv(sys.executable, [sys.executable, FAKE_SERVER] + args)
+"""
+
+
+def crash_wrapper(tmp_path: Path) -> Path:
+    """A server command that crashes the named array tasks' servers on their first start
+    only, and logs every request per task: ``python serve.py STATE 1,4 <server flags>``.
+    The task id is Slurm's, or the local backend's (the profile lets it through)."""
+    wrapper = tmp_path / "serve.py"
+    wrapper.write_text(CRASH_WRAPPER.replace("FAKE_SERVER", repr(str(FAKE_SERVER))))
+    return wrapper
+

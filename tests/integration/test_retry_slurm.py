@@ -25,9 +25,9 @@ import pytest
 from agent_stdlib.attempts import load_attempt, load_readiness
 from agent_stdlib.layout import RunLayout
 from fixtures.fake_openai_server import expected_completion
-from tests.conftest import FAKE_SERVER
 from tests.integration.runs import (
     cli_json,
+    crash_wrapper,
     invoke,
     wait_final,
     wait_until,
@@ -40,26 +40,12 @@ pytestmark = pytest.mark.slurm
 
 SHARDS, PER_SHARD, CRASHING = 6, 8, (1, 4)
 PROMPT = re.compile(r"Describe item (\d+)\.")
-WRAPPER = """\
-import os, sys
-task = os.environ.get("SLURM_ARRAY_TASK_ID", "none")
-state, crashing, args = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
-args += ["--request-log", os.path.join(state, "requests-%s.log" % task)]
-if task in crashing:
-    try:
-        os.close(os.open(os.path.join(state, "crashed-%s" % task), os.O_CREAT | os.O_EXCL))
-        args += ["--exit-after", "3"]
-    except FileExistsError:
-        pass
-os.execv(sys.executable, [sys.executable, FAKE_SERVER] + args)
-"""
 
 
 def _files(tmp_path: Path, python: str, model: str) -> Tuple[Path, Path, Path]:
     state = tmp_path / "server-state"
     state.mkdir()
-    wrapper = tmp_path / "serve.py"
-    wrapper.write_text(WRAPPER.replace("FAKE_SERVER", repr(str(FAKE_SERVER))))
+    wrapper = crash_wrapper(tmp_path)
     profile = write_profile(tmp_path, python)
     command = ["{python}", str(wrapper), str(state), ",".join(map(str, CRASHING)),
                "--host", "{host}", "--port", "{port}", "--model", "{served_name}",

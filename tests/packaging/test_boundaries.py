@@ -1,11 +1,13 @@
 """The layout's rules, read from the code's own imports (every import, at any depth).
 
-* ``agent_stdlib`` imports nothing but itself and the standard library (the Data Designer
-  adapter may import ``data_designer`` lazily, inside its own role);
+* ``agent_stdlib`` imports nothing but itself and the standard library, except the Data
+  Designer adapter (``agent_stdlib/client/data_designer.py``), which may import
+  ``data_designer`` and the packages it brings (pandas, pyarrow, tiktoken) inside its
+  functions only: it runs under the client environment's Python, never at import time;
 * the control plane imports only the shared top-level modules of ``agent_stdlib``, never
   the allocation, proxy, client or engine roles;
 * no module imports one above its layer (control: errors/secrets/bundle < config < images <
-  planning, slurm < runs < api < cli; planning and slurm never import each other; the
+  planning, slurm < backends < runs < api < cli; planning and slurm never import each other; the
   agent's shared modules never import its roles, the roles never import each other; the
   proxy's modules run config/http/loop < route < exchange < client/upstream < core < main);
 * ``control/planning`` does no I/O: no file, process, socket, clock or randomness calls;
@@ -21,11 +23,15 @@ from typing import Dict, Iterator, List, Set, Tuple
 
 from tests.conftest import REPO
 
-SHARED = {"arrays", "attempts", "candidate", "containers", "contracts", "errors", "layout",
-          "publish", "resume", "statefile", "states", "text"}
+# The one agent module that runs under the client environment's Python, and what it may
+# import there (inside functions only).
+CLIENT_ENV_MODULE = "agent_stdlib.client.data_designer"
+CLIENT_ENV_PACKAGES = {"data_designer", "pandas", "pyarrow", "tiktoken"}
+SHARED = {"arrays", "attempts", "candidate", "containers", "contracts", "errors", "imagedigest",
+          "layout", "localjob", "publish", "resume", "statefile", "states", "text"}
 ROLES = ("allocation", "proxy", "client", "engines")
 CONTROL_LAYERS = {"errors": 0, "secrets": 0, "bundle": 0, "config": 1, "images": 2, "planning": 3,
-                  "slurm": 3, "runs": 4, "api": 5, "cli": 6}
+                  "slurm": 3, "backends": 4, "runs": 5, "api": 6, "cli": 7}
 PROXY_LAYERS = {"config": 0, "http": 0, "loop": 0, "route": 1, "exchange": 2, "client": 3,
                 "upstream": 3, "core": 4, "main": 5}
 # Names whose use in control/planning would be I/O (or a clock or randomness).
@@ -79,13 +85,39 @@ def where(name: str, target: str) -> str:
     return f"{path.relative_to(REPO)}:{lines[0] if lines else '?'} imports {target}"
 
 
+def lazy_import_lines(path: Path) -> Set[int]:
+    """Lines of the imports made inside a function of ``path`` (not at import time)."""
+    lines: Set[int] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines.update(n.lineno for n in ast.walk(node)
+                         if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return lines
+
+
 def test_the_agent_imports_only_itself_and_the_standard_library() -> None:
-    std = set(sys.stdlib_module_names) | {"__future__"}
-    bad = [f"{path.relative_to(REPO)}:{line} imports {target}"
-           for name, path in modules().items() if name.startswith("agent_stdlib")
-           for target, line in imports(path, name)
-           if target.split(".")[0] not in std | {"agent_stdlib", "data_designer"}]
+    std = set(sys.stdlib_module_names) | {"__future__", "agent_stdlib"}
+    bad = []
+    for name, path in modules().items():
+        if not name.startswith("agent_stdlib"):
+            continue
+        lazy = lazy_import_lines(path) if name == CLIENT_ENV_MODULE else set()
+        bad += [f"{path.relative_to(REPO)}:{line} imports {target}"
+                for target, line in imports(path, name)
+                if target.split(".")[0] not in std
+                and not (line in lazy and target.split(".")[0] in CLIENT_ENV_PACKAGES)]
     assert bad == []
+
+
+def test_the_data_designer_adapter_imports_its_packages_lazily() -> None:
+    path = modules()[CLIENT_ENV_MODULE]
+    lazy = lazy_import_lines(path)
+    eager = [f"{path.relative_to(REPO)}:{line} imports {target} at import time"
+             for target, line in imports(path, CLIENT_ENV_MODULE)
+             if target.split(".")[0] in CLIENT_ENV_PACKAGES and line not in lazy]
+    assert eager == []
+    assert any(target.startswith("data_designer") for target, line in imports(
+        path, CLIENT_ENV_MODULE) if line in lazy)
 
 
 def test_the_control_plane_imports_only_the_shared_agent_modules() -> None:

@@ -15,6 +15,7 @@ from agent_stdlib.contracts import (
     AttemptRecord,
     BackendStatus,
     ContractError,
+    DataDesignerSpec,
     DeploymentSpec,
     FileEntry,
     GenerateSpec,
@@ -29,6 +30,7 @@ from agent_stdlib.contracts import (
     ShardSpec,
     SubmissionRecord,
     WinnerRecord,
+    dd_check_report,
     sha256_bytes,
 )
 from control.config.profile import Profile
@@ -302,3 +304,43 @@ def test_plan_golden(golden: Callable[[str, str], None]) -> None:
 def test_plan_golden_decodes() -> None:
     text = (GOLDENS / "plan.json").read_text()
     assert Plan.from_dict(json.loads(text)) == golden_plan()
+
+
+# ----------------------------------------------------------------------------- data designer
+
+
+def dd_plan() -> Plan:
+    spec = DataDesignerSpec(config="/c/dd.yaml", python="/env/bin/python",
+                            models={"writer": "tiny"}, run_config={"buffer_size": 10})
+    return sample_plan().replace(client=None, client_data_designer=spec)
+
+
+def test_a_data_designer_plan_round_trips() -> None:
+    plan = dd_plan()
+    assert Plan.from_dict(json.loads(plan.to_json())) == plan
+    assert plan.client_container is None and plan.client_secret_env == {}
+
+
+def test_a_plan_has_exactly_one_client() -> None:
+    with pytest.raises(ContractError, match="Plan.client_data_designer: must be null when "
+                                            "client is set"):
+        dd_plan().replace(client=sample_plan().client)
+    with pytest.raises(ContractError, match="or client_data_designer"):
+        dd_plan().replace(client_data_designer=None)
+
+
+def test_progress_without_failures_parses() -> None:
+    data = sample("ProgressRecord").to_dict()
+    assert data.pop("failures") == 0
+    assert ProgressRecord.from_dict(data).failures == 0
+
+
+@pytest.mark.parametrize("stdout, code, problems, notes", [
+    ('log line\n{"problems": ["a", "b"], "notes": ["n"]}\n', 1, ["a", "b"], ["n"]),
+    ('{"problems": [], "notes": []}\n', 0, [], []),
+    ('{"problems": [], "notes": []}\n', 2, ["the check exited with status 2"], []),
+    ("no verdict\n", 1, ["the check printed no verdict (exit status 1: boom)"], []),
+])
+def test_dd_check_report(stdout: str, code: int, problems: List[str],
+                         notes: List[str]) -> None:
+    assert dd_check_report(stdout, "x\nboom\n", code) == (problems, notes)

@@ -28,6 +28,7 @@ verify() {
 }
 verify "$agent" aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa
 verify "$run_dir/plan.json" "$plan_sha256"
+export USER="${USER:-$(id -un)}"  # Slurm does not set it; ch-run needs it
 scratch=${SLURM_TMPDIR:-${TMPDIR:-/tmp}}
 export SHIV_ROOT="$scratch/synthbatch-shiv-$(id -u)"
 mkdir -p -m 700 "$SHIV_ROOT"

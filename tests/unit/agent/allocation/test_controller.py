@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from typing import List
 import pytest
 from click.testing import CliRunner
 
+from agent_stdlib import localjob
 from agent_stdlib.allocation.errors import AllocationFailure
 from agent_stdlib.allocation.invocation import resolve_shard
 from agent_stdlib.attempts import advance_attempt, load_attempt, load_readiness
@@ -143,6 +145,35 @@ def test_sigterm_cancels_cleans_up_and_records_cancelled(tmp_path, agent_pyz, py
     assert attempt.state == "cancelled" and "SIGTERM" in attempt.reason
     assert load_readiness(readiness).state == "stopped"
     assert not processes_mentioning(*ours)
+
+
+STUBBORN = ("import signal, subprocess, sys, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "subprocess.run(sys.argv[1:])\n"
+            "time.sleep(60)\n")  # serves through its child, then outlives SIGTERM
+
+
+def test_a_cancellation_is_recorded_before_a_slow_cleanup(tmp_path, agent_pyz, python_exe):
+    # Slurm SIGKILLs the job KillWait after its SIGTERM (5 s on the testbed, 30 s by
+    # default); stopping a server that outlives SIGTERM (the urgent grace, then SIGKILL and
+    # the confirmation that every step is gone) must not keep the outcome unwritten: the
+    # agent was SIGKILLed first under load in CI and status said 'cancelled outside
+    # synthbatch' (before: the attempt was recorded only once readiness was 'stopped')
+    command = [python_exe, "-c", STUBBORN, *_server(python_exe, "--token-latency", "0.5")]
+    args = stage(tmp_path / "run", local_plan(python_exe, command, records=6))
+    paths = RunLayout(tmp_path / "run").attempt(0, 1)
+    proc = _allocation(python_exe, agent_pyz, args)
+    _wait_readiness(paths.readiness_json, "ready", proc)
+    proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while load_attempt(paths.attempt_json).state == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    attempt, stopping = load_attempt(paths.attempt_json), load_readiness(paths.readiness_json)
+    _, err = proc.communicate(timeout=60)
+    assert attempt.state == "cancelled" and "SIGTERM" in attempt.reason, err
+    assert stopping.state == "stopping"  # recorded while the server was still stopping
+    assert load_readiness(paths.readiness_json).state == "stopped"
+    assert proc.returncode == 1 and not processes_mentioning(STUBBORN.splitlines()[0])
 
 
 def test_wrong_plan_digest_is_refused_before_anything_starts(tmp_path, agent_pyz, python_exe):
@@ -378,7 +409,9 @@ def test_fake_apptainer_wraps_server_and_command_client(tmp_path, agent_pyz, pyt
     server_call, client_call = calls
     assert server_call["argv"][1:6] == ["exec", "--cleanenv", "--no-home", "--bind",
                                         f"{repo_root}:/code:ro,{tools}:/opt/tools:ro,"
-                                        f"{run}:/synthbatch/run"]
+                                        f"{run}:/synthbatch/run,"
+                                        f"{tmp_path / '.shiv'}:/synthbatch/scratch"]
+    assert server_call["env"]["APPTAINERENV_SHIV_ROOT"] == "/synthbatch/scratch"
     assert server_call["argv"][6] == str(image)
     assert "/synthbatch/run/agent.pyz" in server_call["argv"]  # {agent}, translated
     assert "APPTAINERENV_MY_TOKEN" in server_call["names"]
@@ -441,3 +474,67 @@ def test_server_log_escapes_reach_status_only_as_visible_text(tmp_path, agent_py
     data = CliRunner().invoke(cli, ["status", run_id, "--profile", str(profile), "--json"])
     reason = json.loads(data.stdout)["failures"][0]["reason"]
     assert SHOWN in reason and not CONTROL.search(reason)
+
+
+# ----------------------------------------------------------------------------- local backend
+
+
+def _local_task(tmp_path: Path, python: str, pyz: Path, args: dict) -> subprocess.Popen:
+    """The agent as the local backend's supervisor starts it: its identity variables, its
+    control folder, one requeue allowed (the batch script's SYNTHBATCH_MAX_REQUEUES)."""
+    folder = tmp_path / "task"
+    folder.mkdir()
+    raw = str(1 + secrets.randbelow(10**6))  # its port block: parallel tests differ
+    env = {localjob.JOB_ID: raw, localjob.ARRAY_JOB_ID: "1", localjob.ARRAY_TASK_ID: "0",
+           localjob.RESTART_COUNT: "0", localjob.TASK_DIR: str(folder),
+           "SYNTHBATCH_MAX_REQUEUES": "1"}
+    argv = [python, "-I", str(pyz), "allocation", "--run-dir", args["run_dir"],
+            "--plan-sha256", args["plan_sha256"], "--submission", "1",
+            "--agent-pyz", str(pyz)]
+    return subprocess.Popen(argv, env=dict(os.environ, SHIV_ROOT=str(tmp_path / ".shiv"),
+                                           **env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _progress(paths, proc: subprocess.Popen) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 30
+    while (read_json(paths.progress_json) or {}).get("records_done", 0) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, "no client progress"
+        time.sleep(0.05)
+
+
+def test_usr1_under_the_local_backend_asks_its_supervisor_for_a_requeue(tmp_path, agent_pyz,
+                                                                       python_exe):
+    plan = local_plan(python_exe, _server(python_exe, "--token-latency", "0.05"), records=30)
+    args = stage(tmp_path / "run", plan)
+    paths = RunLayout(tmp_path / "run").attempt(0, 1)
+    proc = _local_task(tmp_path, python_exe, agent_pyz, args)
+    _progress(paths, proc)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    attempt = load_attempt(paths.attempt_json)
+    assert attempt.state == "running" and "requeued (restart 1 of 1)" in attempt.reason
+    assert attempt.job_id == "1_0" and attempt.partial_records
+    request = read_json(tmp_path / "task" / localjob.REQUEUE_FILE)
+    assert request["restart_count"] == 0
+    assert load_readiness(paths.readiness_json).state == "stopped"
+
+
+@pytest.mark.parametrize("cause, state, words", [
+    (localjob.TIME_LIMIT, "failed", "time limit reached"),
+    (None, "cancelled", "received SIGTERM")])
+def test_sigterm_under_the_local_backend_says_why_from_the_cause_file(
+        tmp_path, agent_pyz, python_exe, cause, state, words):
+    plan = local_plan(python_exe, _server(python_exe, "--token-latency", "0.05"), records=30)
+    args = stage(tmp_path / "run", plan)
+    paths = RunLayout(tmp_path / "run").attempt(0, 1)
+    proc = _local_task(tmp_path, python_exe, agent_pyz, args)
+    _progress(paths, proc)
+    if cause:
+        localjob.write_cause(tmp_path / "task", cause, "TERM")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    attempt = load_attempt(paths.attempt_json)
+    assert attempt.state == state and words in attempt.reason, err
+    assert not (tmp_path / "task" / localjob.REQUEUE_FILE).exists()

@@ -17,9 +17,11 @@ from agent_stdlib.allocation.launch import (
     fill_placeholders,
     server_launch,
 )
+from agent_stdlib.allocation.serve import narrow
 from agent_stdlib.contracts import (
     CommandClientSpec,
     ContainerSpec,
+    DataDesignerSpec,
     MountSpec,
     Plan,
     ReplicaSpec,
@@ -30,7 +32,7 @@ RUN = "/ws/runs/r-1"
 AGENT = f"{RUN}/agent-{'a' * 64}.pyz"
 AMBIENT = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "SLURM_JOB_ID": "12",
            "JOB_HF_TOKEN": "hf-secret-value", "JOB_API_KEY": "api-secret-value",
-           "UNRELATED": "dropped"}
+           "UNRELATED": "dropped", "SHIV_ROOT": "/tmp/synthbatch-shiv-0"}
 MOUNTS = (MountSpec("/shared/models", "/models", True), MountSpec(RUN, "/synthbatch/run", False))
 PYXIS = ContainerSpec(runtime="pyxis", image="vllm", path="/img/vllm.sqsh", sha256="b" * 64,
                       mounts=MOUNTS)
@@ -61,8 +63,10 @@ def dump(launch: Launch) -> str:
                        "env": dict(sorted(launch.env.items()))}, indent=2) + "\n"
 
 
-def server(plan: Plan, replica: int, site: Site) -> Launch:
-    return server_launch(plan, plan.deployments[0], replica, site, AGENT, AMBIENT)
+def server(plan: Plan, replica: int, site: Site,
+           ambient: Optional[Dict[str, str]] = None) -> Launch:
+    return server_launch(plan, plan.deployments[0], replica, site, AGENT,
+                         AMBIENT if ambient is None else ambient)
 
 
 VLLM = ("vllm", "serve", "/models/llama", "--host", "{host}", "--port", "{port}")
@@ -88,6 +92,12 @@ SERVERS: Dict[str, Callable[[], Launch]] = {
 }
 
 
+def with_big(plan: Plan) -> Plan:
+    """``plan`` with a second deployment ``big`` (served as ``org/big-model``)."""
+    big = dataclasses.replace(plan.deployments[0], alias="big", served_name="org/big-model")
+    return plan.replace(deployments=(*plan.deployments, big))
+
+
 def command_plan(container: Optional[ContainerSpec]) -> Plan:
     command = CommandClientSpec(argv=("/opt/client/run", "--out", "/synthbatch/run/x"),
                                 env={"MODE": "fast"}, secret_env={"API_KEY": "JOB_API_KEY"},
@@ -95,12 +105,30 @@ def command_plan(container: Optional[ContainerSpec]) -> Plan:
     return srun_plan().replace(client=None, client_command=command)
 
 
+def builtin_plan(container: ContainerSpec) -> Plan:
+    plan = srun_plan(nodes=1)
+    return plan.replace(client=dataclasses.replace(plan.client, container=container))
+
+
+def dd_plan(container: Optional[ContainerSpec]) -> Plan:
+    spec = DataDesignerSpec(config="/models/dd/config.yaml",
+                            python="/envs/dd/bin/python" if container is None else "python3",
+                            models={"writer": "tiny"}, env={"HF_HOME": "/models/hf"},
+                            secret_env={"API_KEY": "JOB_API_KEY"}, container=container)
+    return with_big(srun_plan(nodes=1)).replace(client=None, client_data_designer=spec)
+
+
+BOTH = {**ENDPOINTS, "big": "http://127.0.0.1:41001"}
 CLIENTS: Dict[str, Callable[[], Launch]] = {
     "builtin": lambda: client_launch(srun_plan(nodes=1), PATHS, ENDPOINTS, AMBIENT),
+    "builtin-charliecloud": lambda: client_launch(builtin_plan(CHARLIECLOUD), PATHS, ENDPOINTS,
+                                                  AMBIENT),
+    "builtin-pyxis": lambda: client_launch(builtin_plan(PYXIS), PATHS, ENDPOINTS, AMBIENT),
     "command-host": lambda: client_launch(command_plan(None), PATHS, ENDPOINTS, AMBIENT),
-    "command-apptainer": lambda: client_launch(command_plan(APPTAINER), PATHS,
-                                               {**ENDPOINTS, "big": "http://127.0.0.1:41001"},
-                                               AMBIENT),
+    "command-apptainer": lambda: client_launch(with_big(command_plan(APPTAINER)), PATHS,
+                                               BOTH, AMBIENT),
+    "dd-host": lambda: client_launch(dd_plan(None), PATHS, BOTH, AMBIENT),
+    "dd-pyxis": lambda: client_launch(dd_plan(PYXIS), PATHS, BOTH, AMBIENT),
 }
 
 
@@ -144,7 +172,7 @@ def test_secrets_reach_the_env_by_name_never_the_argv() -> None:
         assert not any("hf-secret-value" in a for a in launch.argv)
         assert "JOB_HF_TOKEN" not in launch.env and "UNRELATED" not in launch.env
     assert SERVERS["apptainer-agent"]().env["APPTAINERENV_HF_TOKEN"] == "hf-secret-value"
-    assert "--container-env=HF_TOKEN,VLLM_LOGGING_LEVEL" in SERVERS["pyxis"]().argv
+    assert "--container-env=HF_TOKEN,SHIV_ROOT,VLLM_LOGGING_LEVEL" in SERVERS["pyxis"]().argv
 
 
 def test_pyxis_flags_go_before_the_separator() -> None:
@@ -192,10 +220,12 @@ def test_pyxis_refuses_the_local_launcher() -> None:
     plan = srun_plan(container=PYXIS)
     local = plan.replace(runtime=dataclasses.replace(plan.runtime, launcher="local"))
     with pytest.raises(LaunchError, match="a pyxis image needs the srun launcher"):
-        server(local, 0, Site(0, "127.0.0.1", 20000))
+        server(local, 0, Site(0, "127.0.0.1", 20000, gpus=(0, 1)))
     apptainer = srun_plan(container=APPTAINER)
-    argv = server(apptainer.replace(runtime=local.runtime), 0, Site(0, "127.0.0.1", 1)).argv
-    assert argv[:2] == ("apptainer", "exec")  # no srun: the wrapper runs as it is
+    argv = server(apptainer.replace(runtime=local.runtime), 0,
+                  Site(0, "127.0.0.1", 1, gpus=(0, 1))).argv
+    binder, rest = split_task(("--",) + argv)  # no srun: the binder runs in front, on host
+    assert binder[3:6] == ("serve", "--gpus", "0,1") and rest[:2] == ("apptainer", "exec")
 
 
 # ----------------------------------------------------------------------------- GPU binding
@@ -242,7 +272,7 @@ def test_every_replica_asks_for_the_node_and_is_bound_to_its_own_gpus(
     (None, ("/usr/bin/python3", "-I", AGENT), ()),
     (PYXIS, ("python3", "-I", f"/synthbatch/run/agent-{'a' * 64}.pyz"), ()),
     (APPTAINER, ("/usr/bin/python3", "-I", AGENT), ("apptainer", "exec", "--nv")),
-    (CHARLIECLOUD, ("/usr/bin/python3", "-I", AGENT), ("ch-run", "-b")),
+    (CHARLIECLOUD, ("/usr/bin/python3", "-I", AGENT), ("ch-run", "--private-tmp")),
 ])
 def test_the_binder_runs_where_the_task_runs(container: Optional[ContainerSpec],
                                              binder: Tuple[str, ...],
@@ -259,15 +289,35 @@ def test_the_binder_runs_where_the_task_runs(container: Optional[ContainerSpec],
     assert bool(pyxis_flags) == (container is PYXIS)  # pyxis: the whole task is in the image
 
 
-def test_no_binder_without_gpus_or_without_srun() -> None:
+def test_no_binder_without_gpus() -> None:
     plan = one_node_plan("gres", 2)
     cpu = plan.replace(deployments=(dataclasses.replace(plan.deployments[0],
                                                          gpus_per_replica=0),))
     argv = server(cpu, 0, Site(0, "127.0.0.1", 24000)).argv
     assert "--gres=none" in argv and split_task(argv)[0] == ()
-    local = one_node_plan("gres", 2, launcher="local")
-    assert server(local, 0, replica_sites(2)[0]).argv == (
-        "serve", "--host", "127.0.0.1", "--port", "24000")
+    local_cpu = cpu.replace(runtime=dataclasses.replace(cpu.runtime, launcher="local"))
+    launch = server(local_cpu, 0, Site(0, "127.0.0.1", 24000),
+                    ambient={"CUDA_VISIBLE_DEVICES": "2,3", "PATH": "/bin"})
+    assert launch.argv == ("serve", "--host", "127.0.0.1", "--port", "24000")
+    assert launch.env["CUDA_VISIBLE_DEVICES"] == ""  # a step without GPUs sees none
+
+
+@pytest.mark.parametrize("per_replica", [1, 2, 4])
+def test_local_replicas_are_bound_to_their_gpus_of_the_allocation(per_replica: int) -> None:
+    # The local backend gives the allocation CUDA_VISIBLE_DEVICES (here the machine's GPUs
+    # 4-7); each replica's binder narrows it to the plan's positions, as on Slurm.
+    plan = one_node_plan("gres", per_replica, launcher="local")
+    ambient = {"CUDA_VISIBLE_DEVICES": "4,5,6,7", "PATH": "/bin"}
+    for replica, site in enumerate(replica_sites(per_replica)):
+        launch = server(plan, replica, site, ambient=ambient)
+        binder, engine = split_task(("--",) + launch.argv)
+        gpus = ",".join(str(g) for g in site.gpus)
+        assert binder == ("/usr/bin/python3", "-I", AGENT, "serve", "--gpus", gpus,
+                          "--replica", f"server-tiny-{replica}", "--")
+        assert engine == ("serve", "--host", "127.0.0.1", "--port", str(site.port))
+        assert launch.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"  # the binder narrows it
+        narrowed = narrow(launch.env, site.gpus).env["CUDA_VISIBLE_DEVICES"]
+        assert narrowed == ",".join(str(4 + g) for g in site.gpus)
 
 
 def test_a_site_without_the_replicas_gpus_is_refused() -> None:

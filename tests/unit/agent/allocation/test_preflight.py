@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agent_stdlib import imagedigest
 from agent_stdlib.allocation import imagehash, preflight
 from agent_stdlib.allocation.launch import Site
 from agent_stdlib.allocation.preflight import (
@@ -37,6 +38,7 @@ from agent_stdlib.contracts import (
     AttemptRecord,
     CommandClientSpec,
     ContainerSpec,
+    DataDesignerSpec,
     MountSpec,
     Plan,
     ReplicaSpec,
@@ -45,7 +47,8 @@ from tests.agent_runs import local_plan
 
 SLURM_ENV = {"SLURM_JOB_ID": "37", "SLURM_ARRAY_JOB_ID": "36", "SLURM_ARRAY_TASK_ID": "0",
              "SLURM_RESTART_COUNT": "0", "SLURMD_NODENAME": "node1",
-             "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_NUM_NODES": "1"}
+             "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_NUM_NODES": "1",
+             "SHIV_ROOT": "/tmp/shiv", "USER": "u"}  # the batch script sets both
 
 
 def make_ctx(tmp_path: Path, env: Any = None, gpus: int = 0, model: str = "fake-model",
@@ -374,8 +377,8 @@ def with_image(ctx: Context, box: ContainerSpec, client: bool = False) -> Contex
 def test_image_that_matches_passes_and_is_hashed_once(tmp_path, monkeypatch):
     ctx = with_image(make_ctx(tmp_path), image(tmp_path), client=True)
     calls = []
-    real = imagehash.file_sha256
-    monkeypatch.setattr(imagehash, "file_sha256", lambda p: calls.append(p) or real(p))
+    real = imagehash.image_digest
+    monkeypatch.setattr(imagehash, "image_digest", lambda p: calls.append(p) or real(p))
     check_images(ctx)
     assert calls == [str(tmp_path / "img.sif")]  # deployment and client share one hash
     check_paths(ctx)  # commands inside an image are not looked for on the host
@@ -387,8 +390,8 @@ def test_later_array_tasks_reuse_the_runs_image_hash_until_the_file_changes(
     ctx = dataclasses.replace(with_image(make_ctx(tmp_path), box),
                               hash_cache=tmp_path / "run" / "image-hashes")
     calls = []
-    real = imagehash.file_sha256
-    monkeypatch.setattr(imagehash, "file_sha256", lambda p: calls.append(p) or real(p))
+    real = imagehash.image_digest
+    monkeypatch.setattr(imagehash, "image_digest", lambda p: calls.append(p) or real(p))
     check_images(ctx)
     check_images(ctx)  # the next array task: no second hash
     assert len(calls) == 1
@@ -433,6 +436,64 @@ def test_image_failures(tmp_path):
         check_images(with_image(ctx, elsewhere))
 
 
+def image_tree(tmp_path: Path, executable: str = "/bin/true", name: str = "tree") -> ContainerSpec:
+    """A charliecloud image directory with the mount points a step binds onto."""
+    root = tmp_path / name
+    for folder in ("etc", "synthbatch/run", "synthbatch/scratch"):
+        (root / folder).mkdir(parents=True)
+    (root / "etc" / "passwd").write_text("root:x:0:0::/:/bin/sh\n")
+    return ContainerSpec(runtime="charliecloud", image="py", path=str(root),
+                         sha256=imagedigest.tree_digest(str(root))[0],
+                         mounts=(MountSpec(str(tmp_path), "/synthbatch/run", False),),
+                         executable=executable)
+
+
+def test_an_image_directory_is_hashed_once_per_run_until_anything_below_changes(
+        tmp_path, monkeypatch):
+    box = image_tree(tmp_path)
+    ctx = dataclasses.replace(with_image(make_ctx(tmp_path), box, client=True),
+                              hash_cache=tmp_path / "image-hashes")
+    ctx = dataclasses.replace(ctx, plan=ctx.plan.replace(
+        client=dataclasses.replace(local_plan("python3", ["x"]).client, container=box),
+        client_command=None))
+    calls = []
+    real = imagehash.image_digest
+    monkeypatch.setattr(imagehash, "image_digest", lambda p: calls.append(p) or real(p))
+    check_images(ctx)  # the deployment and the built-in client share the image
+    check_images(ctx)  # the next array task
+    assert calls == [box.path]
+    (Path(box.path) / "etc" / "passwd").write_text("root:x:0:0::/:/bin/bash\n")
+    with pytest.raises(PreflightError, match=r"image py \(.*tree\): sha256 .* does not match"):
+        check_images(ctx)
+    assert len(calls) == 2
+
+
+def test_a_charliecloud_image_directory_needs_every_mount_point(tmp_path):
+    box = image_tree(tmp_path)
+    (Path(box.path) / "synthbatch" / "scratch").rmdir()
+    box = dataclasses.replace(box, sha256=imagedigest.tree_digest(box.path)[0])
+    with pytest.raises(PreflightError, match=r"tree\) has no directory /synthbatch/scratch to "
+                                             r"mount onto \(ch-run binds only"):
+        check_images(with_image(make_ctx(tmp_path), box))
+
+
+def test_ch_run_must_have_extglob_and_user(tmp_path):
+    fake = tmp_path / "ch-run"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = --feature=extglob ] && exit 1\nexit 0\n")
+    fake.chmod(0o755)
+    ctx = make_ctx(tmp_path, env={**SLURM_ENV, "USER": "u"})
+    with pytest.raises(PreflightError, match="has no extglob support"):
+        check_images(with_image(ctx, image_tree(tmp_path, executable=str(fake))))
+    check_images(with_image(ctx, image_tree(tmp_path, name="ok")))  # /bin/true has it
+    with pytest.raises(PreflightError, match=r"ch-run needs \$USER"):
+        check_images(with_image(make_ctx(tmp_path, env={k: v for k, v in SLURM_ENV.items()
+                                                         if k != "USER"}),
+                                image_tree(tmp_path, name="again")))
+    with pytest.raises(PreflightError, match="SHIV_ROOT .* is not an absolute path"):
+        check_images(with_image(make_ctx(tmp_path, env={"USER": "u"}),
+                                image_tree(tmp_path, name="more")))
+
+
 def test_client_command_executable_is_checked_on_the_host(tmp_path):
     ctx = make_ctx(tmp_path)
     plan = ctx.plan.replace(client=None, client_command=CommandClientSpec(
@@ -453,3 +514,51 @@ def test_gpus_are_counted_per_node_of_the_placement(tmp_path):
     with pytest.raises(PreflightError, match=r"needs 1 GPU\(s\) per node, the allocation "
                                              r"shows none"):
         check_gpus(dataclasses.replace(ctx, plan=two_node_plan(ctx), env=TWO_NODES))
+
+
+def dd_ctx(tmp_path: Path, problems: Any, code: int = 0) -> Context:
+    """A local plan with a Data Designer client whose 'python' is a stand-in that prints
+    ``problems`` as ``dd --validate`` would (None: prints nothing)."""
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    verdict = "" if problems is None else json.dumps({"problems": problems, "notes": []})
+    (tmp_path / "verdict").write_text(verdict)
+    python.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{tmp_path}/argv"\n'
+                      f'echo "log"\ncat "{tmp_path}/verdict"\necho "oops" >&2\nexit {code}\n')
+    python.chmod(0o755)
+    (tmp_path / "dd.yaml").write_text("columns: []\n")
+    ctx = make_ctx(tmp_path)
+    spec = DataDesignerSpec(config=str(tmp_path / "dd.yaml"), python=str(python))
+    return dataclasses.replace(ctx, plan=ctx.plan.replace(client=None,
+                                                          client_data_designer=spec))
+
+
+def test_a_data_designer_config_is_checked_before_any_server(tmp_path):
+    ctx = dd_ctx(tmp_path, ["alias 'x' is served by no deployment", "column 'y': bad"], 1)
+    with pytest.raises(PreflightError, match="^data designer: alias 'x' is served by no "
+                                             "deployment; column 'y': bad$"):
+        run_preflight(ctx)
+    assert (tmp_path / "argv").read_text().split() == [
+        "-I", str(tmp_path / "agent.pyz"), "dd", "--plan", str(tmp_path / "plan.json"),
+        "--validate"]
+
+
+def test_a_clean_data_designer_check_passes(tmp_path):
+    assert "tiny" in run_preflight(dd_ctx(tmp_path, []))
+
+
+def test_a_data_designer_check_without_verdict_names_its_last_words(tmp_path):
+    with pytest.raises(PreflightError, match=r"printed no verdict \(exit status 1: oops\)"):
+        run_preflight(dd_ctx(tmp_path, None, 1))
+
+
+def test_the_data_designer_python_and_config_must_be_there(tmp_path):
+    ctx = dd_ctx(tmp_path, [])
+    spec = ctx.plan.client_data_designer
+    gone = dataclasses.replace(spec, python="/nowhere/python")
+    with pytest.raises(PreflightError, match="client python /nowhere/python is missing"):
+        check_paths(dataclasses.replace(ctx, plan=ctx.plan.replace(client_data_designer=gone)))
+    gone = dataclasses.replace(spec, config="/nowhere/build.py:make")
+    with pytest.raises(PreflightError, match="Data Designer config /nowhere/build.py is "
+                                             "missing"):
+        check_paths(dataclasses.replace(ctx, plan=ctx.plan.replace(client_data_designer=gone)))

@@ -125,7 +125,8 @@ def test_plan_json_is_one_object() -> None:
     assert result.stdout.count("\n") == 1 and result.stdout.endswith("\n")
     data = json.loads(result.stdout)
     assert isinstance(data, dict)
-    assert set(data) == {"plan", "plan_sha256", "script", "shards", "records", "summary"}
+    assert set(data) == {"plan", "plan_sha256", "script", "shards", "records", "summary",
+                         "checks", "overrides"}
     assert (data["shards"], data["records"]) == (3, 30)
     assert data["plan"]["name"] == "fake-server"
     assert data["plan"]["deployments"][0]["command"][1] == str(
@@ -323,23 +324,7 @@ def test_runs_lists_committed(profile_file: Path, workspace: Path) -> None:
 
 # ----------------------------------------------------------------------------- observation
 
-from tests.fakes import Shard, make_run  # noqa: E402
-
-
-def fake_slurm_bin(tmp_path: Path, **scripts: str) -> Path:
-    """A slurm_bin folder whose commands are small shell scripts."""
-    folder = tmp_path / "fakebin"
-    folder.mkdir()
-    for name, body in scripts.items():
-        path = folder / name
-        path.write_text("#!/bin/sh\n" + body + "\n")
-        path.chmod(0o755)
-    return folder
-
-
-def profile_with_bin(profile_file: Path, folder: Path) -> str:
-    profile_file.write_text(profile_file.read_text() + f'slurm_bin = "{folder}"\n')
-    return str(profile_file)
+from tests.fakes import Shard, fake_slurm_bin, make_run, profile_with_bin  # noqa: E402
 
 
 def test_help_lists_every_command() -> None:
@@ -423,7 +408,9 @@ def test_runs_newest_first_with_state(profile_file: Path, workspace: Path) -> No
     (run,) = json.loads(result.stdout)["runs"]
     assert run["state"] == "running" and run["counts"] == {"running": 1, "succeeded": 1}
     text = invoke("runs", "--profile", str(profile_file))
-    assert text.stdout.startswith("obs-20240101-000000-abcdef  running")
+    header, row = text.stdout.splitlines()
+    assert header.split() == ["RUN", "STATE", "RECORDS", "SHARDS", "SUBMITTED", "ELAPSED"]
+    assert row.split()[:4] == ["obs-20240101-000000-abcdef", "running", "10/20", "1/2"]
 
 
 def test_logs_prints_and_json_tails(profile_file: Path, workspace: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from control.config.profile import Profile
 from control.runs import doctor as checks
 from control.slurm.runner import CommandResult
 from tests.conftest import REPO
-from tests.fakes import invoke
+from tests.fakes import invoke, tomllib
 
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 
@@ -75,11 +76,49 @@ def test_show_prints_resolved_defaults() -> None:
     result = invoke("profile", "show", "--profile", str(TESTBED))
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == f"# {TESTBED}"
+    assert lines[0] == f"# {TESTBED} with every default filled in"
     assert 'partition = "debug"' in lines and "port_base = 20000" in lines
-    assert 'container = {"executable": null, "mounts": [], "runtime": "none"}' in lines
+    assert "[container]" in lines and 'runtime = "none"' in lines
+    assert "# account is not set" in lines  # was `account = null`: not TOML
     data = json.loads(invoke("profile", "show", "--profile", str(TESTBED), "--json").stdout)
     assert data["profile"]["gpus_per_node"] == 4 and data["path"] == str(TESTBED)
+
+
+HOSTILE = """schema_version = 1
+workspace = "/shared/ws"
+partition = "gpu"
+env_allow = ["HF_HOME", "VLLM_LOGGING_LEVEL"]
+secrets = ["HF_TOKEN"]
+[container]
+runtime = "apptainer"
+executable = "/opt/apptainer/bin/apptainer"
+mounts = [{ host = "/shared/models", container = "/models", read_only = true },
+          { host = "/scratch", container = "/scratch" }]
+[sbatch_options]
+exclusive = ""
+gres-flags = "enforce-binding"
+constraint = "a100&ib"
+comment = "team:llm/batch"
+"""
+
+
+@pytest.mark.parametrize("source", ["testbed", "pyxis", "hostile"])
+def test_show_prints_a_profile_that_reads_back_as_itself(tmp_path: Path, source: str) -> None:
+    from control.config.document import tomllib
+
+    path = {"testbed": TESTBED, "pyxis": REPO / "examples" / "profiles" / "pyxis.toml",
+            "hostile": tmp_path / "hostile.toml"}[source]
+    if source == "hostile":
+        path.write_text(HOSTILE)
+    shown = invoke("profile", "show", "--profile", str(path))
+    assert shown.exit_code == 0, shown.output
+    again = tmp_path / "again.toml"
+    again.write_text(shown.stdout)
+    original = load_model(path, Profile)
+    assert tomllib.loads(shown.stdout)  # valid TOML
+    assert load_model(again, Profile) == original  # and the same profile, every field
+    assert invoke("profile", "show", "--profile", str(again)).stdout.splitlines()[1:] == \
+        shown.stdout.splitlines()[1:]  # a fixed point
 
 
 # ----------------------------------------------------------------------------- validate
@@ -234,7 +273,7 @@ def test_check_secrets_names_only(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/mounts")
 def test_fs_type_of_root() -> None:
-    assert checks._fs_type(Path("/")) is not None
+    assert checks.fs_type(Path("/")) is not None
 
 
 
@@ -268,3 +307,72 @@ def test_validate_with_an_unreachable_scheduler_exits_5(tmp_path: Path, cluster:
     assert json.loads(as_json.stderr)["error"]["code"] == "scheduler_unavailable"
     assert [set(c) for c in json.loads(as_json.stdout)["checks"]] == \
         [{"name", "status", "detail"}] * 7
+
+
+# ----------------------------------------------------------------------------- local backend
+
+
+def fake_nvidia_smi(folder: Path, monkeypatch: pytest.MonkeyPatch, gpus: int) -> None:
+    """An ``nvidia-smi`` first on PATH that lists ``gpus`` GPUs."""
+    folder.mkdir(exist_ok=True)
+    script = folder / "nvidia-smi"
+    lines = "".join(f"echo 'GPU {i}: NVIDIA H100 (UUID: GPU-{i})'\n" for i in range(gpus))
+    script.write_text(f"#!/bin/sh\n[ \"$1\" = -L ] || exit 9\n{lines}")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+
+
+def test_init_local_writes_a_working_local_profile(tmp_path: Path, home: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_nvidia_smi(tmp_path / "bin", monkeypatch, 2)
+    result = invoke("profile", "init", "--local")
+    assert result.exit_code == 0, result.stderr
+    target = home / ".config/synthbatch/profiles/default.toml"
+    text = target.read_text()
+    assert "nvidia-smi -L lists 2" in text and text.count("\n# ") > 8
+    profile = load_model(target, Profile)
+    assert (profile.backend, profile.workspace, profile.gpus_per_node) == (
+        "local", str(home / "synthbatch"), 2)
+    assert Path(profile.python).is_file() and profile.local.gpus is None
+    checks = {c["name"]: c for c in json.loads(
+        invoke("profile", "validate", "--profile", str(target), "--json").stdout)["checks"]}
+    assert checks["gpus"]["status"] == "ok" and "0, 1 (nvidia-smi -L)" in checks["gpus"]["detail"]
+    assert "slurm" not in checks and "partition" not in checks
+
+
+def test_init_local_without_nvidia_smi_and_its_refusals(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi anywhere
+    target = tmp_path / "local.toml"
+    result = invoke("profile", "init", "--local", "--path", str(target), "--workspace",
+                    str(tmp_path / "ws"), "--python", sys.executable)
+    assert result.exit_code == 0, result.stderr
+    profile = load_model(target, Profile)
+    assert profile.gpus_per_node == 0 and "none found" in target.read_text()
+    refused = invoke("profile", "init", "--local", "--path", str(tmp_path / "x.toml"),
+                     "--partition", "gpu")
+    assert refused.exit_code == 2 and "--partition is a Slurm option" in refused.stderr
+    pyxis = invoke("profile", "init", "--local", "--path", str(tmp_path / "y.toml"),
+                   "--container-runtime", "pyxis")
+    assert pyxis.exit_code == 2 and "pyxis starts containers through srun" in pyxis.stderr
+    slurm = invoke("profile", "init", "--path", str(tmp_path / "z.toml"))
+    assert slurm.exit_code == 2 and "--workspace is required" in slurm.stderr
+
+
+@pytest.mark.parametrize("listed, per_node, smi, status, words", [
+    (None, 2, "GPU 0: A\nGPU 1: B\n", "ok", "0, 1 (nvidia-smi -L)"),
+    ([1], 1, "GPU 0: A\nGPU 1: B\n", "ok", "1 (local.gpus)"),
+    ([3], 1, "GPU 0: A\n", "fail", "GPU 3 is not one of this machine's"),
+    (None, 4, "GPU 0: A\n", "fail", "gpus_per_node = 4, but this machine has 1 GPU(s)"),
+    (None, 2, None, "ok", "0, 1 (no nvidia-smi: gpus_per_node)"),
+])
+def test_check_local_gpus(tmp_path: Path, listed, per_node: int, smi, status: str,
+                          words: str) -> None:
+    def runner(argv, timeout):  # type: ignore[no-untyped-def]
+        assert list(argv) == ["nvidia-smi", "-L"]
+        return CommandResult(argv, 0 if smi is not None else 127, smi or "", "")
+
+    data = {**tomllib.loads((REPO / "examples/profiles/local.toml").read_text()),
+            "gpus_per_node": per_node, "local": {"gpus": listed} if listed else {}}
+    check = checks.check_local_gpus(Profile.model_validate(data), runner)
+    assert check.status == status and words in check.detail, check

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, Type
@@ -112,7 +113,8 @@ def test_valid_time_limits(tmp_path: Path, limit: str) -> None:
 def test_unknown_top_level_key_json(tmp_path: Path) -> None:
     data = run_data()
     data["recrods"] = 3
-    invalid(write_json(tmp_path, data), RunConfig, "recrods", "Extra inputs")
+    invalid(write_json(tmp_path, data), RunConfig, "recrods",
+            "unknown field (did you mean records?)")
 
 
 def test_unknown_top_level_key_toml(tmp_path: Path) -> None:
@@ -707,3 +709,36 @@ def test_readiness_path_accepts_url_paths(tmp_path: Path, path: str) -> None:
     data["deployments"][0]["readiness_path"] = path
     assert load_model(write_json(tmp_path, data), RunConfig).deployments[0].readiness_path \
         == path
+
+
+# ----------------------------------------------------------------------------- local backend
+
+LOCAL = REPO / "examples" / "profiles" / "local.toml"
+
+
+def test_the_local_example_profile_validates() -> None:
+    prof = load_model(LOCAL, Profile)
+    assert prof.backend == "local" and prof.local.max_concurrent == 2
+    assert prof.local.gpus is None and prof.local.kill_wait_s == 30.0
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"container": {"runtime": "pyxis"}}, "container.runtime: pyxis starts containers "
+                                          "through srun"),
+    ({"local": {"gpus": [0, 0]}}, "local.gpus: a GPU index is listed twice"),
+    ({"gpus_per_node": 3, "local": {"gpus": [0, 1]}},
+     "gpus_per_node: 3 is more than the 2 GPU(s) in local.gpus"),
+    ({"local": {"max_concurrent": -1}}, "local.max_concurrent"),
+    ({"local": {"kill_wait_s": 0}}, "local.kill_wait_s"),
+    ({"local": {"nope": 1}}, "local.nope"),
+])
+def test_bad_local_profiles_name_the_field(tmp_path: Path, changes: Dict[str, Any],
+                                           message: str) -> None:
+    data = {**profile_data(), "backend": "local", **changes}
+    with pytest.raises(InvalidInput, match=re.escape(message)):
+        load_model(write_json(tmp_path, data, "p.json"), Profile)
+
+
+def test_the_slurm_backend_ignores_pyxis_checks_of_the_local_one(tmp_path: Path) -> None:
+    data = {**profile_data(), "container": {"runtime": "pyxis"}, "local": {"gpus": [0]}}
+    assert load_model(write_json(tmp_path, data, "p.json"), Profile).backend == "slurm"

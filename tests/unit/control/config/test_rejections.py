@@ -53,6 +53,14 @@ def vllm(data: Data, **changes: Any) -> None:
                               **changes}
 
 
+def dd(**changes: Any) -> Callable[[Data], None]:
+    """Make the run's client a Data Designer config with ``changes``."""
+    def change(data: Data) -> None:
+        client = {"data_designer": "/c/dd.yaml", "python": "/envs/dd/bin/python", **changes}
+        data["client"] = {k: v for k, v in client.items() if v is not None}
+    return change
+
+
 def pyxis(data: Data) -> None:
     data["container"] = {"runtime": "pyxis", "mounts": [
         {"host": "/shared/models", "container": "/models", "read_only": True}]}
@@ -138,7 +146,7 @@ CASES = [
                   'a number, boolean, path, URL or variable name (value not shown); write '
                   '{ secret = "NAME" } and list NAME in the profile\'s secrets'),
     Case("unknown-secret-named-key-intact", "client.max_token",
-         put(["client", "max_token"], 24), fragment=": Extra inputs are not permitted"),
+         put(["client", "max_token"], 24), fragment=": unknown field (did you mean max_tokens?)"),
     Case("api-key-flag", "deployments[0].extra_args[0]",
          lambda d: vllm(d, extra_args=["--api-key", SK]), secret=SK,
          fragment="--api-key is set by synthbatch"),  # was "--api-key *** set"
@@ -214,6 +222,22 @@ CASES = [
     Case("negative-throttle", "shards.throttle", put(["shards", "throttle"], -1)),
     Case("unknown-resume", "resume", put(["resume"], "sometimes")),
     Case("unknown-output-format", "output_format", put(["output_format"], "parquet")),
+    Case("dd-relative-config", "client.data_designer", dd(data_designer="dd.yaml"),
+         fragment="must be an absolute path"),
+    Case("dd-python-file-without-function", "client.data_designer",
+         dd(data_designer="/c/build.py"), fragment="'build.py:builder'"),
+    Case("dd-not-a-config-file", "client.data_designer", dd(data_designer="/c/dd.txt")),
+    Case("dd-without-python-or-image", "client.python", dd(python=None),
+         fragment="scripts/client-env dd"),
+    Case("dd-model-to-unknown-deployment", "client.models.writer",
+         dd(models={"writer": "nope"}), fragment="is not a deployment alias (have: tiny)"),
+    Case("dd-metrics-port", "client.run_config.otel_metrics_port",
+         dd(run_config={"otel_metrics_port": 9464}), fragment="several clients"),
+    Case("dd-nested-run-config", "client.run_config.request_admission",
+         dd(run_config={"request_admission": {"x": 1}})),
+    Case("dd-literal-secret-env", "client.env.OPENAI_API_KEY",
+         dd(env={"OPENAI_API_KEY": SK}), secret=SK),
+    Case("dd-image-without-runtime", "client.image", dd(image="img")),
 ]
 
 

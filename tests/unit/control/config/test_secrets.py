@@ -74,7 +74,7 @@ def test_harmless_settings_pass_plan_validation(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- redaction
 
 MESSAGES = [  # words of messages (and harmless values): left as they are
-    "client.max_token: Extra inputs are not permitted",
+    "client.max_token: unknown field (did you mean max_tokens?)",
     "env.HF_TOKEN: looks like a literal secret (value not shown); write { secret = \"NAME\" } "
     "and list NAME in the profile's secrets",
     "extra_args[0]: --api-key is set by synthbatch for engine 'vllm'; remove it",

@@ -42,15 +42,17 @@ def write(tmp_path: Path, data: Dict[str, Any]) -> Path:
 
 @pytest.mark.parametrize("changes", [{}, {"slurm_bin": "/opt/slurm/bin"},
                                      {"scheduler_timeout_s": 5}, {"slurm_bin": None},
-                                     {"schema_version": 1.0}, {"schema_version": True}])
+                                     {"schema_version": 1.0}, {"schema_version": True},
+                                     {"backend": "local", "local": {"max_concurrent": 2}}])
 def test_valid_profiles_read_the_same_values(tmp_path: Path, changes: Dict[str, Any]) -> None:
     data = {**profile_data(), **changes}
     if data.get("slurm_bin") is None:
         data.pop("slurm_bin", None)
     path = write(tmp_path, data)
     full, light = load_model(path, Profile), load_workspace_profile(str(path))
-    assert (light.path, light.workspace, light.slurm_bin, light.scheduler_timeout_s) == \
-        (path, full.workspace, full.slurm_bin, full.scheduler_timeout_s)
+    assert (light.path, light.workspace, light.slurm_bin, light.scheduler_timeout_s,
+            light.backend) == \
+        (path, full.workspace, full.slurm_bin, full.scheduler_timeout_s, full.backend)
 
 
 DROP = object()

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import multiprocessing
 import stat
 from pathlib import Path
 
 import pytest
 
+from agent_stdlib.imagedigest import tree_digest
+from control.cli.output import ByteProgress
 from control.errors import Conflict, InvalidInput, NotFound
 from control.images import registry
 from tests.conftest import REPO
@@ -81,7 +85,7 @@ def test_verify(workspace: Path, image: Path) -> None:
     assert "no such file" in (registry.verify(entry) or "")
 
 
-@pytest.mark.parametrize("text", ["{", "[]", '{"schema_version": 2, "images": {}}',
+@pytest.mark.parametrize("text", ["{", "[]", '{"schema_version": 99, "images": {}}',
                                   '{"schema_version": 1, "images": {"a": {"path": 1}}}'])
 def test_corrupt_registry(workspace: Path, text: str) -> None:
     workspace.mkdir()
@@ -118,3 +122,96 @@ def test_cli_errors(profile_file: Path, image: Path) -> None:
     assert verify.exit_code == 4 and "does not match" in verify.stderr
     again = invoke("image", "add", "vllm", str(image), "--profile", str(profile_file), "--json")
     assert again.exit_code == 4 and json.loads(again.stderr)["error"]["code"] == "conflict"
+
+
+# ----------------------------------------------------------------------------- kinds and trees
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "images" / "py"
+    for folder in ("etc", "usr/bin", "synthbatch/run", "synthbatch/scratch"):
+        (root / folder).mkdir(parents=True)
+    (root / "etc" / "passwd").write_text("root:x:0:0::/:/bin/sh\n")
+    (root / "etc" / "group").write_text("root:x:0:\n")
+    (root / "usr" / "bin" / "python3").write_bytes(b"\x7fELF not really")
+    return root
+
+
+def test_a_charliecloud_image_directory_is_pinned_by_its_tree_digest(workspace: Path,
+                                                                     tree: Path) -> None:
+    entry = registry.add(workspace, "py", str(tree), kind="client", now=1.0)
+    assert entry.sha256 == tree_digest(str(tree))[0]
+    assert (entry.format, entry.kind, entry.bytes) == ("directory", "client",
+                                                       22 + 10 + 15)
+    assert registry.verify(entry) is None
+    (tree / "usr" / "bin" / "python3").chmod(0o755)  # a mode bit is part of the image
+    assert "does not match" in (registry.verify(entry) or "")
+
+
+def test_a_directory_that_is_no_image_tree_is_refused(workspace: Path, tree: Path) -> None:
+    (tree / "etc" / "group").unlink()
+    with pytest.raises(InvalidInput, match=r"not an image tree \(no etc/group"):
+        registry.add(workspace, "py", str(tree))
+
+
+def test_kind_is_checked_and_a_squashfs_file_is_a_format(workspace: Path, image: Path) -> None:
+    with pytest.raises(InvalidInput, match="image kind 'engine'"):
+        registry.add(workspace, "vllm", str(image), kind="engine")
+    assert registry.add(workspace, "vllm", str(image)).format == "squashfs"
+
+
+def test_hashing_reports_progress_and_the_inspection_is_kept(workspace: Path,
+                                                              image: Path) -> None:
+    seen = []
+    entry = registry.add(workspace, "vllm", str(image), progress=lambda d, t: seen.append((d, t)),
+                         inspect=lambda path: {"ran": False, "reason": f"looked at {path}"})
+    assert seen[-1] == (8000, 8000)
+    assert registry.get(workspace, "vllm").inspection == {"ran": False,
+                                                          "reason": f"looked at {image}"}
+    assert entry.inspection == registry.get(workspace, "vllm").inspection
+
+
+def test_a_version_1_registry_is_still_read(workspace: Path, image: Path) -> None:
+    workspace.mkdir()
+    registry.registry_path(workspace).write_text(json.dumps({"schema_version": 1, "images": {
+        "old": {"path": str(image), "sha256": "a" * 64, "bytes": 8000, "added_at": 1.0}}}))
+    entry = registry.load(workspace)["old"]
+    assert (entry.kind, entry.inspection, registry.image_format(entry)) == ("serving", None,
+                                                                            "squashfs")
+    registry.add(workspace, "vllm", str(image))  # rewritten as version 2, old entry kept
+    data = json.loads(registry.registry_path(workspace).read_text())
+    assert data["schema_version"] == 2 and sorted(data["images"]) == ["old", "vllm"]
+
+
+def _add_many(workspace: str, images: str, first: int) -> None:
+    for index in range(first, first + 5):
+        registry.add(Path(workspace), f"img{index}", f"{images}/vllm.sqsh")
+
+
+def test_concurrent_adds_never_lose_an_entry(workspace: Path, image: Path) -> None:
+    context = multiprocessing.get_context("fork")
+    procs = [context.Process(target=_add_many, args=(str(workspace), str(image.parent), n))
+             for n in (0, 5, 10, 15)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert sorted(registry.load(workspace)) == sorted(f"img{i}" for i in range(20))
+    assert not list(workspace.glob("*.tmp*"))  # no temp file left behind
+
+
+def test_the_progress_bar_draws_only_on_a_terminal() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    quiet, loud = io.StringIO(), Tty()
+    for stream in (quiet, loud):
+        bar = ByteProgress("sha256 x.sqsh", stream)
+        bar(2**30, 4 * 2**30)
+        bar(4 * 2**30, 4 * 2**30)
+        bar.close()
+    assert quiet.getvalue() == ""
+    assert loud.getvalue().endswith("100.0% 4.00/4.00 GiB\n") and "\r" in loud.getvalue()

@@ -20,6 +20,7 @@ from control.images import registry
 from control.planning.arrays import array_chunks
 from control.planning.placement import PlacementError, Shape, place, spread
 from control.planning.planner import make_plan, resolve_command, split_records
+from control.planning.summary import plan_summary
 from control.runs.plan import dry_run
 from control.slurm.directives import apply_directives
 from control.slurm.parsers import parse_max_array_size
@@ -191,6 +192,21 @@ def test_make_plan_quickstart() -> None:
     assert plan.runtime.launcher == "srun"
     assert plan.client.model == "tiny"
     assert plan.max_attempts == 3
+
+
+def test_a_local_profile_plans_the_local_launcher_on_one_machine() -> None:
+    local = profile(backend="local")
+    plan = make_plan(run_config(), local, RUN_ID, QUICKSTART.parent)
+    assert plan.runtime.launcher == "local" and plan.resources.nodes == 1
+    assert "backend local: no Slurm" in plan_summary(plan, "0" * 64)
+    assert "backend local" not in plan_summary(
+        make_plan(run_config(), profile(), RUN_ID, QUICKSTART.parent), "0" * 64)
+    data = run_data()
+    data["deployments"][0].update(nodes=2, replicas=2)
+    assert make_plan(run_config(data), profile(), RUN_ID, QUICKSTART.parent).resources.nodes == 2
+    with pytest.raises(InvalidInput, match=r"deployments\[0\]\.nodes: 2 nodes: the local "
+                                           r"backend runs on one machine"):
+        make_plan(run_config(data), local, RUN_ID, QUICKSTART.parent)
 
 
 def test_profile_defaults_apply() -> None:
@@ -497,6 +513,36 @@ def test_command_client_in_an_image(images: Dict[str, Any]) -> None:
     assert Plan.from_dict(plan.to_dict()) == plan
 
 
+def test_the_built_in_client_in_a_client_image(images: Dict[str, Any]) -> None:
+    data = run_data()
+    data["client"]["image"] = "vllm"
+    plan = make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
+    assert plan.client is not None and plan.client.container is not None
+    assert (plan.client.container.path, plan.client.container.sha256) == (
+        images["vllm"].path, images["vllm"].sha256)
+    assert plan.client.container.mounts[-1].container == "/synthbatch/run"
+    assert Plan.from_dict(plan.to_dict()) == plan
+    data["client"]["image"] = "nope"
+    with pytest.raises(InvalidInput, match=r"client\.image: no image 'nope' is registered"):
+        make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
+
+
+def test_an_image_directory_runs_only_with_charliecloud(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "etc").mkdir(parents=True)
+    for name in ("passwd", "group"):
+        (tree / "etc" / name).write_text("")
+    images = {"tree": registry.add(tmp_path / "ws", "tree", str(tree))}
+    assert images["tree"].format == "directory"
+    data = vllm_run(image="tree", gpus=1)
+    charlie = profile(workspace="/ws", container={"runtime": "charliecloud"})
+    plan = make_plan(run_config(data), charlie, RUN_ID, QUICKSTART.parent, images=images)
+    assert plan.deployment("tiny").container.path == str(tree)
+    with pytest.raises(InvalidInput, match=r"deployments\[0\]\.image: image 'tree' is a "
+                                           r"directory, which pyxis cannot run"):
+        make_plan(run_config(data), pyxis_profile(), RUN_ID, QUICKSTART.parent, images=images)
+
+
 # ----------------------------------------------------------------------------- dry run
 
 
@@ -540,3 +586,53 @@ def test_plan_errors_name_the_profile_file(tmp_path: Path) -> None:
         make_plan(run_config(data), profile(port_base=65000), RUN_ID, QUICKSTART.parent,
                   profile_file=Path("p.toml"))
     assert info.value.message.startswith("p.toml: port_base: 65000 + 576 server ports")
+
+
+# ----------------------------------------------------------------------------- data designer
+
+
+def dd_run(**client: Any) -> Dict[str, Any]:
+    data = run_data()
+    data["client"] = {"data_designer": "{config_dir}/dd/config.yaml",
+                      "python": "{config_dir}/envs/dd/bin/python", **client}
+    return data
+
+
+def test_data_designer_client_plan() -> None:
+    data = dd_run(models={"writer": "tiny"}, run_config={"buffer_size": 50},
+                  env={"HF_HOME": "/shared/hf"}, max_passes=2)
+    plan = make_plan(run_config(data), profile(), RUN_ID, Path("/cfg"))
+    spec = plan.client_data_designer
+    assert plan.client is None and plan.client_command is None and spec is not None
+    assert (spec.config, spec.python) == ("/cfg/dd/config.yaml", "/cfg/envs/dd/bin/python")
+    assert spec.models == {"writer": "tiny"} and spec.run_config == {"buffer_size": 50}
+    assert spec.env == {"HF_HOME": "/shared/hf"} and spec.max_passes == 2
+    assert spec.container is None
+    assert Plan.from_dict(plan.to_dict()) == plan
+
+
+def test_data_designer_python_builder_keeps_its_function() -> None:
+    data = dd_run(data_designer="/abs/build.py:make")
+    spec = make_plan(run_config(data), profile(), RUN_ID, Path("/cfg")).client_data_designer
+    assert spec is not None and spec.config == "/abs/build.py:make"
+
+
+def test_data_designer_in_an_image(images: Dict[str, Any]) -> None:
+    data = dd_run(data_designer="/shared/dd/config.yaml", image="vllm")
+    del data["client"]["python"]
+    plan = make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
+    spec = plan.client_data_designer
+    assert spec is not None and spec.container is not None
+    assert (spec.config, spec.python) == ("/data/dd/config.yaml", "python3")
+    assert plan.client_container == spec.container
+    data["client"]["data_designer"] = "/elsewhere/config.yaml"
+    with pytest.raises(InvalidInput, match=r"client\.data_designer: /elsewhere/config.yaml "
+                                           r"is not under any of the profile's container"):
+        make_plan(run_config(data), pyxis_profile(), RUN_ID, Path("/cfg"), images=images)
+
+
+def test_old_plans_without_a_data_designer_field_still_parse() -> None:
+    plan = make_plan(run_config(), profile(), RUN_ID, QUICKSTART.parent)
+    data = plan.to_dict()
+    del data["client_data_designer"]
+    assert Plan.from_dict(data) == plan

@@ -145,3 +145,86 @@ def test_follow_moves_on_to_a_retry_attempt(tmp_path: Path) -> None:
     found = newer_target(layout, target)
     assert found is not None and (found.attempt, found.execution) == (2, 1)
     assert found.path == folder / "client.log"
+
+
+# ----------------------------------------------------------------------------- waiting (tail -F)
+
+
+def test_await_target_waits_for_the_client_log_to_appear(tmp_path: Path) -> None:
+    from control.runs.logs import await_target
+
+    layout = make_run(tmp_path, [Shard("submitted")])
+    notes: List[str] = []
+    naps: List[float] = []
+
+    def sleep(seconds: float) -> None:  # the job starts while we wait
+        naps.append(seconds)
+        if len(naps) == 2:  # Slurm's own log comes first: not the one to follow
+            (layout.slurm_logs / "slurm-500_0.out").write_text("")
+        if len(naps) == 3:
+            add_logs(layout, 0, 1, "server-tiny-0", "client")
+
+    target = await_target(layout, 0, notify=notes.append, sleep=sleep)
+    assert target.step == "client" and target.path.read_text() == "client of execution 1\n"
+    assert len(naps) == 3
+    assert notes == ["waiting for the client log of shard 0 (attempt 1 is submitted)"]
+
+
+def test_await_target_of_a_shard_that_failed_before_its_client_ran(tmp_path: Path) -> None:
+    from control.runs.logs import await_target
+
+    layout = make_run(tmp_path, [Shard("failed", reason="preflight: no GPUs")])
+    (layout.slurm_logs / "slurm-500_0.out").write_text("agent: preflight failed\n")
+    target = await_target(layout, 0, sleep=lambda s: pytest.fail("must not wait"))
+    assert target.step == "slurm"  # the default of a failed shard without a client log
+
+
+def test_await_target_of_a_named_step_says_which(tmp_path: Path) -> None:
+    from control.runs.logs import await_target
+
+    layout = make_run(tmp_path, [Shard("running")])
+    notes: List[str] = []
+
+    def sleep(seconds: float) -> None:
+        add_logs(layout, 0, 1, "client")
+
+    target = await_target(layout, 0, "client", notify=notes.append, sleep=sleep)
+    assert target.step == "client"
+    assert notes == ["waiting for the client log of shard 0 (attempt 1 is running)"]
+
+
+def test_await_target_gives_up_once_the_shard_ended_without_the_log(tmp_path: Path) -> None:
+    from control.runs.logs import await_target
+
+    layout = make_run(tmp_path, [Shard("cancelled", reason="cancelled before it started")])
+    with pytest.raises(NotFound, match="no log for step 'client'"):
+        await_target(layout, 0, "client", sleep=lambda s: pytest.fail("must not wait"))
+
+
+def test_logs_follow_right_after_submit_waits_instead_of_exiting_3(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import time
+
+    from agent_stdlib.attempts import advance_attempt
+    from tests.fakes import invoke
+
+    profile = tmp_path / "profile.toml"
+    profile.write_text(f'schema_version = 1\nworkspace = "{tmp_path / "ws"}"\n')
+    layout = make_run(tmp_path / "ws", [Shard("submitted")])
+    real_sleep = time.sleep
+
+    def job_runs_and_ends(seconds: float) -> None:
+        add_logs(layout, 0, 1, "client")
+        advance_attempt(layout.attempt(0, 1).attempt_json, "running")
+        advance_attempt(layout.attempt(0, 1).attempt_json, "succeeded")
+
+    monkeypatch.setattr(time, "sleep", job_runs_and_ends)
+    result = invoke("logs", "obs-20240101-000000-abcdef", "--step", "client", "--follow",
+                    "--profile", str(profile))
+    monkeypatch.setattr(time, "sleep", real_sleep)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "client of execution 1\n"
+    assert "synthbatch: waiting for the client log of shard 0 (attempt 1 is submitted)" in \
+        result.stderr
+    assert json.loads(layout.attempt(0, 1).attempt_json.read_text())["state"] == "succeeded"

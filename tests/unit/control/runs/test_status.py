@@ -17,6 +17,7 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import (
     StateError,
     ensure_dir,
+    write_json_atomic,
 )
 from control.errors import EvidenceConflict
 from control.runs import normalize as norm
@@ -624,3 +625,20 @@ def test_a_plan_over_one_mebibyte_is_read(tmp_path: Path, fake: FakeSlurm) -> No
     layout.plan_json.chmod(0o600)
     layout.plan_json.write_text(json.dumps(data))
     assert load_plan_view(layout).shard_records == (10,)
+
+
+def test_record_failures_from_progress_reach_status_and_the_watch_frame(
+        tmp_path: Path, fake: FakeSlurm) -> None:
+    from control.cli.render import frame
+
+    layout = make_run(tmp_path, [Shard("running", progress=4), Shard("running", progress=2)])
+    for shard, failures in ((0, {"failures": 3}), (1, {})):  # shard 1: an older client's
+        progress = layout.attempt(shard, 1).progress_json
+        data = json.loads(progress.read_text())
+        del data["failures"]
+        write_json_atomic(progress, {**data, **failures})
+    squeue_cmd(fake, "500_0|RUNNING|None\n500_1|RUNNING|None\n")
+    status = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert [s["record_failures"] for s in status["shards"]] == [3, 0]
+    assert status["record_failures"] == 3
+    assert "record failures 3" in frame(status)[1]

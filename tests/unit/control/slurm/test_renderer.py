@@ -16,6 +16,7 @@ from typing import Callable, Dict, List, Optional
 import pytest
 
 from agent_stdlib.contracts import ResourceSpec
+from control.slurm.directives import read_directives, time_limit_seconds
 from control.slurm.renderer import BatchScript, render_batch_script, sbatch_directives
 from tests.conftest import GOLDENS, REPO
 
@@ -385,3 +386,37 @@ def test_an_option_name_that_is_not_one_is_refused() -> None:
 
     with pytest.raises(InvalidInput, match="not an sbatch option name"):
         render_batch_script(spec(resources=resources(options={"x y": "1"})))
+
+
+# ----------------------------------------------------------------------------- read back
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_read_directives_gets_back_what_was_rendered(variant: str) -> None:
+    script = render_batch_script(VARIANTS[variant])
+    read = read_directives(script)
+    rendered = {}
+    for line in sbatch_lines(script):
+        key, sep, value = line[len("#SBATCH --"):].partition("=")
+        rendered[key] = shlex.split(value)[0] if sep else None
+    assert read == rendered and "time" in read and "requeue" in read
+
+
+def test_read_directives_stops_at_the_first_command_and_unquotes() -> None:
+    hostile = spec(job_name="job name'$(touch x)", run_dir="/shared/my runs/$HOME;rm")
+    read = read_directives(render_batch_script(hostile))
+    assert read["job-name"] == "job name'$(touch x)"
+    assert read["output"] == "/shared/my runs/$HOME;rm/logs/slurm-%A_%a.out"
+    assert read_directives("#!/bin/bash\necho hi\n#SBATCH --time=5\n") == {}
+
+
+@pytest.mark.parametrize("text, seconds", [("30", 1800), ("00:00:20", 20), ("01:30:00", 5400),
+                                           ("2-00:00:01", 172801), ("0", 0)])
+def test_time_limits_in_seconds(text: str, seconds: int) -> None:
+    assert time_limit_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "1:2", "a", "1-2", "00:00:xx", "-1"])
+def test_malformed_time_limits_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="not a time limit"):
+        time_limit_seconds(text)

@@ -1,0 +1,27 @@
+"""``synthbatch completion bash|zsh|fish``: the shell's completion script (click's)."""
+
+from __future__ import annotations
+
+import click
+
+PROG = "synthbatch"  # the console script the shell completes (pyproject.toml)
+COMPLETE_VAR = "_SYNTHBATCH_COMPLETE"
+SHELLS = ("bash", "zsh", "fish")
+
+
+@click.command("completion")
+@click.argument("shell", type=click.Choice(SHELLS))
+def completion_cmd(shell: str) -> None:
+    """Print the completion script of SHELL: commands, options, run ids, profile names.
+
+    \b
+    bash: eval "$(synthbatch completion bash)"   (in ~/.bashrc)
+    zsh:  eval "$(synthbatch completion zsh)"    (in ~/.zshrc)
+    fish: synthbatch completion fish > ~/.config/fish/completions/synthbatch.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    root = click.get_current_context().find_root()
+    completer = get_completion_class(shell)
+    assert completer is not None  # every name in SHELLS has one
+    click.echo(completer(root.command, {}, PROG, COMPLETE_VAR).source())

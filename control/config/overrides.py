@@ -1,0 +1,73 @@
+"""Slurm-style overrides on the command line: the fields people change per run.
+
+``plan`` and ``submit`` take ``-p/--partition``, ``-A/--account``, ``-q/--qos``,
+``-t/--time`` and ``--reservation``; each is checked with the profile field's own rule
+and beats the profile (``--time`` also beats the run file's ``resources.time_limit``).
+The plan records the values in effect; ``run.json`` records which came from the command
+line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Dict, Optional, Tuple
+
+from pydantic import TypeAdapter, ValidationError
+
+from control.config.fields import Name, TimeLimit
+from control.config.profile import Profile
+from control.config.run import RunConfig
+from control.errors import InvalidInput
+
+# field -> (option, the rule its value follows)
+OPTIONS = {"partition": ("--partition", Name), "account": ("--account", Name),
+           "qos": ("--qos", Name), "time_limit": ("--time", TimeLimit),
+           "reservation": ("--reservation", Name)}
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Values given on the command line (None: not given)."""
+
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time_limit: Optional[str] = None
+    reservation: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        for name, (option, rule) in OPTIONS.items():
+            given = getattr(self, name)
+            if given is None:
+                continue
+            try:
+                TypeAdapter(rule).validate_python(given)
+            except ValidationError as err:
+                why = err.errors()[0]["msg"].removeprefix("Value error, ")
+                raise InvalidInput(f"{option}: {why}") from err
+
+    def to_dict(self) -> Dict[str, str]:
+        """The values given, by field name (what run.json records)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+    @classmethod
+    def from_dict(cls, data: Optional[Dict[str, str]]) -> Overrides:
+        """From ``to_dict``'s form (or None); InvalidInput names an unknown field."""
+        data = dict(data or {})
+        unknown = sorted(set(data) - set(OPTIONS))
+        if unknown:
+            raise InvalidInput(f"overrides: {unknown[0]!r} is not one of "
+                               f"{', '.join(OPTIONS)}")
+        return cls(**data)
+
+    def apply(self, profile: Profile, run: RunConfig) -> Tuple[Profile, RunConfig]:
+        """The profile and run with the overrides in effect."""
+        given = self.to_dict()
+        time_limit = given.pop("time_limit", None)
+        if given:
+            profile = profile.model_copy(update=given)
+        if time_limit is not None:
+            resources = run.resources.model_copy(update={"time_limit": time_limit})
+            run = run.model_copy(update={"resources": resources})
+        return profile, run

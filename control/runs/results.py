@@ -1,0 +1,208 @@
+"""Typed results of the Python API (``control.api``): plan, status, merge, runs.
+
+Each is a frozen dataclass over the data ``--json`` prints: the fields a script reads are
+typed attributes, ``data`` keeps the whole object (new keys included) and ``to_dict()``
+returns it. ``from_dict`` reads only what it types, so a key added to the JSON later
+never breaks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+Data = Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Result:
+    """Base: the JSON object behind the typed fields."""
+
+    data: Data = field(repr=False, compare=False)
+
+    def to_dict(self) -> Data:
+        """What ``--json`` prints."""
+        return self.data
+
+
+@dataclass(frozen=True)
+class Check:
+    """One login-node check of ``plan``: error, warning, node (checked there) or ok."""
+
+    level: str
+    field: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PlanResult(Result):
+    """``plan``: the resolved run, its summary and script, and what the checks found."""
+
+    run_id: str = ""
+    name: str = ""
+    shards: int = 0
+    records: int = 0
+    plan_sha256: str = ""
+    summary: str = ""
+    script: str = ""
+    checks: Tuple[Check, ...] = ()
+    overrides: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> Tuple[Check, ...]:
+        """The checks that make ``submit`` refuse."""
+        return tuple(c for c in self.checks if c.level == "error")
+
+    @property
+    def warnings(self) -> Tuple[Check, ...]:
+        """The checks ``submit`` keeps in ``run.json``."""
+        return tuple(c for c in self.checks if c.level == "warning")
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing stops a submit."""
+        return not self.errors
+
+    @classmethod
+    def from_dict(cls, data: Data) -> PlanResult:
+        """From ``plan --json``'s object."""
+        plan = data.get("plan", {})
+        return cls(data=data, run_id=plan.get("run_id", ""), name=plan.get("name", ""),
+                   shards=data.get("shards", 0), records=data.get("records", 0),
+                   plan_sha256=data.get("plan_sha256", ""), summary=data.get("summary", ""),
+                   script=data.get("script", ""),
+                   checks=tuple(Check(c["level"], c["field"], c["message"])
+                                for c in data.get("checks", [])),
+                   overrides=dict(data.get("overrides", {})))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A shard that failed, was lost or cancelled with a reason, and the log to read."""
+
+    shard: int
+    state: str
+    reason: Optional[str]
+    log: Optional[str]
+
+
+@dataclass(frozen=True)
+class ShardStatus:
+    """One shard in ``status``."""
+
+    index: int
+    state: str
+    reason: Optional[str]
+    attempt: Optional[int]
+    job_id: Optional[str]
+    records: int
+    records_done: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class RunStatus(Result):
+    """``status`` (and ``wait``): the run's state, records, rate, failures, shards.
+
+    ``elapsed_s``, ``records_per_s``, ``tokens_per_s`` and ``gpu_hours`` are a finished
+    run's numbers (``gpu_hours`` from Slurm accounting; None without it).
+    """
+
+    run_id: str = ""
+    name: str = ""
+    state: str = ""
+    records: int = 0
+    records_done: int = 0
+    tokens: int = 0
+    rate: float = 0.0
+    eta_s: Optional[float] = None
+    counts: Dict[str, int] = field(default_factory=dict)
+    notes: Tuple[str, ...] = ()
+    scheduler_error: Optional[str] = None
+    elapsed_s: Optional[float] = None
+    records_per_s: Optional[float] = None
+    tokens_per_s: Optional[float] = None
+    gpu_hours: Optional[float] = None
+
+    @property
+    def finished(self) -> bool:
+        """True once the run cannot change by itself (succeeded, failed, cancelled)."""
+        return self.state in ("succeeded", "failed", "cancelled")
+
+    @property
+    def succeeded(self) -> bool:
+        """True when every shard succeeded."""
+        return self.state == "succeeded"
+
+    @property
+    def failures(self) -> Tuple[Failure, ...]:
+        """Failed, lost and cancelled shards with their reasons and logs (built when read:
+        a run of 10,000 shards pays nothing for what it does not look at)."""
+        return tuple(Failure(f["shard"], f["state"], f.get("reason"), f.get("log"))
+                     for f in self.data.get("failures", []))
+
+    @property
+    def shards(self) -> Tuple[ShardStatus, ...]:
+        """Every shard (built when read)."""
+        return tuple(ShardStatus(s["index"], s["state"], s.get("reason"), s.get("attempt"),
+                                 s.get("job_id"), s.get("records", 0), s.get("records_done", 0),
+                                 s.get("tokens", 0))
+                     for s in self.data.get("shards", []))
+
+    @classmethod
+    def from_dict(cls, data: Data) -> RunStatus:
+        """From ``status --json``'s object."""
+        numbers = data.get("totals") or {}
+        return cls(
+            data=data, run_id=data.get("run_id", ""), name=data.get("name", ""),
+            state=data.get("state", ""), records=data.get("records", 0),
+            records_done=data.get("records_done", 0), tokens=data.get("tokens", 0),
+            rate=data.get("rate", 0.0), eta_s=data.get("eta_s"),
+            counts=dict(data.get("counts", {})),
+            notes=tuple(data.get("notes", [])), scheduler_error=data.get("scheduler_error"),
+            elapsed_s=numbers.get("elapsed_s"), records_per_s=numbers.get("records_per_s"),
+            tokens_per_s=numbers.get("tokens_per_s"), gpu_hours=numbers.get("gpu_hours"))
+
+
+@dataclass(frozen=True)
+class MergeResult(Result):
+    """``merge``: where the records went, how many, and which shards were left out."""
+
+    output: str = ""
+    manifest: str = ""
+    records: int = 0
+    sha256: str = ""
+    complete: bool = False
+    missing_shards: Tuple[int, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Data) -> MergeResult:
+        """From ``merge --json``'s object."""
+        return cls(data=data, output=data.get("output", ""), manifest=data.get("manifest", ""),
+                   records=data.get("records", 0), sha256=data.get("sha256", ""),
+                   complete=bool(data.get("complete")),
+                   missing_shards=tuple(data.get("missing_shards", [])))
+
+
+@dataclass(frozen=True)
+class RunSummary(Result):
+    """One run in ``runs``: from its directory alone (no Slurm)."""
+
+    run_id: str = ""
+    name: str = ""
+    state: str = ""
+    created_at: float = 0.0
+    shards: int = 0
+    records: Optional[int] = None
+    records_done: Optional[int] = None
+    elapsed_s: Optional[float] = None
+    problem: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, data: Data) -> RunSummary:
+        """From one item of ``runs --json``."""
+        return cls(data=data, run_id=data.get("run_id", ""), name=data.get("name", ""),
+                   state=data.get("state", ""), created_at=data.get("created_at", 0.0),
+                   shards=data.get("shards", 0), records=data.get("records"),
+                   records_done=data.get("records_done"), elapsed_s=data.get("elapsed_s"),
+                   problem=data.get("problem"))

@@ -1,0 +1,122 @@
+"""A run's numbers: elapsed time, average records/s and tokens/s, GPU-hours used.
+
+While the run goes on: the time since submit and the averages so far (the current rate is
+status's ``rate``). Once it is over they stop: elapsed runs until its last shard was
+recorded, and GPU-hours come from Slurm accounting: every execution of every job of the
+run (requeues and retries included, ``sacct -D``), ``ElapsedRaw`` x the ``gres/gpu`` of
+``AllocTRES``. Without accounting (or while Slurm cannot be asked) ``gpu_hours`` is None
+and ``gpu_hours_from`` says why. The numbers of a finished run are kept in
+``<run>/totals.json`` once accounting has a row for every shard's job, so later ``status``
+calls ask Slurm nothing; a retry (new job ids) makes them be counted again.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional
+
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import StateError, read_json, write_json_atomic
+from control.errors import SchedulerUnavailable
+from control.runs.normalize import FINAL
+from control.runs.store import expected_attempts, scan_shard, submission_views
+from control.slurm.parsers import ParseError, split_job_id
+from control.slurm.scheduler import Scheduler
+
+CACHE = "totals.json"
+
+
+def _rates(done: int, tokens: int, elapsed: float) -> Dict[str, Optional[float]]:
+    if elapsed <= 0:
+        return {"records_per_s": None, "tokens_per_s": None}
+    return {"records_per_s": round(done / elapsed, 3), "tokens_per_s": round(tokens / elapsed, 1)}
+
+
+def ended_at(layout: RunLayout, shards: int) -> Optional[float]:
+    """When the last shard's latest attempt was recorded (None if none was)."""
+    expected = expected_attempts(submission_views(layout)).get
+    times = [view.attempt.updated_at for view in
+             (scan_shard(layout, i, expected(i)) for i in range(shards)) if view.attempt]
+    return max(times) if times else None
+
+
+def gpu_hours(scheduler: Scheduler, job_ids: List[str],
+              shard_jobs: List[str]) -> Dict[str, Any]:
+    """``{"gpu_hours", "gpu_hours_from", "complete"}`` from accounting.
+
+    ``complete``: accounting has a row for every job in ``shard_jobs`` (each shard's latest
+    job; rows can lag a job's end by a few seconds).
+    """
+    try:
+        rows = scheduler.usage(job_ids)
+    except SchedulerUnavailable as err:
+        return {"gpu_hours": None, "gpu_hours_from": f"Slurm could not be asked: "
+                                                      f"{err.message}", "complete": False}
+    if rows is None:
+        return {"gpu_hours": None, "gpu_hours_from": "no accounting on this cluster",
+                "complete": True}
+    seen = set()
+    for row in rows:
+        try:
+            job, tasks = split_job_id(row.job_id)
+        except ParseError:
+            continue
+        seen.update([job] if tasks is None else [f"{job}_{t}" for t in tasks])
+    used = sum(row.elapsed_s * row.gpus for row in rows) / 3600.0
+    return {"gpu_hours": round(used, 4), "gpu_hours_from": scheduler.USAGE_FROM,
+            "complete": all(job in seen for job in shard_jobs)}
+
+
+def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
+           now: Optional[float] = None) -> Dict[str, Any]:
+    """The run's numbers for ``status`` (``data`` is its refresh)."""
+    now = time.time() if now is None else now
+    created = created_at(layout)
+    if created is None:
+        return {}
+    final = data.get("state") in FINAL
+    done, tokens = data.get("records_done", 0), data.get("tokens", 0)
+    if not final:
+        elapsed = max(0.0, now - created)
+        return {"elapsed_s": round(elapsed, 1), **_rates(done, tokens, elapsed),
+                "gpu_hours": None, "gpu_hours_from": "counted once the run is over"}
+    job_ids = sorted({s.job_id for s in submission_views(layout) if s.job_id})
+    cached = _cached(layout, job_ids)
+    if cached is not None:
+        return cached
+    end = ended_at(layout, len(data.get("shards", []))) or now
+    elapsed = max(0.0, end - created)
+    shard_jobs = [row["job_id"] for row in data.get("shards", []) if row.get("job_id")]
+    usage = gpu_hours(scheduler, job_ids, shard_jobs)
+    found = {"elapsed_s": round(elapsed, 1), **_rates(done, tokens, elapsed),
+             "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
+    if usage["complete"]:
+        try:
+            write_json_atomic(layout.root / CACHE, {"schema_version": 1, "job_ids": job_ids,
+                                                    "totals": found})
+        except OSError:
+            pass  # a read-only run directory: counted again next time
+    return found
+
+
+def created_at(layout: RunLayout) -> Optional[float]:
+    """``run.json``'s ``created_at`` (None: not committed, or damaged). Read as plain JSON:
+    the contract classes cost ~11 ms of a fresh ``status`` process to import."""
+    try:
+        record = read_json(layout.run_json)
+    except (StateError, OSError):
+        return None
+    value = record.get("created_at") if record else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def _cached(layout: RunLayout, job_ids: List[str]) -> Optional[Dict[str, Any]]:
+    try:
+        kept = read_json(layout.root / CACHE)
+    except (StateError, OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("job_ids") != job_ids or \
+            not isinstance(kept.get("totals"), dict):
+        return None
+    return kept["totals"]
