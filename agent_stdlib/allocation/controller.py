@@ -11,11 +11,11 @@ Every exit path (failure, signal, time limit, requeue) goes through ``_finish``,
 owner of cleanup. SIGUSR1 stops generation gracefully, keeps partial output and requeues
 the job while ``--max-requeues`` allows; SIGTERM from a requeue leaves the attempt
 ``running`` for the next execution; SIGTERM at a time limit fails it; any other SIGTERM
-cancels it. A cancellation or a time limit is recorded before cleanup (the client gets a
-second to save): Slurm SIGKILLs the job ``KillWait`` after that SIGTERM, which a graceful
-stop of several servers can outlast. The scheduler is Slurm (``srun`` launcher) or the
-local backend's supervisor (``local`` launcher, ``agent_stdlib/localjob.py``); ``slurmjob``
-answers for both.
+cancels it. A cancellation or a time limit is recorded once the client has saved (within
+the 2 s urgent grace) and before the servers are stopped: Slurm SIGKILLs the job
+``KillWait`` after that SIGTERM, which stopping several servers can outlast. The scheduler
+is Slurm (``srun`` launcher) or the local backend's supervisor (``local`` launcher,
+``agent_stdlib/localjob.py``); ``slurmjob`` answers for both.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from agent_stdlib.allocation.serving import Services, fail_on_exit
 from agent_stdlib.allocation.signals import Interrupted, SignalCoordinator
 from agent_stdlib.allocation.slurmjob import JobIdentity
 from agent_stdlib.allocation.steps import current_env, step_control
-from agent_stdlib.allocation.supervisor import Managed, Supervisor, tail
+from agent_stdlib.allocation.supervisor import URGENT_GRACE_S, Managed, Supervisor, tail
 from agent_stdlib.attempts import advance_attempt, load_attempt, publish_readiness
 from agent_stdlib.candidate import CandidateError, count_records
 from agent_stdlib.contracts import AttemptRecord, ResultManifest
@@ -52,7 +52,6 @@ from agent_stdlib.publish import complete_winner, publish_result
 from agent_stdlib.statefile import ensure_dir
 
 POLL_S = 0.2
-RECORD_FIRST_WAIT_S = 1.0  # how long a cancelled client may save before the outcome is recorded
 
 
 @dataclass(frozen=True)
@@ -248,12 +247,13 @@ class Allocation:
         self.supervisor.interrupt(client, signal.SIGUSR1)
         self._wait_client(self.inv.plan.runtime.grace_s)
 
-    def _wait_client(self, budget_s: float) -> None:
-        """Wait up to ``budget_s`` for the client to exit (not past an urgent signal)."""
+    def _wait_client(self, budget_s: float, past_urgent: bool = False) -> None:
+        """Wait up to ``budget_s`` for the client to exit (an urgent signal ends the wait
+        unless ``past_urgent``: the wait is already bounded by the urgent grace)."""
         client = self.client
         deadline = time.monotonic() + budget_s
         while client is not None and client.exit_code() is None \
-                and time.monotonic() < deadline and not self.signals.urgent:
+                and time.monotonic() < deadline and (past_urgent or not self.signals.urgent):
             time.sleep(0.05)
 
     # ------------------------------------------------------------------ the one exit path
@@ -264,8 +264,12 @@ class Allocation:
             if self.execution:
                 self._cleanup(outcome.reason)
             return self._record(outcome)
-        # the client got Slurm's SIGTERM too: let it save, briefly, then record, then stop
-        self._wait_client(min(self.inv.plan.runtime.grace_s, RECORD_FIRST_WAIT_S))
+        # the client saves what it has (SIGUSR1: srun forwards it; SIGTERM to srun would
+        # kill the tasks), within the urgent grace; then the record; then the rest stops
+        if self.client is not None and self.client.exit_code() is None:
+            self.supervisor.interrupt(self.client, signal.SIGUSR1)
+            self._wait_client(min(self.inv.plan.runtime.grace_s, URGENT_GRACE_S),
+                              past_urgent=True)
         status = self._record(outcome)
         if self.execution:
             self._cleanup(outcome.reason)

@@ -80,8 +80,12 @@ def test_run_on_a_cluster_without_accounting(slurm_cluster_noacct, tmp_path, pyt
     def status() -> Dict[str, Any]:
         return cli_json("status", run_id, "--profile", profile)
 
-    running = wait_until("both shards running", lambda: (
-        lambda s: s if shard_states(s) == ["running", "running"] else None)(status()))
+    # squeue says RUNNING as soon as the batch script starts; the agent's own record exists
+    # only once it runs, so wait for shard 0's first record (a scancel before that is
+    # recorded by status as 'job cancelled outside synthbatch': the agent never ran)
+    running = wait_until("both shards running, shard 0 generating", lambda: (
+        lambda s: s if shard_states(s) == ["running", "running"]
+        and s["shards"][0]["records_done"] > 0 else None)(status()))
     assert running["scheduler_error"] is None
     # shard 0, not the last task: that one's raw job id is the array id, and the agent's
     # step control (agent_stdlib/allocation/steps.py) then also lists its siblings' steps
