@@ -10,6 +10,7 @@ imports this module without the (slower) contract classes.
 
 from __future__ import annotations
 
+import re
 from typing import Optional, Sequence, Tuple
 
 try:
@@ -55,6 +56,17 @@ def task_shard(arrays: Sequence[Array], array_index: Optional[int], task: int) -
     if not 0 <= task < spec.count:
         raise ArrayError(f"array {array_index} has {spec.count} task(s), this is task {task}")
     return spec.first_shard + task
+
+
+# A job id as records hold it: ``12`` or, for an array task, ``12_3`` (32-bit job ids,
+# task ids below any MaxArraySize). Anything else read from a record is damage, never an
+# argument for squeue, sacct or scancel (``--state=RUNNING`` would be an option there).
+JOB_ID = re.compile(r"[0-9]{1,10}(?:_[0-9]{1,7})?")
+
+
+def is_job_id(text: str) -> bool:
+    """True if ``text`` is a job id as records hold it (``12`` or ``12_3``)."""
+    return JOB_ID.fullmatch(text) is not None
 
 
 def task_job_id(array_job_id: str, task: int) -> str:

@@ -76,6 +76,14 @@ class Conflict(SynthbatchError):
     code = "conflict"
 
 
+class DamagedState(Conflict):
+    """A state file the command needs is unreadable, half-published or off-contract (the
+    message names it): a run-level record (``plan.json``, ``run.json``) or a record a
+    command that changes state must trust. Readers report per-shard damage instead."""
+
+    code = "damaged_state"
+
+
 class EvidenceConflict(Conflict):
     """Two sources of terminal evidence about one job disagree; the message names both."""
 

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import os
 import re
+import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import HealthCheck, settings
 
 from agent_stdlib import states
 from agent_stdlib.attempts import advance_attempt, create_attempt
@@ -51,6 +56,27 @@ TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 RUN_ID = "obs-20240101-000000-abcdef"
 NOW = 1_700_000_000.0
 
+
+
+# ------------------------------------------------ fuzzing budgets (docs/reliability.md)
+
+LONG = os.environ.get("SYNTHBATCH_LONG", "") == "1"
+
+
+def budget(ci: int, long: int) -> int:
+    """How many cases a fuzz or crash target runs: ``ci`` in ``make test``, ``long`` with
+    ``SYNTHBATCH_LONG=1`` (the long mode, run by hand)."""
+    return long if LONG else ci
+
+
+def fuzz(ci: int, long: int) -> settings:
+    """Hypothesis settings of one fuzz target: ``budget(ci, long)`` examples, no deadline
+    (2 shared cores), derandomized in CI (the same cases every run: a failure reproduces),
+    random in the long mode (new cases every run; a failure prints its reproduction)."""
+    return settings(max_examples=budget(ci, long), deadline=None, derandomize=not LONG,
+                    database=None, print_blob=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.function_scoped_fixture])
 
 
 class Crash(Exception):
@@ -310,3 +336,464 @@ def poll(what: str, check: Callable[[], Any], timeout_s: float = 30.0,
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s:g}s waiting for {what}")
         time.sleep(interval_s)
+
+
+# ------------------------------------------------ crash and race harness (docs/reliability.md)
+
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class KillSwitch:
+    """Counts this process's filesystem writes and SIGKILLs it just before write ``at``.
+
+    Installed only in a forked child (it patches ``os`` and ``open`` for good): each os
+    call that changes a file or folder (an open for writing, write, fsync, replace, link,
+    unlink, mkdir, sync, ...) and each ``open()`` for writing is one step. Writes the
+    harness itself makes (the fake cluster's state) are not counted (``paused``).
+    ``os.sync()`` is a step that flushes nothing: it syncs every filesystem of the machine
+    (~20 ms here), and a process kill loses no page cache anyway.
+    """
+
+    NAMES = ("write", "pwrite", "fsync", "fdatasync", "replace", "rename", "link", "symlink",
+             "unlink", "remove", "mkdir", "rmdir", "sync", "ftruncate", "truncate", "chmod",
+             "mkfifo")
+
+    def __init__(self, at: Optional[int] = None) -> None:
+        self.at, self.count, self.paused = at, 0, 0
+
+    def step(self) -> None:
+        """One write step; the one numbered ``at`` never happens."""
+        if self.paused:
+            return
+        self.count += 1
+        if self.at is not None and self.count >= self.at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _counted(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.step()
+            return real(*args, **kwargs)
+        return call
+
+    def install(self) -> KillSwitch:
+        """Patch ``os`` and ``open`` of this process; return self."""
+        import builtins
+        import io
+
+        for name in self.NAMES:
+            setattr(os, name, self._counted(getattr(os, name)))
+        os.sync = self._counted(lambda: None)
+        real_open, real_builtin = os.open, builtins.open
+
+        def os_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+            if flags & WRITE_FLAGS:
+                self.step()
+            return real_open(path, flags, *args, **kwargs)
+
+        def builtin_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            if any(c in mode for c in "wax+"):
+                self.step()
+            return real_builtin(file, mode, *args, **kwargs)
+
+        os.open = os_open  # type: ignore[assignment]
+        builtins.open = io.open = builtin_open  # type: ignore[assignment]
+        return self
+
+
+class FileCluster:
+    """A fake Slurm whose jobs live in a JSON file (flock-ed), shared by forked children.
+
+    As a Runner it answers what ``control.slurm.scheduler`` asks (``sbatch --parsable
+    --hold --array``, ``scontrol release``, ``squeue``, ``sacct``, ``scancel``); the
+    harness moves tasks along (``set``) as the allocations it runs start and end.
+    """
+
+    def __init__(self, path: Path, kill: Optional[KillSwitch] = None) -> None:
+        self.path, self.kill = path, kill
+
+    @contextmanager
+    def _state(self) -> Any:
+        import fcntl
+
+        if self.kill is not None:
+            self.kill.paused += 1
+        try:
+            with open(f"{self.path}.lock", "a+") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                data = json.loads(self.path.read_text()) if self.path.exists() else \
+                    {"next": 1000, "jobs": {}}
+                yield data
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(data))
+                os.replace(tmp, self.path)
+        finally:
+            if self.kill is not None:
+                self.kill.paused -= 1
+
+    def jobs(self) -> Dict[str, Any]:
+        """``{job id: {"name", "script", "held", "tasks": {task: {"state", "restarts"}}}}``."""
+        with self._state() as data:
+            return data["jobs"]
+
+    def set(self, job: str, task: int, state: str, requeue: bool = False) -> None:
+        """Move one task to ``state`` (a requeue also counts a restart)."""
+        with self._state() as data:
+            entry = data["jobs"][job]["tasks"][str(task)]
+            entry["state"] = state
+            entry["restarts"] += int(requeue)
+
+    def runnable(self) -> List[Tuple[str, int, str, int]]:
+        """``(job, task, script, restarts)`` of every released task that is pending."""
+        return [(job, int(task), info["script"], entry["restarts"])
+                for job, info in sorted(self.jobs().items(), key=lambda j: int(j[0]))
+                if not info["held"]
+                for task, entry in sorted(info["tasks"].items(), key=lambda t: int(t[0]))
+                if entry["state"] == "PENDING"]
+
+    def __call__(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        name, args = os.path.basename(argv[0]), list(argv[1:])
+        with self._state() as data:
+            out = getattr(self, f"_{name}")(data, args)
+        return CommandResult(list(argv), 0, out, "")
+
+    @staticmethod
+    def _sbatch(data: Dict[str, Any], args: List[str]) -> str:
+        from control.slurm.parsers import expand_tasks
+
+        opts = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
+        job = str(data["next"])
+        data["next"] += 1
+        data["jobs"][job] = {"name": opts["job-name"], "script": args[-1], "held": True,
+                             "tasks": {str(t): {"state": "PENDING", "restarts": 0}
+                                       for t in expand_tasks(opts["array"])}}
+        return f"{job}\n"
+
+    @staticmethod
+    def _scontrol(data: Dict[str, Any], args: List[str]) -> str:
+        assert args[0] == "release", args
+        data["jobs"][args[1]]["held"] = False
+        return ""
+
+    @staticmethod
+    def _rows(data: Dict[str, Any], args: List[str]) -> List[Tuple[str, Dict[str, Any], str]]:
+        name = args[args.index("-n") + 1] if "-n" in args else None
+        ids = args[args.index("-j") + 1].split(",") if "-j" in args else None
+        rows = []
+        for job, info in sorted(data["jobs"].items(), key=lambda j: int(j[0])):
+            for task, entry in sorted(info["tasks"].items(), key=lambda t: int(t[0])):
+                key = f"{job}_{task}"
+                if (name is None or info["name"] == name) and \
+                        (ids is None or job in ids or key in ids):
+                    rows.append((key, entry, "JobHeldUser" if info["held"] else "None"))
+        return rows
+
+    def _squeue(self, data: Dict[str, Any], args: List[str]) -> str:
+        every = "-t" in args  # without ``-t all`` squeue lists active jobs only
+        return "".join(f"{key}|{e['state']}|{why}\n" for key, e, why in self._rows(data, args)
+                       if every or e["state"] in ("PENDING", "RUNNING"))
+
+    def _sacct(self, data: Dict[str, Any], args: List[str]) -> str:
+        codes = {"FAILED": "1:0", "CANCELLED": "0:15"}
+        return "".join(f"{key}|{e['state']}{' by 0' if e['state'] == 'CANCELLED' else ''}|"
+                       f"{codes.get(e['state'], '0:0')}\n"
+                       for key, e, _ in self._rows(data, args))
+
+    @staticmethod
+    def _scancel(data: Dict[str, Any], args: List[str]) -> str:
+        for target in args:
+            job, _, task = target.partition("_")
+            for number, entry in data["jobs"][job]["tasks"].items():
+                if (not task or number == task) and entry["state"] in ("PENDING", "RUNNING"):
+                    entry["state"] = "CANCELLED"
+        return ""
+
+
+FAIL_AFTER = 3  # records a failing client writes before it exits 1
+
+
+class FakeClient:
+    """The client step, in-process: the real generator's writer (``Producer.drain``: kept
+    records copied, lines written in index order, batched and fsynced by ``Output``,
+    resumed by ``Output.resume``) and its ``Progress``, with records that depend only on
+    their index instead of model answers; progress written after every record; ``fail``
+    says which (shard, attempt) exits 1 after ``FAIL_AFTER`` records; each record takes
+    ``delay_s``."""
+
+    def __init__(self, fail: Callable[[int, int], bool], delay_s: float = 0.0) -> None:
+        self.fail, self.delay_s = fail, delay_s
+
+    def __call__(self, env: Mapping[str, str], shard: int, attempt: int) -> int:
+        import threading
+
+        from agent_stdlib.client import generate as gen
+        from agent_stdlib.client.output import Output
+        from agent_stdlib.client.records import Outcome
+
+        offset, count = int(env["SYNTHBATCH_RECORD_OFFSET"]), int(env["SYNTHBATCH_NUM_RECORDS"])
+        folder = Path(env["SYNTHBATCH_OUTPUT_DIR"])
+        progress = EveryRecord(Path(env["SYNTHBATCH_PROGRESS_FILE"]), count)
+        kept = gen.kept_records(env.get("SYNTHBATCH_RESUME_DIR"), folder, offset, count)
+        failing = self.fail(shard, attempt)
+        todo = min(count, FAIL_AFTER) if failing else count
+        work = gen.Shard(offset, todo, Output(folder, offset), progress, kept)
+        resumed = work.output.resume()
+        progress.start_at(resumed.records + resumed.dropped, resumed.dropped, resumed.tokens)
+        producer = gen.Producer(None, work, 1, threading.Event())  # type: ignore[arg-type]
+        write = resumed.next_index
+        try:
+            for index in range(write, offset + todo):
+                if index < write:
+                    continue  # copied from an earlier attempt by drain
+                if index not in kept:
+                    if self.delay_s:
+                        time.sleep(self.delay_s)
+                    line = json.dumps(fake_completion(index), sort_keys=True) + "\n"
+                    producer.finished[index] = Outcome(index, line.encode("utf-8"), tokens=2)
+                write = producer.drain(write)
+        finally:
+            work.output.close()
+            progress.tick(force=True)
+        return 1 if failing else 0
+
+
+def fake_completion(index: int) -> Dict[str, Any]:
+    """The record a fake client writes for ``index`` (deterministic)."""
+    return {"index": index, "prompt": f"item {index}", "completion": f"text {index}",
+            "finish_reason": "stop", "model": "tiny", "served_model": "fake",
+            "usage": {"completion_tokens": 2}}
+
+
+class EveryRecord:
+    """``generate.Progress`` that publishes after every record (the real one: ~1 Hz)."""
+
+    def __new__(cls, path: Path, total: int) -> Any:
+        from agent_stdlib.client.progress import Progress
+
+        class Eager(Progress):
+            def settled(self, tokens: int = 0, dropped: bool = False, count: int = 1) -> None:
+                super().settled(tokens, dropped, count)
+                self.write()
+
+        return Eager(path, total)
+
+
+@dataclass
+class FakeManaged:
+    """A finished client step as the controller sees it."""
+
+    name: str
+    log_path: Path
+    code: int
+    argv: Sequence[str] = ()
+    step: Optional[str] = None
+
+    def exit_code(self) -> Optional[int]:
+        return self.code
+
+
+def run_agent(layout: RunLayout, job: str, task: int, script: str, restarts: int,
+              client: FakeClient) -> int:
+    """One execution of the real allocation controller for task ``task`` of array ``job``.
+
+    Everything the agent writes is written by its own code (attempt, readiness, output via
+    ``generate``, progress, result, winner); preflight, the servers, the proxy and the
+    step launcher are replaced in-process. Run it in a forked child: it sets the
+    job's environment and patches the controller module.
+    """
+    from agent_stdlib.allocation import controller
+    from agent_stdlib.allocation.invocation import invocation, parse_args
+    from agent_stdlib.allocation.signals import SignalCoordinator
+    from agent_stdlib.allocation.supervisor import open_log
+
+    text = Path(script).read_text()
+    args = ["--run-dir", str(layout.root), "--submission",
+            re.search(r"--submission (\d+)", text).group(1),  # type: ignore[union-attr]
+            "--plan-sha256", re.search(r"^plan_sha256=(\S+)$", text, re.M).group(1),  # type: ignore[union-attr]
+            "--agent-pyz", str(layout.root / "agent.pyz")]
+    index = re.search(r"--array-index (\d+)", text)
+    args += ["--array-index", index.group(1)] if index else []
+    os.environ.update(SLURM_JOB_ID=str(int(job) * 1000 + task), SLURM_ARRAY_JOB_ID=job,
+                      SLURM_ARRAY_TASK_ID=str(task), SLURM_RESTART_COUNT=str(restarts),
+                      SLURMD_NODENAME="node1", SLURM_JOB_NODELIST="node1",
+                      SLURM_JOB_NUM_NODES="1")
+    inv = invocation(parse_args(args), os.environ)
+
+    class Supervisor:
+        def __init__(self, *args: Any) -> None:
+            self.children: List[Any] = []
+
+        def start(self, name: str, argv: Sequence[str], env: Dict[str, str], log_path: Path,
+                  step: bool = False) -> FakeManaged:
+            os.close(open_log(log_path))
+            env = dict(env, SYNTHBATCH_PLAN=str(layout.plan_json))
+            return FakeManaged(name, log_path, client(env, inv.shard, inv.attempt))
+
+        def stop_all(self, grace_s: float) -> bool:
+            return True
+
+    class Services:
+        def __init__(self, plan: Any, *args: Any) -> None:
+            self.endpoints = {d.alias: "http://127.0.0.1:9" for d in plan.deployments}
+
+        def start_servers(self, sites: Any) -> None:
+            pass
+
+        def wait_ready(self) -> None:
+            pass
+
+        def start_proxies(self) -> None:
+            pass
+
+        def backends(self) -> Dict[str, tuple]:
+            from agent_stdlib.contracts import BackendStatus
+
+            return {a: (BackendStatus(url=u, ready=True),) for a, u in self.endpoints.items()}
+
+        def all_servers(self) -> List[Any]:
+            return []
+
+    controller.run_preflight = lambda ctx: {}  # type: ignore[assignment]
+    controller.Services = Services  # type: ignore[assignment,misc]
+    controller.Supervisor = Supervisor  # type: ignore[assignment,misc]
+    controller.fail_on_exit = lambda servers: None  # type: ignore[assignment]
+    return controller.Allocation(inv=inv, signals=SignalCoordinator()).run()
+
+
+def fork_call(function: Callable[[], Any], kill_after_s: Optional[float] = None,
+              log: Optional[Path] = None) -> int:
+    """Run ``function`` in a forked child; its wait status (``-9`` if it was SIGKILLed).
+
+    The child exits 0 when ``function`` returns, 3 when it raises (the traceback goes to
+    its stderr: ``log`` when given, where its stdout goes too); ``kill_after_s`` SIGKILLs
+    it from here after that many seconds.
+    """
+    import traceback
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        if log is not None:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            sys.stdout = sys.stderr = os.fdopen(fd, "w", buffering=1)
+        code = 0
+        try:
+            function()
+        except BaseException:  # noqa: BLE001 - reported through the exit status
+            traceback.print_exc()
+            code = 3
+        os._exit(code)
+    if kill_after_s is not None:
+        time.sleep(kill_after_s)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _, status = os.waitpid(pid, 0)
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+FAKE_SLURM_BIN = """#!{python}
+import os, sys
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from tests.fakes import FileCluster
+result = FileCluster(Path(os.environ["SYNTHBATCH_FAKE_CLUSTER"]))(sys.argv, 30.0)
+sys.stdout.write(result.stdout)
+sys.stderr.write(result.stderr)
+sys.exit(result.returncode)
+"""
+
+
+def file_cluster_bin(folder: Path) -> Path:
+    """``sbatch``, ``squeue``, ``sacct``, ``scancel`` and ``scontrol`` executables answering
+    from the FileCluster named by ``$SYNTHBATCH_FAKE_CLUSTER`` (a profile's ``slurm_bin``:
+    the real CLI, in its own processes, against the fake)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = FAKE_SLURM_BIN.format(python=sys.executable, repo=str(REPO))
+    for name in ("sbatch", "squeue", "sacct", "scancel", "scontrol"):
+        path = folder / name
+        path.write_text(script)
+        path.chmod(0o755)
+    return folder
+
+
+def harness_plan(shards: int, per_shard: int, max_attempts: int = 5) -> Any:
+    """The fake-server example planned for ``shards`` shards of ``per_shard`` records."""
+    base = make_plan(load_model(QUICKSTART, RunConfig), testbed_profile(), RUN_ID,
+                     QUICKSTART.parent)
+    return replace(base, shards=tuple(ShardSpec(i, i * per_shard, per_shard)
+                                      for i in range(shards)),
+                   total_records=shards * per_shard, arrays=array_chunks(shards),
+                   max_attempts=max_attempts)
+
+
+@functools.lru_cache(maxsize=1)
+def testbed_profile() -> Profile:
+    """examples/profiles/testbed.toml, validated (once)."""
+    return load_model(TESTBED, Profile)
+
+
+@dataclass
+class World:
+    """A workspace of one run (``RUN_ID``), its FileCluster and an agent bundle stand-in."""
+
+    root: Path
+
+    @property
+    def ws(self) -> Path:
+        return self.root / "ws"
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.ws / "runs" / RUN_ID)
+
+    def cluster(self, kill: Optional[KillSwitch] = None) -> FileCluster:
+        return FileCluster(self.root / "cluster.json", kill)
+
+    @property
+    def agent(self) -> Path:
+        path = self.root / "agent.pyz"
+        if not path.exists():
+            path.write_bytes(b"agent bundle stand-in\n")
+        return path
+
+    def submit(self, plan: Any, cluster: FileCluster) -> Any:
+        """``synthbatch submit`` of ``plan``: stage, commit, one held array, release."""
+        from agent_stdlib.contracts import sha256_bytes
+        from control.runs.submit import commit_run, stage_run, submit_all
+        from control.slurm.scheduler import Scheduler
+
+        staged = stage_run(self.ws, plan, {"run.toml": QUICKSTART, "profile.toml": TESTBED},
+                           self.agent, sha256_bytes(self.agent.read_bytes()))
+        commit_run(staged, "slurm")
+        submit_all(staged, testbed_profile(), Scheduler(runner=cluster),
+                   {s.index: 1 for s in plan.shards})
+        return staged
+
+
+def run_jobs(world: World, cluster: FileCluster, client: FakeClient) -> None:
+    """Run an allocation for every released pending task, one after the other (Slurm)."""
+    for job, task, script, restarts in cluster.runnable():
+        cluster.set(job, task, "RUNNING")
+        code = run_agent(world.layout, job, task, script, restarts, client)
+        cluster.set(job, task, "COMPLETED" if code == 0 else "FAILED")
+
+
+def drive(world: World, cluster: FileCluster, client: FakeClient, rounds: int = 10) -> None:
+    """Status, retry and allocations, as a user and Slurm go on, until status says the run
+    succeeded (and no task is left to run: a job requeued after its attempt succeeded
+    still runs, and exits); AssertionError if ``rounds`` do not get there."""
+    from control.runs.retry import retry_run
+    from control.runs.status import observe
+    from control.slurm.scheduler import Scheduler
+
+    layout, sched = world.layout, Scheduler(runner=cluster)
+    for _ in range(rounds):
+        data = observe(layout, sched)
+        if data["state"] == "succeeded" and not cluster.runnable():
+            return
+        if {"failed", "cancelled", "lost", "created"} & set(data["counts"]):
+            retry_run(layout, testbed_profile(), sched)  # what a user does about those
+        run_jobs(world, cluster, client)
+    raise AssertionError(f"did not converge: {observe(layout, sched)}")

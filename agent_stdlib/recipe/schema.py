@@ -107,8 +107,8 @@ def _check(schema: Any, where: str) -> None:
 
 
 def _check_shape(schema: Dict[str, Any], where: str) -> None:
-    kind = schema.get("type")
-    if kind is not None:
+    if "type" in schema:  # a null type is no type name either
+        kind = schema["type"]
         kinds = [kind] if isinstance(kind, str) else kind
         if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
             raise SchemaError(f"{where}.type: expected a type name or a list of them")

@@ -18,8 +18,9 @@ from typing import Any, BinaryIO, Callable, Dict, List
 
 import click
 
+from agent_stdlib.statefile import StateError
 from agent_stdlib.text import visible
-from control.errors import MAX_MESSAGE, SynthbatchError, one_line
+from control.errors import MAX_MESSAGE, DamagedState, SynthbatchError, one_line
 
 KEEP = "\n\t"
 # A control character other than newline and tab as json.dumps writes it (ASCII only).
@@ -108,8 +109,11 @@ def emit_error(err: Exception, as_json: bool) -> int:
     """Report an error on stderr (one line, or ``{"error": ...}``); return the exit code.
 
     Messages are redacted (tokens, ``--api-key`` values, URL userinfo), made visible and
-    capped (``control.errors.one_line``).
+    capped (``control.errors.one_line``). A state file that could not be read is a
+    ``damaged_state`` conflict (exit 4), not an internal error.
     """
+    if isinstance(err, StateError):
+        err = DamagedState(str(err))
     details: List[str] = []
     if isinstance(err, SynthbatchError):
         code, message, hint, exit_code = err.code, err.message, err.hint, err.exit_code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -113,12 +114,28 @@ def list_runs(workspace: Path, now: Optional[float] = None) -> List[Dict[str, An
             sizes: Optional[Tuple[int, ...]] = load_plan_view(layout).shard_records
         except Exception:  # noqa: BLE001 - a damaged plan: the records still give a state
             sizes = None
-        state = durable_state(layout, record.shard_count,
-                              sizes if sizes and len(sizes) == record.shard_count else None,
-                              record.run_id)
+        if sizes is not None and len(sizes) != record.shard_count:
+            found.append({"run_id": folder.name, "state": "unknown",
+                          "problem": f"{layout.run_json}: shard_count {record.shard_count} "
+                                     f"is not the plan's {len(sizes)} shards"})
+            continue
+        # a damaged plan: run.json's count, bounded by the shard folders that exist (a
+        # damaged count must not make a listing walk 2**62 shards)
+        count = record.shard_count if sizes is not None else \
+            min(record.shard_count, _shard_folders(layout))
+        state = durable_state(layout, count, sizes, record.run_id)
         end = state.get("ended_at") or now
         found.append({"run_id": record.run_id, "name": record.name,
                       "created_at": record.created_at, "shards": record.shard_count,
                       **state, "elapsed_s": round(max(0.0, end - record.created_at), 1)})
     found.sort(key=lambda r: r.get("created_at", 0), reverse=True)
     return found
+
+
+def _shard_folders(layout: RunLayout) -> int:
+    """How many entries the run's shard folder has (0 when it cannot be listed)."""
+    try:
+        with os.scandir(layout.root / "shards") as entries:
+            return sum(1 for _ in entries)
+    except OSError:
+        return 0

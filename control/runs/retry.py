@@ -11,8 +11,9 @@ what status shows failed, retry retries):
   words status uses for it (a job still COMPLETING in Slurm: "retry in a few seconds");
 * a shard whose records are damaged (``attempt.json`` unreadable, ``winner.json`` not a
   verified winner) is skipped and reported; the healthy shards are still retried;
-* a ``created`` attempt that no submission names (a retry that crashed before ``sbatch``)
-  is submitted as it is, not replaced.
+* a ``created`` attempt that no submission names (a retry that crashed before ``sbatch``),
+  or only a record that never got a job id (``_submitted_pairs``), is submitted as it
+  is, not replaced.
 
 Everything after the selection happens under ``retry.lock`` in the run directory (an
 ``flock``), and every write is idempotent: the attempt folder is created with ``mkdir``
@@ -43,7 +44,13 @@ from agent_stdlib.statefile import StateError, ensure_dir
 from control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
 from control.runs import normalize as norm
 from control.runs import settled
-from control.runs.store import attempt_numbers, load_plan, load_run, load_submissions
+from control.runs.store import (
+    RECOVERY_GRACE_S,
+    attempt_numbers,
+    load_plan,
+    load_run,
+    load_submissions,
+)
 
 if TYPE_CHECKING:
     from control.config.profile import Profile
@@ -95,11 +102,18 @@ def _not_over(shard: int, number: int, state: str,
     return f"shard {shard} is {shown} (attempt {number})" + (f": {reason}" if reason else "")
 
 
-def _submitted_pairs(layout: RunLayout) -> Set[Tuple[int, int]]:
-    """``(shard, attempt)`` named by any submission record."""
+def _submitted_pairs(layout: RunLayout, now: float) -> Set[Tuple[int, int]]:
+    """``(shard, attempt)`` named by a submission record that got a job id (or may still).
+
+    A record without one, older than RECOVERY_GRACE_S, is a submit or retry that died
+    before (or in) sbatch: status adopts its job by name after that grace, so when it
+    still has none, no job exists and its ``created`` attempts are abandoned like any
+    unsubmitted one (``_abandoned``): the next retry submits them.
+    """
     pairs = set()
     for record in load_submissions(layout):
-        pairs.update((int(shard), attempt) for shard, attempt in record.attempts.items())
+        if record.job_id is not None or now - record.submitted_at < RECOVERY_GRACE_S:
+            pairs.update((int(shard), attempt) for shard, attempt in record.attempts.items())
     return pairs
 
 
@@ -214,7 +228,7 @@ def select(layout: RunLayout, plan: Plan, shards: Sequence[int] = (), policy: st
                        f"({len(plan.shards)} shards)")
     named = bool(shards)
     now = time.time() if now is None else now
-    submitted = _submitted_pairs(layout)
+    submitted = _submitted_pairs(layout, now)
     selection = Selection()
     for shard in sorted(set(shards)) if named else range(len(plan.shards)):
         _decide(layout, plan, shard, named, policy, auto, submitted, selection, now,

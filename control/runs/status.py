@@ -29,6 +29,7 @@ from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
 from control.runs.store import (
     PlanView,
     ShardView,
+    SubmissionView,
     expected_lookup,
     load_plan_view,
     needs_recovery,
@@ -242,6 +243,14 @@ class Refresh:
                              json.dumps(read[i], sort_keys=True) for i in range(self.count))
         return head.replace(f'"{marker}"', f"[{rows}]", 1)
 
+def _submissions(layout: RunLayout) -> Tuple[List[SubmissionView], List[str]]:
+    """The submission records, and a note when one is damaged: then none is used (each
+    shard is read by listing its folders, and no crashed submit is recovered)."""
+    try:
+        return submission_views(layout), []
+    except (StateError, OSError) as err:
+        return [], [f"{one_line(str(err), 300)}: every shard is read by listing its folders"]
+
 
 def observe(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None,
             lag_grace_s: float = LAG_GRACE_S, use_index: bool = True) -> Dict[str, Any]:
@@ -267,7 +276,7 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     # With every shard settled and the run committed no submission can need recovery (a
     # submission without its job id or release names attempts that are not settled), and
     # no shard needs its expected attempt: the (large) submission records are not read.
-    submissions = submission_views(layout) if todo or not committed else []
+    submissions, damaged = _submissions(layout) if todo or not committed else ([], [])
     expected = expected_lookup(submissions)
     shards = [scan_shard(layout, i, expected(i)) for i in todo]
     wanted = {s.attempt.job_id for s in shards if needs_scheduler(s, now) and s.attempt
@@ -275,7 +284,7 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     recover = needs_recovery(submissions, committed, now)
     sched = ask_scheduler(scheduler, job_name(plan.run_id), wanted) \
         if wanted or recover else SchedulerView()
-    notes: List[str] = []
+    notes: List[str] = list(damaged)
     if index.problem:
         notes.append(f"settled index not used ({one_line(index.problem, 300)}): every "
                      "shard was read from its records and the index rebuilt")

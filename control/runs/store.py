@@ -22,6 +22,7 @@ from typing import (
     Tuple,
 )
 
+from agent_stdlib.arrays import is_job_id
 from agent_stdlib.layout import RunLayout, run_dir, runs_root, shard_name
 from agent_stdlib.statefile import StateError, load_record, open_state_file
 from control.errors import InvalidInput, NotFound
@@ -110,6 +111,7 @@ def load_submissions(layout: RunLayout) -> List[SubmissionRecord]:
     for path in sorted(layout.submissions.glob("[0-9][0-9][0-9][0-9].json")):
         record = load_record(path, SubmissionRecord)
         if record is not None:
+            _job_id(record.job_id, str(path))
             found.append(record)
     return found
 
@@ -242,13 +244,20 @@ def _optional_text(data: Dict[str, Any], names: Tuple[str, ...], path: str) -> L
     return values
 
 
+def _job_id(value: Optional[str], path: str) -> Optional[str]:
+    """A record's job id, checked: it becomes an argument of squeue, sacct and scancel."""
+    if value is not None and not is_job_id(value):
+        raise StateError(f"{path}: field 'job_id' is not a Slurm job id ({value[:40]!r})")
+    return value
+
+
 def _attempt_view(path: str) -> Optional[AttemptView]:
     data = _json_object(path)
     if data is None:
         return None
     job_id, reason = _optional_text(data, ("job_id", "reason"), path)
     return AttemptView(_field(data, "attempt", (int,), path),
-                       _field(data, "state", (str,), path), job_id, reason,
+                       _field(data, "state", (str,), path), _job_id(job_id, path), reason,
                        float(_field(data, "updated_at", (int, float), path)))
 
 
@@ -306,6 +315,7 @@ def submission_views(layout: RunLayout) -> List[SubmissionView]:
         if data is None:
             continue
         job_id, = _optional_text(data, ("job_id",), path)
+        job_id = _job_id(job_id, path)
         attempts = _field(data, "attempts", (dict,), path)
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in attempts.values()):
             raise StateError(f"{path}: field 'attempts' has the wrong type")
@@ -359,10 +369,13 @@ def needs_recovery(records: Iterable[Any], committed: bool, now: float) -> bool:
 
 
 def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[str]]:
-    """(winner.json exists, the newest ``attempt-NNNN`` folder) of a shard, by listing.
+    """(winner.json exists, the newest ``attempt-NNNN`` folder with a record) of a shard.
 
     Plain strings and two ``listdir`` calls; ``scan_shard`` falls back to it when the
-    submission records do not name the shard's latest attempt.
+    submission records do not name the shard's latest attempt. A newer folder without
+    ``attempt.json`` is not an attempt yet (a retry is creating it, or died doing so:
+    the next retry submits it), so the attempt before it is the shard's latest; without
+    any record the newest folder is returned (status reports it incomplete).
     """
     folder = f"{layout.root}/shards/{shard_name(shard)}"
     try:
@@ -372,10 +385,13 @@ def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[st
     winner = "winner.json" in names
     if "attempts" not in names:
         return winner, None
-    attempts = [n for n in os.listdir(f"{folder}/attempts") if ATTEMPT_DIR.match(n)]
+    attempts = sorted((n for n in os.listdir(f"{folder}/attempts") if ATTEMPT_DIR.match(n)),
+                      key=lambda n: int(n[8:]), reverse=True)
     if not attempts:
         return winner, None
-    return winner, f"{folder}/attempts/{max(attempts, key=lambda n: int(n[8:]))}"
+    recorded = next((n for n in attempts
+                     if _exists(f"{folder}/attempts/{n}/attempt.json")), attempts[0])
+    return winner, f"{folder}/attempts/{recorded}"
 
 
 def _exists(path: str) -> bool:

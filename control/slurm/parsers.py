@@ -20,6 +20,7 @@ MAX_TASKS = 4_000_001  # above any MaxArraySize; guards against absurd ranges
 ROW_ID = re.compile(r"(?P<job>[0-9]{1,10})(?:_(?P<task>[0-9]{1,7})|_\[(?P<range>[0-9,%-]+)\])?"
                     r"(?P<rest>[.+][A-Za-z0-9_.+-]+)?")
 STATE = re.compile(r"[A-Z][A-Z_]*")
+DIGITS = re.compile(r"[0-9]+")
 
 # Every job state Slurm 22.05 prints, by what it means for an observer.
 ACTIVE_STATES = frozenset({
@@ -82,12 +83,13 @@ def parse_sbatch_id(stdout: str) -> str:
 def expand_tasks(spec: str) -> Tuple[int, ...]:
     """Task ids of an array spec such as ``4-9%2`` or ``1,3-5`` (the throttle is dropped)."""
     body, _, throttle = spec.partition("%")
-    if throttle and not throttle.isdigit():
+    if throttle and not DIGITS.fullmatch(throttle):
         raise ParseError(f"malformed array throttle in {spec!r}")
     tasks: List[int] = []
     for part in body.split(","):
         low, dash, high = part.partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
+        # ASCII digits only: str.isdigit() holds for '²', which int() refuses
+        if not DIGITS.fullmatch(low) or (dash and not DIGITS.fullmatch(high)):
             raise ParseError(f"malformed array range {spec!r}")
         first, last = int(low), int(high) if dash else int(low)
         if last < first or len(tasks) + last - first >= MAX_TASKS:

@@ -8,15 +8,24 @@ Directives beyond the base set (reservation, the profile's allow-listed options,
 multi-node shape) come from :func:`control.slurm.directives.apply_directives`. A
 submission of one of several arrays (``plan.arrays``) passes ``--array-index K`` so the
 agent maps its array task id to the shard ``arrays[K].first_shard + task``.
+
+Every value is shell-quoted, and every string is checked first (:func:`check_values`):
+quoting makes any text inert in bash, but an ``#SBATCH`` line ends at a newline, so a
+value with a control character (or an option name that is not one) would start a line of
+its own that bash runs. The config layer never lets such a value through; the renderer
+refuses it by itself too (a plan read back from disk by ``retry`` is rendered again).
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from agent_stdlib.contracts import ResourceSpec
+from control.config.rules import CONTROL
+from control.errors import InvalidInput
 from control.slurm.directives import apply_directives
 
 PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -40,8 +49,36 @@ class BatchScript:
     array_index: Optional[int] = None  # ArraySpec.index of this submission's array, if any
 
 
+OPTION = re.compile(r"[a-z][a-z0-9-]*")
+
+
+def _strings(spec: BatchScript) -> Iterator[Tuple[str, Optional[str]]]:
+    for name in ("job_name", "run_dir", "agent_pyz", "agent_sha256", "plan_sha256", "python",
+                 "slurm_bin"):
+        yield name, getattr(spec, name)
+    res = spec.resources
+    for name in ("partition", "account", "qos", "time_limit", "gpu_request", "reservation"):
+        yield f"resources.{name}", getattr(res, name)
+    for key, value in res.options.items():
+        yield f"resources.options[{key!r}]", key + value
+
+
+def check_values(spec: BatchScript) -> None:
+    """InvalidInput naming the first value the script cannot hold: a control character
+    anywhere, or an ``#SBATCH`` option name that is not lower-case letters, digits, ``-``."""
+    for name, value in _strings(spec):
+        if value is not None and CONTROL.search(value):
+            raise InvalidInput(f"batch script: {name}: control characters are not allowed "
+                               f"({value[:60]!r})")
+    for key in spec.resources.options:
+        if not OPTION.fullmatch(key):
+            raise InvalidInput(f"batch script: resources.options: {key[:60]!r} is not an "
+                               "sbatch option name")
+
+
 def sbatch_directives(spec: BatchScript) -> List[str]:
     """The ``#SBATCH`` lines, sorted by option name, values quoted."""
+    check_values(spec)
     res = spec.resources
     options: Dict[str, Optional[str]] = {
         "job-name": spec.job_name,

@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, TypeVar
 
+from agent_stdlib.arrays import is_job_id
 from control.errors import (
+    InvalidInput,
     SchedulerRejected,
     SchedulerUnavailable,
     SchedulerUncertain,
@@ -87,6 +89,15 @@ def _failure(name: str, result: CommandResult,
     return SchedulerRejected(message)
 
 
+def job_ids_only(job_ids: Sequence[str]) -> List[str]:
+    """``job_ids`` as argv words; InvalidInput for one that is not a job id (``12``,
+    ``12_3``): such a word read from a damaged record would be an option to Slurm."""
+    for job_id in job_ids:
+        if not is_job_id(job_id):
+            raise InvalidInput(f"not a Slurm job id: {job_id[:40]!r}")
+    return list(job_ids)
+
+
 @dataclass
 class Scheduler:
     """sbatch / scontrol / squeue / sacct / scancel / sinfo for one cluster."""
@@ -138,13 +149,13 @@ class Scheduler:
 
     def release(self, job_id: str) -> None:
         """``scontrol release JOB`` (all tasks of an array)."""
-        self._checked("scontrol", "release", job_id)
+        self._checked("scontrol", "release", *job_ids_only([job_id]))
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         """``scancel`` the given jobs; ids that are unknown or already ended are fine."""
         if not job_ids:
             return
-        result = self._run("scancel", *job_ids)
+        result = self._run("scancel", *job_ids_only(job_ids))
         if result.returncode == 0:
             return
         errors = [line for line in result.stderr.splitlines()
@@ -167,7 +178,7 @@ class Scheduler:
             return []
         args = ["-h", "-t", "all"]
         if job_ids:
-            args += ["-j", ",".join(job_ids)]
+            args += ["-j", ",".join(job_ids_only(job_ids))]
         if name:
             args += ["-n", name]
         result = self.query("squeue", *args, "-o", SQUEUE_FORMAT)
@@ -177,7 +188,8 @@ class Scheduler:
         """One ``sacct`` call for ``job_ids``; None when the cluster keeps no accounting."""
         if not job_ids:
             return []
-        result = self._sacct("-X", "-j", ",".join(job_ids), f"--format={SACCT_FORMAT}")
+        result = self._sacct("-X", "-j", ",".join(job_ids_only(job_ids)),
+                             f"--format={SACCT_FORMAT}")
         return None if result is None else self._parse(parse_sacct, result)
 
     def _sacct(self, *args: str) -> Optional[CommandResult]:
@@ -221,7 +233,8 @@ class Scheduler:
         ``sacct -D``); None when the cluster keeps no accounting."""
         if not job_ids:
             return []
-        result = self._sacct("-X", "-D", "-j", ",".join(job_ids), f"--format={USAGE_FORMAT}")
+        result = self._sacct("-X", "-D", "-j", ",".join(job_ids_only(job_ids)),
+                             f"--format={USAGE_FORMAT}")
         return None if result is None else self._parse(parse_usage, result)
 
     def describe(self, job_name: str) -> Dict[str, Any]:

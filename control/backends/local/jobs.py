@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from agent_stdlib.arrays import task_job_id
+from agent_stdlib.arrays import is_job_id, task_job_id
 from agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
 from control.backends.local import proc
 from control.slurm.parsers import JobRow
@@ -45,6 +45,11 @@ ENDED = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL})
 HELD = "JobHeldUser"
 HEARTBEAT_S = 2.0
 STALE_S = 30.0  # a supervisor on another host is alive while its heartbeat is this fresh
+
+
+def is_whole_job_id(text: str) -> bool:
+    """True for a job's id (``12``), ASCII digits only (``'²'.isdigit()`` holds)."""
+    return is_job_id(text) and "_" not in text
 
 
 def workspace_root(workspace: str) -> Path:
@@ -174,7 +179,7 @@ class Table:
 
     def job_dir(self, job_id: str) -> Path:
         """``jobs/<job>``."""
-        if not job_id.isdigit():
+        if not is_whole_job_id(job_id):
             raise ValueError(f"not a local job id: {job_id!r}")
         return self.root / "jobs" / job_id
 
@@ -226,7 +231,7 @@ class Table:
         """Ids of the jobs called ``name``, ascending."""
         data = read_json(self.names_json(name)) or {}
         ids = data.get("jobs", [])
-        return sorted({str(i) for i in ids if str(i).isdigit()}, key=int)
+        return sorted({str(i) for i in ids if is_whole_job_id(str(i))}, key=int)
 
     def active_jobs(self) -> List[str]:
         """Ids of the jobs with an active marker, ascending."""
@@ -234,7 +239,7 @@ class Table:
             names = os.listdir(self.root / "active")
         except FileNotFoundError:
             return []
-        return sorted((n for n in names if n.isdigit()), key=int)
+        return sorted((n for n in names if is_whole_job_id(n)), key=int)
 
     # ------------------------------------------------------------------ writing
 

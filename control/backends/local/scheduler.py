@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
 
-from agent_stdlib.arrays import array_job_id
+from agent_stdlib.arrays import array_job_id, is_job_id
 from agent_stdlib.statefile import StateError, ensure_dir, write_json_atomic
 from control.backends.local import gpus as gpu_detection
 from control.backends.local import proc
@@ -73,7 +73,7 @@ def _lead(value: Optional[str]) -> Optional[int]:
     if not value or "@" not in value:
         return None
     what, _, seconds = value.partition("@")
-    if what.split(":")[-1] != "USR1" or not seconds.isdigit():
+    if what.split(":")[-1] != "USR1" or not (seconds.isascii() and seconds.isdigit()):
         raise ValueError(f"--signal={value}: the local backend sends USR1 only")
     return int(seconds)
 
@@ -193,9 +193,9 @@ class LocalScheduler:
         """
         wanted: Dict[str, Optional[Set[int]]] = {}  # job -> its tasks (None: all of them)
         for text in job_ids:
-            job, _, task = text.partition("_")
-            if not job.isdigit() or (task and not task.isdigit()):
+            if not is_job_id(text):  # ('²'.isdigit() holds; int() refuses it)
                 continue
+            job, _, task = text.partition("_")
             if not task:
                 wanted[job] = None
             elif wanted.get(job, set()) is not None:
@@ -265,9 +265,9 @@ class LocalScheduler:
 
     def queue(self, job_ids: Sequence[str] = (), name: Optional[str] = None) -> List[JobRow]:
         """What ``squeue -t all`` would show for ``job_ids`` and/or jobs called ``name``."""
-        wanted = set(job_ids)
+        wanted = {j for j in job_ids if is_job_id(j)}  # anything else is simply absent
         ids = set(self._named(name)) if name else set()
-        ids |= {array_job_id(j) for j in job_ids}
+        ids |= {array_job_id(j) for j in wanted}
         rows = self._rows(sorted(ids, key=int), accounting=False)
         if not name:
             rows = [r for r in rows if r.job_id in wanted or array_job_id(r.job_id) in wanted]
@@ -275,7 +275,7 @@ class LocalScheduler:
 
     def accounting(self, job_ids: Sequence[str]) -> Optional[List[JobRow]]:
         """What ``sacct`` would show for ``job_ids`` (array job ids or tasks)."""
-        ids = sorted({array_job_id(j) for j in job_ids if array_job_id(j).isdigit()}, key=int)
+        ids = sorted({array_job_id(j) for j in job_ids if is_job_id(array_job_id(j))}, key=int)
         return self._rows(ids, accounting=True)
 
     def jobs_named(self, job_name: str) -> List[JobRow]:
@@ -292,7 +292,7 @@ class LocalScheduler:
         earlier executions are not kept apart (the table holds one start per task)."""
         now = time.time()
         found: List[JobUsage] = []
-        for job_id in sorted({array_job_id(j) for j in job_ids if array_job_id(j).isdigit()},
+        for job_id in sorted({array_job_id(j) for j in job_ids if is_job_id(array_job_id(j))},
                              key=int):
             job = self._job(job_id)
             for task in sorted(job.tasks.values(), key=lambda t: t.task) if job else []:

@@ -71,6 +71,7 @@ def test_unique_items_compare_by_value() -> None:
     ({"$ref": "#/x"}, "schema.$ref: unsupported keyword"),
     ({"oneOf": [{}]}, "schema.oneOf: unsupported keyword"),
     ({"type": "strin"}, "schema.type: unknown type 'strin'"),
+    ({"type": None}, "schema.type: expected a type name"),  # found by the config fuzzer
     ({"properties": {"a": {"type": "object", "patternProperties": {}}}},
      "schema.properties.a.patternProperties: unsupported keyword"),
     ({"minLength": -1}, "schema.minLength: expected a non-negative integer"),

@@ -236,3 +236,16 @@ def test_the_supervisor_is_detached_and_says_where_it_is(local, tmp_path):
     assert view["alive"] is True and view["pid"] == record.pid
     assert view["log"] == str(Table(Path(local.workspace) / "local").supervisor_log(job_id))
     wait_rows(local, job_id, ended)
+
+
+@pytest.mark.parametrize("bad", ["²", "1²", "12_³", "x", "--state=RUNNING", "12_"])
+def test_words_that_are_not_job_ids_are_absent_not_a_crash(local: LocalScheduler,
+                                                            bad: str) -> None:
+    # '²'.isdigit() holds and int('²') raises ValueError: queue, accounting and usage
+    # sorted such ids with key=int (found by the control-character fuzz target's ids).
+    assert local.queue([bad]) == []
+    assert local.accounting([bad]) == []
+    assert local.usage([bad]) == []
+    local.cancel([bad])
+    with pytest.raises(ValueError, match="not a local job id"):
+        local.table.job_dir(bad)

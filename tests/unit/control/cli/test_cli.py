@@ -290,12 +290,14 @@ def test_merge_complete(profile_file: Path, workspace: Path, tmp_path: Path) -> 
     assert (layout.merged / "manifest.json").is_file()
 
 
-def test_merge_corrupt_plan_is_internal_error(profile_file: Path, workspace: Path) -> None:
+def test_merge_corrupt_plan_is_a_damaged_state_conflict(profile_file: Path,
+                                                        workspace: Path) -> None:
+    # was exit 1 ("internal"): a damaged record is not a bug of synthbatch
     layout = build_run(workspace, winners=[0, 1, 2])
     layout.plan_json.chmod(0o600)
     layout.plan_json.write_text("{")
     result = invoke("merge", RUN_ID, "--profile", str(profile_file))
-    assert result.exit_code == 1
+    assert result.exit_code == 4
     line = one_error_line(result)
     assert "plan.json" in line
 

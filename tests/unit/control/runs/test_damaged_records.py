@@ -285,3 +285,85 @@ def test_a_half_written_index_is_ignored_and_rebuilt(tmp_path: Path) -> None:
     assert "settled index not used" in again["notes"][0]
     assert "digest missing or wrong" in again["notes"][0]
     assert durable_state(layout, 6, run_id=RUN_ID)["counts"] == first["counts"]
+# ----------------------------------------------------------------------------- found by fuzzing
+
+
+def _set_job_id(layout: RunLayout, shard: int, job_id: str) -> None:
+    path = layout.attempt(shard, 1).attempt_json
+    record = json.loads(path.read_text())
+    record["job_id"] = job_id
+    path.write_text(json.dumps(record))
+
+
+def test_a_job_id_that_is_not_one_is_the_shards_problem_never_a_slurm_argument(
+        tmp_path: Path) -> None:
+    # status crashed with int('--state=RUNNING') (exit 1); cancel passed it to scancel,
+    # where it is an option: every running job of the user
+    from tests.fakes import FakeSlurm as QueueFake
+
+    layout = make_run(tmp_path, [Shard("running"), Shard("running")])
+    _set_job_id(layout, 1, "--state=RUNNING")
+    fake = QueueFake()
+    fake.on("squeue", stdout="500_0|RUNNING|None\n")
+    fake.on("sacct", stdout="")
+    fake.on("scancel")
+    rows = observe(layout, Scheduler(runner=fake), now=time.time())["shards"]
+    assert rows[0]["state"] == "running"
+    assert rows[1]["state"] == "unknown"
+    assert "attempt.json: field 'job_id' is not a Slurm job id" in rows[1]["reason"]
+    from control.runs.cancel import cancel_run
+
+    cancel_run(layout, Scheduler(runner=fake), wait_s=0)
+    scancel = [call for call in fake.calls if call[0] == "scancel"]
+    assert scancel and all(not arg.startswith("-") for call in scancel for arg in call[1:])
+
+
+def test_the_scheduler_refuses_a_job_id_that_is_not_one() -> None:
+    from control.errors import InvalidInput
+    from tests.fakes import FakeSlurm as QueueFake
+
+    fake = QueueFake()
+    for call in (lambda s: s.cancel(["12", "-u"]), lambda s: s.queue(["12_x"]),
+                 lambda s: s.accounting(["1,2"]), lambda s: s.release("--hold")):
+        with pytest.raises(InvalidInput, match="not a Slurm job id"):
+            call(Scheduler(runner=fake))
+    assert fake.calls == []
+
+
+def test_a_damaged_submission_record_still_shows_every_shard(tmp_path: Path) -> None:
+    # status raised the StateError (exit 1, no shard shown): it now reads each shard by
+    # listing its folders and notes the damaged record
+    from tests.fakes import FakeSlurm as QueueFake
+
+    layout = make_run(tmp_path, [Shard("succeeded"), Shard("running")])
+    publish_json_immutable(layout.winner_json(0), real_winner(layout, 0, 0).to_dict())
+    layout.submission_json(1).write_text('{"schema_version": 1, "number": "x"')
+    fake = QueueFake()
+    fake.on("squeue", stdout="500_1|RUNNING|None\n")
+    data = observe(layout, Scheduler(runner=fake), now=time.time())
+    assert [row["state"] for row in data["shards"]] == ["succeeded", "running"]
+    assert any("0001.json: not valid JSON" in note for note in data["notes"]), data["notes"]
+
+
+def test_status_printed_while_slurm_is_unreachable_is_made_visible(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the exit-5 path printed the summary with click.echo, past text.visible: a plan's
+    # run id (or any other text from the records) reached the terminal raw
+    from control import api
+    from tests.fakes import FakeSlurm as QueueFake
+
+    layout = make_run(tmp_path / "ws", [Shard("running")])
+    layout.plan_json.chmod(0o600)
+    plan = json.loads(layout.plan_json.read_text())
+    plan["run_id"] += "\x1b]0;owned\x07"
+    layout.plan_json.write_text(json.dumps(plan))
+    fake = QueueFake()
+    fake.on("squeue", code=1, stderr="squeue: error: Unable to contact slurm controller "
+                                     "(connect failure)\n")
+    monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=fake))
+    profile = tmp_path / "profile.toml"
+    profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                   json.dumps(str(tmp_path / "ws"))))
+    result = run_cli("status", RUN_ID, "--profile", str(profile))
+    assert result.exit_code == 5, result.output
+    assert "\x1b" not in result.stdout and "\\x1b]0;owned\\x07" in result.stdout

@@ -288,6 +288,58 @@ def test_a_created_attempt_left_by_a_crashed_retry_is_submitted_not_replaced(
     assert not staged.layout.attempt(1, 3).root.exists()
 
 
+def test_a_submit_killed_before_sbatch_is_submitted_by_the_next_retry(
+        tmp_path: Path, agent_pyz: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # found by the crash harness: the submission record was written (no job id yet), then
+    # the process died before sbatch; status found no job to adopt and retry counted the
+    # attempts as submitted: the shards stayed "created" forever
+    from control.runs import submit as submitting
+    from tests.fakes import Crash, crash_on_call
+
+    run = load_model(REPO / "examples" / "fake-server.toml", RunConfig)
+    profile = load_model(REPO / "examples" / "profiles" / "testbed.toml", Profile)
+    plan = make_plan(run, profile, "retry-1", REPO / "examples")
+    staged = stage_run(tmp_path / "ws", plan, {}, agent_pyz, "0" * 64)
+    commit_run(staged, "slurm")
+    sbatch = SbatchRecorder()
+    monkeypatch.setattr(submitting, "_sbatch", crash_on_call(submitting._sbatch, 1))
+    with pytest.raises(Crash):
+        submit_all(staged, profile, Scheduler(runner=sbatch), {i: 1 for i in range(3)})
+    monkeypatch.undo()
+    assert sbatch.sbatch() == [] and staged.layout.submission_json(1).exists()
+    assert select(staged.layout, staged.plan).choices == []  # young: may still be in flight
+    later = time.time() + retrying.ABANDONED_AFTER_S + 1
+    monkeypatch.setattr(retrying.time, "time", lambda: later)
+    done = retry_run(staged.layout, profile, Scheduler(runner=sbatch))
+    assert [(c.shard, c.attempt) for c in done.submitted] == [(0, 1), (1, 1), (2, 1)]
+    assert len(sbatch.sbatch()) == 1
+    assert all(load_attempt(staged.layout.attempt(s, 1).attempt_json).state == "submitted"
+               for s in range(3))
+
+
+def test_a_retry_killed_after_making_the_attempt_folder_shows_the_attempt_before(
+        failed_run, monkeypatch: pytest.MonkeyPatch) -> None:
+    # found by the crash harness: mkdir attempt-0002, then killed before its record; status
+    # showed the shard "unknown: no attempt record" forever (retry would have taken it,
+    # but nothing said so)
+    from control.runs.status import observe
+
+    staged, profile = failed_run
+    from tests.fakes import FakeSlurm
+
+    staged.layout.attempt(1, 2).root.mkdir(mode=0o700)
+    slurm = FakeSlurm()
+    slurm.on("squeue")
+    slurm.on("sacct")
+    rows = observe(staged.layout, Scheduler(runner=slurm))["shards"]
+    assert (rows[1]["state"], rows[1]["attempt"]) == ("failed", 1), rows[1]
+    later = time.time() + retrying.ABANDONED_AFTER_S + 1
+    monkeypatch.setattr(retrying.time, "time", lambda: later)
+    done = retry_run(staged.layout, profile, Scheduler(runner=SbatchRecorder()))
+    assert [(c.shard, c.attempt) for c in done.submitted] == [(1, 2), (4, 2)]
+    assert not staged.layout.attempt(1, 3).root.exists()
+
+
 def test_a_rejected_sbatch_fails_the_new_attempts(failed_run) -> None:
     staged, profile = failed_run
     with pytest.raises(SchedulerRejected):

@@ -223,6 +223,13 @@ def test_sacct_non_ascii_digit_exit_code_is_a_parse_error() -> None:
         parse_sacct("1|FAILED|\u00b2:0\n")
 
 
+@pytest.mark.parametrize("spec", ["\u00b2", "1-\u00b2", "1%\u00b2", "\u0661-3"])
+def test_array_ranges_with_non_ascii_digits_are_parse_errors(spec: str) -> None:
+    # str.isdigit() is true for '\u00b2', which int() refuses (it raised ValueError)
+    with pytest.raises(ParseError):
+        parsers.expand_tasks(spec)
+
+
 def test_sbatch_non_ascii_digits_rejected() -> None:
     with pytest.raises(ParseError):
         parse_sbatch_id("\u0661\u0662\u0663\n")

@@ -363,6 +363,31 @@ def test_golden_missing_is_not_created(request: pytest.FixtureRequest,
     assert not (goldens / "batch-does-not-exist.sh").exists()
 
 
+@pytest.mark.parametrize("field", ["run_dir", "job_name", "python", "partition", "options"])
+def test_a_newline_in_a_value_is_refused_not_rendered_as_a_line(tmp_path: Path,
+                                                                  field: str) -> None:
+    # A quoted value with a newline is inert in bash, but an #SBATCH line ends at the
+    # newline: the rest became a command of its own (the old renderer ran it).
+    payload = f"x\ntouch {tmp_path / 'canary'} #"
+    if field == "partition":
+        hostile = spec(resources=resources(partition=payload))
+    elif field == "options":
+        hostile = spec(resources=resources(options={"comment": payload}))
+    else:
+        hostile = spec(**{field: payload})
+    from control.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="control characters are not allowed"):
+        render_batch_script(hostile)
+
+
+def test_an_option_name_that_is_not_one_is_refused() -> None:
+    from control.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="not an sbatch option name"):
+        render_batch_script(spec(resources=resources(options={"x y": "1"})))
+
+
 # ----------------------------------------------------------------------------- read back
 
 
