@@ -150,7 +150,7 @@ def test_sigterm_cancels_cleans_up_and_records_cancelled(tmp_path, agent_pyz, py
 STUBBORN = ("import signal, subprocess, sys, time\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
             "subprocess.run(sys.argv[1:])\n"
-            "time.sleep(60)\n")  # serves through its child, then outlives SIGTERM
+            "time.sleep(90)\n")  # serves through its child, then outlives SIGTERM
 
 
 def test_a_cancellation_is_recorded_before_a_slow_cleanup(tmp_path, agent_pyz, python_exe):
