@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -30,11 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from agent_stdlib.attempts import load_readiness  # noqa: E402
-from agent_stdlib.contracts import sha256_bytes  # noqa: E402
 from agent_stdlib.layout import RunLayout  # noqa: E402
 from control.bundle import build_agent_bundle  # noqa: E402
-from control.slurm.renderer import BatchScript, render_batch_script  # noqa: E402
-from tests.agent_runs import local_plan, stage  # noqa: E402
+from tests.agent_runs import local_plan, stage_batch  # noqa: E402
 
 FAKE_SERVER = REPO / "fixtures" / "fake_openai_server.py"
 GRACE_S = 3.0
@@ -92,15 +89,7 @@ def _stage(root: Path, pyz: Path) -> Path:
                "--model", "fake-model", "--token-latency", "0.05"]
     plan = local_plan(sys.executable, command, records=300)
     plan = plan.replace(runtime=dataclasses.replace(plan.runtime, grace_s=GRACE_S))
-    args = stage(root, plan)
-    shutil.copyfile(pyz, root / "agent.pyz")
-    script = root / "batch.sh"
-    script.write_text(render_batch_script(BatchScript(
-        job_name="bench", run_dir=str(root), agent_pyz="agent.pyz",
-        agent_sha256=sha256_bytes((root / "agent.pyz").read_bytes()),
-        plan_sha256=args["plan_sha256"], submission=1, python=sys.executable,
-        resources=plan.resources, signal_lead_s=60)))
-    return script
+    return stage_batch(root, pyz, plan)
 
 
 def _readiness(path: Path) -> Optional[str]:

@@ -50,11 +50,10 @@ from typing import Any, Dict, List, Optional, Tuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent_stdlib.contracts import ColumnSpec, Plan, sha256_bytes  # noqa: E402
+from agent_stdlib.contracts import ColumnSpec, Plan  # noqa: E402
 from agent_stdlib.layout import RunLayout  # noqa: E402
 from control.bundle import build_agent_bundle  # noqa: E402
-from control.slurm.renderer import BatchScript, render_batch_script  # noqa: E402
-from tests.agent_runs import recipe_plan, stage  # noqa: E402
+from tests.agent_runs import recipe_plan, stage_batch  # noqa: E402
 
 FAKE_SERVER = REPO / "fixtures" / "fake_openai_server.py"
 CAPACITY = 128
@@ -154,18 +153,6 @@ def _plan(columns: Tuple[ColumnSpec, ...], records: int) -> Plan:
     return dataclasses.replace(plan, deployments=(gen,))
 
 
-def _stage(root: Path, pyz: Path, plan: Plan) -> Path:
-    args = stage(root, plan)
-    shutil.copyfile(pyz, root / "agent.pyz")
-    script = root / "batch.sh"
-    script.write_text(render_batch_script(BatchScript(
-        job_name="bench", run_dir=str(root), agent_pyz="agent.pyz",
-        agent_sha256=sha256_bytes((root / "agent.pyz").read_bytes()),
-        plan_sha256=args["plan_sha256"], submission=1, python=sys.executable,
-        resources=plan.resources, signal_lead_s=60)))
-    return script
-
-
 def _progress(path: Path) -> Optional[Dict[str, Any]]:
     try:
         return json.loads(path.read_text())
@@ -177,7 +164,7 @@ def one_run(workdir: Path, pyz: Path, columns: Tuple[ColumnSpec, ...],
             records: int) -> Dict[str, Any]:
     """Run one shard of ``records`` through the real batch script; its figures."""
     root = workdir / "run"
-    script = _stage(root, pyz, _plan(columns, records))
+    script = stage_batch(root, pyz, _plan(columns, records))
     paths = RunLayout(root).attempt(0, 1)
     output = paths.output / "records-000000000000.jsonl"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from dataclasses import replace
@@ -113,3 +114,19 @@ def recipe_plan(columns: Sequence[ColumnSpec] = QA_COLUMNS, records: int = 12,
                            "columns": tuple(columns), "seed_data": seed_data, **client})
     return replace(local_plan(sys.executable, ["true"], records=records),
                    deployments=deployments, client=spec)
+
+
+def stage_batch(root: Path, pyz: Path, plan: Plan) -> Path:
+    """``stage`` plus the agent bundle copied in and a local batch script that runs it
+    (what the agent and generator benchmarks start); returns the script."""
+    from control.slurm.renderer import BatchScript, render_batch_script
+
+    args = stage(root, plan)
+    shutil.copyfile(pyz, root / "agent.pyz")
+    script = root / "batch.sh"
+    script.write_text(render_batch_script(BatchScript(
+        job_name="bench", run_dir=str(root), agent_pyz="agent.pyz",
+        agent_sha256=sha256_bytes((root / "agent.pyz").read_bytes()),
+        plan_sha256=args["plan_sha256"], submission=1, python=sys.executable,
+        resources=plan.resources, signal_lead_s=60)))
+    return script
