@@ -2,7 +2,9 @@
 
 Slurm refuses array task ids >= ``MaxArraySize``, so the planner cuts a run into arrays
 (``Plan.arrays``, each an ``ArraySpec``): task ``t`` of array ``k`` runs shard
-``arrays[k].first_shard + t``. A plan without arrays (planned before they existed) is one
+``arrays[k].first_shard + t - arrays[k].first_task`` (``first_task`` is 0 unless the run's
+tasks share one Slurm array with other runs' tasks, at an offset: benchmark cases of one
+shape). A plan without arrays (planned before they existed) is one
 array whose task id is the shard index. The job id of one task is ``<array job id>_<task>``.
 Submit, crash recovery, cancel, status and the agent all use these functions; ``status``
 imports this module without the (slower) contract classes.
@@ -30,13 +32,14 @@ class Array(Protocol):
     index: int
     first_shard: int
     count: int
+    first_task: int
 
 
 def array_task(arrays: Sequence[Array], shard: int) -> Tuple[Optional[int], int]:
     """``(array index, task id)`` that runs ``shard``; ``(None, shard)`` without arrays."""
     for spec in arrays:
         if spec.first_shard <= shard < spec.first_shard + spec.count:
-            return spec.index, shard - spec.first_shard
+            return spec.index, spec.first_task + shard - spec.first_shard
     if arrays:
         raise ArrayError(f"no array of the plan holds shard {shard}")
     return None, shard
@@ -53,9 +56,12 @@ def task_shard(arrays: Sequence[Array], array_index: Optional[int], task: int) -
     spec = next((a for a in arrays if a.index == array_index), None)
     if spec is None:
         raise ArrayError(f"array {array_index}: the plan has no such array")
-    if not 0 <= task < spec.count:
-        raise ArrayError(f"array {array_index} has {spec.count} task(s), this is task {task}")
-    return spec.first_shard + task
+    first = spec.first_task
+    if not first <= task < first + spec.count:
+        held = f"{spec.count} task(s)" if not first else \
+            f"tasks {first}-{first + spec.count - 1}"
+        raise ArrayError(f"array {array_index} has {held}, this is task {task}")
+    return spec.first_shard + task - first
 
 
 # A job id as records hold it: ``12`` or, for an array task, ``12_3`` (32-bit job ids,

@@ -366,11 +366,17 @@ def split_dd_config(config: str) -> Tuple[str, str]:
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """One Slurm array of a run: task ``t`` runs shard ``first_shard + t``."""
+    """One Slurm array of a run: task ``first_task + i`` runs shard ``first_shard + i``.
+
+    ``first_task`` is 0 but for a run whose tasks share one array with other runs (the
+    benchmark cases of one shape, ``control.runs.submit.submit_shared``): its tasks are
+    ``[first_task, first_task + count)`` of that array and of any retry array.
+    """
 
     index: int
     first_shard: int
     count: int
+    first_task: int = 0
 
 
 @dataclass(frozen=True)
@@ -473,6 +479,12 @@ class SubmissionRecord(Record):
     submitted_at: float
     released: bool
     schema_version: int = SCHEMA_VERSION
+    # An array shared with other runs (benchmark cases of one shape): its job name (None:
+    # the run's own ``job_name``), every submission in it as ``<run id>/<number>`` (this
+    # one included) and the task ids of this record's attempts in it.
+    job_name: Optional[str] = None
+    group: Tuple[str, ...] = ()
+    tasks: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

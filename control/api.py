@@ -16,7 +16,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Union,
+)
 
 from agent_stdlib.layout import RunLayout, job_name
 from control.config.workspace import WorkspaceProfile, load_workspace_profile
@@ -158,21 +168,44 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     login-node checks (submits what Slurm accepts, e.g. for a partition about to grow).
     ``run_id`` and ``shards``: a benchmark case's deterministic id and sized points.
     """
-    from control import bundle
+    prof = _profile(profile)
+    sched = scheduler or scheduler_for(prof)
+    over = _overrides(partition, account, qos, time_limit, reservation)
+    ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
+    staged = _staged(ready, prof)
     from control.runs import submit as submitting
+
+    records = submitting.submit_all(staged, ready.resolved.profile, sched,
+                                    {s.index: 1 for s in staged.plan.shards})
+    return _submitted(ready, staged, records)
+
+
+class _Checked(NamedTuple):
+    """A run resolved and checked, before anything is written."""
+
+    resolved: Any  # control.runs.plan.Resolved
+    run_file: Path
+    pyz: Path
+    agent_sha256: str
+    warnings: List[str]
+    overrides: Dict[str, str]
+    profile: ProfileRef
+    scheduler: Optional[Scheduler]
+
+
+def _checked(run_file: Path, profile: ProfileRef, prof: Profile, sched: Scheduler,
+             over: Overrides, checks: bool, run_id: Optional[str],
+             shards: Optional[Sequence[ShardSpec]]) -> _Checked:
+    """Resolve and check a run (InvalidInput for what ``plan``'s checks call an error)."""
+    from control import bundle
     from control.runs.checks import errors, warnings
     from control.runs.plan import login_checks, resolve
 
-    run_file = Path(run_file)
-    prof = _profile(profile)
-    workspace = Path(prof.workspace)
     try:
-        pyz = bundle.locate_agent_bundle(workspace / ".cache" / "bundles")
+        pyz = bundle.locate_agent_bundle(Path(prof.workspace) / ".cache" / "bundles")
     except bundle.BundleError as err:
         raise InvalidInput(f"agent bundle: {err}") from err
     agent_sha256 = bundle.sha256_file(pyz)
-    sched = scheduler or scheduler_for(prof)
-    over = _overrides(partition, account, qos, time_limit, reservation)
     resolved = resolve(run_file, profile_ref(profile), run_id=run_id,
                        max_array_size=sched.max_array_size(), agent_sha256=agent_sha256,
                        overrides=over, shards=shards)
@@ -182,25 +215,38 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise InvalidInput(f"submit refused: {bad[0].line()}{more}",
                            hint=f"synthbatch plan {run_file} shows every check")
-    plan = resolved.plan
+    return _Checked(resolved, run_file, pyz, agent_sha256, [f.line() for f in warnings(found)],
+                    over.to_dict(), profile, sched)
+
+
+def _staged(ready: _Checked, prof: Profile) -> Any:
+    """Stage and commit a checked run (run.json written); its ``Staged``."""
+    from control.runs import submit as submitting
+
+    resolved, run_file = ready.resolved, ready.run_file
     inputs = {"run" + run_file.suffix: run_file,
               "profile" + resolved.profile_path.suffix: resolved.profile_path}
     if resolved.client_config is not None:  # a copy of what the plan pinned, for the record
         inputs["data-designer" + resolved.client_config.suffix] = resolved.client_config
-    staged = submitting.stage_run(workspace, plan, inputs, pyz, agent_sha256,
-                                  resolved.plan_bytes, resolved.plan_sha256)
-    kept = [f.line() for f in warnings(found)]
+    staged = submitting.stage_run(Path(prof.workspace), resolved.plan, inputs, ready.pyz,
+                                  ready.agent_sha256, resolved.plan_bytes,
+                                  resolved.plan_sha256)
     try:
-        submitting.commit_run(staged, prof.backend, warnings=kept, overrides=over.to_dict())
+        submitting.commit_run(staged, prof.backend, warnings=ready.warnings,
+                              overrides=ready.overrides)
     except BaseException:
         submitting.remove_uncommitted(staged.layout)
         raise
-    records = submitting.submit_all(staged, resolved.profile, sched,
-                                    {s.index: 1 for s in plan.shards})
-    return Run(plan.run_id, profile, scheduler, submission={
+    return staged
+
+
+def _submitted(ready: _Checked, staged: Any, records: Sequence[Any]) -> Run:
+    plan = staged.plan
+    return Run(plan.run_id, ready.profile, ready.scheduler, submission={
         "run_id": plan.run_id, "run_dir": str(staged.layout.root),
         "job_id": records[0].job_id, "job_ids": [r.job_id for r in records],
-        "shards": len(plan.shards), "warnings": kept, "overrides": over.to_dict()})
+        "shards": len(plan.shards), "warnings": ready.warnings,
+        "overrides": ready.overrides})
 
 
 def status(run_id: Optional[str] = None, profile: ProfileRef = None,
@@ -484,21 +530,57 @@ def benchmark_run(bench_file: PathLike, profile: ProfileRef = None,
     prof = load_workspace_profile(profile_ref(profile))
     workspace = Path(prof.workspace)
     store.save(workspace, store.manifest(bench_id, config, case_runs))
-    cases = []
+    new = []
     for case in case_runs:
         try:
             run_layout(workspace, case.run_id)
         except SynthbatchError:
-            path = store.case_file(base_file, case.run_id, case.run)
-            try:
-                done = submit(path, profile, scheduler, run_id=case.run_id, shards=case.shards)
-            except InvalidInput as err:
-                raise InvalidInput(f"{bench_file}: case {case.case}: {err.message}") from err
-            cases.append({"case": case.case, "run_id": case.run_id, "submitted": True,
-                          "job_ids": done.job_ids})
+            new.append(case)
+    submitted = _submit_cases(bench_file, base_file, new, profile, scheduler)
+    return {"benchmark_id": bench_id, "cases": [
+        {"case": c.case, "run_id": c.run_id, "submitted": True, **submitted[c.run_id]}
+        if c.run_id in submitted else
+        {"case": c.case, "run_id": c.run_id, "submitted": False} for c in case_runs]}
+
+
+def _submit_cases(bench_file: Path, base_file: Path, cases: Sequence[Any],
+                  profile: ProfileRef, scheduler: Optional[Scheduler]
+                  ) -> Dict[str, Dict[str, Any]]:
+    """Check every case, then submit the cases of one shape as one Slurm array
+    (``control.runs.shared``; each case stays an ordinary run at its own task offset)."""
+    from control.benchmark import store
+    from control.runs import submit as submitting
+    from control.runs.plan import at_first_task
+    from control.runs.shared import groups, submit_shared
+
+    prof = _profile(profile)
+    sched = scheduler or scheduler_for(prof)
+    ready = []
+    for case in cases:
+        path = store.case_file(base_file, case.run_id, case.run)
+        try:
+            ready.append(_checked(path, profile, prof, sched, _overrides(None, None, None,
+                                                                          None, None),
+                                  True, case.run_id, case.shards))
+        except InvalidInput as err:
+            raise InvalidInput(f"{bench_file}: case {case.case}: {err.message}") from err
+    size = sched.max_array_size() if prof.backend == "slurm" else 1
+    found: Dict[str, Dict[str, Any]] = {}
+    for group in groups([r.resolved.plan for r in ready], size):
+        members = [ready[i]._replace(resolved=at_first_task(ready[i].resolved, task, size))
+                   for i, task in group]
+        staged = [_staged(m, prof) for m in members]
+        if len(staged) == 1:
+            records = submitting.submit_all(staged[0], members[0].resolved.profile, sched,
+                                            {s.index: 1 for s in staged[0].plan.shards})
         else:
-            cases.append({"case": case.case, "run_id": case.run_id, "submitted": False})
-    return {"benchmark_id": bench_id, "cases": cases}
+            records = submit_shared(staged, members[0].resolved.profile, sched)
+        for i, stage in enumerate(staged):
+            mine = records if len(staged) == 1 else [records[i]]
+            found[stage.plan.run_id] = {"job_ids": [r.job_id for r in mine],
+                                        "shared_with": [s.plan.run_id for s in staged
+                                                        if s is not stage]}
+    return found
 
 
 def _benchmark_data(bench_id: str, profile: ProfileRef) -> Dict[str, Any]:

@@ -25,7 +25,9 @@ def run_cmd(bench_file: Path, profile: Optional[str]) -> Any:
     data = api.benchmark_run(bench_file, profile)
     lines = [f"benchmark {data['benchmark_id']}"] + [
         f"  {c['case']}: {c['run_id']} "
-        + (f"submitted (job {c['job_ids'][0]})" if c["submitted"] else "already submitted")
+        + (f"submitted (job {', '.join(c['job_ids'])}"
+           + (f", one array with {', '.join(c['shared_with'])}" if c["shared_with"] else "")
+           + ")" if c["submitted"] else "already submitted")
         for c in data["cases"]]
     return {"data": data, "text": "\n".join(lines)}
 

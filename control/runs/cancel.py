@@ -57,8 +57,8 @@ def scancel_targets(layout: RunLayout, arrays: Sequence[Array],
     targets: List[str] = []
     remaining = set(job_ids)
     for record in load_submissions(layout):
-        if record.job_id is None:
-            continue
+        if record.job_id is None or record.job_name is not None:
+            continue  # a shared array holds other runs' tasks too: only ours, one by one
         tasks = {task_job_id(record.job_id, array_task(arrays, int(shard))[1])
                  for shard in record.attempts}
         if tasks and tasks <= remaining:
@@ -79,8 +79,10 @@ def _settle(layout: RunLayout, view: ShardView, reason: str) -> None:
         pass  # shown as it is; the record names the problem on the next read
 
 
-def _ended(scheduler: Scheduler, name: str, job_ids: Set[str]) -> Set[str]:
-    rows = index_rows(scheduler.queue(name=name))
+def _ended(scheduler: Scheduler, name: str, job_ids: Set[str],
+           shared: Sequence[str] = ()) -> Set[str]:
+    rows = index_rows(scheduler.queue(name=name)
+                      + (scheduler.queue(job_ids=shared) if shared else []))
     return {j for j in job_ids if j not in rows or rows[j].terminal}
 
 
@@ -104,7 +106,9 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
     for view in views:
         if view.attempt and not view.attempt.job_id:
             _settle(layout, view, f"{BY_CANCEL} before submission")
-    ended = _wait(scheduler, job_name(plan.run_id), jobs, wait_s, clock, sleep)
+    shared = sorted({r.job_id for r in load_submissions(layout) if r.job_name and r.job_id}
+                    & {array_job_id(j) for j in jobs}, key=int)
+    ended = _wait(scheduler, job_name(plan.run_id), jobs, wait_s, clock, sleep, shared)
     for view in views:
         if view.attempt and view.attempt.job_id in ended:
             _settle(layout, view, BY_CANCEL)
@@ -115,13 +119,14 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
 
 
 def _wait(scheduler: Scheduler, name: str, jobs: Set[str], wait_s: float,
-          clock: Callable[[], float], sleep: Callable[[float], None]) -> Set[str]:
+          clock: Callable[[], float], sleep: Callable[[float], None],
+          shared: Sequence[str] = ()) -> Set[str]:
     """Poll squeue (backing off) until every job ended or ``wait_s`` passed."""
     if not jobs:
         return set()
     deadline, backoff = clock() + wait_s, Backoff(base_s=1.0, cap_s=10.0)
     while True:
-        ended = _ended(scheduler, name, jobs)
+        ended = _ended(scheduler, name, jobs, shared)
         if ended >= jobs or clock() >= deadline:
             return ended
         sleep(min(backoff.next(changed=False), max(deadline - clock(), 0.0)))

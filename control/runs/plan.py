@@ -25,6 +25,7 @@ from control.config.profile import Profile, load_profile
 from control.config.run import RunConfig
 from control.errors import SchedulerUnavailable
 from control.images import registry
+from control.planning.arrays import array_chunks
 from control.planning.planner import config_path, make_plan
 from control.planning.summary import plan_summary
 from control.runs.checks import ERROR, OK, DeploymentInputs, Finding, Sight, check_plan_paths
@@ -50,6 +51,19 @@ class Resolved:
     config: Optional[RunConfig] = None  # with the overrides in effect
     overrides: Overrides = field(default_factory=Overrides)
     client_config: Optional[Path] = None  # a Data Designer config file the run pinned
+
+
+def at_first_task(resolved: Resolved, first_task: int,
+                  max_array_size: Optional[int]) -> Resolved:
+    """``resolved`` with its tasks from ``first_task`` on (``ArraySpec.first_task``: the
+    run shares one array with other runs), the plan's bytes and digest made again."""
+    if not first_task:
+        return resolved
+    plan = resolved.plan.replace(arrays=array_chunks(len(resolved.plan.shards),
+                                                     max_array_size, first_task))
+    payload = plan.to_json().encode("utf-8")
+    return dataclasses.replace(resolved, plan=plan, plan_bytes=payload,
+                               plan_sha256=sha256_bytes(payload))
 
 
 def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str] = None,

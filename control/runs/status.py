@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from agent_stdlib import states
 from agent_stdlib.arrays import array_job_id
@@ -71,13 +71,17 @@ def needs_scheduler(view: ShardView, now: float) -> bool:
     return attempt.state in (norm.FAILED, norm.CANCELLED) and recent
 
 
-def ask_scheduler(scheduler: Scheduler, name: str, job_ids: Set[str]) -> SchedulerView:
-    """One squeue call for every job called ``name``; one sacct call for ``job_ids`` that
-    squeue no longer knows or shows ended (sacct adds exit codes and who cancelled)."""
+def ask_scheduler(scheduler: Scheduler, name: str, job_ids: Set[str],
+                  shared: Sequence[str] = ()) -> SchedulerView:
+    """One squeue call for every job called ``name`` (and one for the ``shared`` arrays the
+    run's tasks are in, which have names of their own); one sacct call for ``job_ids``
+    that squeue no longer knows or shows ended (sacct adds exit codes and who cancelled).
+    ``rows`` keeps only the first call's rows: recovery reads them as the run's own jobs."""
     view = SchedulerView()
     try:
         view.rows = scheduler.queue(name=name)
-        view.queue = index_rows(view.rows)
+        view.queue = index_rows(view.rows + (scheduler.queue(job_ids=shared) if shared
+                                             else []))
         absent = {j for j in job_ids if j not in view.queue or view.queue[j].terminal}
         if absent:
             rows = scheduler.accounting(sorted({array_job_id(j) for j in absent}, key=int))
@@ -282,17 +286,16 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     wanted = {s.attempt.job_id for s in shards if needs_scheduler(s, now) and s.attempt
               and s.attempt.job_id}
     recover = needs_recovery(submissions, committed, now)
-    sched = ask_scheduler(scheduler, job_name(plan.run_id), wanted) \
+    shared = {s.job_id for s in submissions if s.job_name and s.job_id}
+    sched = ask_scheduler(scheduler, job_name(plan.run_id), wanted,
+                          sorted(shared & {array_job_id(j) for j in wanted}, key=int)) \
         if wanted or recover else SchedulerView()
     notes: List[str] = list(damaged)
     if index.problem:
         notes.append(f"settled index not used ({one_line(index.problem, 300)}): every "
                      "shard was read from its records and the index rebuilt")
     if recover and sched.rows is not None:
-        from control.runs import submit  # rare: a submit crashed; needs the full records
-
-        done = submit.recover_submissions(layout, scheduler, committed,
-                                          submit.load_submissions(layout), sched.rows, now)
+        done = recover_crashed(layout, scheduler, committed, sched.rows, now)
         notes.extend(done)
         shards = _rescan(layout, shards, expected) if done else shards
     verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
@@ -313,6 +316,22 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     if known:
         ended = max(ended, index.ended_at)
     return Refresh(summary, count, index, known, fresh, ended or None)
+
+
+def recover_crashed(layout: RunLayout, scheduler: Scheduler, committed: bool,
+                    rows: List[JobRow], now: float) -> List[str]:
+    """Finish the submissions a crash interrupted: the run's own (``rows``: its jobs by
+    name) and those of arrays it shares with other runs (for their whole group)."""
+    from control.runs import submit  # rare: a submit crashed; needs the full records
+    from control.runs.shared import recover_shared
+
+    records = submit.load_submissions(layout)
+    notes = submit.recover_submissions(layout, scheduler, committed,
+                                       [r for r in records if r.job_name is None], rows, now)
+    for record in records:
+        if record.job_name is not None and (record.job_id is None or not record.released):
+            notes += recover_shared(layout, scheduler, record, now)
+    return notes
 
 
 def _rescan(layout: RunLayout, shards: List[ShardView],

@@ -22,7 +22,7 @@ from typing import (
     Tuple,
 )
 
-from agent_stdlib.arrays import is_job_id
+from agent_stdlib.arrays import is_job_id, task_job_id
 from agent_stdlib.layout import RunLayout, run_dir, runs_root, shard_name
 from agent_stdlib.statefile import StateError, load_record, open_state_file
 from control.errors import InvalidInput, NotFound
@@ -194,6 +194,12 @@ class SubmissionView(NamedTuple):
     attempts: Dict[str, int]  # shard (as a string) -> attempt
     submitted_at: float
     released: bool
+    job_name: Optional[str] = None  # a shared array's job name (None: the run's own)
+    tasks: Tuple[int, ...] = ()  # this run's task ids in that shared array
+
+    def task_jobs(self) -> List[str]:
+        """The job ids (``12_3``) of this run's tasks in a shared array (else none)."""
+        return [task_job_id(self.job_id, t) for t in self.tasks] if self.job_id else []
 
 
 def read_limited(path: str, limit: int) -> Optional[bytes]:
@@ -235,6 +241,9 @@ def _field(data: Dict[str, Any], name: str, kinds: Tuple[type, ...], path: str) 
     if not isinstance(value, kinds) or isinstance(value, bool):
         raise StateError(f"{path}: field {name!r} has the wrong type")
     return value
+
+
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # an argument of squeue -n
 
 
 def _optional_text(data: Dict[str, Any], names: Tuple[str, ...], path: str) -> List[Any]:
@@ -322,9 +331,15 @@ def submission_views(layout: RunLayout) -> List[SubmissionView]:
         released = data.get("released")
         if not isinstance(released, bool):
             raise StateError(f"{path}: field 'released' has the wrong type")
+        shared, = _optional_text(data, ("job_name",), path)
+        if shared is not None and not JOB_NAME.fullmatch(shared):
+            raise StateError(f"{path}: field 'job_name' is not a job name ({shared[:40]!r})")
+        tasks = data.get("tasks") or []
+        if not isinstance(tasks, list) or not all(type(t) is int for t in tasks):
+            raise StateError(f"{path}: field 'tasks' has the wrong type")
         found.append(SubmissionView(_field(data, "number", (int,), path), job_id, attempts,
                                     float(_field(data, "submitted_at", (int, float), path)),
-                                    released))
+                                    released, shared, tuple(tasks)))
     return found
 
 
@@ -488,6 +503,7 @@ class ArrayView(NamedTuple):
     index: int
     first_shard: int
     count: int
+    first_task: int = 0
 
 
 @dataclass(frozen=True)
@@ -544,7 +560,8 @@ def load_plan_view(layout: RunLayout) -> PlanView:
         sizes = tuple(int(s["num_records"]) for s in shards)
         if [s["index"] for s in shards] != list(range(len(shards))):
             raise StateError(f"{layout.plan_json}: shard indices are not 0..n-1")
-        arrays = tuple(ArrayView(int(a["index"]), int(a["first_shard"]), int(a["count"]))
+        arrays = tuple(ArrayView(int(a["index"]), int(a["first_shard"]), int(a["count"]),
+                                 int(a.get("first_task", 0)))
                        for a in data.get("arrays", ()))
         return PlanView(run_id=str(data["run_id"]), name=str(data["name"]),
                         total_records=int(data["total_records"]), shard_records=sizes,

@@ -194,14 +194,14 @@ def _submit_held(staged: Staged, profile: Profile, scheduler: Scheduler,
                               submitted_at=time.time(), released=False)
     write_json_atomic(layout.submission_json(number), record.to_dict())
     throttle = plan.array_throttle or profile.array_throttle
-    job_id, argv = _sbatch(scheduler, str(script), sorted(tasks.values()), throttle,
+    job_id, argv = sbatch_adopting(scheduler, str(script), sorted(tasks.values()), throttle,
                            job_name(plan.run_id), recorded)
     record = record.replace(argv=tuple(argv), job_id=job_id)
     write_json_atomic(layout.submission_json(number), record.to_dict())
     return record
 
 
-def _sbatch(scheduler: Scheduler, script: str, indices: List[int], throttle: int,
+def sbatch_adopting(scheduler: Scheduler, script: str, indices: List[int], throttle: int,
             name: str, recorded: List[str]) -> tuple[str, List[str]]:
     """sbatch; when its outcome is unknown, look for the job by name before resubmitting."""
     for tries in (1, 2):
@@ -229,7 +229,8 @@ def _adopt(layout: RunLayout, record: SubmissionRecord, job_id: str) -> Submissi
     return record
 
 
-def _mark_submitted(layout: RunLayout, plan: Plan, record: SubmissionRecord) -> None:
+def mark_submitted(layout: RunLayout, plan: Plan, record: SubmissionRecord) -> None:
+    """Advance the ``created`` attempts of ``record`` (its job id known) to submitted."""
     assert record.job_id is not None
     for shard, attempt in sorted((int(k), v) for k, v in record.attempts.items()):
         path = layout.attempt(shard, attempt).attempt_json
@@ -273,7 +274,7 @@ def recover_submissions(layout: RunLayout, scheduler: Scheduler, committed: bool
             notes.append(f"submission {record.number}: adopted job {record.job_id}")
         if record.job_id is not None and not record.released:
             plan = plan or load_plan(layout)
-            _mark_submitted(layout, plan, record)
+            mark_submitted(layout, plan, record)
             notes.append(_release(layout, scheduler, record, held))
     if orphans:
         scheduler.cancel(orphans)

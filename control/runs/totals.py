@@ -87,7 +87,9 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
         elapsed = max(0.0, now - created)
         return {"elapsed_s": round(elapsed, 1), **_rates(done, tokens, elapsed),
                 "gpu_hours": None, "gpu_hours_from": "counted once the run is over"}
-    job_ids = sorted({s.job_id for s in submission_views(layout) if s.job_id})
+    # A shared array holds other runs' tasks too: only this run's tasks are counted.
+    job_ids = sorted({job for s in submission_views(layout) if s.job_id
+                      for job in (s.task_jobs() if s.job_name else [s.job_id])})
     cached = _cached(layout, job_ids)
     if cached is not None:
         return cached

@@ -7,7 +7,9 @@ series per case."""
 from __future__ import annotations
 
 import json
+import subprocess
 import xml.etree.ElementTree as ET
+from typing import Dict
 
 import pytest
 
@@ -17,6 +19,7 @@ from tests.integration.runs import (
     cli_json,
     require_llamacpp,
     wait_final,
+    wait_until,
     write_profile,
 )
 
@@ -89,13 +92,24 @@ def test_the_case_with_more_capacity_wins_and_the_knee_is_at_capacity(
     profile = write_profile(tmp_path, python_exe, cpus_per_task=2, mem_mb=1024)
     first = cli_json("benchmark", "run", str(bench), "--profile", str(profile))
     assert [c["submitted"] for c in first["cases"]] == [True, True]
-    for case in first["cases"]:  # the four points of a case are one array
-        assert len({j.split("_")[0] for j in case["job_ids"]}) == 1, case
+    # the two cases have one shape: one Slurm array, tasks 0-3 are small's, 4-7 big's
+    arrays = {j.split("_")[0] for c in first["cases"] for j in c["job_ids"]}
+    assert len(arrays) == 1, first
+    small, big = (c["run_id"] for c in first["cases"])
+    assert first["cases"][0]["shared_with"] == [big]
     bench_id = first["benchmark_id"]
     partial = cli_json("benchmark", "analyze", bench_id, "--profile", str(profile))
     assert partial["benchmark_id"] == bench_id
     for case in first["cases"]:
-        assert wait_final(case["run_id"], profile, timeout_s=400)["state"] == "succeeded"
+        final = wait_final(case["run_id"], profile, timeout_s=400)
+        assert final["state"] == "succeeded"
+        tasks = [0, 1, 2, 3] if case["run_id"] == small else [4, 5, 6, 7]
+        assert [row["job_id"] for row in final["shards"]] == [
+            f"{job}_{t}" for job in arrays for t in tasks]
+    sacct = subprocess.run(["sacct", "-n", "-P", "-X", "-j", arrays.pop(), "--format=JobID"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(sacct, key=lambda j: int(j.split("_")[1])) == [
+        f"{first['cases'][0]['job_ids'][0].split('_')[0]}_{t}" for t in range(8)]
     again = cli_json("benchmark", "run", str(bench), "--profile", str(profile))
     assert again["benchmark_id"] == bench_id
     assert [(c["run_id"], c["submitted"]) for c in again["cases"]] == [
@@ -128,6 +142,53 @@ def test_the_case_with_more_capacity_wins_and_the_knee_is_at_capacity(
         names = {g.get("data-series") for g in root.iter("{http://www.w3.org/2000/svg}g")}
         assert {"small", "big"} <= {n.split(" ")[0] for n in names if n}, (name, names)
     assert "![throughput](throughput.svg)" in (out / "README.md").read_text()
+
+
+def _squeue(job: str) -> Dict[str, str]:
+    """``task job id -> state`` of the array ``job`` (pending ranges expanded)."""
+    from control.slurm.parsers import index_rows, parse_squeue
+    from control.slurm.scheduler import SQUEUE_FORMAT
+
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-j", job, "-o", SQUEUE_FORMAT],
+                         capture_output=True, text=True, check=True).stdout
+    return {k: row.state for k, row in index_rows(parse_squeue(out)).items() if "_" in k}
+
+
+SLOW = BENCH.replace('"0.02"', '"0.5"').replace("per_concurrency = 8", "fixed = 6").replace(
+    "concurrency = [1, 2, 4, 8]", "concurrency = [1, 2]")
+
+
+def test_cancel_and_retry_of_one_case_leave_the_other_case_s_tasks_alone(
+        slurm_cluster, tmp_path, python_exe):
+    (tmp_path / "base.toml").write_text(BASE_RUN)
+    bench = tmp_path / "bench.toml"
+    bench.write_text(SLOW)  # 6 records at 4 s a request: the tasks run long enough to cancel
+    profile = write_profile(tmp_path, python_exe, cpus_per_task=2, mem_mb=1024)
+    first = cli_json("benchmark", "run", str(bench), "--profile", str(profile))
+    (small, small_jobs), (big, big_jobs) = ((c["run_id"], c["job_ids"]) for c in first["cases"])
+    job = small_jobs[0].split("_")[0]
+    assert big_jobs == [job]  # one array: small is tasks 0-1, big tasks 2-3
+    wait_until("every task started", lambda: set(_squeue(job).values()) == {"RUNNING"}
+               and len(_squeue(job)) == 4, timeout_s=120)
+    done = cli_json("cancel", small, "--profile", str(profile))
+    assert done["scancelled"] == [f"{job}_0", f"{job}_1"] and done["converged"], done
+    queue = _squeue(job)
+    assert [queue[f"{job}_{t}"] for t in (2, 3)] == ["RUNNING", "RUNNING"], queue
+    assert {s["state"] for s in cli_json("status", big, "--profile", str(profile))["shards"]} \
+        == {"running"}
+    assert {s["state"] for s in cli_json("status", small, "--profile", str(profile))[
+        "shards"]} == {"cancelled"}
+    retried = cli_json("retry", small, "--yes", "--profile", str(profile))
+    new, = (r["job_id"] for r in retried["submissions"])
+    assert new != job and retried["submissions"][0]["shards"] == [0, 1]  # its own array,
+    assert sorted(_squeue(new)) == [f"{new}_0", f"{new}_1"]  # at its own task ids
+    for run_id in (small, big):
+        final = wait_final(run_id, profile, timeout_s=400)
+        assert final["state"] == "succeeded", final
+    assert [s["job_id"] for s in cli_json("status", big, "--profile", str(profile))[
+        "shards"]] == [f"{job}_2", f"{job}_3"]
+    data = cli_json("benchmark", "analyze", first["benchmark_id"], "--profile", str(profile))
+    assert data["complete"] and {p["state"] for p in data["points"]} == {"done"}
 
 
 SERVING = LLAMACPP_SERVING

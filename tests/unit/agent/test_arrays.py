@@ -54,3 +54,24 @@ def test_task_shard_names_what_is_off(index, task, message) -> None:
 def test_job_ids_of_array_tasks() -> None:
     assert task_job_id("12", 3) == "12_3"
     assert array_job_id("12_3") == "12" and array_job_id("12") == "12"
+
+
+def test_a_run_sharing_an_array_has_its_tasks_at_an_offset() -> None:
+    arrays = array_chunks(4, 10, first_task=6)  # tasks 6-9 of a shared array
+    assert [(a.first_shard, a.count, a.first_task) for a in arrays] == [(0, 4, 6)]
+    assert [array_task(arrays, s) for s in range(4)] == [(0, 6), (0, 7), (0, 8), (0, 9)]
+    assert [task_shard(arrays, 0, t) for t in (6, 9)] == [0, 3]
+    for task in (0, 5, 10):  # another run's tasks, or past the end
+        with pytest.raises(ArrayError, match="tasks 6-9"):
+            task_shard(arrays, 0, task)
+    views = tuple(ArrayView(a.index, a.first_shard, a.count, a.first_task) for a in arrays)
+    assert array_task(views, 2) == (0, 8)
+
+
+def test_an_offset_run_larger_than_the_rest_of_the_array_is_split() -> None:
+    arrays = array_chunks(7, 4, first_task=2)  # tasks 2-3, then 0-3, then 0
+    assert [(a.first_shard, a.count, a.first_task) for a in arrays] == [
+        (0, 2, 2), (2, 4, 0), (6, 1, 0)]
+    assert [array_task(arrays, s) for s in (0, 1, 2, 6)] == [(0, 2), (0, 3), (1, 0), (2, 0)]
+    with pytest.raises(ValueError, match="not below MaxArraySize"):
+        array_chunks(3, 4, first_task=4)

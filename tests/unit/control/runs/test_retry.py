@@ -302,7 +302,7 @@ def test_a_submit_killed_before_sbatch_is_submitted_by_the_next_retry(
     staged = stage_run(tmp_path / "ws", plan, {}, agent_pyz, "0" * 64)
     commit_run(staged, "slurm")
     sbatch = SbatchRecorder()
-    monkeypatch.setattr(submitting, "_sbatch", crash_on_call(submitting._sbatch, 1))
+    monkeypatch.setattr(submitting, "sbatch_adopting", crash_on_call(submitting.sbatch_adopting, 1))
     with pytest.raises(Crash):
         submit_all(staged, profile, Scheduler(runner=sbatch), {i: 1 for i in range(3)})
     monkeypatch.undo()
