@@ -1,7 +1,8 @@
 """The sweep compiler: a benchmark file -> one ordinary run per deployment case.
 
-A case's concurrency points are the shards of its run (one array: the same shape), each
-with its own fixed client concurrency and record count. Ids are digests of what the run
+A case's concurrency points are the shards of its run, each with its own fixed client
+concurrency and record count; the cases of one shape are submitted as one Slurm array
+(``control.runs.shared``), each still its own run. Ids are digests of what the run
 will do, so compiling the same file again names the same runs (resubmission is
 idempotent) and an edited case is a new run. Pure: no I/O.
 """
