@@ -168,16 +168,16 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     login-node checks (submits what Slurm accepts, e.g. for a partition about to grow).
     ``run_id`` and ``shards``: a benchmark case's deterministic id and sized points.
     """
+    from control.runs import submit as submitting
+
     prof = _profile(profile)
     sched = scheduler or scheduler_for(prof)
     over = _overrides(partition, account, qos, time_limit, reservation)
     ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
     staged = _staged(ready, prof)
-    from control.runs import submit as submitting
-
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
                                     {s.index: 1 for s in staged.plan.shards})
-    return _submitted(ready, staged, records)
+    return _submitted(ready, staged, records, scheduler)
 
 
 class _Checked(NamedTuple):
@@ -190,7 +190,6 @@ class _Checked(NamedTuple):
     warnings: List[str]
     overrides: Dict[str, str]
     profile: ProfileRef
-    scheduler: Optional[Scheduler]
 
 
 def _checked(run_file: Path, profile: ProfileRef, prof: Profile, sched: Scheduler,
@@ -216,7 +215,7 @@ def _checked(run_file: Path, profile: ProfileRef, prof: Profile, sched: Schedule
         raise InvalidInput(f"submit refused: {bad[0].line()}{more}",
                            hint=f"synthbatch plan {run_file} shows every check")
     return _Checked(resolved, run_file, pyz, agent_sha256, [f.line() for f in warnings(found)],
-                    over.to_dict(), profile, sched)
+                    over.to_dict(), profile)
 
 
 def _staged(ready: _Checked, prof: Profile) -> Any:
@@ -240,9 +239,10 @@ def _staged(ready: _Checked, prof: Profile) -> Any:
     return staged
 
 
-def _submitted(ready: _Checked, staged: Any, records: Sequence[Any]) -> Run:
+def _submitted(ready: _Checked, staged: Any, records: Sequence[Any],
+               scheduler: Optional[Scheduler]) -> Run:
     plan = staged.plan
-    return Run(plan.run_id, ready.profile, ready.scheduler, submission={
+    return Run(plan.run_id, ready.profile, scheduler, submission={
         "run_id": plan.run_id, "run_dir": str(staged.layout.root),
         "job_id": records[0].job_id, "job_ids": [r.job_id for r in records],
         "shards": len(plan.shards), "warnings": ready.warnings,
