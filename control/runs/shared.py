@@ -100,6 +100,11 @@ def submit_shared(members: Sequence[Staged], profile: Profile, scheduler: Schedu
     name = shared_job_name(group)
     tasks = [{s.index: m.plan.array_task(s.index)[1] for s in m.plan.shards} for m in members]
     lead = members[0]
+    if any(m.agent_sha256 != lead.agent_sha256 for m in members):
+        raise ValueError("the runs of a shared array must have one agent bundle")
+    indices = sorted(t for mine in tasks for t in mine.values())
+    if len(set(indices)) != len(indices):
+        raise ValueError("the runs of a shared array must have disjoint task ranges")
     spec = BatchScript(job_name=name, run_dir=str(lead.layout.root),
                        agent_pyz=lead.agent_name, agent_sha256=lead.agent_sha256,
                        plan_sha256=lead.plan_sha256, submission=numbers[0],
@@ -113,8 +118,6 @@ def submit_shared(members: Sequence[Staged], profile: Profile, scheduler: Schedu
         for m, n, t in zip(members, numbers, tasks)]).encode("utf-8")
     records = []
     for member, number, mine in zip(members, numbers, tasks):
-        if member.agent_sha256 != lead.agent_sha256:
-            raise ValueError("the runs of a shared array must have one agent bundle")
         write_bytes_atomic(member.layout.submission_script(number), script, mode=0o700)
         record = SubmissionRecord(number=number, argv=(), job_id=None,
                                   attempts={str(k): 1 for k in sorted(mine)},
@@ -122,7 +125,6 @@ def submit_shared(members: Sequence[Staged], profile: Profile, scheduler: Schedu
                                   group=group, tasks=tuple(mine[k] for k in sorted(mine)))
         write_json_atomic(member.layout.submission_json(number), record.to_dict())
         records.append(record)
-    indices = sorted(t for mine in tasks for t in mine.values())
     throttle = lead.plan.array_throttle or profile.array_throttle
     job_id, argv = sbatch_adopting(scheduler, str(lead.layout.submission_script(numbers[0])),
                                    indices, throttle, name, [])

@@ -252,6 +252,7 @@ def test_a_two_by_two_sweep_on_the_real_llamacpp_model(slurm_cluster, tmp_path, 
     profile = write_profile(tmp_path, python_exe, mem_mb=1024, cpus_per_task=1,
                             default_time_limit="00:20:00", grace_s=10)
     first = cli_json("benchmark", "run", str(bench), "--profile", str(profile))
+    assert len({j for c in first["cases"] for j in c["job_ids"]}) == 1  # one shape: one array
     for case in first["cases"]:
         status = wait_final(case["run_id"], profile, timeout_s=900, interval_s=3.0)
         assert status["state"] == "succeeded", status
