@@ -466,3 +466,22 @@ def test_a_record_published_by_link_is_ours_and_read(tmp_path: Path) -> None:
     os.link(layout.winner_json(0), extra)  # two links, both ours
     assert layout.winner_json(0).stat().st_nlink == 2
     assert load_winner(layout, 0) is not None
+
+
+@needs_root
+def test_logs_refuses_a_log_linked_to_another_users_file(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace = tmp_path / "ws"
+    layout = make_run(workspace, [Shard("failed", "boom")])
+    client = ensure_dir(layout.attempt(0, 1).execution_logs(1)) / "client.log"
+    plant_foreign(client, f"{MARKER}\n".encode(), tmp_path / "other-user")
+    profile = tmp_path / "profile.toml"
+    profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                   json.dumps(str(workspace))))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for json_flag in ((), ("--json",)):
+        result = run_cli("logs", RUN_ID, "--shard", "0", "--step", "client", *json_flag,
+                         "--profile", str(profile))
+        assert result.exit_code == 4, result.output
+        assert MARKER not in result.output
+        assert f"client.log: owned by uid {OTHER_UID}" in result.stderr
