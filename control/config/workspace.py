@@ -129,11 +129,12 @@ def workspace_problem(workspace: Path) -> Optional[str]:
     The one home of the rule (both profile loaders apply it, so every command refuses
     such a workspace before it reads or writes under it): the workspace root, when it
     exists, is a directory of this user that neither group nor others can write, and no
-    existing directory above it is group- or world-writable without the sticky bit
-    (whoever can write there can rename the workspace away and put their own in its
-    place). A sticky directory such as ``/tmp`` (mode 1777) is accepted above the
-    workspace: others cannot rename or remove what is ours in it. The root itself must not
-    rely on the sticky bit: others could still create runs and records in it.
+    existing directory above it is world-writable without the sticky bit (anyone could
+    rename the workspace away and put their own in its place). A sticky directory such as
+    ``/tmp`` (mode 1777) is accepted above the workspace: others cannot rename or remove
+    what is ours in it; so is a group-writable one (a project directory, often 2770): its
+    group is trusted with what is in it. The root itself must not rely on the sticky bit:
+    others could still create runs and records in it.
     """
     try:
         real = workspace.resolve()
@@ -156,11 +157,10 @@ def workspace_problem(workspace: Path) -> Optional[str]:
             mode = parent.stat().st_mode
         except OSError:
             continue  # not there yet: submit creates it 0700
-        if mode & 0o022 and not mode & S_ISVTX:
-            return (f"workspace {workspace}: {parent} above it is group- or world-writable "
-                    f"without the sticky bit (mode {mode & 0o7777:o}): others could replace "
-                    f"the workspace; fix: chmod go-w {parent}, or choose a workspace "
-                    f"elsewhere")
+        if mode & 0o002 and not mode & S_ISVTX:
+            return (f"workspace {workspace}: {parent} above it is world-writable without "
+                    f"the sticky bit (mode {mode & 0o7777:o}): anyone could replace the "
+                    f"workspace; fix: chmod o-w {parent}, or choose a workspace elsewhere")
     return None
 
 

@@ -154,7 +154,7 @@ def test_a_group_or_world_writable_workspace_is_refused_by_every_command(
         load_workspace_profile(str(profile))
 
 
-def test_a_writable_parent_without_the_sticky_bit_is_refused_with_sticky_accepted(
+def test_a_world_writable_parent_without_the_sticky_bit_is_refused_with_sticky_accepted(
         tmp_path: Path) -> None:
     parent = tmp_path / "shared"
     parent.mkdir()
@@ -163,10 +163,12 @@ def test_a_writable_parent_without_the_sticky_bit_is_refused_with_sticky_accepte
     parent.chmod(0o777)
     with pytest.raises(InvalidInput) as info:
         load_workspace_profile(str(profile))
-    assert f"{parent} above it is group- or world-writable without the sticky bit" in \
-        info.value.message and f"chmod go-w {parent}" in info.value.message
+    assert f"{parent} above it is world-writable without the sticky bit" in \
+        info.value.message and f"chmod o-w {parent}" in info.value.message
     assert _invoke(("status", "X"), profile).exit_code == 2
     parent.chmod(0o1777)  # like /tmp: others cannot rename what is ours in it
+    assert load_workspace_profile(str(profile)).workspace == str(root)
+    parent.chmod(0o2770)  # a project directory: its group is trusted
     assert load_workspace_profile(str(profile)).workspace == str(root)
     root.mkdir(parents=True, mode=0o700)
     assert workspace.workspace_problem(root) is None
