@@ -20,6 +20,7 @@ from typing import List, Set, Tuple
 
 from agent_stdlib.contracts import FileEntry, ResultManifest
 from agent_stdlib.errors import AgentError
+from agent_stdlib.statefile import refusal
 
 DROPPED = re.compile(r"\.dropped-[A-Za-z0-9_.-]*\.jsonl")
 
@@ -64,13 +65,15 @@ def _walk(output: Path) -> List[Tuple[Path, str]]:
         for name in sorted(dirnames + filenames):
             path = Path(dirpath) / name
             rel = path.relative_to(output).as_posix()
-            mode = os.lstat(path).st_mode
+            info = os.lstat(path)
+            mode = info.st_mode
             if stat.S_ISLNK(mode):
                 raise CandidateError(f"output/{rel}: symlinks are not allowed in output")
+            why = None if stat.S_ISDIR(mode) else refusal(info)
+            if why:
+                raise CandidateError(f"output/{rel}: {why}")
             if stat.S_ISREG(mode) and not name.startswith("."):
                 found.append((path, rel))
-            elif not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                raise CandidateError(f"output/{rel}: not a regular file")
     return sorted(found, key=lambda item: item[1])
 
 
@@ -109,8 +112,13 @@ def dropped_indices(output: Path) -> Set[int]:
     found: Set[int] = set()
     for name in sorted(os.listdir(output)):
         path = output / name
-        if not DROPPED.fullmatch(name) or not stat.S_ISREG(os.lstat(path).st_mode):
+        if not DROPPED.fullmatch(name):
             continue
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        if refusal(info):
+            raise CandidateError(f"output/{name}: {refusal(info)}")
         with open(path, "rb") as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.endswith(b"\n"):
@@ -142,8 +150,14 @@ def verify_files(output: Path, files: Tuple[FileEntry, ...]) -> None:
     """Re-hash every file of a manifest; raise CandidateError on the first mismatch."""
     for entry in files:
         path = output / entry.path
-        if path.is_symlink() or not path.is_file():
+        try:
+            info = os.lstat(path)
+        except OSError:
+            info = None
+        if info is None or not stat.S_ISREG(info.st_mode):
             raise CandidateError(f"{path}: missing or not a regular file")
+        if refusal(info):
+            raise CandidateError(f"{path}: {refusal(info)}")
         digest = hashlib.sha256()
         size = 0
         with open(path, "rb") as handle:

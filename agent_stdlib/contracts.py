@@ -319,6 +319,21 @@ class ResourceSpec:
     options: Dict[str, str] = field(default_factory=dict)  # allow-listed; "" = flag
 
 
+# The environment allow-list, in one home. A job gets from the submitting shell only
+# JOB_ENV, the profile's ``env_allow`` and the secrets' names (``sbatch --export=`` of
+# :meth:`Plan.job_env`; Slurm adds its own ``SLURM_*``); a step or the proxy gets
+# only BASE_ENV, ``env_allow`` and ``SLURM_*`` of the agent's environment, plus what the
+# agent sets for it (``agent_stdlib.allocation.steps.step_env``). docs/reliability.md
+# "Environment" has what was measured.
+BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "SHIV_ROOT", "TZ")
+JOB_ENV = tuple(sorted(set(BASE_ENV) - {"SHIV_ROOT"}))  # the batch script sets SHIV_ROOT
+# Proxy variables a step may be allowed (env_allow); the agent then keeps loopback out of
+# them (NO_PROXY), so a client never sends its requests to the run's proxy through them.
+PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+              "ALL_PROXY")
+LOOPBACK_NO_PROXY = ("127.0.0.1", "localhost", "::1")
+
+
 @dataclass(frozen=True)
 class RuntimeSpec:
     """How the agent launches steps and where it may listen."""
@@ -421,6 +436,15 @@ class Plan(Record):
         """The client step's secrets: step variable -> job variable."""
         spec = self.client_command or self.client_data_designer
         return dict(spec.secret_env) if spec is not None else {}
+
+    def job_env(self) -> Tuple[str, ...]:
+        """The names ``sbatch --export=`` passes from the submitting shell to the job:
+        ``JOB_ENV``, ``runtime.env_allow`` and every secret's name (sorted)."""
+        names = set(JOB_ENV) | set(self.runtime.env_allow) | set(self.runtime.secrets)
+        names.update(self.client_secret_env.values())
+        for dep in self.deployments:
+            names.update(dep.secret_env.values())
+        return tuple(sorted(names))
 
     def shard(self, index: int) -> ShardSpec:
         """Return the shard with ``index`` or raise ContractError."""

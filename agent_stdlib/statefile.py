@@ -221,11 +221,28 @@ def publish_json_immutable(path: Path, data: Dict[str, Any]) -> bool:
     return publish_immutable(path, dumps(data))
 
 
+def refusal(info: os.stat_result) -> Optional[str]:
+    """Why a file with this ``stat`` may not be read as a run's state or output, or None.
+
+    The one rule every reader of a run directory applies (state records, the client's
+    output, the files merge copies): a regular file owned by this user. The owner, not
+    the link count, tells a planted file: a hard link to another user's file (``ln
+    /other/secret winner.json``) carries that user's uid, while ``publish_immutable``
+    links our own temp file (two links only until it unlinks the temp).
+    """
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_uid != os.geteuid():
+        return f"owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}); not read"
+    return None
+
+
 def open_state_file(path: Union[str, Path]) -> Optional[int]:
     """A read-only fd of a state file; None if it does not exist.
 
-    StateError unless ``path`` is a regular file: a symlink is never followed (O_NOFOLLOW),
-    and a FIFO or device is never read (O_NONBLOCK keeps the open from waiting on one).
+    StateError unless ``path`` is a regular file of this user (:func:`refusal`): a symlink
+    is never followed (O_NOFOLLOW), a FIFO or device is never read (O_NONBLOCK keeps the
+    open from waiting on one), a hard link to another user's file is refused.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -235,13 +252,13 @@ def open_state_file(path: Union[str, Path]) -> Optional[int]:
         what = "a symbolic link" if err.errno == errno.ELOOP else err.strerror
         raise StateError(f"{path}: cannot open ({what})") from err
     try:
-        mode = os.fstat(fd).st_mode
+        why = refusal(os.fstat(fd))
     except OSError as err:
         os.close(fd)
         raise StateError(f"{path}: cannot stat ({err.strerror})") from err
-    if not stat.S_ISREG(mode):
+    if why:
         os.close(fd)
-        raise StateError(f"{path}: not a regular file")
+        raise StateError(f"{path}: {why}")
     return fd
 
 

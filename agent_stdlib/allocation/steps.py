@@ -8,6 +8,10 @@ Every step is an argv list; nothing is a shell string. Measured on Slurm 22.05:
   hard stop is ``scancel --signal=KILL <job>.<step>`` as well.
 * SIGUSR1 sent to ``srun`` is forwarded to the tasks unchanged.
 * ``--overlap`` shares CPUs but not memory: each step asks for an explicit ``--mem``.
+* ``sbatch --export=NAMES`` (the job's allow-list) sets ``SLURM_EXPORT_ENV=NAMES`` in the
+  job, and an ``srun`` that inherits it passes only those names (and ``SLURM_*``) to its
+  tasks; so every step says ``--export=ALL`` of the environment the agent gives srun
+  (already the step's allow-listed one, :func:`step_env`).
 """
 
 from __future__ import annotations
@@ -19,10 +23,14 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from agent_stdlib.arrays import task_job_id
 from agent_stdlib.containers import DEVICE_VARS
-from agent_stdlib.contracts import ResourceSpec, RuntimeSpec
+from agent_stdlib.contracts import (
+    BASE_ENV,
+    LOOPBACK_NO_PROXY,
+    PROXY_VARS,
+    ResourceSpec,
+    RuntimeSpec,
+)
 
-# Variables every step needs to find its tools; the rest only by allow-list.
-BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "SHIV_ROOT", "TZ")
 COMMAND_TIMEOUT_S = 10.0
 
 
@@ -64,6 +72,7 @@ def step_argv(runtime: RuntimeSpec, resources: ResourceSpec, name: str,
         f"--mem={runtime.step_mem_mb}",
         f"--job-name={name}",
         "--kill-on-bad-exit=1",
+        "--export=ALL",
     ]
     if nodes > 1:
         cmd[5:5] = ["--ntasks-per-node=1"]
@@ -77,10 +86,20 @@ def step_argv(runtime: RuntimeSpec, resources: ResourceSpec, name: str,
 
 def step_env(runtime: RuntimeSpec, ambient: Mapping[str, str],
              extra: Mapping[str, str]) -> Dict[str, str]:
-    """The environment of a step: Slurm's own variables, the allow-list, then ``extra``."""
+    """The environment of a step: Slurm's own variables, the allow-list
+    (``contracts.BASE_ENV`` and ``env_allow``), then ``extra``.
+
+    When a proxy variable (``contracts.PROXY_VARS``) is allowed through, ``NO_PROXY`` and
+    ``no_proxy`` get the loopback names, so the step's loopback requests (to the run's
+    proxy and servers) never go to that proxy.
+    """
     allowed = set(BASE_ENV) | set(runtime.env_allow)
     env = {k: v for k, v in ambient.items() if k in allowed or k.startswith("SLURM_")}
     env.update(extra)
+    if any(env.get(name) for name in PROXY_VARS):
+        for name in ("NO_PROXY", "no_proxy"):
+            given = [p for p in env.get(name, "").split(",") if p.strip()]
+            env[name] = ",".join(given + [h for h in LOOPBACK_NO_PROXY if h not in given])
     return env
 
 

@@ -22,6 +22,7 @@ from control.config.loader import load_model
 from control.config.workspace import (
     MAX_SCHEDULER_TIMEOUT_S,
     SCHEDULER_TIMEOUT_S,
+    check_workspace_root,
     resolve_profile_path,
 )
 from control.config.workspace import default_profile_path as default_profile_path  # re-exported
@@ -162,4 +163,6 @@ class Profile(Strict):
 def load_profile(name_or_path: Optional[str]) -> Tuple[Profile, Path]:
     """Find and validate the profile; return it with its path."""
     path = resolve_profile_path(name_or_path)
-    return load_model(path, Profile), path
+    profile = load_model(path, Profile)
+    check_workspace_root(profile.workspace, path)
+    return profile, path

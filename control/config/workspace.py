@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from stat import S_ISDIR, S_ISVTX
 from typing import Any, Dict, NamedTuple, Optional
 
 from control.config.document import read_document
@@ -122,6 +123,55 @@ def _check(data: Dict[str, Any], path: Path) -> WorkspaceProfile:
     return WorkspaceProfile(path, str(workspace), slurm_bin, timeout, backend)
 
 
+def workspace_problem(workspace: Path) -> Optional[str]:
+    """Why ``workspace`` is not safe to keep runs in, with the fix; None when it is.
+
+    The one home of the rule (both profile loaders apply it, so every command refuses
+    such a workspace before it reads or writes under it): the workspace root, when it
+    exists, is a directory of this user that neither group nor others can write, and no
+    existing directory above it is world-writable without the sticky bit (anyone could
+    rename the workspace away and put their own in its place). A sticky directory such as
+    ``/tmp`` (mode 1777) is accepted above the workspace: others cannot rename or remove
+    what is ours in it; so is a group-writable one (a project directory, often 2770): its
+    group is trusted with what is in it. The root itself must not rely on the sticky bit:
+    others could still create runs and records in it.
+    """
+    try:
+        real = workspace.resolve()
+    except (OSError, RuntimeError) as err:
+        return f"workspace {workspace}: cannot resolve ({err})"
+    if real.exists():
+        info = real.stat()
+        if not S_ISDIR(info.st_mode):
+            return f"workspace {workspace}: not a directory"
+        if info.st_uid != os.geteuid():
+            return (f"workspace {workspace}: owned by uid {info.st_uid}, not by you "
+                    f"(uid {os.geteuid()}); use a directory of your own")
+        if info.st_mode & 0o022:
+            who = "group- and world" if info.st_mode & 0o022 == 0o022 else \
+                "group" if info.st_mode & 0o020 else "world"
+            return (f"workspace {workspace}: {who}-writable (mode {info.st_mode & 0o7777:o}); "
+                    f"other users could plant or replace runs; fix: chmod go-w {real}")
+    for parent in real.parents:
+        try:
+            mode = parent.stat().st_mode
+        except OSError:
+            continue  # not there yet: submit creates it 0700
+        if mode & 0o002 and not mode & S_ISVTX:
+            return (f"workspace {workspace}: {parent} above it is world-writable without "
+                    f"the sticky bit (mode {mode & 0o7777:o}): anyone could replace the "
+                    f"workspace; fix: chmod o-w {parent}, or choose a workspace elsewhere")
+    return None
+
+
+def check_workspace_root(workspace: str, profile: Path) -> None:
+    """InvalidInput (one line naming the profile, the path and the fix) when the workspace
+    is not safe (:func:`workspace_problem`)."""
+    problem = workspace_problem(Path(workspace))
+    if problem:
+        raise InvalidInput(f"{profile}: {problem}")
+
+
 def load_workspace_profile(name_or_path: Optional[str]) -> WorkspaceProfile:
     """Find the profile and read the fields the run-reading commands use.
 
@@ -130,7 +180,9 @@ def load_workspace_profile(name_or_path: Optional[str]) -> WorkspaceProfile:
     """
     path = resolve_profile_path(name_or_path)
     try:
-        return _check(read_document(path), path)
+        profile = _check(read_document(path), path)
     except _Bad as bad:
         message = redact(bad.message, bad.value, bad.field)
         raise InvalidInput(f"{path}: " + redact(f"{bad.field}: {message}")) from None
+    check_workspace_root(profile.workspace, path)
+    return profile

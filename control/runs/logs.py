@@ -16,7 +16,8 @@ from typing import BinaryIO, Callable, List, Optional
 
 from agent_stdlib import states
 from agent_stdlib.layout import RunLayout
-from control.errors import NotFound
+from agent_stdlib.statefile import StateError, open_state_file
+from control.errors import DamagedState, NotFound
 from control.runs.status import LOG_IN_REASON
 from control.runs.store import ShardView, attempt_numbers, load_plan_view, scan_shard
 from control.runs.watch import Backoff
@@ -164,9 +165,21 @@ def shard_ended(layout: RunLayout, shard: int) -> bool:
     return view.winner or (view.attempt is not None and view.attempt.state in states.TERMINAL)
 
 
+def _open_log(path: Path) -> BinaryIO:
+    """``path`` opened as a run's file may be (``statefile.refusal``: a regular file of
+    this user, never through a symlink); DamagedState naming it otherwise."""
+    try:
+        fd = open_state_file(path)
+    except StateError as err:
+        raise DamagedState(str(err)) from err
+    if fd is None:
+        raise NotFound(f"{path}: no such log")
+    return os.fdopen(fd, "rb")
+
+
 def read_tail(path: Path, limit: int = TAIL_BYTES) -> str:
     """The last ``limit`` bytes of a log as text (for ``--json``)."""
-    with open(path, "rb") as handle:
+    with _open_log(path) as handle:
         size = handle.seek(0, os.SEEK_END)
         handle.seek(max(0, size - limit))
         return handle.read().decode("utf-8", "replace")
@@ -174,7 +187,7 @@ def read_tail(path: Path, limit: int = TAIL_BYTES) -> str:
 
 def copy_from(path: Path, out: BinaryIO, offset: int) -> int:
     """Write ``path`` from ``offset`` to ``out``; return the new offset."""
-    with open(path, "rb") as handle:
+    with _open_log(path) as handle:
         handle.seek(offset)
         while True:
             chunk = handle.read(1 << 16)

@@ -41,7 +41,13 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 from agent_stdlib.contracts import WinnerRecord
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import load_winner
-from agent_stdlib.statefile import StateError, ensure_dir, read_bytes, write_json_atomic
+from agent_stdlib.statefile import (
+    StateError,
+    ensure_dir,
+    read_bytes,
+    refusal,
+    write_json_atomic,
+)
 from control.errors import Conflict, InvalidInput
 from control.runs.store import load_plan_view
 
@@ -104,6 +110,10 @@ def sources(layout: RunLayout, found: List[WinnerRecord]
             if not stat.S_ISREG(info.st_mode) or info.st_size != entry.bytes:
                 bad[winner.shard] = (f"{path}: not the {entry.bytes}-byte regular file its "
                                      "winner names")
+                break
+            why = refusal(info)
+            if why:
+                bad[winner.shard] = f"{path}: {why}"
                 break
             files.append(Source(winner.shard, path, entry.sha256, entry.bytes))
         else:

@@ -196,7 +196,7 @@ def preview_script(resolved: Resolved) -> str:
         agent_pyz="agent-<sha256>.pyz", agent_sha256=plan.agent_sha256 or "<sha256>",
         plan_sha256=resolved.plan_sha256, submission=1, python=prof.python,
         resources=plan.resources, signal_lead_s=prof.signal_lead_s,
-        slurm_bin=prof.slurm_bin))
+        slurm_bin=prof.slurm_bin, export=plan.job_env()))
 
 
 def dry_run(run_file: Path, profile: Optional[str] = None,

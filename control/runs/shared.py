@@ -110,7 +110,9 @@ def submit_shared(members: Sequence[Staged], profile: Profile, scheduler: Schedu
                        plan_sha256=lead.plan_sha256, submission=numbers[0],
                        python=profile.python, resources=lead.plan.resources,
                        signal_lead_s=profile.signal_lead_s, slurm_bin=profile.slurm_bin,
-                       log_name="shared-%A_%a.out")
+                       log_name="shared-%A_%a.out",
+                       # every member's allow-list: each agent narrows its steps to its own
+                       export=tuple(sorted(set().union(*(m.plan.job_env() for m in members)))))
     script = render_shared_script(spec, [
         SharedMember(first_task=min(t.values()), count=len(t), run_dir=str(m.layout.root),
                      plan_sha256=m.plan_sha256, submission=n,

@@ -188,7 +188,8 @@ def _submit_held(staged: Staged, profile: Profile, scheduler: Scheduler,
         job_name=job_name(plan.run_id), run_dir=str(layout.root), agent_pyz=staged.agent_name,
         agent_sha256=staged.agent_sha256, plan_sha256=staged.plan_sha256, submission=number,
         python=profile.python, resources=plan.resources, signal_lead_s=profile.signal_lead_s,
-        slurm_bin=profile.slurm_bin, array_index=array_index)).encode("utf-8"), mode=0o700)
+        slurm_bin=profile.slurm_bin, array_index=array_index,
+        export=plan.job_env())).encode("utf-8"), mode=0o700)
     record = SubmissionRecord(number=number, argv=(), job_id=None,
                               attempts={str(k): v for k, v in sorted(attempts.items())},
                               submitted_at=time.time(), released=False)

@@ -4,8 +4,10 @@ The script checks the sha256 of the staged agent and the plan, picks node-local 
 for the agent's extraction (``SHIV_ROOT``; steps in images get it mounted), sets ``USER``
 when the job has none (Slurm does not set it; ``ch-run`` refuses to start without it),
 and ``exec``s the agent so that Slurm's signals reach it.
-Directives beyond the base set (reservation, the profile's allow-listed options, the
-multi-node shape) come from :func:`control.slurm.directives.apply_directives`. A
+``--export=`` is the job's environment allow-list (``Plan.job_env``): sbatch's default
+exports the whole submitting shell, and slurmctld keeps what it exports in its state
+directory. Directives beyond the base set (reservation, the profile's allow-listed
+options, the multi-node shape) come from :func:`control.slurm.directives.apply_directives`. A
 submission of one of several arrays (``plan.arrays``) passes ``--array-index K`` so the
 agent maps its array task id to the shard ``arrays[K].first_shard + task``.
 
@@ -23,7 +25,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from agent_stdlib.contracts import ResourceSpec
+from agent_stdlib.contracts import JOB_ENV, ResourceSpec
 from control.config.rules import CONTROL
 from control.errors import InvalidInput
 from control.slurm.directives import apply_directives
@@ -48,6 +50,7 @@ class BatchScript:
     max_requeues: int = 1  # on SIGUSR1 the agent requeues the job while restarts are below
     array_index: Optional[int] = None  # ArraySpec.index of this submission's array, if any
     log_name: str = "slurm-%A_%a.out"  # the --output file in run_dir/logs
+    export: Tuple[str, ...] = JOB_ENV  # RuntimeSpec.job_env(): what sbatch passes to the job
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class SharedMember:
 
 
 OPTION = re.compile(r"[a-z][a-z0-9-]*")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _strings(spec: BatchScript) -> Iterator[Tuple[str, Optional[str]]]:
@@ -83,6 +87,9 @@ def check_values(spec: BatchScript) -> None:
         if value is not None and CONTROL.search(value):
             raise InvalidInput(f"batch script: {name}: control characters are not allowed "
                                f"({value[:60]!r})")
+    for name in spec.export:
+        if not ENV_NAME.fullmatch(name):
+            raise InvalidInput(f"batch script: export: {name[:60]!r} is not a variable name")
     for key in spec.resources.options:
         if not OPTION.fullmatch(key):
             raise InvalidInput(f"batch script: resources.options: {key[:60]!r} is not an "
@@ -104,6 +111,9 @@ def sbatch_directives(spec: BatchScript) -> List[str]:
         "mem": f"{res.mem_mb}M",
         "requeue": None,
         "signal": f"B:USR1@{spec.signal_lead_s}",
+        # an allow-list, never the whole submitting shell: what sbatch exports is what
+        # slurmctld stores (StateSaveLocation/hash.N/job.ID/environment)
+        "export": ",".join(spec.export),
     }
     for key, value in (("partition", res.partition), ("account", res.account),
                        ("qos", res.qos)):

@@ -19,7 +19,7 @@ import os
 import shlex
 import subprocess
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence
 
 from control.errors import SchedulerUnavailable, SchedulerUncertain, one_line
 
@@ -112,6 +112,19 @@ def describe(argv: Sequence[str]) -> str:
     return one_line(shlex.join(list(argv)), 300)
 
 
+# Input variables that would override the script's ``#SBATCH --export`` allow-list
+# (sbatch: command line > environment > script).
+EXPORT_OVERRIDES = ("SBATCH_EXPORT",)
+
+
+def client_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The environment of a Slurm client command: ``environ`` with ``LC_ALL=C`` and
+    without ``EXPORT_OVERRIDES``."""
+    env = {k: v for k, v in environ.items() if k not in EXPORT_OVERRIDES}
+    env["LC_ALL"] = "C"
+    return env
+
+
 def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
     """Run ``argv`` with ``LC_ALL=C`` and no stdin; raise SchedulerUnavailable if it cannot.
 
@@ -122,7 +135,7 @@ def run_command(argv: Sequence[str], timeout_s: float) -> CommandResult:
     problem = config_problem() if os.path.basename(argv[0]) in SLURM_CLIENTS else None
     if problem:
         raise SchedulerUnavailable(f"{argv[0]}: {problem}", hint=config_hint())
-    env = dict(os.environ, LC_ALL="C")
+    env = client_env(os.environ)
     try:
         proc = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, timeout=timeout_s, env=env, check=False)

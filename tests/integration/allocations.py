@@ -122,7 +122,8 @@ def submit(cluster: Any, tmp_path: Path, agent_pyz: Path, python: str, plan: Pla
         job_name=f"synthbatch-{plan.run_id}", run_dir=str(root), agent_pyz="agent.pyz",
         agent_sha256=sha256_bytes((root / "agent.pyz").read_bytes()),
         plan_sha256=sha256_bytes(payload), submission=1, python=python,
-        resources=resources, signal_lead_s=lead, max_requeues=max_requeues)))
+        resources=resources, signal_lead_s=lead, max_requeues=max_requeues,
+        export=plan.job_env())))
     array_id = cluster.sbatch("--hold", "--array=0", str(script))
     record = SubmissionRecord(number=1, argv=(), job_id=array_id, attempts={"0": 1},
                               submitted_at=time.time(), released=not hold)

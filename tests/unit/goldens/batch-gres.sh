@@ -1,6 +1,7 @@
 #!/bin/bash
 #SBATCH --account=proj-42
 #SBATCH --cpus-per-task=8
+#SBATCH --export=HOME,LANG,LC_ALL,LOGNAME,PATH,TMPDIR,TZ,USER
 #SBATCH --gres=gpu:4
 #SBATCH --job-name=synthbatch-quickstart-20240101-000000-abcdef
 #SBATCH --mem=65536M

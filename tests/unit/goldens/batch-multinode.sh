@@ -3,6 +3,7 @@
 #SBATCH --constraint='a100|h100'
 #SBATCH --cpus-per-task=8
 #SBATCH --exclusive
+#SBATCH --export=HOME,LANG,LC_ALL,LOGNAME,PATH,TMPDIR,TZ,USER
 #SBATCH --gpus-per-node=4
 #SBATCH --job-name=synthbatch-quickstart-20240101-000000-abcdef
 #SBATCH --mail-type=END,FAIL

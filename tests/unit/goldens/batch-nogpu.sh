@@ -1,5 +1,6 @@
 #!/bin/bash
 #SBATCH --cpus-per-task=8
+#SBATCH --export=HOME,LANG,LC_ALL,LOGNAME,PATH,TMPDIR,TZ,USER
 #SBATCH --job-name=synthbatch-quickstart-20240101-000000-abcdef
 #SBATCH --mem=65536M
 #SBATCH --nodes=1

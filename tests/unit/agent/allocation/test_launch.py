@@ -344,3 +344,44 @@ def test_a_site_without_the_replicas_gpus_is_refused() -> None:
     with pytest.raises(LaunchError, match=r"server-tiny-0: the plan gives it GPUs \(0,\), "
                                           r"the deployment needs 2"):
         server(one_node_plan("gres", 2), 0, Site(0, "127.0.0.1", 24000, gpus=(0,)))
+
+
+# ------------------------------------------------------------------------ environment allow-list
+
+
+def test_every_srun_step_exports_exactly_the_env_the_agent_gives_it() -> None:
+    # sbatch --export=NAMES leaves SLURM_EXPORT_ENV=NAMES in the job; an srun inheriting it
+    # would pass only those names to its tasks (measured on 22.05): each step says ALL of
+    # its own, already allow-listed, environment
+    ambient = {**AMBIENT, "SLURM_EXPORT_ENV": "HOME,PATH"}
+    plan = command_plan(None)
+    for launch in (client_launch(plan, PATHS, ENDPOINTS, ambient),
+                   server(srun_plan(), 0, Site(0, "127.0.0.1", 20000, gpus=(0, 1)), ambient)):
+        assert "--export=ALL" in launch.argv[:launch.argv.index("--")]
+        assert "UNRELATED" not in launch.env and "JOB_API_KEY" not in launch.env
+
+
+def test_an_allowed_proxy_variable_never_covers_loopback() -> None:
+    from agent_stdlib.allocation.steps import step_env
+
+    plan = srun_plan()
+    runtime = dataclasses.replace(plan.runtime, env_allow=("HTTPS_PROXY", "NO_PROXY"))
+    env = step_env(runtime, {**AMBIENT, "HTTPS_PROXY": "http://proxy:3128",
+                             "NO_PROXY": "internal.example", "HTTP_PROXY": "http://p:1"}, {})
+    assert env["HTTPS_PROXY"] == "http://proxy:3128" and "HTTP_PROXY" not in env
+    assert env["NO_PROXY"] == "internal.example,127.0.0.1,localhost,::1"
+    assert env["no_proxy"] == "127.0.0.1,localhost,::1"
+    assert "NO_PROXY" not in step_env(plan.runtime, AMBIENT, {})  # no proxy, nothing added
+
+
+def test_the_job_env_allow_list_names_every_secret_and_nothing_else() -> None:
+    from agent_stdlib.contracts import JOB_ENV
+
+    plan = command_plan(None)
+    plan = plan.replace(runtime=dataclasses.replace(plan.runtime, secrets=("HF_TOKEN",)),
+                        deployments=(dataclasses.replace(plan.deployments[0], secret_env={
+                            "HF_TOKEN": "JOB_HF_TOKEN"}),))
+    names = plan.job_env()
+    assert names == tuple(sorted(set(JOB_ENV) | {"HF_HOME", "HF_TOKEN", "JOB_HF_TOKEN",
+                                                   "JOB_API_KEY"}))
+    assert "SHIV_ROOT" not in names and "UNRELATED" not in names

@@ -111,3 +111,75 @@ def test_status_imports_no_pydantic(tmp_path: Path) -> None:
                          check=False)
     assert out.stdout.strip() == "[]", out.stderr
     assert "no such run" in out.stderr
+
+
+# ----------------------------------------------------------------------------- unsafe roots
+
+COMMANDS = (("submit", "RUN"), ("plan", "RUN"), ("status", "X"), ("runs",),
+            ("logs", "X", "--shard", "0"), ("cancel", "X"), ("merge", "X"),
+            ("retry", "X", "--yes"))
+
+
+def _profile_for(tmp_path: Path, root: Path) -> Path:
+    return write(tmp_path, {**profile_data(), "workspace": str(root)})
+
+
+def _invoke(args: tuple, profile: Path):
+    from click.testing import CliRunner
+
+    from control.cli.main import cli
+    from tests.fakes import QUICKSTART
+
+    argv = [str(QUICKSTART) if a == "RUN" else a for a in args]
+    return CliRunner().invoke(cli, [*argv, "--profile", str(profile)], catch_exceptions=True)
+
+
+@pytest.mark.parametrize("mode,who", [(0o770, "group"), (0o707, "world"),
+                                      (0o777, "group- and world"), (0o1777, "group- and world")])
+def test_a_group_or_world_writable_workspace_is_refused_by_every_command(
+        tmp_path: Path, mode: int, who: str) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    root.chmod(mode)
+    profile = _profile_for(tmp_path, root)
+    for args in COMMANDS:
+        result = _invoke(args, profile)
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, (args, result.stderr)
+        assert f"workspace {root}: {who}-writable (mode {mode:o})" in lines[0], lines[0]
+        assert f"fix: chmod go-w {root}" in lines[0]
+    assert list(root.iterdir()) == []  # nothing was written under it
+    with pytest.raises(InvalidInput, match="writable"):
+        load_workspace_profile(str(profile))
+
+
+def test_a_world_writable_parent_without_the_sticky_bit_is_refused_with_sticky_accepted(
+        tmp_path: Path) -> None:
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    root = parent / "me" / "ws"  # not there yet: submit would create it
+    profile = _profile_for(tmp_path, root)
+    parent.chmod(0o777)
+    with pytest.raises(InvalidInput) as info:
+        load_workspace_profile(str(profile))
+    assert f"{parent} above it is world-writable without the sticky bit" in \
+        info.value.message and f"chmod o-w {parent}" in info.value.message
+    assert _invoke(("status", "X"), profile).exit_code == 2
+    parent.chmod(0o1777)  # like /tmp: others cannot rename what is ours in it
+    assert load_workspace_profile(str(profile)).workspace == str(root)
+    parent.chmod(0o2770)  # a project directory: its group is trusted
+    assert load_workspace_profile(str(profile)).workspace == str(root)
+    root.mkdir(parents=True, mode=0o700)
+    assert workspace.workspace_problem(root) is None
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="chown needs root")
+def test_a_workspace_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    import os
+
+    root = tmp_path / "ws"
+    root.mkdir(mode=0o700)
+    os.chown(root, 65534, 65534)
+    with pytest.raises(InvalidInput, match=r"owned by uid 65534, not by you"):
+        load_workspace_profile(str(_profile_for(tmp_path, root)))

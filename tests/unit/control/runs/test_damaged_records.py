@@ -367,3 +367,121 @@ def test_status_printed_while_slurm_is_unreachable_is_made_visible(
     result = run_cli("status", RUN_ID, "--profile", str(profile))
     assert result.exit_code == 5, result.output
     assert "\x1b" not in result.stdout and "\\x1b]0;owned\\x07" in result.stdout
+
+
+# ----------------------------------------------------------------------------- another user's file
+
+OTHER_UID = 65534  # nobody
+MARKER = "READ-ANOTHER-USERS-FILE"
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+
+
+def plant_foreign(path: Path, payload: bytes, store: Path) -> None:
+    """Replace ``path`` with a hard link to a file of ``payload`` owned by another user (as
+    someone who can write the attempt folder would plant it)."""
+    store.mkdir(exist_ok=True)
+    foreign = store / f"{len(list(store.iterdir()))}-{path.name}"
+    foreign.write_bytes(payload)
+    os.chown(foreign, OTHER_UID, OTHER_UID)
+    if path.exists():
+        path.unlink()
+    os.link(foreign, path)
+    assert path.stat().st_uid == OTHER_UID and path.stat().st_nlink == 2
+
+
+def foreign_run(workspace: Path) -> RunLayout:
+    """Four shards, each with one record replaced by a hard link to another user's file
+    holding a record that would read as valid.
+
+    0: winner.json (a valid winner of shard 0)           -> unknown, refused
+    1: attempt.json (a failed attempt with MARKER)       -> unknown, refused
+    2: progress.json (7 records done, reason MARKER)     -> no progress, refused
+    3: output/records.jsonl (the winner's very bytes)    -> merge leaves shard 3 out
+    """
+    layout = make_run(workspace, [Shard("succeeded"), Shard("failed", "boom"),
+                                  Shard("running", progress=3), Shard("succeeded")])
+    store = workspace.parent / "other-user"
+    plant_foreign(layout.winner_json(0),
+                  real_winner(layout, 0, 0).to_json().encode(), store)
+    record = json.loads(layout.attempt(1, 1).attempt_json.read_text())
+    plant_foreign(layout.attempt(1, 1).attempt_json,
+                  json.dumps({**record, "reason": MARKER}).encode(), store)
+    progress = json.loads(layout.attempt(2, 1).progress_json.read_text())
+    plant_foreign(layout.attempt(2, 1).progress_json,
+                  json.dumps({**progress, "records_done": 7}).encode(), store)
+    publish_json_immutable(layout.winner_json(3), real_winner(layout, 3, 30).to_dict())
+    output = layout.attempt(3, 1).output / "records.jsonl"
+    plant_foreign(output, output.read_bytes(), store)
+    return layout
+
+
+@needs_root
+def test_a_hard_link_to_another_users_file_is_refused_per_shard(tmp_path: Path) -> None:
+    layout = foreign_run(tmp_path / "ws")
+    refused = f"owned by uid {OTHER_UID}, not by this user"
+    with pytest.raises(StateError, match=f"winner.json: {refused}"):
+        load_winner(layout, 0)
+    views = [scan_shard(layout, i, 1) for i in range(4)]
+    assert [v.winner for v in views] == [False, False, False, True]
+    assert refused in views[0].winner_problem
+    assert views[1].attempt is None and refused in views[1].problem
+    assert views[2].progress is None and refused in views[2].progress_problem
+    from tests.fakes import FakeSlurm as QueueFake
+
+    fake = QueueFake()
+    fake.on("squeue", stdout="500_2|RUNNING|None\n")
+    data = observe(layout, Scheduler(runner=fake), now=time.time())
+    text = json.dumps(data)
+    assert MARKER not in text
+    reasons = [s["reason"] or "" for s in data["shards"]]
+    assert data["shards"][0]["state"] == "unknown" and refused in reasons[0]
+    assert data["shards"][1]["state"] == "unknown" and refused in reasons[1]
+    assert data["shards"][2]["records_done"] != 7
+    manifest = merge_run(layout, None, allow_partial=True)
+    assert manifest["missing_shards"] == [0, 1, 2, 3]
+    assert [b["shard"] for b in manifest["bad_shards"]] == [0, 3]
+    assert refused in manifest["bad_shards"][1]["reason"]
+    assert "records.jsonl" in manifest["bad_shards"][1]["reason"]
+
+
+@needs_root
+def test_the_agent_refuses_another_users_file_in_output(tmp_path: Path) -> None:
+    from agent_stdlib.candidate import CandidateError, verify_files
+
+    out = ensure_dir(tmp_path / "output")
+    (out / "a.jsonl").write_text('{"index": 0}\n')
+    files = build_manifest(out, 0, 1, 1).files
+    plant_foreign(out / "a.jsonl", b'{"index": 0}\n', tmp_path / "other-user")
+    with pytest.raises(CandidateError, match=f"output/a.jsonl: owned by uid {OTHER_UID}"):
+        build_manifest(out, 0, 1, 1)
+    with pytest.raises(CandidateError, match=f"a.jsonl: owned by uid {OTHER_UID}"):
+        verify_files(out, files)
+
+
+def test_a_record_published_by_link_is_ours_and_read(tmp_path: Path) -> None:
+    # publish_immutable links a temp file of ours: the owner, not st_nlink, is the rule
+    layout = make_run(tmp_path / "ws", [Shard("succeeded")])
+    publish_json_immutable(layout.winner_json(0), real_winner(layout, 0, 0).to_dict())
+    extra = layout.root / "second-link"
+    os.link(layout.winner_json(0), extra)  # two links, both ours
+    assert layout.winner_json(0).stat().st_nlink == 2
+    assert load_winner(layout, 0) is not None
+
+
+@needs_root
+def test_logs_refuses_a_log_linked_to_another_users_file(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace = tmp_path / "ws"
+    layout = make_run(workspace, [Shard("failed", "boom")])
+    client = ensure_dir(layout.attempt(0, 1).execution_logs(1)) / "client.log"
+    plant_foreign(client, f"{MARKER}\n".encode(), tmp_path / "other-user")
+    profile = tmp_path / "profile.toml"
+    profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                   json.dumps(str(workspace))))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for json_flag in ((), ("--json",)):
+        result = run_cli("logs", RUN_ID, "--shard", "0", "--step", "client", *json_flag,
+                         "--profile", str(profile))
+        assert result.exit_code == 4, result.output
+        assert MARKER not in result.output
+        assert f"client.log: owned by uid {OTHER_UID}" in result.stderr

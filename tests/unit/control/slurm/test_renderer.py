@@ -420,3 +420,15 @@ def test_time_limits_in_seconds(text: str, seconds: int) -> None:
 def test_malformed_time_limits_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="not a time limit"):
         time_limit_seconds(text)
+
+
+def test_the_job_environment_is_an_allow_list_of_names() -> None:
+    # sbatch's default (--export=ALL) sent the whole submitting shell to the job, and
+    # slurmctld stored it in its state directory (measured on 22.05)
+    script = render_batch_script(spec(export=("HF_TOKEN", "HOME", "PATH")))
+    assert read_directives(script)["export"] == "HF_TOKEN,HOME,PATH"
+    assert "--export=ALL" not in script
+    from control.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="export: 'A,B' is not a variable name"):
+        render_batch_script(spec(export=("A,B",)))

@@ -339,6 +339,14 @@ def test_run_command_sets_lc_all(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "LC_ALL=C" in result.stdout.splitlines()
 
 
+def test_run_command_drops_what_would_override_the_scripts_export(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # sbatch reads SBATCH_EXPORT over the script's #SBATCH --export allow-list
+    monkeypatch.setenv("SBATCH_EXPORT", "ALL")
+    result = run_command(["sh", "-c", 'echo "${SBATCH_EXPORT-unset} $LC_ALL"'], 5.0)
+    assert result.stdout == "unset C\n"
+
+
 def test_run_command_no_stdin() -> None:
     result = run_command([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"], 10)
     assert result.stdout == "''\n"
