@@ -330,11 +330,15 @@ def test_kills_at_random_moments_converge(base: Path, reference: Dict[str, Any],
     # with the every-step kills and the double kills, 1,000 kills in make test
     wanted = -(-budget(max(0, 1_000 - reference["steps"] - 2 * TWICE[0]), 10_000) // CHUNKS)
     rng, kills, tries = random.Random(7 + chunk), 0, 0
+    span = 0.9 * reference["duration"]
     while kills < wanted:
         tries += 1
         assert tries < 3 * wanted + 10, "the kills keep missing the scenario"
-        after = rng.uniform(0.0, 0.9 * reference["duration"])
-        kills += play(base, reference, f"random-{chunk}-{tries}", seed=tries, after_s=after)
+        hit = play(base, reference, f"random-{chunk}-{tries}", seed=tries,
+                   after_s=rng.uniform(0.0, span))
+        kills += hit
+        if not hit:  # the scenario runs faster now than the reference did (load moved)
+            span *= 0.8
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
