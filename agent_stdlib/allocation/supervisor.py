@@ -84,6 +84,7 @@ class Supervisor:
     children: List[Managed] = field(default_factory=list)
     stopped: bool = False
     urgent_at: Optional[float] = None
+    unconfirmed: Optional[str] = None  # why the last stop_all could not confirm the end
 
     def start(self, name: str, argv: Sequence[str], env: Dict[str, str], log_path: Path,
               step: bool = False) -> Managed:
@@ -109,7 +110,10 @@ class Supervisor:
             _signal_group(child.pid, signum)
 
     def stop_all(self, grace_s: float) -> bool:
-        """Stop every child (idempotent); True when every process and step is confirmed gone."""
+        """Stop every child (idempotent); True when every process and step is confirmed gone.
+
+        When it is not, ``unconfirmed`` says what could not be confirmed.
+        """
         self.stopped = True
         live = [c for c in reversed(self.children) if _alive(c)]
         if live:
@@ -158,19 +162,29 @@ class Supervisor:
                 child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _signal_group(child.pid, signal.SIGKILL)
-        groups_gone = all(wait_group_gone(c.pid, max(0.0, deadline - time.monotonic()))
-                          for c in self.children)
-        return groups_gone and self._steps_gone(deadline)
+        survivors = [c.name for c in self.children
+                     if not wait_group_gone(c.pid, max(0.0, deadline - time.monotonic()))]
+        if survivors:
+            self.unconfirmed = f"{', '.join(survivors)} survived SIGKILL"
+            return False
+        return self._steps_gone(deadline)
 
     def _steps_gone(self, deadline: float) -> bool:
         names = [c.step for c in self.children if c.step]
         if not names or self.steps is None:
+            self.unconfirmed = None
             return True
         while True:
             left = self.steps.alive(names)
             if left == []:
+                self.unconfirmed = None
                 return True
             if time.monotonic() > deadline:
+                # squeue failing (slurmctld down) is not a survivor: every process is gone
+                self.unconfirmed = (
+                    "every process is gone, but squeue could not be asked whether their "
+                    "steps are (is slurmctld up?)" if left is None else
+                    f"step {', '.join(left)} survived SIGKILL")
                 return False
             if left:
                 self.steps.signal(left, "KILL")
