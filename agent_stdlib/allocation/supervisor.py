@@ -85,6 +85,7 @@ class Supervisor:
     stopped: bool = False
     urgent_at: Optional[float] = None
     unconfirmed: Optional[str] = None  # why the last stop_all could not confirm the end
+    unanswered: bool = False  # squeue did not answer during this stop_all
 
     def start(self, name: str, argv: Sequence[str], env: Dict[str, str], log_path: Path,
               step: bool = False) -> Managed:
@@ -115,6 +116,7 @@ class Supervisor:
         When it is not, ``unconfirmed`` says what could not be confirmed.
         """
         self.stopped = True
+        self.unanswered = False
         live = [c for c in reversed(self.children) if _alive(c)]
         if live:
             self._terminate(live)
@@ -151,9 +153,15 @@ class Supervisor:
 
     def _signal_steps(self, live: List[Managed], signame: str) -> List[str]:
         names = [c.step for c in live if c.step]
-        if not names or self.steps is None:
+        if not names or self.steps is None or self.unanswered:
             return []
-        return self.steps.signal(names, signame)
+        done = self.steps.try_signal(names, signame)
+        if done is None:
+            # slurmctld does not answer (each try costs the client's ~10 s of connect
+            # retries): the process groups get the signals, Slurm is not asked again
+            self.unanswered = True
+            return []
+        return done
 
     def _confirm(self) -> bool:
         deadline = time.monotonic() + CONFIRM_S
@@ -175,11 +183,11 @@ class Supervisor:
             self.unconfirmed = None
             return True
         while True:
-            left = self.steps.alive(names)
+            left = None if self.unanswered else self.steps.alive(names)
             if left == []:
                 self.unconfirmed = None
                 return True
-            if time.monotonic() > deadline:
+            if self.unanswered or time.monotonic() > deadline:
                 # squeue failing (slurmctld down) is not a survivor: every process is gone
                 self.unconfirmed = (
                     "every process is gone, but squeue could not be asked whether their "
