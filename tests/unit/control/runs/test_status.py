@@ -405,6 +405,31 @@ def test_slurmdbd_down_with_a_job_only_sacct_knows_says_so(tmp_path: Path,
     assert not lag_path(layout).exists()  # not a sighting of a missing job
 
 
+def test_a_job_ended_on_a_full_filesystem_says_so(tmp_path: Path, fake: FakeSlurm,
+                                                 monkeypatch) -> None:
+    """Issue 22 (workspace disk full on the testbed): the agent could not write its outcome
+    and exited 120; status said only 'job failed (exit 120) ...'."""
+    import errno
+    import os
+
+    from control.runs import reconcile, status
+
+    def no_space(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    layout = make_run(tmp_path, [Shard("running"), Shard("running")])
+    squeue_cmd(fake, "500_0|RUNNING|None\n")
+    fake.on("sacct", stdout="500_1|FAILED|120:0\n")
+    full = os.statvfs_result((4096, 4096, 1024, 0, 0, 100, 0, 0, 0, 255))
+    monkeypatch.setattr(status.os, "statvfs", lambda path: full)
+    monkeypatch.setattr(reconcile, "mark_ended", no_space)  # the record cannot be written
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["shards"][0]["reason"] is None
+    assert data["shards"][1]["reason"] == (
+        "job failed (exit 120) before the agent recorded an outcome; the run's filesystem is "
+        f"full (0 bytes free under {layout.root})")
+
+
 def test_malformed_records_are_reported_per_shard(tmp_path: Path, fake: FakeSlurm) -> None:
     layout = make_run(tmp_path, [Shard("running"), Shard("running")])
     layout.attempt(1, 1).attempt_json.write_text("{half")
