@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 
 def processes_mentioning(*needles: str) -> List[str]:
@@ -20,3 +20,21 @@ def processes_mentioning(*needles: str) -> List[str]:
         if any(n in cmd for n in needles):
             found.append(f"{entry.name}: {cmd}")
     return found
+
+
+def agent_of(run_dir: Path, job_id: str) -> Optional[int]:
+    """The pid of the allocation agent (``agent-<sha>.pyz allocation``) of array task
+    ``job_id`` (``12_1``) of the run in ``run_dir``."""
+    job, task = job_id.split("_")
+    wanted = {f"SLURM_ARRAY_JOB_ID={job}".encode(), f"SLURM_ARRAY_TASK_ID={task}".encode()}
+    for line in processes_mentioning(str(run_dir)):
+        pid, cmd = line.split(": ", 1)
+        if ".pyz allocation " not in cmd or "srun" in cmd:
+            continue
+        try:
+            environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if wanted <= environ:
+            return int(pid)
+    return None

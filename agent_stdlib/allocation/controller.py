@@ -304,9 +304,9 @@ class Allocation:
         if self.supervisor.stop_all(self.inv.plan.runtime.grace_s):
             self.readiness(states.READY_STOPPED, reason=reason)
         else:
+            what = self.supervisor.unconfirmed or "a managed process or step survived SIGKILL"
             self.readiness(states.READY_FAILED,
-                           reason="cleanup: a managed process or step survived SIGKILL "
-                                  f"({reason or 'after success'})")
+                           reason=f"cleanup: {what} ({reason or 'after success'})")
 
     def _partial(self) -> Optional[int]:
         try:

@@ -185,7 +185,13 @@ class StepControl:
 
         Returns the names whose step was signalled (empty when squeue or scancel failed).
         """
-        live = self.steps() or {}
+        return self.try_signal(names, signame) or []
+
+    def try_signal(self, names: Sequence[str], signame: str) -> Optional[List[str]]:
+        """``signal``, but None when squeue did not answer (slurmctld down)."""
+        live = self.steps()
+        if live is None:
+            return None
         found = {n: live[n] for n in names if n in live}
         if not found:
             return []

@@ -84,6 +84,8 @@ class Supervisor:
     children: List[Managed] = field(default_factory=list)
     stopped: bool = False
     urgent_at: Optional[float] = None
+    unconfirmed: Optional[str] = None  # why the last stop_all could not confirm the end
+    unanswered: bool = False  # squeue did not answer during this stop_all
 
     def start(self, name: str, argv: Sequence[str], env: Dict[str, str], log_path: Path,
               step: bool = False) -> Managed:
@@ -109,8 +111,12 @@ class Supervisor:
             _signal_group(child.pid, signum)
 
     def stop_all(self, grace_s: float) -> bool:
-        """Stop every child (idempotent); True when every process and step is confirmed gone."""
+        """Stop every child (idempotent); True when every process and step is confirmed gone.
+
+        When it is not, ``unconfirmed`` says what could not be confirmed.
+        """
         self.stopped = True
+        self.unanswered = False
         live = [c for c in reversed(self.children) if _alive(c)]
         if live:
             self._terminate(live)
@@ -147,9 +153,15 @@ class Supervisor:
 
     def _signal_steps(self, live: List[Managed], signame: str) -> List[str]:
         names = [c.step for c in live if c.step]
-        if not names or self.steps is None:
+        if not names or self.steps is None or self.unanswered:
             return []
-        return self.steps.signal(names, signame)
+        done = self.steps.try_signal(names, signame)
+        if done is None:
+            # slurmctld does not answer (each try costs the client's ~10 s of connect
+            # retries): the process groups get the signals, Slurm is not asked again
+            self.unanswered = True
+            return []
+        return done
 
     def _confirm(self) -> bool:
         deadline = time.monotonic() + CONFIRM_S
@@ -158,19 +170,29 @@ class Supervisor:
                 child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _signal_group(child.pid, signal.SIGKILL)
-        groups_gone = all(wait_group_gone(c.pid, max(0.0, deadline - time.monotonic()))
-                          for c in self.children)
-        return groups_gone and self._steps_gone(deadline)
+        survivors = [c.name for c in self.children
+                     if not wait_group_gone(c.pid, max(0.0, deadline - time.monotonic()))]
+        if survivors:
+            self.unconfirmed = f"{', '.join(survivors)} survived SIGKILL"
+            return False
+        return self._steps_gone(deadline)
 
     def _steps_gone(self, deadline: float) -> bool:
         names = [c.step for c in self.children if c.step]
         if not names or self.steps is None:
+            self.unconfirmed = None
             return True
         while True:
-            left = self.steps.alive(names)
+            left = None if self.unanswered else self.steps.alive(names)
             if left == []:
+                self.unconfirmed = None
                 return True
-            if time.monotonic() > deadline:
+            if self.unanswered or time.monotonic() > deadline:
+                # squeue failing (slurmctld down) is not a survivor: every process is gone
+                self.unconfirmed = (
+                    "every process is gone, but squeue could not be asked whether their "
+                    "steps are (is slurmctld up?)" if left is None else
+                    f"step {', '.join(left)} survived SIGKILL")
                 return False
             if left:
                 self.steps.signal(left, "KILL")

@@ -17,6 +17,7 @@ from control.runs import settled
 from control.runs.store import (
     ShardView,
     expected_lookup,
+    last_moment,
     load_plan_view,
     load_run,
     run_layout,
@@ -124,7 +125,7 @@ def list_runs(workspace: Path, now: Optional[float] = None) -> List[Dict[str, An
         count = record.shard_count if sizes is not None else \
             min(record.shard_count, _shard_folders(layout))
         state = durable_state(layout, count, sizes, record.run_id)
-        end = state.get("ended_at") or now
+        end = last_moment(state.get("ended_at") or now, now)
         found.append({"run_id": record.run_id, "name": record.name,
                       "created_at": record.created_at, "shards": record.shard_count,
                       **state, "elapsed_s": round(max(0.0, end - record.created_at), 1)})

@@ -57,6 +57,8 @@ class SchedulerView:
     hint: Optional[str] = None  # what to check when ``error`` says Slurm is unreachable
     asked: Set[str] = field(default_factory=set)
     rows: Optional[List[JobRow]] = None  # squeue's rows for the run's job name
+    # squeue answered, sacct failed: (message, hint); see ``accounting_down``
+    accounting_error: Optional[Tuple[str, Optional[str]]] = None
 
 
 def needs_scheduler(view: ShardView, now: float) -> bool:
@@ -82,21 +84,44 @@ def ask_scheduler(scheduler: Scheduler, name: str, job_ids: Set[str],
         view.rows = scheduler.queue(name=name)
         view.queue = index_rows(view.rows + (scheduler.queue(job_ids=shared) if shared
                                              else []))
-        absent = {j for j in job_ids if j not in view.queue or view.queue[j].terminal}
-        if absent:
-            rows = scheduler.accounting(sorted({array_job_id(j) for j in absent}, key=int))
-            view.accounting = rows is not None
-            # Only for the jobs sacct was asked about: just after a cancel, slurmdbd may
-            # still hold the whole array as one range record (``12_[0-2%2] CANCELLED``),
-            # which must not override squeue's rows of sibling tasks that are running.
-            view.acct = {job: row for job, row in index_rows(rows or []).items()
-                         if job in absent}
     except SchedulerUnavailable as err:
         view.error = one_line(err.message, 300)
         view.hint = err.hint
         return view
+    absent = {j for j in job_ids if j not in view.queue or view.queue[j].terminal}
+    if absent:
+        try:
+            rows = scheduler.accounting(sorted({array_job_id(j) for j in absent}, key=int))
+        except SchedulerUnavailable as err:
+            # slurmctld answered, accounting did not (slurmdbd down): squeue's rows stand;
+            # only the jobs squeue no longer lists are not asked (``accounting_down``)
+            view.asked = {j for j in job_ids if j in view.queue}
+            view.accounting_error = (one_line(err.message, 300), err.hint)
+            return view
+        view.accounting = rows is not None
+        # Only for the jobs sacct was asked about: just after a cancel, slurmdbd may
+        # still hold the whole array as one range record (``12_[0-2%2] CANCELLED``),
+        # which must not override squeue's rows of sibling tasks that are running.
+        view.acct = {job: row for job, row in index_rows(rows or []).items()
+                     if job in absent}
     view.asked = set(job_ids)
     return view
+
+
+def accounting_down(sched: SchedulerView, verdicts: List[norm.Verdict], notes: List[str]
+                    ) -> None:
+    """squeue answered but sacct did not: an error only when a shard is left unknown for
+    it (a job squeue no longer lists); else a note, every verdict stands on squeue's rows
+    and the records."""
+    if sched.accounting_error is None:
+        return
+    message, hint = sched.accounting_error
+    if any(v.reason == norm.SCHEDULER_UNAVAILABLE for v in verdicts):
+        sched.error, sched.hint = message, hint
+    else:
+        notes.append(f"accounting unavailable ({message}"
+                     + (f"; {hint}" if hint else "")
+                     + "): shards were judged by squeue and their records")
 
 
 def _evidence(shard: ShardView, sched: SchedulerView, lost: Set[str],
@@ -302,6 +327,8 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     if _reconcile(layout, shards, verdicts, sched):
         shards = _rescan(layout, shards, expected)
         verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
+    accounting_down(sched, verdicts, notes)
+    verdicts = full_disk(layout, verdicts)
     fresh = [_shard_row(layout, s, plan.shard_records[s.index], v)
              for s, v in zip(shards, verdicts)]
     if use_index:
@@ -393,6 +420,29 @@ def _reconcile(layout: RunLayout, shards: List[ShardView], verdicts: List[norm.V
             continue  # shown as it is; the record names the problem on the next read
         changed.append(shard.index)
     return changed
+
+
+FULL_BELOW = 1 << 20  # bytes free under which the run's filesystem is called full
+
+
+def full_disk(layout: RunLayout, verdicts: List[norm.Verdict]) -> List[norm.Verdict]:
+    """Jobs that ended without their agent's outcome, said to have ended on a full
+    filesystem when the run's is full now (the agent could not write its outcome there:
+    on the testbed it then exits 120, Python failing to flush its output)."""
+    if not any(v.reason and v.reason.endswith(norm.NO_OUTCOME) and v.source != "attempt"
+               for v in verdicts):
+        return verdicts
+    try:
+        fs = os.statvfs(layout.root)
+    except OSError:
+        return verdicts
+    free = fs.f_bavail * fs.f_frsize
+    if free >= FULL_BELOW:
+        return verdicts
+    note = f"; the run's filesystem is full ({free} bytes free under {layout.root})"
+    return [norm.Verdict(v.state, one_line(v.reason + note, 300), v.source)
+            if v.reason and v.reason.endswith(norm.NO_OUTCOME) and v.source != "attempt"
+            else v for v in verdicts]
 
 
 def _verdicts(layout: RunLayout, shards: List[ShardView], sched: SchedulerView, now: float,

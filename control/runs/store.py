@@ -73,6 +73,14 @@ def latest_run_id(workspace: Path) -> str:
     return newest[1]
 
 
+def last_moment(ended: float, now: float) -> float:
+    """When a finished run ended, by this clock: the last record's time, never later than
+    ``now``. Records carry the clock of the node that wrote them; one running ahead of this
+    one (measured: 15 minutes on the testbed under libfaketime) would otherwise count its
+    offset into ``elapsed_s`` and the averages."""
+    return min(ended, now)
+
+
 def load_run(layout: RunLayout) -> Optional[RunRecord]:
     """``run.json`` or None when the submit never committed."""
     from agent_stdlib.contracts import RunRecord

@@ -19,7 +19,7 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError, read_json, write_json_atomic
 from control.errors import SchedulerUnavailable
 from control.runs.normalize import FINAL
-from control.runs.store import expected_attempts, scan_shard, submission_views
+from control.runs.store import expected_attempts, last_moment, scan_shard, submission_views
 from control.slurm.parsers import ParseError, split_job_id
 from control.slurm.scheduler import Scheduler
 
@@ -96,7 +96,7 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
     per_shard = jobs() if jobs is not None else [row.get("job_id")
                                                  for row in data.get("shards", [])]
     end = (ended if ended is not None else ended_at(layout, len(per_shard))) or now
-    elapsed = max(0.0, end - created)
+    elapsed = max(0.0, last_moment(end, now) - created)
     shard_jobs = [job for job in per_shard if job]
     usage = gpu_hours(scheduler, job_ids, shard_jobs)
     found = {"elapsed_s": round(elapsed, 1), **_rates(done, tokens, elapsed),

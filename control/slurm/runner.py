@@ -11,6 +11,10 @@ Also the one classification of what a failed Slurm client said (measured on 22.0
   after ~9 s of connect retries when slurmctld is down.
 * busy (``TRANSIENT``): the fragments above plus timeouts and rate limits: retry later;
   for a command that changes state, it may have taken effect.
+* accounting unreachable (``NO_DATABASE``): with slurmdbd stopped and slurmctld up, sacct
+  exits 1 at once with ``sacct: error: Problem talking to the database: Connection
+  refused`` (after two lines naming the persistent connection to slurmdbd's port); squeue,
+  sbatch and scancel still work.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from control.errors import SchedulerUnavailable, SchedulerUncertain, one_line
 NO_CONFIG = ("Could not establish a configuration source", "Unable to process configuration file",
              "cannot stat file")
 UNREACHABLE = ("Unable to contact slurm controller", "Connection refused")
+NO_DATABASE = ("Problem talking to the database",)
 # stderr fragments that mean "slurmctld/slurmdbd is busy or away", not "your request is wrong"
 TRANSIENT = UNREACHABLE + ("Socket timed out", "Resource temporarily unavailable",
-                           "rate limit", "Too many", "Problem talking to the database",
-                           "slurmdbd", "Zero Bytes were transmitted")
+                           "rate limit", "Too many", "slurmdbd", "Zero Bytes were transmitted"
+                           ) + NO_DATABASE
 SLURM_CLIENTS = frozenset({"sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo",
                            "srun"})
 
@@ -49,6 +54,11 @@ def controller_hint(environ: Optional[Mapping[str, str]] = None) -> str:
     conf = (os.environ if environ is None else environ).get("SLURM_CONF")
     return "is slurmctld up?" + ("" if conf else " (SLURM_CONF is not set: Slurm used its "
                                                  "default configuration)")
+
+
+def database_hint() -> str:
+    """The hint for sacct that could not reach the accounting database."""
+    return "is slurmdbd up? (sacct could not reach Slurm's accounting database)"
 
 
 def config_problem(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
@@ -77,6 +87,7 @@ class CommandResult:
         failure, else the first non-empty one) or the exit status; redacted and capped."""
         lines = [line for line in self.stderr.splitlines() if line.strip()]
         best = [line for line in lines if "fatal:" in line] or \
+            [line for line in lines if any(f in line for f in NO_DATABASE)] or \
             [line for line in lines if any(f in line for f in NO_CONFIG + TRANSIENT)] or lines
         return one_line(best[0], 300) if best else f"exit status {self.returncode}"
 
@@ -95,6 +106,8 @@ class CommandResult:
         """What to check when stderr says the cluster could not be reached, else None."""
         if self.no_config:
             return config_hint()
+        if any(fragment in self.stderr for fragment in NO_DATABASE):
+            return database_hint()
         if any(fragment in self.stderr for fragment in UNREACHABLE):
             return controller_hint()
         return None

@@ -52,8 +52,8 @@ PROFILE_DEFAULTS: Dict[str, Any] = {
 
 def write_profile(tmp_path: Path, python: str, **fields: Any) -> Path:
     """A testbed profile in ``tmp_path`` (workspace inside it); ``fields`` override defaults."""
-    values = dict(PROFILE_DEFAULTS, workspace=str(tmp_path / "workspace"), python=python,
-                  **fields)
+    values = {**PROFILE_DEFAULTS, "workspace": str(tmp_path / "workspace"), "python": python,
+              **fields}
     lines = ["schema_version = 1"] + [f"{key} = {json.dumps(value)}"
                                       for key, value in sorted(values.items())]
     path = tmp_path / "profile.toml"

@@ -18,7 +18,7 @@ import signal
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -34,7 +34,7 @@ from tests.integration.runs import (
     write_profile,
     write_run,
 )
-from tests.processes import processes_mentioning
+from tests.processes import agent_of
 
 pytestmark = pytest.mark.slurm
 
@@ -219,24 +219,6 @@ def test_concurrent_retries_converge_on_one_submission(slurm_cluster, tmp_path):
     assert final["counts"] == {"succeeded": SHARDS}
 
 
-def _agent_of(run_dir: Path, job_id: str) -> Optional[int]:
-    """The pid of the allocation agent (``agent-<sha>.pyz allocation``) of array task
-    ``job_id`` (``12_1``) of the run in ``run_dir``."""
-    job, task = job_id.split("_")
-    wanted = {f"SLURM_ARRAY_JOB_ID={job}".encode(), f"SLURM_ARRAY_TASK_ID={task}".encode()}
-    for line in processes_mentioning(str(run_dir)):
-        pid, cmd = line.split(": ", 1)
-        if ".pyz allocation " not in cmd or "srun" in cmd:
-            continue
-        try:
-            environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
-        except OSError:
-            continue
-        if wanted <= environ:
-            return int(pid)
-    return None
-
-
 def test_a_killed_agent_is_failed_by_status_and_retried_at_once(slurm_cluster, tmp_path,
                                                                 python_exe):
     """Issue 13 item 4: kill -9 of one shard's agent. Once squeue lists the job ended, no
@@ -252,7 +234,7 @@ def test_a_killed_agent_is_failed_by_status_and_retried_at_once(slurm_cluster, t
     wait_until("shard 1 ready", lambda: readiness.exists()
                and load_readiness(readiness).state == "ready")
     served = load_readiness(readiness)
-    os.kill(wait_until("the agent of shard 1", lambda: _agent_of(layout.root, f"{job}_1")),
+    os.kill(wait_until("the agent of shard 1", lambda: agent_of(layout.root, f"{job}_1")),
             signal.SIGKILL)
 
     def status() -> Dict[str, Any]:

@@ -135,3 +135,34 @@ def test_a_step_is_signalled_unless_scancel_names_it_in_an_error():
     gone = subprocess.CompletedProcess([], 1, "", "scancel: error: Kill job error on job "
                                        "step id 460_0.2: Invalid job id specified\n")
     assert signalled(steps, gone) == ["server-big-0"]
+
+
+class _SlurmctldDown:
+    """A StepControl whose squeue never answers (slurmctld stopped); counts the asks."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def try_signal(self, names, signame):
+        self.asked += 1
+        return None
+
+    def alive(self, names):
+        self.asked += 1
+        return None
+
+
+def test_an_unanswered_squeue_is_not_called_a_survivor(tmp_path):
+    """Issue 22 (slurmctld restarted mid-run, on the testbed): with slurmctld down every
+    process was gone, yet readiness said 'a managed process or step survived SIGKILL'."""
+    control = _SlurmctldDown()
+    sup = Supervisor(SignalCoordinator(), steps=control)
+    child = sup.start("server-tiny-0", [sys.executable, "-c", GRACEFUL], {},
+                      tmp_path / "g.log", step=True)
+    _wait_log(child.log_path, "up")
+    assert not sup.stop_all(grace_s=5)
+    assert sup.all_gone()
+    assert sup.unconfirmed == ("every process is gone, but squeue could not be asked "
+                               "whether their steps are (is slurmctld up?)")
+    # asked once, not at the TERM, the KILL and the confirmation (~10 s each on 22.05)
+    assert control.asked == 1

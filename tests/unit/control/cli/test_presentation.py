@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -197,3 +198,19 @@ def test_piped_status_has_no_colour(workspace: Path, profile_file: Path) -> None
     make_run(workspace, [Shard("failed", reason="x")])
     result = invoke("status", RUN, "--profile", str(profile_file))
     assert not ANSI.search(result.stdout)
+
+
+def test_a_node_clock_ahead_does_not_count_into_the_numbers(tmp_path: Path, workspace: Path,
+                                                            profile_file: Path) -> None:
+    """Issue 22 (a node's clock 15 minutes ahead, on the testbed): the last record's time
+    is the node's; status said elapsed 917.7 s for a run of ~18 s, and `runs` the same."""
+    now = time.time()
+    layout = make_run(workspace, [Shard("winner", progress=10, updated_at=now + 900)])
+    record = json.loads(layout.run_json.read_text())
+    layout.run_json.chmod(0o600)
+    layout.run_json.write_text(json.dumps({**record, "created_at": now - 20}))
+    folder = fake_slurm_bin(tmp_path, sacct="echo '500_0|20|gres/gpu=1'")
+    totals = status_json(profile_with_bin(profile_file, folder))["totals"]
+    assert 20 <= totals["elapsed_s"] < 60, totals
+    (run,) = json.loads(invoke("runs", "--profile", str(profile_file), "--json").stdout)["runs"]
+    assert 20 <= run["elapsed_s"] < 60, run

@@ -12,7 +12,7 @@ from typing import Dict, List
 import pytest
 
 from agent_stdlib import states
-from agent_stdlib.attempts import create_attempt, publish_readiness
+from agent_stdlib.attempts import create_attempt, load_attempt, publish_readiness
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import (
     StateError,
@@ -366,6 +366,68 @@ def test_scheduler_unavailable_keeps_durable_truth(tmp_path: Path, fake: FakeSlu
     assert [s["state"] for s in data["shards"]] == ["succeeded", "unknown"]
     assert data["shards"][1]["reason"] == "scheduler unavailable"
     assert not lag_path(layout).exists()
+
+
+SLURMDBD_DOWN = ("sacct: error: slurm_persist_conn_open_without_init: failed to open persistent "
+                 "connection to host:127.0.0.1:6819: Connection refused\n"
+                 "sacct: error: Sending PersistInit msg: Connection refused\n"
+                 "sacct: error: Problem talking to the database: Connection refused\n")
+
+
+def test_slurmdbd_down_leaves_squeue_s_verdicts_standing(tmp_path: Path,
+                                                          fake: FakeSlurm) -> None:
+    """Issue 22 (slurmdbd stopped on the testbed): squeue answered, sacct failed as the
+    real 22.05 sacct does. Before: the whole refresh was 'scheduler unavailable' with the
+    hint 'is slurmctld up?', and the job that ended without an outcome was not recorded."""
+    layout = make_run(tmp_path, [Shard("running", progress=3), Shard("running")])
+    squeue_cmd(fake, "500_0|RUNNING|None\n500_1|FAILED|NonZeroExitCode\n")
+    fake.on("sacct", code=1, stderr=SLURMDBD_DOWN)
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["scheduler_error"] is None and data["accounting"] is None
+    assert [s["state"] for s in data["shards"]] == ["running", "failed"]
+    assert data["shards"][1]["reason"].endswith(norm.NO_OUTCOME)
+    assert load_attempt(layout.attempt(1, 1).attempt_json).state == "failed"
+    (note,) = data["notes"]
+    assert "Problem talking to the database" in note and "is slurmdbd up?" in note
+
+
+def test_slurmdbd_down_with_a_job_only_sacct_knows_says_so(tmp_path: Path,
+                                                          fake: FakeSlurm) -> None:
+    layout = make_run(tmp_path, [Shard("running"), Shard("running")])
+    squeue_cmd(fake, "500_0|RUNNING|None\n")  # 500_1 left squeue (MinJobAge)
+    fake.on("sacct", code=1, stderr=SLURMDBD_DOWN)
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["scheduler_error"] == ("sacct failed: sacct: error: Problem talking to the "
+                                       "database: Connection refused")
+    assert data["scheduler_hint"].startswith("is slurmdbd up?")
+    assert [(s["state"], s["reason"]) for s in data["shards"]] == [
+        ("running", None), ("unknown", norm.SCHEDULER_UNAVAILABLE)]
+    assert not lag_path(layout).exists()  # not a sighting of a missing job
+
+
+def test_a_job_ended_on_a_full_filesystem_says_so(tmp_path: Path, fake: FakeSlurm,
+                                                 monkeypatch) -> None:
+    """Issue 22 (workspace disk full on the testbed): the agent could not write its outcome
+    and exited 120; status said only 'job failed (exit 120) ...'."""
+    import errno
+    import os
+
+    from control.runs import reconcile, status
+
+    def no_space(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    layout = make_run(tmp_path, [Shard("running"), Shard("running")])
+    squeue_cmd(fake, "500_0|RUNNING|None\n")
+    fake.on("sacct", stdout="500_1|FAILED|120:0\n")
+    full = os.statvfs_result((4096, 4096, 1024, 0, 0, 100, 0, 0, 0, 255))
+    monkeypatch.setattr(status.os, "statvfs", lambda path: full)
+    monkeypatch.setattr(reconcile, "mark_ended", no_space)  # the record cannot be written
+    data = observe(layout, Scheduler(runner=fake), now=NOW)
+    assert data["shards"][0]["reason"] is None
+    assert data["shards"][1]["reason"] == (
+        "job failed (exit 120) before the agent recorded an outcome; the run's filesystem is "
+        f"full (0 bytes free under {layout.root})")
 
 
 def test_malformed_records_are_reported_per_shard(tmp_path: Path, fake: FakeSlurm) -> None:
