@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from agent_stdlib import states
 from agent_stdlib.contracts import AttemptRecord, ReadinessRecord
 from agent_stdlib.statefile import (
     StateError,
-    create_many_json,
+    dumps,
+    json_template,
     load_record,
     write_json_atomic,
+    write_many,
     write_many_json,
 )
 
 
-def load_attempt(path: Path) -> Optional[AttemptRecord]:
+def load_attempt(path: Union[str, Path]) -> Optional[AttemptRecord]:
     """Load an attempt record; None if missing; StateError if malformed."""
     return load_record(path, AttemptRecord)
 
@@ -37,18 +40,63 @@ def create_attempt(path: Path, run_id: str, shard: int, attempt: int,
     return record
 
 
-def create_attempts(items: Iterable[Tuple[Union[str, Path], str, int, int, Optional[int]]],
-                    in_place: bool = False) -> None:
+def create_attempts(items: Iterable[Tuple[Union[str, Path], str, int, int, Optional[int]]]
+                    ) -> None:
     """``create_attempt`` for many ``(path, run_id, shard, attempt, resume_from)`` with one
-    sync; ``in_place``: new files written where they go (``statefile.create_many_json``:
-    the staged attempts of a submit, before ``run.json``), else temp + rename.
+    sync (each atomically: temp + rename).
 
     Streams: each record is made, written and dropped (100,000 shards in constant memory).
     """
     now = time.time()
-    write = create_many_json if in_place else write_many_json
-    write((path, created_record(run_id, shard, attempt, now, resume_from).to_dict())
-          for path, run_id, shard, attempt, resume_from in items)
+    write_many_json((path, created_record(run_id, shard, attempt, now, resume_from).to_dict())
+                    for path, run_id, shard, attempt, resume_from in items)
+
+
+Submitted = Tuple[Union[str, Path], str, int, int, str, int]
+
+
+def submit_attempts(items: Iterable[Submitted], only_created: bool = False) -> int:
+    """Record many attempts ``submitted`` with one sync; return how many were written.
+
+    ``items`` are ``(path, run_id, shard, attempt, job_id, submission)``. An attempt with
+    no record yet (a submit's first attempts, written once, here, when their job id is
+    known) gets a ``submitted`` record at revision 1; a ``created`` one (a retry's) moves
+    on to the next revision. Any other state raises TransitionError before anything is
+    written, or with ``only_created`` (recovery: a cancel got there first) is left as it
+    is. New records are one contract record with the shard's own fields put in
+    (``statefile.json_template``): no contract object, conversion or encoding per shard.
+    """
+    now = time.time()
+    plan: List[Tuple[Submitted, Optional[AttemptRecord]]] = []
+    for item in items:
+        current = load_attempt(item[0]) if os.path.lexists(item[0]) else None
+        if current is not None and current.state != states.CREATED:
+            if only_created:
+                continue
+            states.check_transition(current.state, states.SUBMITTED)
+        plan.append((item, current))
+    write_many(_submitted(plan, now))
+    return len(plan)
+
+
+SUBMITTED_FIELDS = ("shard", "attempt", "job_id", "submission")
+
+
+def _submitted(plan: List[Tuple[Submitted, Optional[AttemptRecord]]], now: float
+               ) -> Iterator[Tuple[Union[str, Path], bytes]]:
+    render, run = None, None
+    for (path, run_id, shard, attempt, job_id, submission), current in plan:
+        fields = dict(zip(SUBMITTED_FIELDS, (shard, attempt, job_id, submission)))
+        if current is not None:
+            yield path, dumps(current.replace(state=states.SUBMITTED, updated_at=now,
+                                              revision=current.revision + 1,
+                                              **fields).to_dict())
+            continue
+        if render is None or run != run_id:
+            run, render = run_id, json_template(AttemptRecord(
+                run_id=run_id, shard=shard, attempt=attempt, state=states.SUBMITTED,
+                revision=1, updated_at=now).to_dict(), SUBMITTED_FIELDS)
+        yield path, render(**fields)
 
 
 def advance_attempts(items: Sequence[Tuple[Path, Dict[str, Any]]],

@@ -33,6 +33,11 @@ def shard_name(shard: int) -> str:
     return f"shard-{shard:05d}"
 
 
+def attempt_name(attempt: int) -> str:
+    """``attempt-0002``: the folder of an attempt under ``shards/shard-NNNNN/attempts/``."""
+    return f"attempt-{attempt:04d}"
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Paths inside ``<workspace>/runs/<run-id>/``."""
@@ -92,7 +97,13 @@ class RunLayout:
 
     def attempt(self, shard: int, attempt: int) -> AttemptLayout:
         """Layout of one attempt."""
-        return AttemptLayout(self.shard_dir(shard) / "attempts" / f"attempt-{attempt:04d}")
+        return AttemptLayout(self.shard_dir(shard) / "attempts" / attempt_name(attempt))
+
+    def attempt_json_path(self, shard: int, attempt: int) -> str:
+        """``attempt(shard, attempt).attempt_json`` as a string, made without five Path
+        objects (the bulk writers of submit and its recovery: 100,000 a run)."""
+        return f"{self.root}/shards/{shard_name(shard)}/attempts/{attempt_name(attempt)}/" \
+            "attempt.json"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,19 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Tuple, Type, TypeVar, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 from agent_stdlib.errors import AgentError
 
@@ -49,6 +61,8 @@ def _scalar(value: Any) -> str:
         return _encode_str(value)
     if kind is int:
         return int.__repr__(value)
+    if kind is float and value - value == 0.0:  # finite: what json writes is its repr
+        return float.__repr__(value)
     if value is None:
         return "null"
     if kind is bool:
@@ -158,48 +172,58 @@ def sync_filesystem(path: Union[str, Path]) -> None:
         os.close(fd)
 
 
-def _bulk(records: Iterable[Tuple[Union[str, Path], Dict[str, Any]]], replace: bool) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    first = None
-    for path, data in records:
-        path = str(path)
-        first = first or path
-        target = f"{os.path.dirname(path)}/.tmp-{os.urandom(8).hex()}" if replace else path
-        fd = os.open(target, flags, FILE_MODE)
-        try:
-            view = memoryview(dumps(data))
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        if replace:
-            os.replace(target, path)
-    if first is not None:
-        sync_filesystem(os.path.dirname(first))
-
-
 def write_many_json(records: Iterable[Tuple[Union[str, Path], Dict[str, Any]]]) -> None:
     """Replace many mutable records, then make them all durable with one sync.
 
     For bulk state (thousands of attempt records at submit and retry): each file is still
-    written to a temp and renamed, so a reader sees old or new, never half; durability
-    comes from one ``sync_filesystem`` at the end instead of an fsync per file and per
-    directory. Return only after everything is on disk.
+    written to a temp and renamed, so a reader sees old or new (or nothing), never half;
+    durability comes from one ``sync_filesystem`` at the end instead of an fsync per file
+    and per directory. Return only after everything is on disk.
     """
-    _bulk(records, replace=True)
+    write_many((path, dumps(data)) for path, data in records)
 
 
-def create_many_json(records: Iterable[Tuple[Union[str, Path], Dict[str, Any]]]) -> None:
-    """Create many new records in place (``O_EXCL``: never over an existing file), then
-    make them all durable with one sync.
+def write_many(payloads: Iterable[Tuple[Union[str, Path], bytes]]) -> None:
+    """``write_many_json`` of records already serialised (``dumps``, ``json_template``)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    first = None
+    for path, payload in payloads:
+        path = str(path)
+        folder = os.path.dirname(path)
+        first = first or folder
+        temp = f"{folder}/.tmp-{os.urandom(8).hex()}"
+        fd = os.open(temp, flags, FILE_MODE)
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    if first is not None:
+        sync_filesystem(first)
 
-    Only for records that no reader relies on before a commit marker written afterwards
-    (the ``created`` attempts submit stages before ``run.json``): a reader of an
-    uncommitted run may find one half-written, and reports it as damaged, as any reader
-    would; once the marker exists every record is complete and on disk. Saves the temp
-    name and the rename of each of 100,000 files.
-    """
-    _bulk(records, replace=False)
+
+def json_template(data: Dict[str, Any], fields: Sequence[str]) -> Callable[..., bytes]:
+    """A function of ``fields`` (keyword arguments: str, int or None) returning
+    ``dumps({**data, **fields})`` byte for byte, without encoding ``data`` again: for
+    thousands of records that differ only there (a submit's attempt records)."""
+    marks = {name: f"@@{name}@{os.urandom(4).hex()}@@" for name in fields}
+    text = canonical({**data, **marks}) + "\n"
+    pieces: List[Tuple[str, str]] = []  # (text before the field, field name)
+    for name in sorted(fields, key=lambda n: text.index(_encode_str(marks[n]))):
+        head, _, text = text.partition(_encode_str(marks[name]))
+        pieces.append((head, name))
+
+    def render(**values: Any) -> bytes:
+        out = []
+        for head, name in pieces:
+            out.append(head)
+            out.append(_scalar(values[name]))
+        out.append(text)
+        return "".join(out).encode("utf-8")
+
+    return render
 
 
 def publish_immutable(path: Path, payload: bytes, mode: int = FILE_MODE) -> bool:

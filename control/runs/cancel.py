@@ -67,14 +67,15 @@ def scancel_targets(layout: RunLayout, arrays: Sequence[Array],
     return sorted(targets) + sorted(remaining)
 
 
-def _settle(layout: RunLayout, view: ShardView, reason: str) -> None:
-    """Record ``cancelled`` unless the attempt reached a terminal state by itself."""
+def _settle(layout: RunLayout, run_id: str, view: ShardView, reason: str) -> None:
+    """Record ``cancelled`` unless the attempt reached a terminal state by itself (an
+    attempt without a record yet, ``created``, gets its first record so)."""
     from control.runs.reconcile import mark_ended
 
     attempt = view.attempt
     assert attempt is not None
     try:
-        mark_ended(layout, view.index, attempt.number, states.CANCELLED, reason)
+        mark_ended(layout, view.index, attempt.number, states.CANCELLED, reason, run_id)
     except (StateError, OSError):
         pass  # shown as it is; the record names the problem on the next read
 
@@ -105,13 +106,13 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
         raise
     for view in views:
         if view.attempt and not view.attempt.job_id:
-            _settle(layout, view, f"{BY_CANCEL} before submission")
+            _settle(layout, plan.run_id, view, f"{BY_CANCEL} before submission")
     shared = sorted({r.job_id for r in load_submissions(layout) if r.job_name and r.job_id}
                     & {array_job_id(j) for j in jobs}, key=int)
     ended = _wait(scheduler, job_name(plan.run_id), jobs, wait_s, clock, sleep, shared)
     for view in views:
         if view.attempt and view.attempt.job_id in ended:
-            _settle(layout, view, BY_CANCEL)
+            _settle(layout, plan.run_id, view, BY_CANCEL)
     after = [scan_shard(layout, i) for i in selected]
     return {"run_id": plan.run_id, "shards": selected, "scancelled": targets,
             "converged": ended >= jobs, "waiting_for": sorted(jobs - ended, key=_task_key),

@@ -52,6 +52,11 @@ from control.errors import Conflict, InvalidInput
 from control.runs.store import load_plan_view
 
 CHUNK = 1 << 20
+MANIFEST_VERSION = 2  # 2: a jsonl merge names its files' digest (files_sha256), not its own
+# What the manifest's digest of the output is: for jsonl, ``files_sha256`` (each byte of a
+# merge is hashed once, against its winner's digest; the output is those files in order,
+# see ``files_sha256``); parquet is converted, so the output's own sha256.
+DIGEST_FIELD = {"jsonl": "files_sha256", "parquet": "sha256"}
 DEPTH = 4  # read buffers in flight while their blocks are hashed
 FORMATS = ("jsonl", "parquet")
 PARTIAL_HINT = ("wait, retry them (synthbatch retry), or pass --allow-partial to merge the "
@@ -157,12 +162,12 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
             files = [f for f in files if f.shard not in bad]
     found = [w for w in found if w.shard not in bad]
     manifest = {
-        "schema_version": 1,
+        "schema_version": MANIFEST_VERSION,
         "run_id": plan.run_id,
         "plan_sha256": hashlib.sha256(plan_bytes).hexdigest(),
         "format": fmt,
         "output": str(target),
-        "sha256": digest,
+        DIGEST_FIELD[fmt]: digest,
         "bytes": size,
         "records": sum(w.records for w in found),
         "dropped": sum(w.dropped for w in found),  # given up on by the client (on_error)
@@ -177,6 +182,47 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
     where = layout.merged / "manifest.json"
     write_json_atomic(where, manifest)
     return {**manifest, "manifest": str(where)}
+
+
+def files_sha256(files: List[Tuple[str, int]]) -> str:
+    """The digest a jsonl merge's manifest gives its output: sha256 of one line
+    ``<sha256> <bytes>`` per merged file (as its winner records them), in output order.
+
+    The output is exactly those files, each followed by a newline when it does not end
+    with one, so it can be checked piece by piece (``verify_jsonl``) without the merge
+    hashing every byte a second time.
+    """
+    return hashlib.sha256("".join(f"{digest} {size}\n" for digest, size in files)
+                          .encode("ascii")).hexdigest()
+
+
+def verify_jsonl(output: Path, manifest: Dict[str, Any]) -> Optional[str]:
+    """None when the jsonl ``output`` is what ``manifest`` says it is, else why not.
+
+    Walks the manifest's files in order: each one's bytes must have its sha256, followed
+    by the newline the merge adds when a file does not end with one; nothing may follow
+    the last; and ``files_sha256`` must be the digest of that list.
+    """
+    files = [(f["sha256"], f["bytes"]) for shard in manifest["shards"] for f in shard["files"]]
+    if files_sha256(files) != manifest.get("files_sha256"):
+        return "files_sha256 is not the digest of the manifest's files"
+    with open(output, "rb") as handle:
+        for number, (digest, size) in enumerate(files):
+            check, left, last = hashlib.sha256(), size, b"\n"
+            while left:
+                block = handle.read(min(left, CHUNK))
+                if not block:
+                    return f"file {number}: the output ends early"
+                check.update(block)
+                left -= len(block)
+                last = block[-1:]
+            if check.hexdigest() != digest:
+                return f"file {number}: its bytes do not match their sha256"
+            if last != b"\n" and handle.read(1) != b"\n":
+                return f"file {number}: not followed by the newline the merge adds"
+        if handle.read(1):
+            return "the output goes on after the last file"
+    return None
 
 
 class _Hashing:
@@ -265,29 +311,31 @@ class _NoCopyRange(Exception):
 
 def _copy_jsonl(files: List[Source], fd: int) -> Tuple[str, int]:
     """The copy in the kernel: ``copy_file_range`` from each file to the output (no byte
-    passes through this process), then the bytes just written are hashed where they now
-    are, in the output file (``mmap`` of its page cache), by two threads (the file's
-    digest, the output's digest; hashlib releases the GIL) while the next chunk is copied.
+    passes through this process), then the bytes just written are hashed once, against
+    their file's digest, where they now are, in the output file (``mmap`` of its page
+    cache), while the next chunk is copied: files alternate between two threads
+    (hashlib releases the GIL), a file's chunks in order on its thread.
 
     So the bytes hashed are the output's own bytes: a file that changes while it is
     copied fails its digest, exactly as before; the output can hold nothing unverified.
+    Returns ``files_sha256`` of the files and the output's size.
     """
-    whole, size, checks = hashlib.sha256(), 0, []
-    inflight: List[Tuple[mmap.mmap, List[Future]]] = []
+    size, checks = 0, []
+    inflight: List[Tuple[mmap.mmap, Future]] = []
     copied_any = False
 
     def settle(limit: int) -> None:
         while len(inflight) > limit:
-            mapped, futures = inflight.pop(0)
-            wait(futures)
+            mapped, future = inflight.pop(0)
+            wait([future])
             mapped.close()
-            for future in futures:
-                future.result()
+            future.result()
 
-    with ThreadPoolExecutor(1) as per_file, ThreadPoolExecutor(1) as output:
+    with ThreadPoolExecutor(1) as even, ThreadPoolExecutor(1) as odd:
         try:
-            for source in files:
+            for number, source in enumerate(files):
                 digest, read, last = hashlib.sha256(), 0, 10
+                pool = odd if number % 2 else even
                 with open(source.path, "rb") as handle:
                     while True:
                         try:
@@ -303,23 +351,26 @@ def _copy_jsonl(files: List[Source], fd: int) -> Tuple[str, int]:
                         mapped = mmap.mmap(fd, size + n - base, offset=base,
                                            access=mmap.ACCESS_READ)
                         last = mapped[size + n - base - 1]
-                        mine, theirs = (memoryview(mapped)[size - base:] for _ in range(2))
                         settle(COPY_DEPTH - 1)
-                        inflight.append((mapped, [per_file.submit(_hash, digest, mine),
-                                                  output.submit(_hash, whole, theirs)]))
+                        inflight.append((mapped, pool.submit(
+                            _hash, digest, memoryview(mapped)[size - base:])))
                         read, size = read + n, size + n
-                checks.append((source, per_file.submit(digest.hexdigest), read))
+                checks.append((source, pool.submit(digest.hexdigest), read))
                 if last != 10:
                     os.write(fd, b"\n")
-                    output.submit(whole.update, b"\n")
                     size += 1
         finally:
             settle(0)
-        bad = {source.shard: _mismatch(source) for source, digest, read in checks
-               if read != source.size or digest.result() != source.sha256}
-        if bad:
-            raise Mismatches(bad)
-        return output.submit(whole.hexdigest).result(), size
+        return _verdict(checks), size
+
+
+def _verdict(checks: List[Tuple[Source, Future, int]]) -> str:
+    """``files_sha256`` of the merged files, or Mismatches naming each that failed."""
+    bad = {source.shard: _mismatch(source) for source, digest, read in checks
+           if read != source.size or digest.result() != source.sha256}
+    if bad:
+        raise Mismatches(bad)
+    return files_sha256([(source.sha256, source.size) for source, _, _ in checks])
 
 
 def _hash(digest: Any, view: memoryview) -> None:
@@ -332,44 +383,38 @@ def _hash(digest: Any, view: memoryview) -> None:
 
 
 def _stream_jsonl(files: List[Source], out: BinaryIO) -> Tuple[str, int]:
-    """Copy every file in order (a file without a final newline gets one); return the
-    output's sha256 and size.
+    """Copy every file in order (a file without a final newline gets one); return
+    ``files_sha256`` of the files and the output's size.
 
     Each 1 MiB block is read once into one of ``DEPTH`` buffers and written from there;
-    two single-thread pools hash it (the file's digest, the output's digest) in order
-    while the next block is read (hashlib releases the GIL), so hashing overlaps I/O. A
-    buffer is reused only after both hashes of its previous block are done.
+    a single-thread pool hashes it against its file's digest, in order, while the next
+    block is read (hashlib releases the GIL), so hashing overlaps I/O. A buffer is reused
+    only after the hash of its previous block is done.
     """
     slots = [bytearray(CHUNK) for _ in range(DEPTH)]
-    busy: List[List[Future]] = [[] for _ in range(DEPTH)]
-    whole, size, slot = hashlib.sha256(), 0, 0
+    busy: List[Optional[Future]] = [None] * DEPTH
+    size, slot = 0, 0
     checks: List[Tuple[Source, Future, int]] = []
-    with ThreadPoolExecutor(1) as per_file, ThreadPoolExecutor(1) as output:
+    with ThreadPoolExecutor(1) as per_file:
         for source in files:
             digest, read, last = hashlib.sha256(), 0, 10
             with open(source.path, "rb") as handle:
                 while True:
-                    for future in busy[slot]:
-                        future.result()
+                    if busy[slot] is not None:
+                        busy[slot].result()
                     n = handle.readinto(slots[slot])
                     if not n:
                         break
                     view = memoryview(slots[slot])[:n]
                     out.write(view)
-                    busy[slot] = [per_file.submit(digest.update, view),
-                                  output.submit(whole.update, view)]
+                    busy[slot] = per_file.submit(digest.update, view)
                     read, size, last = read + n, size + n, view[-1]
                     slot = (slot + 1) % DEPTH
             checks.append((source, per_file.submit(digest.hexdigest), read))
             if last != 10:
                 out.write(b"\n")
-                output.submit(whole.update, b"\n")
                 size += 1
-        bad = {source.shard: _mismatch(source) for source, digest, read in checks
-               if read != source.size or digest.result() != source.sha256}
-        if bad:
-            raise Mismatches(bad)
-        return output.submit(whole.hexdigest).result(), size
+        return _verdict(checks), size
 
 
 def _verified_bytes(source: Source) -> Optional[bytes]:

@@ -17,11 +17,13 @@ squeue + sacct call; ``cancel`` settles its shards through :func:`mark_ended` to
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 from agent_stdlib import states
 from agent_stdlib.attempts import (
     advance_attempt,
+    created_record,
     load_attempt,
     load_readiness,
     publish_readiness,
@@ -29,7 +31,7 @@ from agent_stdlib.attempts import (
 from agent_stdlib.contracts import AttemptRecord, ReadinessRecord, WinnerRecord
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import complete_winner
-from agent_stdlib.statefile import StateError
+from agent_stdlib.statefile import StateError, publish_json_immutable
 
 
 def complete_missing_winner(layout: RunLayout, shard: int, attempt: int) -> WinnerRecord:
@@ -42,8 +44,11 @@ def complete_missing_winner(layout: RunLayout, shard: int, attempt: int) -> Winn
 
 
 def mark_ended(layout: RunLayout, shard: int, attempt: int, state: str,
-               reason: str) -> AttemptRecord:
+               reason: str, run_id: Optional[str] = None) -> AttemptRecord:
     """Record an attempt no process can write any more as ``state`` with ``reason``.
+
+    With ``run_id``, an attempt folder without a record (a first attempt whose submit has
+    not written it: ``created``) gets its terminal record at once, unless one appears.
 
     For callers that know the attempt's job has left Slurm (or never had one): its
     readiness, if it is still open, is closed out as ``failed`` too, so nothing keeps
@@ -53,6 +58,12 @@ def mark_ended(layout: RunLayout, shard: int, attempt: int, state: str,
     """
     path = layout.attempt(shard, attempt).attempt_json
     current = load_attempt(path)
+    if current is None and run_id is not None and path.parent.is_dir():
+        record = created_record(run_id, shard, attempt, time.time()).replace(
+            state=state, reason=reason)  # created -> state, as one record
+        if publish_json_immutable(path, record.to_dict()):  # never over a new record
+            return record
+        current = load_attempt(path)
     if current is None:
         raise StateError(f"{path}: attempt record is missing")
     if current.state in states.TERMINAL:

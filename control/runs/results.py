@@ -171,7 +171,7 @@ class MergeResult(Result):
     output: str = ""
     manifest: str = ""
     records: int = 0
-    sha256: str = ""
+    sha256: str = ""  # the manifest's digest: files_sha256 (jsonl), the file's (parquet)
     complete: bool = False
     missing_shards: Tuple[int, ...] = ()
 
@@ -179,7 +179,8 @@ class MergeResult(Result):
     def from_dict(cls, data: Data) -> MergeResult:
         """From ``merge --json``'s object."""
         return cls(data=data, output=data.get("output", ""), manifest=data.get("manifest", ""),
-                   records=data.get("records", 0), sha256=data.get("sha256", ""),
+                   records=data.get("records", 0),
+                   sha256=data.get("files_sha256") or data.get("sha256", ""),
                    complete=bool(data.get("complete")),
                    missing_shards=tuple(data.get("missing_shards", [])))
 

@@ -25,9 +25,8 @@ import hashlib
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from agent_stdlib import states
 from agent_stdlib.arrays import task_job_id
-from agent_stdlib.attempts import advance_attempts
+from agent_stdlib.attempts import submit_attempts
 from agent_stdlib.contracts import Plan, SubmissionRecord
 from agent_stdlib.layout import JOB_PREFIX, RunLayout
 from agent_stdlib.statefile import (
@@ -133,10 +132,10 @@ def submit_shared(members: Sequence[Staged], profile: Profile, scheduler: Schedu
     records = [r.replace(argv=tuple(argv), job_id=job_id) for r in records]
     for member, record in zip(members, records):
         write_json_atomic(member.layout.submission_json(record.number), record.to_dict())
-    advance_attempts([(m.layout.attempt(shard, 1).attempt_json,
-                       {"job_id": task_job_id(job_id, task), "submission": r.number})
-                      for m, r, mine in zip(members, records, tasks)
-                      for shard, task in sorted(mine.items())], states.SUBMITTED)
+    submit_attempts((m.layout.attempt_json_path(shard, 1), m.plan.run_id, shard, 1,
+                     task_job_id(job_id, task), r.number)
+                    for m, r, mine in zip(members, records, tasks)
+                    for shard, task in sorted(mine.items()))
     scheduler.release(job_id)
     records = [r.replace(released=True) for r in records]
     for member, record in zip(members, records):

@@ -398,7 +398,8 @@ def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[st
     submission records do not name the shard's latest attempt. A newer folder without
     ``attempt.json`` is not an attempt yet (a retry is creating it, or died doing so:
     the next retry submits it), so the attempt before it is the shard's latest; without
-    any record the newest folder is returned (status reports it incomplete).
+    any record the newest folder is returned (``scan_shard`` shows it ``created``: a
+    first attempt whose submit has not written its record yet).
     """
     folder = f"{layout.root}/shards/{shard_name(shard)}"
     try:
@@ -415,6 +416,17 @@ def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[st
     recorded = next((n for n in attempts
                      if _exists(f"{folder}/attempts/{n}/attempt.json")), attempts[0])
     return winner, f"{folder}/attempts/{recorded}"
+
+
+UNRECORDED = "not recorded yet (its submission has not written it)"
+
+
+def _unrecorded(folder: str) -> AttemptView:
+    """The view of an attempt folder no attempt has a record in: ``created``, as submit
+    leaves a shard's first attempt until its job id is known (it writes the record once,
+    ``submitted``) and retry while it makes the record. Dated by the folder itself."""
+    return AttemptView(int(os.path.basename(folder)[8:]), "created", None, UNRECORDED,
+                       os.lstat(folder).st_mtime)
 
 
 def _exists(path: str) -> bool:
@@ -496,7 +508,7 @@ def scan_shard(layout: RunLayout, shard: int, expected: Optional[int] = None) ->
     progress, progress_problem = None, None
     if folder:
         try:
-            attempt = _attempt_view(f"{folder}/attempt.json")
+            attempt = _attempt_view(f"{folder}/attempt.json") or _unrecorded(folder)
         except (StateError, OSError) as err:
             problem = str(err)
         progress, progress_problem = _progress(folder, attempt is not None

@@ -1,8 +1,11 @@
 """Submit: plan, persist every record, then one held array, record its id, release.
 
-Order matters: inputs, plan, agent and ``created`` attempts exist before ``run.json``
-(the commit marker); the job id is recorded (``submitted``) before ``scontrol release``,
-so a crash anywhere leaves a state that ``status`` can explain.
+Order matters: inputs, plan, agent and the shards' attempt folders exist before
+``run.json`` (the commit marker); each held array's job id is recorded in its submission
+record, then every attempt is written once, ``submitted`` with its task's job id (one
+sync for all), then the arrays are released. A crash anywhere leaves a state that
+``status`` can explain and finish (``recover_submissions``): a first attempt without a
+record is one whose submission had not got that far.
 """
 
 from __future__ import annotations
@@ -12,16 +15,10 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
-from agent_stdlib import states
 from agent_stdlib.arrays import task_job_id
-from agent_stdlib.attempts import (
-    advance_attempt,
-    advance_attempts,
-    create_attempts,
-    load_attempt,
-)
+from agent_stdlib.attempts import create_attempts, submit_attempts
 from agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord, sha256_bytes
 from agent_stdlib.layout import RunLayout, job_name, runs_root, shard_name
 from agent_stdlib.statefile import (
@@ -64,7 +61,8 @@ def _copy_private(source: Path, target: Path, mode: int) -> None:
 def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: Path,
               agent_sha256: str, plan_bytes: Optional[bytes] = None,
               plan_sha256: Optional[str] = None) -> Staged:
-    """Create the run directory: inputs, plan.json, agent and ``created`` attempts.
+    """Create the run directory: inputs, plan.json, agent and the first attempts' folders
+    (their records are written once, ``submitted``, by ``submit_all``).
 
     ``plan_bytes``/``plan_sha256`` are the plan as resolved (``runs/plan.resolve``), so
     the digest the batch script checks is computed once; without them they are made here.
@@ -81,26 +79,23 @@ def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: P
     publish_immutable(layout.plan_json, plan_bytes, mode=0o400)
     agent_name = f"agent-{agent_sha256}.pyz"
     _copy_private(agent_pyz, root / agent_name, 0o400)
-    create_attempts(_first_attempts(layout, plan), in_place=True)  # one sync, then run.json
+    _first_attempt_folders(layout, plan)
     return Staged(layout, plan, plan_sha256 or sha256_bytes(plan_bytes), agent_name,
                   agent_sha256)
 
 
-def _first_attempts(layout: RunLayout, plan: Plan
-                    ) -> Iterator[Tuple[str, str, int, int, Optional[int]]]:
-    """Make each shard's ``attempts/attempt-0001`` folder; yield what ``create_attempts``
-    writes there. The run directory is new (made exclusively above), so its folders are
-    made with three plain ``mkdir`` calls a shard, and no existence checks."""
+def _first_attempt_folders(layout: RunLayout, plan: Plan) -> None:
+    """Make each shard's ``attempts/attempt-0001`` folder. The run directory is new (made
+    exclusively above), so that is three plain ``mkdir`` calls a shard, no existence
+    checks. Made durable by the sync of the attempt records written into them."""
     shards = str(ensure_dir(layout.root / "shards"))
     first = layout.attempt(0, 1)  # the names below come from the layout, as strings
-    attempts, attempt, record = (first.root.parent.name, first.root.name,
-                                 first.attempt_json.name)
+    attempts, attempt = first.root.parent.name, first.root.name
     for shard in plan.shards:
         folder = f"{shards}/{shard_name(shard.index)}"
         os.mkdir(folder, 0o700)
         os.mkdir(f"{folder}/{attempts}", 0o700)
         os.mkdir(f"{folder}/{attempts}/{attempt}", 0o700)
-        yield f"{folder}/{attempts}/{attempt}/{record}", plan.run_id, shard.index, 1, None
 
 
 def commit_run(staged: Staged, backend: str, warnings: Sequence[str] = (),
@@ -134,9 +129,12 @@ def submit_all(staged: Staged, profile: Profile, scheduler: Scheduler,
     """Submit ``attempts`` (shard -> attempt) as one held array per array of the plan.
 
     Three phases, so that a run of many arrays makes its attempts durable once: every
-    array is sbatch-ed held and its job id recorded; then every attempt is advanced to
-    ``submitted`` with one sync; then every array is released. Each submission record
-    still goes ``job id`` -> ``released`` in that order, which recovery relies on.
+    array is sbatch-ed held and its job id recorded; then every attempt is recorded
+    ``submitted`` with one sync (written once for a submit's first attempts, which have
+    no record before; advanced from ``created`` for a retry's); then every array is
+    released. Each submission record still goes ``job id`` -> ``released`` in that order,
+    which recovery relies on. When an sbatch fails, the attempts it did not submit are
+    left ``created`` (written now if they had no record), as a retry's are.
     """
     existing = load_submissions(staged.layout)
     recorded = [r.job_id for r in existing if r.job_id]
@@ -154,20 +152,24 @@ def submit_all(staged: Staged, profile: Profile, scheduler: Scheduler,
         held.append((record, mine, tasks))
         recorded.append(record.job_id or "")
         number += 1
-    _release_held(staged.layout, scheduler, held)
+    _release_held(staged.layout, staged.plan.run_id, scheduler, held)
     if failure is not None:
+        done = {shard for _, mine, _ in held for shard in mine}
+        layout = staged.layout
+        create_attempts((layout.attempt(shard, attempt).attempt_json, staged.plan.run_id,
+                         shard, attempt, None) for shard, attempt in sorted(attempts.items())
+                        if shard not in done
+                        and not layout.attempt(shard, attempt).attempt_json.exists())
         raise failure
     return [record.replace(released=True) for record, _, _ in held]
 
 
-def _release_held(layout: RunLayout, scheduler: Scheduler,
+def _release_held(layout: RunLayout, run_id: str, scheduler: Scheduler,
                   held: List[Tuple[SubmissionRecord, Dict[int, int], Dict[int, int]]]) -> None:
-    """Advance the held arrays' attempts to ``submitted`` (one sync), then release each."""
-    advance_attempts([(layout.attempt(shard, attempt).attempt_json,
-                       {"job_id": task_job_id(str(record.job_id), tasks[shard]),
-                        "submission": record.number})
-                      for record, mine, tasks in held
-                      for shard, attempt in sorted(mine.items())], states.SUBMITTED)
+    """Record the held arrays' attempts ``submitted`` (one sync), then release each."""
+    submit_attempts((layout.attempt_json_path(shard, attempt), run_id, shard, attempt,
+                     task_job_id(str(record.job_id), tasks[shard]), record.number)
+                    for record, mine, tasks in held for shard, attempt in sorted(mine.items()))
     for record, _, _ in held:
         scheduler.release(str(record.job_id))
         write_json_atomic(layout.submission_json(record.number),
@@ -231,14 +233,17 @@ def _adopt(layout: RunLayout, record: SubmissionRecord, job_id: str) -> Submissi
 
 
 def mark_submitted(layout: RunLayout, plan: Plan, record: SubmissionRecord) -> None:
-    """Advance the ``created`` attempts of ``record`` (its job id known) to submitted."""
+    """Record the attempts of a held submission ``submitted`` (one sync): those without a
+    record (the submit died before writing them) and those still ``created``."""
     assert record.job_id is not None
-    for shard, attempt in sorted((int(k), v) for k, v in record.attempts.items()):
-        path = layout.attempt(shard, attempt).attempt_json
-        current = load_attempt(path)
-        if current is not None and current.state == states.CREATED:
-            job_id = task_job_id(record.job_id, plan.array_task(shard)[1])
-            advance_attempt(path, states.SUBMITTED, job_id=job_id, submission=record.number)
+    job_id = record.job_id
+    pairs = sorted((int(k), v) for k, v in record.attempts.items())
+    folders = {os.path.dirname(layout.attempt_json_path(s, a)) for s, a in pairs}
+    for folder in sorted(folders):  # made before the commit: gone only with a lost disk
+        ensure_dir(Path(folder))
+    submit_attempts(((layout.attempt_json_path(shard, attempt), plan.run_id, shard, attempt,
+                      task_job_id(job_id, plan.array_task(shard)[1]), record.number)
+                     for shard, attempt in pairs), only_created=True)
 
 
 def _release(layout: RunLayout, scheduler: Scheduler, record: SubmissionRecord,

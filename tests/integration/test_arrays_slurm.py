@@ -3,8 +3,9 @@
 The no-accounting testbed has ``MaxArraySize=4`` (Makefile: NOACCT_MAX_ARRAY_SIZE), so a
 run of 6 shards goes out as two arrays: shards 0-3 are tasks 0-3 of the first, shards 4-5
 tasks 0-1 of the second. A submit that dies after the second ``sbatch`` leaves that array
-held with its attempts ``created``; ``status`` recovers it, and must record each attempt
-under its own task's job id (``<job>_0``, ``<job>_1``), or the agents refuse to run.
+held with no attempt records yet (submit writes each once, ``submitted``, after every
+sbatch); ``status`` recovers it, and must record each attempt under its own task's job id
+(``<job>_0``, ``<job>_1``), or the agents refuse to run.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ def test_recovery_of_a_crashed_split_submit_runs_every_shard(slurm_cluster_noacc
     shards = max_size + 2
     profile = write_profile(tmp_path, python_exe)
     run_file = write_run(tmp_path, records=2 * shards, shards=shards, latency=0.01)
-    real = submit.advance_attempts  # dies after both arrays' sbatch, before their attempts
-    monkeypatch.setattr(submit, "advance_attempts", crash_on_call(real, 1))  # (one sync)
+    real = submit.submit_attempts  # dies after both arrays' sbatch, before their attempts
+    monkeypatch.setattr(submit, "submit_attempts", crash_on_call(real, 1))  # (one sync)
     with pytest.raises(Crash):
         api.submit(run_file, str(profile))
-    monkeypatch.setattr(submit, "advance_attempts", real)
+    monkeypatch.setattr(submit, "submit_attempts", real)
     (root,) = (tmp_path / "workspace" / "runs").iterdir()
     layout = RunLayout(root)
     records = submit.load_submissions(layout)

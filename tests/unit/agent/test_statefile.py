@@ -470,24 +470,45 @@ def test_canonical_is_json_dumps_byte_for_byte():
     assert canonical({1: "x"}) == json.dumps({1: "x"}, sort_keys=True, indent=2)
 
 
-def test_create_many_json_writes_in_place_never_over_a_file_and_syncs_once(tmp_path,
-                                                                           monkeypatch):
-    from agent_stdlib import statefile
-
-    synced = []
-    monkeypatch.setattr(statefile, "sync_filesystem", synced.append)
-    paths = [tmp_path / f"r{i}.json" for i in range(4)]
-    statefile.create_many_json((p, {"i": i}) for i, p in enumerate(paths))
-    assert [json.loads(p.read_text()) for p in paths] == [{"i": i} for i in range(4)]
-    assert sorted(x.name for x in tmp_path.iterdir()) == sorted(p.name for p in paths)
-    assert synced == [str(tmp_path)]
-    with pytest.raises(FileExistsError):
-        statefile.create_many_json([(paths[0], {"i": 9})])
-    assert json.loads(paths[0].read_text()) == {"i": 0}
-
-
 def test_sync_filesystem_syncs_that_filesystem_not_the_machine(tmp_path, monkeypatch):
     from agent_stdlib import statefile
 
     monkeypatch.setattr(statefile.os, "sync", lambda: pytest.fail("sync(2) of every fs"))
     statefile.sync_filesystem(tmp_path)  # syncfs(2) of the one filesystem (Linux)
+
+
+def test_json_template_is_dumps_of_the_record_with_its_fields(tmp_path):
+    from agent_stdlib.statefile import dumps, json_template
+
+    base = {"a": 1.5, "job_id": None, "name": "x@@y", "nested": {"k": [1, 2]}, "shard": 0,
+            "z": "é"}
+    render = json_template(base, ("shard", "job_id"))
+    for shard, job in ((0, None), (7, "7_3"), (12345, 'we"ird\n\u2603'), (-1, "")):
+        assert render(shard=shard, job_id=job) == dumps({**base, "shard": shard,
+                                                         "job_id": job})
+
+
+def test_submit_attempts_writes_new_records_once_and_advances_created_ones(tmp_path):
+    from agent_stdlib.attempts import (
+        advance_attempt,
+        create_attempts,
+        load_attempt,
+        submit_attempts,
+    )
+    from agent_stdlib.states import TransitionError
+
+    paths = [tmp_path / f"a{i}.json" for i in range(4)]
+    create_attempts([(paths[1], "run", 1, 2, 1), (paths[2], "run", 2, 1, None)])
+    advance_attempt(paths[2], "submitted", job_id="6_2")
+    items = [(p, "run", i, 1 if i != 1 else 2, f"7_{i}", 3) for i, p in enumerate(paths)]
+    with pytest.raises(TransitionError):  # a2 is submitted already: nothing written
+        submit_attempts(items)
+    assert not paths[0].exists() and load_attempt(paths[1]).state == "created"
+    assert submit_attempts(items, only_created=True) == 3
+    new, retried, kept, last = (load_attempt(p) for p in paths)
+    assert (new.state, new.revision, new.job_id, new.submission, new.attempt) == (
+        "submitted", 1, "7_0", 3, 1)
+    assert (retried.state, retried.revision, retried.job_id, retried.resume_from,
+            retried.attempt) == ("submitted", 2, "7_1", 1, 2)
+    assert (kept.job_id, kept.revision) == ("6_2", 2) and last.shard == 3
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted(p.name for p in paths)

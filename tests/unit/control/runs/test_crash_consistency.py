@@ -128,9 +128,6 @@ def check_readable(world: World) -> Dict[str, Any]:
     committed = layout.run_json.exists()
     for path in state_files(layout):
         rel = str(path.relative_to(layout.root))
-        if not committed and path.name == "attempt.json":
-            continue  # staged in place before the commit marker: an uncommitted run is
-            # never read (submit writes them with O_EXCL, one syncfs, then run.json)
         if path.name == "settled.json":  # one row a line, not one JSON document
             from control.runs import settled
 

@@ -25,7 +25,7 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
 from control.errors import Conflict
 from control.planning.planner import split_records
-from control.runs.merge import merge_run
+from control.runs.merge import files_sha256, merge_run, verify_jsonl
 
 # ----------------------------------------------------------------------------- build_manifest
 
@@ -257,8 +257,10 @@ def test_merge_in_shard_order(tmp_path: Path) -> None:
     assert manifest["output"] == str(target)
     assert merged_ids(target) == list(range(11))
     data = target.read_bytes()
-    assert manifest["sha256"] == hashlib.sha256(data).hexdigest()
-    assert manifest["bytes"] == len(data)
+    assert verify_jsonl(target, manifest) is None and "sha256" not in manifest
+    assert manifest["files_sha256"] == files_sha256(
+        [(f["sha256"], f["bytes"]) for s in manifest["shards"] for f in s["files"]])
+    assert manifest["bytes"] == len(data) and manifest["schema_version"] == 2
     assert manifest["records"] == 11
     assert manifest["complete"] is True and manifest["missing_shards"] == []
     assert [(s["shard"], s["attempt"]) for s in manifest["shards"]] == [(0, 1), (1, 3), (2, 1),
@@ -399,8 +401,20 @@ def test_merge_adds_a_missing_final_newline(tmp_path: Path) -> None:
     path = layout.winner_json(0)
     path.chmod(0o600)
     path.write_text(winner.to_json())
-    merge_run(layout, None, False)
-    assert merged_ids(layout.merged / "records.jsonl") == [0, 1, 2, 3]
+    merged = merge_run(layout, None, False)
+    target = layout.merged / "records.jsonl"
+    assert merged_ids(target) == [0, 1, 2, 3]
+    assert verify_jsonl(target, merged) is None  # the added newline is part of the format
+    data = target.read_bytes()
+    for bad, why in ((data.replace(b'{"i": 0}\n{"i": 1}\n', b'{"i": 0}\n{"i": 1} '),
+                      "file 0: not followed by the newline"),
+                     (data.replace(b'"i": 2', b'"i": 7'), "file 1: its bytes do not match"),
+                     (data + b"\n", "goes on after the last file"),
+                     (data[:-3], "the output ends early")):
+        target.write_bytes(bad)
+        assert why in (verify_jsonl(target, merged) or ""), why
+    target.write_bytes(data)
+    assert "not the digest" in verify_jsonl(target, {**merged, "files_sha256": "0" * 64})
 
 
 def test_merge_checks_sizes_before_reading_anything(tmp_path: Path) -> None:
@@ -451,7 +465,7 @@ def test_merge_of_many_blocks_streams_and_verifies(tmp_path: Path, monkeypatch) 
     manifest = merge_run(layout, None, False)
     data = (layout.merged / "records.jsonl").read_bytes()
     assert merged_ids(layout.merged / "records.jsonl") == list(range(300))
-    assert manifest["sha256"] == hashlib.sha256(data).hexdigest()
+    assert verify_jsonl(layout.merged / "records.jsonl", manifest) is None
     path = layout.attempt(1, 1).output / "part-1.jsonl"
     path.write_bytes(path.read_bytes().replace(b'"i": 150', b'"i": 951'))  # same size
     with pytest.raises(Conflict, match="shard 1: .*does not match its winner's digest"):
@@ -500,9 +514,8 @@ def test_the_copy_is_made_in_the_kernel_and_hashed_in_the_output(
     monkeypatch.setattr(os, "copy_file_range",
                         lambda *a: calls.append(1) or real(*a))
     manifest = merge_run(layout, None, allow_partial=False)
-    data = (layout.merged / "records.jsonl").read_bytes()
     assert merged_ids(layout.merged / "records.jsonl") == list(range(400))
-    assert manifest["sha256"] == hashlib.sha256(data).hexdigest() and len(calls) > 6
+    assert verify_jsonl(layout.merged / "records.jsonl", manifest) is None and len(calls) > 6
 
 
 @pytest.mark.parametrize("code", [errno.EXDEV, errno.ENOSYS, errno.EINVAL])

@@ -111,9 +111,9 @@ def test_the_batch_script_runs_the_task_s_run_and_logs_there(tmp_path: Path,
 
 
 # write_json_atomic's calls: a, b without a job id (1, 2); a, b with it (3, 4); a, b
-# released (5, 6); advance_attempts (one call) is between 4 and the release
+# released (5, 6); submit_attempts (one call) is between 4 and the release
 @pytest.mark.parametrize("where,call", [("write_json_atomic", 3), ("write_json_atomic", 4),
-                                        ("advance_attempts", 1), ("write_json_atomic", 6)])
+                                        ("submit_attempts", 1), ("write_json_atomic", 6)])
 def test_recovery_from_either_run_finishes_the_whole_group(
         tmp_path: Path, agent_pyz: Path, monkeypatch, where: str, call: int) -> None:
     from control.runs.status import observe

@@ -63,15 +63,17 @@ def test_recovery_of_a_crashed_submit_gives_each_array_task_its_job_id(
     plan, profile = _plan(tmp_path, 2)
     staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
     commit_run(staged, "slurm")
-    real = submit.advance_attempts  # dies after every array's sbatch, before the attempts
-    monkeypatch.setattr(submit, "advance_attempts", crash_on_call(real, 1))  # (one sync)
+    real = submit.submit_attempts  # dies after every array's sbatch, before the attempts
+    monkeypatch.setattr(submit, "submit_attempts", crash_on_call(real, 1))  # (one sync)
     runner = SbatchRecorder(next_id=700)
     with pytest.raises(Crash):
         submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
-    monkeypatch.setattr(submit, "advance_attempts", real)
+    monkeypatch.setattr(submit, "submit_attempts", real)
     records = submit.load_submissions(staged.layout)
     assert [(r.job_id, r.released) for r in records] == [
         ("701", False), ("702", False), ("703", False)]
+    assert [load_attempt(staged.layout.attempt(i, 1).attempt_json) for i in range(5)] == \
+        [None] * 5  # written once, submitted: the submit died before that
     rows = [JobRow("701_[0-1]", "PENDING", "JobHeldUser"),
             JobRow("702_[0-1]", "PENDING", "JobHeldUser"), JobRow("703_0", "PENDING",
                                                                 "JobHeldUser")]
@@ -116,3 +118,31 @@ def test_cancel_folds_the_tasks_of_a_split_array_into_its_job_id(
     assert scancel_targets(staged.layout, plan.arrays, every) == ["701", "702", "703"]
     assert scancel_targets(staged.layout, plan.arrays, every - {"702_1"}) == \
         ["701", "703", "702_0"]
+
+
+def test_first_attempts_are_written_once_submitted_and_read_as_created_before(
+        tmp_path: Path, agent_pyz: Path) -> None:
+    from agent_stdlib.contracts import AttemptRecord
+    from control.runs.store import UNRECORDED, scan_shard
+
+    plan, profile = _plan(tmp_path, 2)
+    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
+    commit_run(staged, "slurm")
+    layout = staged.layout
+    assert all(layout.attempt(i, 1).root.is_dir() for i in range(5))
+    view = scan_shard(layout, 3)  # committed, not yet submitted: shown as created
+    assert (view.attempt.number, view.attempt.state, view.attempt.reason, view.problem) == (
+        1, "created", UNRECORDED, None)
+    runner = SbatchRecorder(next_id=700)
+    submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
+    records = [load_attempt(layout.attempt(i, 1).attempt_json) for i in range(5)]
+    assert records[2] == AttemptRecord(run_id=plan.run_id, shard=2, attempt=1,
+                                       state="submitted", revision=1,
+                                       updated_at=records[2].updated_at, submission=2,
+                                       job_id="702_0")
+    assert [(r.state, r.revision, r.submission) for r in records] == [
+        ("submitted", 1, 1), ("submitted", 1, 1), ("submitted", 1, 2), ("submitted", 1, 2),
+        ("submitted", 1, 3)]
+    text = layout.attempt(4, 1).attempt_json.read_bytes()
+    assert text == (json.dumps(json.loads(text), sort_keys=True, indent=2) + "\n").encode()
+    assert scan_shard(layout, 3).attempt.state == "submitted"
