@@ -118,8 +118,7 @@ def commit_run(staged: Staged, backend: str, warnings: Sequence[str] = (),
 def array_groups(plan: Plan, shards: List[int]) -> List[Tuple[Optional[int], Dict[int, int]]]:
     """``(array index, {shard: task id})`` per Slurm array the shards belong to (pure)."""
     groups: Dict[Optional[int], Dict[int, int]] = {}
-    for shard in sorted(shards):
-        index, task = plan.array_task(shard)
+    for shard, index, task in plan.array_tasks(sorted(shards)):
         groups.setdefault(index, {})[shard] = task
     return sorted(groups.items(), key=lambda group: -1 if group[0] is None else group[0])
 
