@@ -512,3 +512,56 @@ def test_submit_attempts_writes_new_records_once_and_advances_created_ones(tmp_p
             retried.attempt) == ("submitted", 2, "7_1", 1, 2)
     assert (kept.job_id, kept.revision) == ("6_2", 2) and last.shard == 3
     assert sorted(x.name for x in tmp_path.iterdir()) == sorted(p.name for p in paths)
+
+
+def test_in_parallel_runs_every_batch_once_on_several_threads() -> None:
+    from agent_stdlib.statefile import chunked, in_parallel
+
+    seen: List[int] = []
+    threads = set()
+    lock = threading.Lock()
+    started = threading.Barrier(2, timeout=10)
+
+    def work(batch: List[int]) -> None:
+        if batch[0] < 2:  # the first two batches wait for each other: two threads ran
+            started.wait()
+        with lock:
+            seen.extend(batch)
+            threads.add(threading.get_ident())
+
+    in_parallel(chunked(range(25), 1), work, workers=2)
+    assert sorted(seen) == list(range(25)) and len(threads) == 2
+    assert list(chunked(range(5), 2)) == [[0, 1], [2, 3], [4]] and list(chunked([], 3)) == []
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_in_parallel_raises_a_batch_error_after_the_batches_in_flight_finished(workers):
+    from agent_stdlib.statefile import in_parallel
+
+    done: List[int] = []
+
+    def work(batch: List[int]) -> None:
+        if batch == [1]:
+            raise OSError(28, "No space left on device")
+        done.append(batch[0])
+
+    with pytest.raises(OSError, match="No space left"):
+        in_parallel(([i] for i in range(4)), work, workers=workers)
+    assert 0 in done and 1 not in done
+    if workers > 1:  # every batch handed to a thread ran to its end before the raise
+        assert sorted(done) == [0, 2, 3]
+
+
+def test_write_many_on_threads_writes_every_file_once_and_syncs_once(tmp_path, monkeypatch):
+    from agent_stdlib import statefile
+
+    calls: List[str] = []
+    monkeypatch.setattr(statefile, "WORKERS", 3)
+    monkeypatch.setattr(statefile, "BATCH", 7)
+    monkeypatch.setattr(statefile, "sync_filesystem", lambda path: calls.append(str(path)))
+    folders = [ensure_dir(tmp_path / f"d{i}") for i in range(5)]
+    paths = [folders[i % 5] / f"r{i}.json" for i in range(100)]
+    statefile.write_many((p, f"{i}\n".encode()) for i, p in enumerate(paths))
+    assert [p.read_text() for p in paths] == [f"{i}\n" for i in range(100)]
+    assert calls == [str(folders[0])]
+    assert not [p for f in folders for p in f.iterdir() if p.name.startswith(".tmp-")]
