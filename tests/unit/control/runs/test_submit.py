@@ -176,3 +176,25 @@ def test_stage_makes_every_first_attempt_folder_on_several_threads(
     assert len(folders) == 15 and threading.get_ident() not in threads
     assert all((staged.layout.root / p).stat().st_mode & 0o777 == 0o700 for p in folders)
 
+
+def test_a_release_that_fails_leaves_the_arrays_released_before_it_recorded(
+        tmp_path: Path, agent_pyz: Path) -> None:
+    from control.errors import SchedulerRejected
+    from control.runs import submit
+    from control.slurm.runner import CommandResult
+
+    plan, profile = _plan(tmp_path, 2)
+    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
+    commit_run(staged, "slurm")
+    sbatch = SbatchRecorder(next_id=700)
+
+    def runner(argv, timeout):  # noqa: ANN001 - the Runner protocol
+        if argv[1:] == ["release", "702"]:
+            return CommandResult(argv, 1, "", "scontrol: error: Invalid job id specified\n")
+        return sbatch(argv, timeout)
+
+    with pytest.raises(SchedulerRejected):
+        submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
+    records = submit.load_submissions(staged.layout)
+    assert [(r.job_id, r.released) for r in records] == [("701", True), ("702", False),
+                                                          ("703", False)]
