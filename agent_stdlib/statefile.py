@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import (
     Any,
     Callable,
-    Deque,
     Dict,
     Iterable,
-    Iterator,
     List,
     Optional,
     Sequence,
@@ -31,7 +29,6 @@ from agent_stdlib.errors import AgentError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
-T = TypeVar("T")
 
 
 class StateError(AgentError):
@@ -187,30 +184,14 @@ def write_many_json(records: Iterable[Tuple[Union[str, Path], Dict[str, Any]]]) 
 
 
 def write_many(payloads: Iterable[Tuple[Union[str, Path], bytes]]) -> None:
-    """``write_many_json`` of records already serialised (``dumps``, ``json_template``).
-
-    The files are written by ``WORKERS`` threads, in batches (``in_parallel``): creating
-    a file is a metadata operation that releases the GIL, and the order of the writes does
-    not matter, since they become durable together, with the one sync at the end.
-    """
-    first: List[str] = []
-
-    def batches() -> Iterator[List[Tuple[str, bytes]]]:
-        for batch in chunked(((str(path), payload) for path, payload in payloads),
-                             BATCH):
-            if not first:
-                first.append(os.path.dirname(batch[0][0]))
-            yield batch
-
-    in_parallel(batches(), _write_batch)
-    if first:
-        sync_filesystem(first[0])
-
-
-def _write_batch(batch: List[Tuple[str, bytes]]) -> None:
+    """``write_many_json`` of records already serialised (``dumps``, ``json_template``)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    for path, payload in batch:
-        temp = f"{os.path.dirname(path)}/.tmp-{os.urandom(8).hex()}"
+    first = None
+    for path, payload in payloads:
+        path = str(path)
+        folder = os.path.dirname(path)
+        first = first or folder
+        temp = f"{folder}/.tmp-{os.urandom(8).hex()}"
         fd = os.open(temp, flags, FILE_MODE)
         try:
             view = memoryview(payload)
@@ -219,54 +200,8 @@ def _write_batch(batch: List[Tuple[str, bytes]]) -> None:
         finally:
             os.close(fd)
         os.replace(temp, path)
-
-
-WORKERS = max(1, min(8, os.cpu_count() or 1))  # threads of bulk metadata work
-BATCH = 1024  # items a thread takes at a time
-
-
-def chunked(items: Iterable[T], size: int) -> Iterator[List[T]]:
-    """``items`` in lists of ``size`` (the last one shorter), streamed."""
-    batch: List[T] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def in_parallel(batches: Iterable[T], work: Callable[[T], None],
-                workers: Optional[int] = None) -> None:
-    """``work(batch)`` for every batch, on ``workers`` threads (``WORKERS``), at most two
-    batches a thread in flight (memory stays bounded for a streamed input); returns when
-    all are done and raises the first batch's error, after the rest have finished.
-
-    For bulk metadata work (thousands of ``mkdir`` and file creations at submit): the
-    kernel does it with the GIL released, so two threads keep two CPUs busy, and on a
-    parallel filesystem each thread's round trips to the metadata server overlap.
-    """
-    workers = WORKERS if workers is None else workers
-    if workers <= 1:
-        for batch in batches:
-            work(batch)
-        return
-    from collections import deque
-    from concurrent.futures import Future, ThreadPoolExecutor
-
-    with ThreadPoolExecutor(workers) as pool:
-        pending: Deque[Future[None]] = deque()
-        try:
-            for batch in batches:
-                pending.append(pool.submit(work, batch))
-                if len(pending) > 2 * workers:
-                    pending.popleft().result()
-        finally:
-            errors = [f.exception() for f in pending]  # waits for every batch in flight
-        for error in errors:
-            if error is not None:
-                raise error
+    if first is not None:
+        sync_filesystem(first)
 
 
 def json_template(data: Dict[str, Any], fields: Sequence[str]) -> Callable[..., bytes]:

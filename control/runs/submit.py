@@ -22,11 +22,8 @@ from agent_stdlib.attempts import create_attempts, submit_attempts
 from agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord, sha256_bytes
 from agent_stdlib.layout import RunLayout, job_name, runs_root, shard_name
 from agent_stdlib.statefile import (
-    BATCH,
-    chunked,
     dumps,
     ensure_dir,
-    in_parallel,
     publish_immutable,
     write_bytes_atomic,
     write_json_atomic,
@@ -92,20 +89,15 @@ def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: P
 def _first_attempt_folders(layout: RunLayout, plan: Plan) -> None:
     """Make each shard's ``attempts/attempt-0001`` folder. The run directory is new (made
     exclusively above), so that is three plain ``mkdir`` calls a shard, no existence
-    checks, on ``statefile.WORKERS`` threads (the kernel's part, most of the cost, runs
-    without the GIL). Made durable by the sync of the attempt records written into them."""
+    checks. Made durable by the sync of the attempt records written into them."""
     shards = str(ensure_dir(layout.root / "shards"))
     first = layout.attempt(0, 1)  # the names below come from the layout, as strings
     attempts, attempt = first.root.parent.name, first.root.name
-
-    def make(batch: List[int]) -> None:
-        for index in batch:
-            folder = f"{shards}/{shard_name(index)}"
-            os.mkdir(folder, 0o700)
-            os.mkdir(f"{folder}/{attempts}", 0o700)
-            os.mkdir(f"{folder}/{attempts}/{attempt}", 0o700)
-
-    in_parallel(chunked((shard.index for shard in plan.shards), BATCH), make)
+    for shard in plan.shards:
+        folder = f"{shards}/{shard_name(shard.index)}"
+        os.mkdir(folder, 0o700)
+        os.mkdir(f"{folder}/{attempts}", 0o700)
+        os.mkdir(f"{folder}/{attempts}/{attempt}", 0o700)
 
 
 def commit_run(staged: Staged, backend: str, warnings: Sequence[str] = (),

@@ -148,35 +148,6 @@ def test_first_attempts_are_written_once_submitted_and_read_as_created_before(
     assert scan_shard(layout, 3).attempt.state == "submitted"
 
 
-def test_stage_makes_every_first_attempt_folder_on_several_threads(
-        tmp_path: Path, agent_pyz: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import threading
-
-    from agent_stdlib import statefile
-    from control.runs import submit
-
-    monkeypatch.setattr(statefile, "WORKERS", 3)
-    monkeypatch.setattr(submit, "BATCH", 2)  # 5 shards: three batches, on the pool's threads
-    made = {}
-    real = submit.os.mkdir
-
-    def mkdir(path, mode=0o777):
-        made[str(path)] = threading.get_ident()
-        return real(path, mode)
-
-    monkeypatch.setattr(submit.os, "mkdir", mkdir)
-    plan, profile = _plan(tmp_path, 2)
-    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
-    folders = sorted(p.relative_to(staged.layout.root) for p in
-                     (staged.layout.root / "shards").rglob("*"))
-    assert [str(p) for p in folders if p.name == "attempt-0001"] == [
-        str(staged.layout.attempt(i, 1).root.relative_to(staged.layout.root))
-        for i in range(5)]
-    threads = {ident for path, ident in made.items() if "/shards/shard-" in path}
-    assert len(folders) == 15 and threading.get_ident() not in threads
-    assert all((staged.layout.root / p).stat().st_mode & 0o777 == 0o700 for p in folders)
-
-
 def test_a_release_that_fails_leaves_the_arrays_released_before_it_recorded(
         tmp_path: Path, agent_pyz: Path) -> None:
     from control.errors import SchedulerRejected
