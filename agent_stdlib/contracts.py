@@ -14,7 +14,19 @@ import hashlib
 import json
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Type, TypeVar
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Tuple,
+    Type,
+    TypeVar,
+)
 
 from agent_stdlib import arrays
 from agent_stdlib.errors import AgentError
@@ -457,6 +469,15 @@ class Plan(Record):
         self.shard(shard)
         try:
             return arrays.array_task(self.arrays, shard)
+        except arrays.ArrayError as err:
+            raise ContractError(str(err)) from err
+
+    def array_tasks(self, shards: Iterable[int]) -> Iterator[Tuple[int, Optional[int], int]]:
+        """``(shard, array index, task id)`` for many shards (``arrays.array_tasks``)."""
+        try:
+            for shard, index, task in arrays.array_tasks(self.arrays, shards):
+                self.shard(shard)
+                yield shard, index, task
         except arrays.ArrayError as err:
             raise ContractError(str(err)) from err
 

@@ -82,7 +82,7 @@ def phase_timer() -> Dict[str, float]:
         setattr(module, name, timed)
 
     wrap(planning, "resolve")
-    for name in ("stage_run", "commit_run", "submit_all", "submit_attempts", "_sbatch"):
+    for name in ("stage_run", "commit_run", "submit_all", "submit_attempts", "sbatch_adopting"):
         wrap(submitting, name)
     return times
 

@@ -22,10 +22,12 @@ from agent_stdlib.attempts import create_attempts, submit_attempts
 from agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord, sha256_bytes
 from agent_stdlib.layout import RunLayout, job_name, runs_root, shard_name
 from agent_stdlib.statefile import (
+    dumps,
     ensure_dir,
     publish_immutable,
     write_bytes_atomic,
     write_json_atomic,
+    write_many,
 )
 from control.errors import SchedulerUncertain
 from control.runs.store import (
@@ -118,8 +120,7 @@ def commit_run(staged: Staged, backend: str, warnings: Sequence[str] = (),
 def array_groups(plan: Plan, shards: List[int]) -> List[Tuple[Optional[int], Dict[int, int]]]:
     """``(array index, {shard: task id})`` per Slurm array the shards belong to (pure)."""
     groups: Dict[Optional[int], Dict[int, int]] = {}
-    for shard in sorted(shards):
-        index, task = plan.array_task(shard)
+    for shard, index, task in plan.array_tasks(sorted(shards)):
         groups.setdefault(index, {})[shard] = task
     return sorted(groups.items(), key=lambda group: -1 if group[0] is None else group[0])
 
@@ -166,14 +167,21 @@ def submit_all(staged: Staged, profile: Profile, scheduler: Scheduler,
 
 def _release_held(layout: RunLayout, run_id: str, scheduler: Scheduler,
                   held: List[Tuple[SubmissionRecord, Dict[int, int], Dict[int, int]]]) -> None:
-    """Record the held arrays' attempts ``submitted`` (one sync), then release each."""
+    """Record the held arrays' attempts ``submitted`` (one sync), then release each, then
+    record every release (one sync for all: a record still saying not released after a
+    crash is released again by recovery, which only asks Slurm to release a job that is
+    still held)."""
     submit_attempts((layout.attempt_json_path(shard, attempt), run_id, shard, attempt,
                      task_job_id(str(record.job_id), tasks[shard]), record.number)
                     for record, mine, tasks in held for shard, attempt in sorted(mine.items()))
-    for record, _, _ in held:
-        scheduler.release(str(record.job_id))
-        write_json_atomic(layout.submission_json(record.number),
-                          record.replace(released=True).to_dict())
+    released = []
+    try:
+        for record, _, _ in held:
+            scheduler.release(str(record.job_id))
+            released.append(record)
+    finally:
+        write_many((layout.submission_json(record.number),
+                    dumps(record.replace(released=True).to_dict())) for record in released)
 
 
 def _submit_held(staged: Staged, profile: Profile, scheduler: Scheduler,

@@ -6,7 +6,14 @@ import random
 
 import pytest
 
-from agent_stdlib.arrays import ArrayError, array_job_id, array_task, task_job_id, task_shard
+from agent_stdlib.arrays import (
+    ArrayError,
+    array_job_id,
+    array_task,
+    array_tasks,
+    task_job_id,
+    task_shard,
+)
 from control.planning.arrays import array_chunks
 from control.runs.store import ArrayView
 
@@ -75,3 +82,25 @@ def test_an_offset_run_larger_than_the_rest_of_the_array_is_split() -> None:
     assert [array_task(arrays, s) for s in (0, 1, 2, 6)] == [(0, 2), (0, 3), (1, 0), (2, 0)]
     with pytest.raises(ValueError, match="not below MaxArraySize"):
         array_chunks(3, 4, first_task=4)
+
+
+def test_array_tasks_answers_as_array_task_for_every_shard_in_any_order() -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        shards = rng.randint(1, 300)
+        size = rng.choice([None, 1, 2, 5, 64, 1000])
+        first = rng.choice([0, 6]) if size is None or size > 6 else 0
+        arrays = list(array_chunks(shards, size, first_task=first))
+        rng.shuffle(arrays)  # the search must not depend on the arrays' order
+        asked = list(range(shards))
+        rng.shuffle(asked)
+        assert list(array_tasks(arrays, asked)) == \
+            [(s, *array_task(arrays, s)) for s in asked]
+        with pytest.raises(ArrayError, match=f"no array of the plan holds shard {shards}"):
+            list(array_tasks(arrays, [0, shards]))
+        with pytest.raises(ArrayError):
+            list(array_tasks(arrays, [-1]))
+
+
+def test_array_tasks_without_arrays_is_the_shard_itself() -> None:
+    assert list(array_tasks((), [3, 0])) == [(3, None, 3), (0, None, 0)]

@@ -146,3 +146,26 @@ def test_first_attempts_are_written_once_submitted_and_read_as_created_before(
     text = layout.attempt(4, 1).attempt_json.read_bytes()
     assert text == (json.dumps(json.loads(text), sort_keys=True, indent=2) + "\n").encode()
     assert scan_shard(layout, 3).attempt.state == "submitted"
+
+
+def test_a_release_that_fails_leaves_the_arrays_released_before_it_recorded(
+        tmp_path: Path, agent_pyz: Path) -> None:
+    from control.errors import SchedulerRejected
+    from control.runs import submit
+    from control.slurm.runner import CommandResult
+
+    plan, profile = _plan(tmp_path, 2)
+    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
+    commit_run(staged, "slurm")
+    sbatch = SbatchRecorder(next_id=700)
+
+    def runner(argv, timeout):  # noqa: ANN001 - the Runner protocol
+        if argv[1:] == ["release", "702"]:
+            return CommandResult(argv, 1, "", "scontrol: error: Invalid job id specified\n")
+        return sbatch(argv, timeout)
+
+    with pytest.raises(SchedulerRejected):
+        submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
+    records = submit.load_submissions(staged.layout)
+    assert [(r.job_id, r.released) for r in records] == [("701", True), ("702", False),
+                                                          ("703", False)]
