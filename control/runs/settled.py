@@ -31,7 +31,7 @@ one of another run or run directory) is ignored, named in the notes and rebuilt.
 Format: one compact JSON header line (the fields above; the rows' state codes, their
 non-default fields (``extra``) and the sums of their columns, so that a status of a run
 whose every shard is settled needs nothing else; and a summary of the submission records,
-``submissions``: see ``SubmissionsSummary``), then one JSON line of the rows as columns
+``submissions``: see ``status.submissions_summary``), then one JSON line of the rows as columns
 (shard, attempt, job id, records, records done, tokens, records the client gave up on
 (``record_failures``), records dropped (``records_dropped``)), decoded only when a status
 needs rows by shard (``expand``), then each row as status prints it
@@ -67,7 +67,7 @@ from typing import (
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError, ensure_dir, write_bytes_atomic
 from control.errors import Conflict
-from control.runs.store import read_limited
+from control.runs.store import read_limited, submissions_key
 
 SCHEMA = 3  # 2: record_failures and records_dropped; 3: header/columns/rows sections
 # (older schemas are rebuilt once, with the "not used" note)
@@ -546,8 +546,8 @@ def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_
     """Add the newly settled ``rows`` (verified after ``base`` was read); True if written.
 
     ``submissions``, when given, is a summary of the submission records to keep
-    (``SubmissionsSummary.data``: it names the records' identities, so a reader checks it
-    against the folder before use, whoever wrote it).
+    (``status.submissions_summary``: it names the records' identities, ``submissions_key``;
+    kept only if they are still the folder's, and a reader checks them before use).
     ``ended_at`` is the latest ``updated_at`` of their attempts: the header keeps the
     largest, so a finished run's end is known without reading its shards (a shard
     invalidated since only ever gets a later attempt, so the largest stays right).
@@ -574,7 +574,8 @@ def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_
             if plan is not None and latest.plan_identity != plan[0]:
                 latest.plan_identity, latest.plan = plan
                 changed = True
-            if submissions is not None and latest.submissions != submissions:
+            if submissions is not None and latest.submissions != submissions and \
+                    submissions.get("key") == submissions_key(layout):  # still current
                 latest.submissions = submissions
                 changed = True
             if not changed:

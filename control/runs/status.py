@@ -295,29 +295,27 @@ class Refresh:
         return self.json_bytes().decode("utf-8")
 
 
-def submissions_summary(layout: RunLayout, index: settled.Index,
-                        key: Optional[List[List[Any]]],
-                        views: Optional[List[SubmissionView]]
+def submissions_summary(layout: RunLayout, index: settled.Index
                         ) -> Tuple[Optional[List[str]], Optional[Dict[str, Any]]]:
-    """The run's job ids (``run_job_ids``: what ``totals`` counts) and the summary to keep
-    in the settled index when it has none for these records (else None).
+    """The run's job ids (``run_job_ids``: what ``totals`` counts) for a refresh that
+    reads no submission record, and the summary to keep in the settled index when it has
+    none for these records (else None); (None, None) when they cannot be read.
 
-    ``key`` is ``submissions_key`` taken before ``views`` (the records, if this refresh
-    read them) were read. The index's summary is used when its key is the folder's now;
-    otherwise the records are read and a new summary kept only if the key did not change
-    while they were read (a concurrent submit or retry: kept by a later refresh).
+    The index's summary is used when its key (``submissions_key``: every record's
+    identity) is the folder's now; otherwise the records are read and a new summary kept
+    only if the key did not change while they were read (a concurrent submit or retry:
+    a later refresh keeps it).
     """
+    key = submissions_key(layout)
     if key is None:
         return None, None
     kept = index.submissions
     if kept is not None and kept.get("key") == key:
         return list(kept["job_ids"]), None
-    if views is None:
-        try:
-            views = submission_views(layout)
-        except (StateError, OSError):
-            return None, None
-    job_ids = run_job_ids(views)
+    try:
+        job_ids = run_job_ids(submission_views(layout))
+    except (StateError, OSError):
+        return None, None
     if submissions_key(layout) != key:
         return job_ids, None
     return job_ids, {"key": key, "job_ids": job_ids}
@@ -353,17 +351,15 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     if not index.whole(count):  # rows are needed by shard: decode them
         index = settled.expanded(layout, index)
     committed = layout.run_json.exists()
-    key = submissions_key(layout) if committed and use_index else None
     known = index.positions()
     todo = [i for i in range(count) if i not in known] if len(known) < count else []
     # With every shard settled and the run committed no submission can need recovery (a
     # submission without its job id or release names attempts that are not settled), and
     # no shard needs its expected attempt: the (large) submission records are not read.
-    read = bool(todo) or not committed
-    submissions, damaged = _submissions(layout) if read else ([], [])
-    job_ids, summary_copy = submissions_summary(
-        layout, index, key, submissions if read and not damaged else None) \
-        if not damaged else (None, None)
+    submissions, damaged = _submissions(layout) if todo or not committed else ([], [])
+    job_ids, summary_copy = (None if damaged else run_job_ids(submissions)), None
+    if not todo and committed and use_index:  # read from the index's summary if it holds
+        job_ids, summary_copy = submissions_summary(layout, index)
     expected = expected_lookup(submissions)
     shards = [scan_shard(layout, i, expected(i)) for i in todo]
     wanted = {s.attempt.job_id for s in shards if needs_scheduler(s, now) and s.attempt
@@ -391,6 +387,9 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
              for s, v in zip(shards, verdicts)]
     if use_index:
         settling = [(s, row) for s, row in zip(shards, fresh) if settles(s, now)]
+        if todo and committed and not damaged and len(settling) == len(todo):
+            # the index will hold every shard: keep the summary the next refresh needs
+            job_ids, summary_copy = submissions_summary(layout, index)
         settled.add(layout, index, [row for _, row in settling], plan.run_id, count,
                     plan_copy, max((s.attempt.updated_at for s, _ in settling if s.attempt),
                                    default=0.0), summary_copy)
