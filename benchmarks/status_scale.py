@@ -11,7 +11,8 @@ running testbed (so squeue answers about real jobs; cancelled at the end). Every
 a fresh ``synthbatch status RUN --json`` process, all side by side in one run:
 
 * ``before``: the code of REF (default ``main``, exported with ``git archive`` to a temp
-  folder, so no checkout is touched);
+  folder, so no checkout is touched), without an index, or with ``--before-warm`` with
+  the index REF keeps itself (built by a first run, as its later statuses see it);
 * ``cold``: this tree with ``observer/`` removed first (the first status of a run, or one
   after the index was found damaged: every shard read, the index built);
 * ``warm``: this tree with the index there (every later status).
@@ -104,6 +105,13 @@ def build(workspace: Path, shards: int, run_id: str, job: str) -> Path:
         run_id=run_id, name=plan.name, created_at=NOW, plan_sha256="0" * 64,
         agent_pyz="agent-x.pyz", agent_sha256="0" * 64, backend="slurm",
         job_name=f"synthbatch-{run_id}", shard_count=shards).to_dict())
+    # What the first status of a finished run writes once accounting has a row for every
+    # shard's job (``control/runs/totals.py``): this run's jobs are made up (only the
+    # active range gets a real held array), so no status could count them, and each
+    # would ask sacct again, which no real finished run does.
+    write(root / "totals.json", {"schema_version": 1, "job_ids": [job], "totals": {
+        "elapsed_s": 3600.0, "gpu_hours": 0.0, "gpu_hours_from": "accounting (sacct)",
+        "records_per_s": round(shards * PER_SHARD / 3600, 3), "tokens_per_s": 0.0}})
     write(root / "submissions" / "0001.json", SubmissionRecord(
         number=1, argv=("sbatch",), job_id=job, attempts={str(i): 1 for i in range(shards)},
         submitted_at=NOW - 3600, released=True).to_dict())
@@ -246,10 +254,17 @@ def measure_mix(root: Path, run_id: str, profile: Path, shards: int, mix: str,
     timed(argv, ours, 1)  # bytecode cached, index built
     if before is not None:
         theirs = child_env(str(before))
+        # --before-warm: REF keeps a settled index of its own, measured as its later
+        # statuses see it (built by the first run; this tree's index format may differ)
+        again = None if args.before_warm else drop
         timed(argv, theirs, 1, drop)
-        row["before_s"], data = timed(argv, theirs, args.repeat, drop)
+        row["before_s"], data = timed(argv, theirs, args.repeat, again)
         row["before_state"] = data.get("state", data.get("error"))
         row["before_opens"], row["before_lookups"] = traced(argv, theirs, root)
+        if args.before_warm and args.latency_ms:
+            row["before_latency_s"], _ = timed(
+                status_argv(run_id, profile, args.latency_ms / 1000, root.parent.parent),
+                theirs, 1)
     row["cold_s"], _ = timed(argv, ours, args.repeat, drop)
     drop()
     row["cold_opens"], row["cold_lookups"] = traced(argv, ours, root)
@@ -263,7 +278,7 @@ def measure_mix(root: Path, run_id: str, profile: Path, shards: int, mix: str,
         row["warm_latency_s"], _ = timed(slow, ours, 1)
         if shards <= args.latency_cold_max:
             row["cold_latency_s"], _ = timed(slow, ours, 1, drop)
-            if before is not None:
+            if before is not None and not args.before_warm:
                 row["before_latency_s"], _ = timed(slow, child_env(str(before)), 1, drop)
     return row
 
@@ -316,6 +331,8 @@ def main() -> None:
     parser.add_argument("--latency-cold-max", type=int, default=10_000,
                         help="largest run whose cold/before status runs with the latency")
     parser.add_argument("--before", default="main", help="git ref to compare with ('' none)")
+    parser.add_argument("--before-warm", action="store_true",
+                        help="measure REF with its own settled index (REF has one)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="status-scale-"))
     load = os.getloadavg()[0]

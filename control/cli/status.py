@@ -82,7 +82,7 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status:
     run_id = run_id or api.latest_run(profile)
     if not watch and as_json:  # the settled rows are printed as the index keeps them
         fresh = api.status_refresh(run_id, profile)
-        emit_encoded_json(fresh.json_text(), fresh.data)
+        emit_encoded_json(fresh.json_bytes(), fresh.data)
         error = unreachable(fresh.summary) or \
             (outcome(fresh.summary, waited=False) if exit_status else None)
         if error is not None:

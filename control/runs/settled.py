@@ -28,12 +28,15 @@ status processes never lose each other's rows, and no row verified before a retr
 its attempt survives it. A missing index is built by the next status; a damaged one (or
 one of another run or run directory) is ignored, named in the notes and rebuilt.
 
-Format: one compact JSON header line (the fields above, and the rows as columns: shard,
-state code, attempt, job id, records, records done, tokens, records the client gave up
-on (``record_failures``), records dropped (``records_dropped``), and any other field of a row
-that is not its default, such as a reason or log path), then each row as status prints it
-(``json.dumps(row, sort_keys=True)``, one a line, so ``status --json`` writes them as they
-are), then ``#sha256=<digest of everything before it>``.
+Format: one compact JSON header line (the fields above; the rows' state codes, their
+non-default fields (``extra``) and the sums of their columns, so that a status of a run
+whose every shard is settled needs nothing else; and a summary of the submission records,
+``submissions``: see ``status.submissions_summary``), then one JSON line of the rows as columns
+(shard, attempt, job id, records, records done, tokens, records the client gave up on
+(``record_failures``), records dropped (``records_dropped``)), decoded only when a status
+needs rows by shard (``expand``), then each row as status prints it
+(``json.dumps(row, sort_keys=True)``, one a line, so ``status --json`` writes the block as
+it is, newlines made ``, ``), then ``#sha256=<digest of everything before it>``.
 """
 
 from __future__ import annotations
@@ -48,16 +51,29 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import lt
 from pathlib import Path
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError, ensure_dir, write_bytes_atomic
 from control.errors import Conflict
-from control.runs.store import read_limited
+from control.runs.store import read_limited, submissions_key
 
-SCHEMA = 2  # 2: record_failures and records_dropped columns (schema 1 is rebuilt)
+SCHEMA = 3  # 2: record_failures and records_dropped; 3: header/columns/rows sections
+# (older schemas are rebuilt once, with the "not used" note)
 MAX_INDEX = 1 << 30
 DIGEST = b"#sha256="
+DIGEST_TAIL = 128  # the digest line (73 bytes) is looked for in the file's last bytes
 STATE_CODES = {"succeeded": "s", "failed": "f", "cancelled": "c", "lost": "l"}
 CODE_STATES = {code: state for state, code in STATE_CODES.items()}
 COLUMNS = ("attempt", "job_id", "records", "records_done", "tokens", "record_failures",
@@ -84,12 +100,44 @@ def _defaults(code: str) -> Row:
     return {"reason": None} if code == "s" else {"reason": None, "log": None}
 
 
+SUMS = ("records_done", "tokens", "record_failures", "records_dropped")
+
+
+class Span(Mapping):
+    """shard -> position for an index that holds shards ``0..count-1``: the identity,
+    without a 100,000-entry dict."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __getitem__(self, shard: int) -> int:
+        if type(shard) is not int or not 0 <= shard < self.count:
+            raise KeyError(shard)
+        return shard
+
+    def __contains__(self, shard: object) -> bool:
+        return type(shard) is int and 0 <= shard < self.count
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.count))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def values(self) -> range:  # type: ignore[override]
+        """The positions: ``0..count-1``."""
+        return range(self.count)
+
+
 @dataclass
 class Index:
     """One read of the settled index (empty when missing or damaged: see ``problem``).
 
     The rows are kept as columns (``shards`` ascending) and as the JSON text status
-    prints; ``row``/``rows`` build the dicts, only for whoever needs them.
+    prints; ``row``/``rows`` build the dicts, only for whoever needs them. The columns and
+    the row texts are decoded from their sections only when first used (``expand``): a
+    status of a run whose every shard is settled uses the header's codes and sums and
+    writes the rows' block (``block``) as it is.
     """
 
     lineage: str = ""  # random id of this index's history; a new one after a rebuild
@@ -101,16 +149,78 @@ class Index:
     run_id: Optional[str] = None
     root: Optional[str] = None  # the run directory the rows were read in (log paths)
     ended_at: float = 0.0  # latest ``updated_at`` of the rows' attempts (0: none known)
-    shards: List[int] = field(default_factory=list)
     codes: str = ""
-    columns: Dict[str, List[Any]] = field(default_factory=lambda: {c: [] for c in COLUMNS})
     extra: Dict[int, Row] = field(default_factory=dict)  # shard -> non-default fields
-    texts: List[str] = field(default_factory=list)
+    sums: Dict[str, int] = field(default_factory=lambda: {c: 0 for c in SUMS})
+    submissions: Optional[Dict[str, Any]] = None  # ``SubmissionsSummary`` data, or None
+    last: int = -1  # the largest shard with a row (-1: none)
     raw: Optional[bytes] = None  # the bytes read (None: no file)
     problem: Optional[str] = None  # why the file on disk was not used
+    sections: Optional[Tuple[bytes, bytes]] = None  # (columns line, rows block): not decoded
+    _rows: Optional[Tuple[List[int], Dict[str, List[Any]], List[str]]] = None
 
-    def positions(self) -> Dict[int, int]:
+    def __post_init__(self) -> None:
+        if self._rows is None and self.sections is None:
+            self._rows = ([], {c: [] for c in COLUMNS}, [])
+
+    def expand(self) -> Index:
+        """Decode the columns and row texts (once); ValueError when they are malformed."""
+        if self._rows is None:
+            assert self.sections is not None
+            self._rows = _decode_rows(self.sections[0], self.sections[1], self.codes)
+            if (self._rows[0][-1] if self._rows[0] else -1) != self.last:
+                raise ValueError("'last' does not match the shards")
+        return self
+
+    def _decoded(self) -> Tuple[List[int], Dict[str, List[Any]], List[str]]:
+        """The rows, decoded on first use; StateError (one line) if they are malformed
+        behind a valid digest (only a hand edit that recomputed it can do that)."""
+        try:
+            return self.expand()._rows  # type: ignore[return-value]
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            raise StateError(f"settled index of run {self.run_id}: {err} (remove "
+                             "observer/settled.json: the next status rebuilds it)") from err
+
+    @property
+    def shards(self) -> List[int]:
+        """The shards with a row, ascending."""
+        return self._decoded()[0]
+
+    @property
+    def columns(self) -> Dict[str, List[Any]]:
+        """Column name -> each row's value, in ``shards`` order."""
+        return self._decoded()[1]
+
+    @property
+    def texts(self) -> List[str]:
+        """Each row's JSON text, in ``shards`` order."""
+        return self._decoded()[2]
+
+    def set_rows(self, shards: List[int], codes: str, columns: Dict[str, List[Any]],
+                 extra: Dict[int, Row], texts: List[str]) -> None:
+        """Replace every row (``_merge``); the header's sums follow."""
+        self._rows, self.sections = (shards, columns, texts), None
+        self.codes, self.extra = codes, extra
+        self.last = shards[-1] if shards else -1
+        self.sums = {c: sum(columns[c]) for c in SUMS}
+
+    def whole(self, count: int) -> bool:
+        """True when the index holds a row for each of shards ``0..count-1`` (so shard i
+        is at position i) and none is pending: nothing is read but the index."""
+        return count > 0 and len(self.codes) == count and self.last == count - 1 \
+            and not self.pending
+
+    def block(self) -> bytes:
+        """Every row's text, in shard order, joined by ``, `` (as ``json.dumps`` joins a
+        list's items): the rows of ``status --json`` when the index is ``whole``."""
+        if self.sections is not None:
+            return self.sections[1].replace(b"\n", b", ")
+        return ", ".join(self.texts).encode("utf-8")
+
+    def positions(self) -> Mapping[int, int]:
         """shard -> position of every row status may use (pending shards left out)."""
+        if self.whole(len(self.codes)):
+            return Span(len(self.codes))
         found = dict(zip(self.shards, range(len(self.shards))))
         for shard in self.pending:
             found.pop(shard, None)
@@ -143,6 +253,14 @@ class Index:
                     row["log"] = None
         return rows
 
+    def brief(self, pos: int) -> Row:
+        """The fields of the row at ``pos`` a failure entry needs (index, state, reason,
+        log) from the header alone, for an index that is ``whole`` (shard = position)."""
+        code = self.codes[pos]
+        row = {"index": pos, "state": CODE_STATES[code], **_defaults(code)}
+        row.update(self.extra.get(pos, ()))
+        return row
+
 
 def identity(path: Path) -> Optional[Identity]:
     """The identity of a file by ``stat`` (None if it cannot be stat-ed)."""
@@ -162,24 +280,14 @@ def _ints(value: Any, name: str) -> List[int]:
     return value
 
 
-def decode(raw: bytes) -> Index:
-    """Parse index bytes; ValueError naming the first thing that is wrong."""
-    body, sep, tail = raw.rpartition(DIGEST)
-    if not sep or tail.strip().decode("ascii", "replace") != hashlib.sha256(body).hexdigest():
-        raise ValueError("digest missing or wrong (truncated or edited)")
-    lines = body.decode("utf-8").split("\n")
-    data = json.loads(lines[0])
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA:
-        raise ValueError(f"not a schema_version {SCHEMA} settled index")
-    run_id, root = data.get("run_id"), data.get("root")
-    lineage, generation = data.get("lineage"), data.get("generation")
-    if not isinstance(run_id, str) or not isinstance(root, str) or \
-            not isinstance(lineage, str) or type(generation) is not int:
-        raise ValueError("run_id/root/lineage/generation have the wrong type")
+def _decode_rows(columns_line: bytes, block: bytes, codes: str
+                 ) -> Tuple[List[int], Dict[str, List[Any]], List[str]]:
+    """The columns section and the rows' block; ValueError naming what is wrong."""
+    data = json.loads(columns_line)
+    if not isinstance(data, dict):
+        raise ValueError("the columns line is not an object")
     shards = _ints(data.get("shards"), "shards")
-    codes, columns = data.get("state"), data.get("columns")
-    if not isinstance(codes, str) or not set(codes) <= set(CODE_STATES):
-        raise ValueError("'state' is not a string of state codes")
+    columns = data.get("columns")
     if not isinstance(columns, dict) or set(columns) != set(COLUMNS):
         raise ValueError(f"'columns' are not {', '.join(COLUMNS)}")
     for name in COLUMNS:
@@ -188,11 +296,51 @@ def decode(raw: bytes) -> Index:
     if not isinstance(columns["job_id"], list) or \
             not set(map(type, columns["job_id"])) <= {str, type(None)}:
         raise ValueError("'job_id' is not a list of strings")
-    texts = lines[1:-1] if lines[-1] == "" else lines[1:]
+    texts = block.decode("utf-8").split("\n") if block else []
     if len({len(shards), len(codes), len(texts), *map(len, columns.values())}) != 1:
         raise ValueError("columns and rows differ in length")
     if shards and (shards[0] < 0 or not all(map(lt, shards, shards[1:]))):
         raise ValueError("shards are not ascending")
+    return shards, columns, texts
+
+
+def _submissions_data(value: Any) -> Optional[Dict[str, Any]]:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("key"), list) or \
+            not isinstance(value.get("job_ids"), list) or \
+            not all(isinstance(j, str) for j in value["job_ids"]):
+        raise ValueError("'submissions' is malformed")
+    return value
+
+
+def decode(raw: bytes, expand: bool = True) -> Index:
+    """Parse index bytes; ValueError naming the first thing that is wrong. Without
+    ``expand`` the columns and rows are checked and decoded only when first used."""
+    end = raw.rfind(DIGEST, max(0, len(raw) - DIGEST_TAIL))  # the digest line is last
+    if end < 0 or raw[end + len(DIGEST):].strip().decode("ascii", "replace") != \
+            hashlib.sha256(memoryview(raw)[:end]).hexdigest():
+        raise ValueError("digest missing or wrong (truncated or edited)")
+    first = raw.find(b"\n", 0, end)
+    second = raw.find(b"\n", first + 1, end) if first >= 0 else -1
+    if second < 0 or raw[end - 1:end] != b"\n":
+        raise ValueError("header, columns or rows missing")
+    data = json.loads(raw[:first])
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA:
+        raise ValueError(f"not a schema_version {SCHEMA} settled index")
+    run_id, root = data.get("run_id"), data.get("root")
+    lineage, generation = data.get("lineage"), data.get("generation")
+    if not isinstance(run_id, str) or not isinstance(root, str) or \
+            not isinstance(lineage, str) or type(generation) is not int:
+        raise ValueError("run_id/root/lineage/generation have the wrong type")
+    codes, last, sums = data.get("state"), data.get("last"), data.get("sums")
+    if not isinstance(codes, str) or not set(codes) <= set(CODE_STATES):
+        raise ValueError("'state' is not a string of state codes")
+    if type(last) is not int or last < len(codes) - 1:
+        raise ValueError("'last' is not the largest shard")
+    if not isinstance(sums, dict) or set(sums) != set(SUMS) or \
+            not all(type(v) is int for v in sums.values()):
+        raise ValueError(f"'sums' are not {', '.join(SUMS)}")
     extra, invalidated = data.get("extra"), data.get("invalidated")
     if not isinstance(extra, dict) or not all(
             k.isdigit() and isinstance(v, dict) for k, v in extra.items()):
@@ -206,17 +354,22 @@ def decode(raw: bytes) -> Index:
     plan, plan_identity = data.get("plan"), data.get("plan_identity")
     if plan is not None and (not isinstance(plan, dict) or not isinstance(plan_identity, list)):
         raise ValueError("'plan' is malformed")
-    return Index(lineage, generation, frozenset(_ints(data.get("pending"), "pending")),
-                 {int(k): v for k, v in invalidated.items()}, plan,
-                 tuple(plan_identity) if plan is not None else None, run_id, root,
-                 float(ended), shards, codes, columns,
-                 {int(k): v for k, v in extra.items()}, texts, raw)
+    index = Index(lineage, generation, frozenset(_ints(data.get("pending"), "pending")),
+                  {int(k): v for k, v in invalidated.items()}, plan,
+                  tuple(plan_identity) if plan is not None else None, run_id, root,
+                  float(ended), codes, {int(k): v for k, v in extra.items()}, sums,
+                  _submissions_data(data.get("submissions")), last, raw,
+                  sections=(raw[first + 1:second], raw[second + 1:end - 1]))
+    if not codes and second + 1 < end - 1:
+        raise ValueError("columns and rows differ in length")
+    return index.expand() if expand else index
 
 
-def load(layout: RunLayout) -> Index:
+def load(layout: RunLayout, expand: bool = True) -> Index:
     """The index as it is on disk; an empty Index (with ``problem``) if it is damaged.
 
-    The caller checks it against the plan (``check``) once it knows the plan.
+    The caller checks it against the plan (``check``) once it knows the plan. Without
+    ``expand`` only the header is decoded; ``expanded`` decodes the rest when needed.
     """
     path = index_path(layout)
     try:
@@ -226,9 +379,18 @@ def load(layout: RunLayout) -> Index:
     if raw is None:
         return Index()
     try:
-        return decode(raw)
+        return decode(raw, expand)
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         return Index(raw=raw, problem=f"{path}: {err}")
+
+
+def expanded(layout: RunLayout, index: Index) -> Index:
+    """``index`` with its columns and rows decoded; an empty Index naming the problem
+    when they are malformed (as ``load`` would have returned)."""
+    try:
+        return index.expand()
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        return Index(raw=index.raw, problem=f"{index_path(layout)}: {err}")
 
 
 def check(layout: RunLayout, index: Index, run_id: str, shard_count: int) -> Index:
@@ -241,8 +403,8 @@ def check(layout: RunLayout, index: Index, run_id: str, shard_count: int) -> Ind
         why = f"names run {index.run_id!r}"
     elif index.root != str(layout.root):
         why = f"was written in {index.root!r} (the run directory moved)"
-    elif index.shards and index.shards[-1] >= shard_count:
-        why = f"names shard {index.shards[-1]} of a {shard_count}-shard run"
+    elif index.last >= shard_count:
+        why = f"names shard {index.last} of a {shard_count}-shard run"
     if why is None:
         return index
     return Index(raw=index.raw, problem=f"{index_path(layout)}: {why}")
@@ -252,7 +414,7 @@ def check(layout: RunLayout, index: Index, run_id: str, shard_count: int) -> Ind
 
 
 def encode(index: Index, layout: RunLayout, run_id: str) -> bytes:
-    """The index file: header line, one row a line, digest line."""
+    """The index file: header line, columns line, one row a line, digest line."""
     data = {
         "schema_version": SCHEMA, "run_id": run_id, "root": str(layout.root),
         "lineage": index.lineage, "generation": index.generation,
@@ -260,12 +422,18 @@ def encode(index: Index, layout: RunLayout, run_id: str) -> bytes:
         "invalidated": {str(k): v for k, v in sorted(index.invalidated.items())},
         "plan": index.plan,
         "plan_identity": list(index.plan_identity) if index.plan is not None else None,
-        "ended_at": index.ended_at,
-        "shards": index.shards, "state": index.codes, "columns": index.columns,
-        "extra": {str(k): v for k, v in sorted(index.extra.items())},
+        "ended_at": index.ended_at, "state": index.codes, "last": index.last,
+        "sums": index.sums, "extra": {str(k): v for k, v in sorted(index.extra.items())},
+        "submissions": index.submissions,
     }
-    body = "\n".join([json.dumps(data, separators=(",", ":")), *index.texts, ""])
-    payload = body.encode("utf-8")
+    head = json.dumps(data, separators=(",", ":")).encode("utf-8")
+    if index.sections is not None:  # rows unchanged: their sections as they were read
+        columns, block = index.sections
+    else:
+        columns = json.dumps({"shards": index.shards, "columns": index.columns},
+                             separators=(",", ":")).encode("utf-8")
+        block = "\n".join(index.texts).encode("utf-8")
+    payload = b"\n".join([head, columns, block, b""])
     return payload + DIGEST + hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n"
 
 
@@ -298,8 +466,7 @@ def _merge(index: Index, rows: Sequence[Row], drop: FrozenSet[int] = frozenset()
         if fields:
             extra[shard] = fields
         texts.append(json.dumps(row, sort_keys=True))
-    index.shards, index.codes, index.columns = shards, "".join(codes), columns
-    index.extra, index.texts = extra, texts
+    index.set_rows(shards, "".join(codes), columns, extra, texts)
 
 
 def can_keep(row: Row) -> bool:
@@ -374,9 +541,13 @@ def _trusted(latest: Index, base: Index) -> Callable[[int], bool]:
 
 
 def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_count: int,
-        plan: Optional[Tuple[Identity, Dict[str, Any]]] = None, ended_at: float = 0.0) -> bool:
+        plan: Optional[Tuple[Identity, Dict[str, Any]]] = None, ended_at: float = 0.0,
+        submissions: Optional[Dict[str, Any]] = None) -> bool:
     """Add the newly settled ``rows`` (verified after ``base`` was read); True if written.
 
+    ``submissions``, when given, is a summary of the submission records to keep
+    (``status.submissions_summary``: it names the records' identities, ``submissions_key``;
+    kept only if they are still the folder's, and a reader checks them before use).
     ``ended_at`` is the latest ``updated_at`` of their attempts: the header keeps the
     largest, so a finished run's end is known without reading its shards (a shard
     invalidated since only ever gets a later attempt, so the largest stays right).
@@ -387,7 +558,8 @@ def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_
     there is nothing new, or while another writer holds the lock.
     """
     rows = [r for r in rows if can_keep(r)]
-    if not rows and base.problem is None and not base.pending and plan is None:
+    if not rows and base.problem is None and not base.pending and plan is None and \
+            submissions is None:
         return False  # nothing to add: not even the lock is taken
     try:
         with _locked(layout, None) as held:
@@ -396,10 +568,15 @@ def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_
             latest = _current(layout, run_id, shard_count)
             valid, there = _trusted(latest, base), set(latest.shards)
             # (a pending shard's row is dropped below, with its pending mark)
-            fresh = [r for r in rows if r["index"] not in there and valid(r["index"])]
+            fresh = [r for r in rows if r["index"] not in there and valid(r["index"])
+                     and r["index"] not in latest.pending]
             changed = bool(fresh) or latest.problem is not None or bool(latest.pending)
             if plan is not None and latest.plan_identity != plan[0]:
                 latest.plan_identity, latest.plan = plan
+                changed = True
+            if submissions is not None and latest.submissions != submissions and \
+                    submissions.get("key") == submissions_key(layout):  # still current
+                latest.submissions = submissions
                 changed = True
             if not changed:
                 return False
@@ -408,7 +585,8 @@ def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_
                 latest.generation += 1
                 latest.invalidated.update((s, latest.generation) for s in leftover)
                 latest.pending = frozenset()
-            _merge(latest, fresh, leftover)
+            if fresh or leftover:  # else the rows' sections are written as they were read
+                _merge(latest, fresh, leftover)
             if fresh:
                 latest.ended_at = max(latest.ended_at, ended_at)
             write_bytes_atomic(index_path(layout), encode(latest, layout, run_id))

@@ -16,7 +16,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from agent_stdlib import states
 from agent_stdlib.arrays import array_job_id
@@ -35,8 +46,10 @@ from control.runs.store import (
     needs_recovery,
     plan_view_data,
     plan_view_from_data,
+    run_job_ids,
     scan_shard,
     submission_views,
+    submissions_key,
 )
 from control.slurm.parsers import JobRow, index_rows
 from control.slurm.scheduler import Scheduler
@@ -44,6 +57,7 @@ from control.slurm.scheduler import Scheduler
 ENRICH_WINDOW_S = 600.0  # ask Slurm why a shard failed or was cancelled this recently
 FRESH_PROGRESS_S = 60.0  # progress older than this does not count towards the rate
 LOG_IN_REASON = re.compile(r"\(log (/[^\s:)]+)")
+NOT_SUCCEEDED = re.compile(f"[^{settled.STATE_CODES['succeeded']}]")  # in the index's codes
 
 
 @dataclass
@@ -231,9 +245,10 @@ class Refresh:
     summary: Dict[str, Any]  # everything ``status --json`` prints but ``shards``
     count: int
     index: settled.Index
-    known: Dict[int, int]  # shard -> position of its row in the index
+    known: Mapping[int, int]  # shard -> position of its row in the index
     fresh: List[Dict[str, Any]]  # the rows read this refresh, in shard order
     ended_at: Optional[float] = None  # latest update of any shard's attempt (None: none)
+    job_ids: Optional[List[str]] = None  # ``run_job_ids`` of the submissions (None: unknown)
 
     def rows(self) -> List[Dict[str, Any]]:
         """Every shard's row, in shard order."""
@@ -258,19 +273,53 @@ class Refresh:
         """The status as plain data (``observe``)."""
         return {**self.summary, "shards": self.rows()}
 
-    def json_text(self) -> str:
-        """``json.dumps(self.data(), sort_keys=True)``, with the settled rows as the index
-        keeps their text (encoding 100,000 rows afresh would cost ~0.3 s)."""
+    def json_bytes(self) -> bytes:
+        """``json.dumps(self.data(), sort_keys=True)`` as UTF-8, with the settled rows as
+        the index keeps their text: when every shard is settled, the index's block of
+        rows as it was read (no row decoded, split, built or encoded: 100,000 rows)."""
         marker = os.urandom(16).hex()  # stands for the rows; no status text can guess it
-        head = json.dumps({**self.summary, "shards": marker}, sort_keys=True)
-        texts = self.index.texts
-        if not self.fresh and len(texts) == self.count:  # every shard settled, in order
-            rows = ", ".join(texts)
+        head = json.dumps({**self.summary, "shards": marker}, sort_keys=True).encode("utf-8")
+        if not self.fresh and self.known and self.index.whole(self.count):
+            rows = self.index.block()
         else:
+            texts = self.index.texts if self.known else []
             read = {row["index"]: row for row in self.fresh}
             rows = ", ".join(texts[self.known[i]] if i in self.known else
-                             json.dumps(read[i], sort_keys=True) for i in range(self.count))
-        return head.replace(f'"{marker}"', f"[{rows}]", 1)
+                             json.dumps(read[i], sort_keys=True)
+                             for i in range(self.count)).encode("utf-8")
+        before, _, after = head.partition(f'"{marker}"'.encode("ascii"))
+        return b"".join((before, b"[", rows, b"]", after))
+
+    def json_text(self) -> str:
+        """``json_bytes`` as text."""
+        return self.json_bytes().decode("utf-8")
+
+
+def submissions_summary(layout: RunLayout, index: settled.Index
+                        ) -> Tuple[Optional[List[str]], Optional[Dict[str, Any]]]:
+    """The run's job ids (``run_job_ids``: what ``totals`` counts) for a refresh that
+    reads no submission record, and the summary to keep in the settled index when it has
+    none for these records (else None); (None, None) when they cannot be read.
+
+    The index's summary is used when its key (``submissions_key``: every record's
+    identity) is the folder's now; otherwise the records are read and a new summary kept
+    only if the key did not change while they were read (a concurrent submit or retry:
+    a later refresh keeps it).
+    """
+    key = submissions_key(layout)
+    if key is None:
+        return None, None
+    kept = index.submissions
+    if kept is not None and kept.get("key") == key:
+        return list(kept["job_ids"]), None
+    try:
+        job_ids = run_job_ids(submission_views(layout))
+    except (StateError, OSError):
+        return None, None
+    if submissions_key(layout) != key:
+        return job_ids, None
+    return job_ids, {"key": key, "job_ids": job_ids}
+
 
 def _submissions(layout: RunLayout) -> Tuple[List[SubmissionView], List[str]]:
     """The submission records, and a note when one is damaged: then none is used (each
@@ -295,10 +344,12 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
             lag_grace_s: float = LAG_GRACE_S, use_index: bool = True) -> Refresh:
     """One refresh (``observe`` without making the settled rows dicts)."""
     now = time.time() if now is None else now
-    index = settled.load(layout) if use_index else settled.Index()
+    index = settled.load(layout, expand=False) if use_index else settled.Index()
     plan, plan_copy = _plan(layout, index)
     count = len(plan.shard_records)
     index = settled.check(layout, index, plan.run_id, count)
+    if not index.whole(count):  # rows are needed by shard: decode them
+        index = settled.expanded(layout, index)
     committed = layout.run_json.exists()
     known = index.positions()
     todo = [i for i in range(count) if i not in known] if len(known) < count else []
@@ -306,6 +357,9 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     # submission without its job id or release names attempts that are not settled), and
     # no shard needs its expected attempt: the (large) submission records are not read.
     submissions, damaged = _submissions(layout) if todo or not committed else ([], [])
+    job_ids, summary_copy = (None if damaged else run_job_ids(submissions)), None
+    if not todo and committed and use_index:  # read from the index's summary if it holds
+        job_ids, summary_copy = submissions_summary(layout, index)
     expected = expected_lookup(submissions)
     shards = [scan_shard(layout, i, expected(i)) for i in todo]
     wanted = {s.attempt.job_id for s in shards if needs_scheduler(s, now) and s.attempt
@@ -333,16 +387,19 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
              for s, v in zip(shards, verdicts)]
     if use_index:
         settling = [(s, row) for s, row in zip(shards, fresh) if settles(s, now)]
+        if todo and committed and not damaged and len(settling) == len(todo):
+            # the index will hold every shard: keep the summary the next refresh needs
+            job_ids, summary_copy = submissions_summary(layout, index)
         settled.add(layout, index, [row for _, row in settling], plan.run_id, count,
                     plan_copy, max((s.attempt.updated_at for s, _ in settling if s.attempt),
-                                   default=0.0))
+                                   default=0.0), summary_copy)
     summary = summarize(plan.run_id, plan.name, plan.total_records, committed, fresh,
                         _rate(shards, fresh, now), sched, notes, _tally_index(index, known))
     del summary["shards"]
     ended = max((s.attempt.updated_at for s in shards if s.attempt), default=0.0)
     if known:
         ended = max(ended, index.ended_at)
-    return Refresh(summary, count, index, known, fresh, ended or None)
+    return Refresh(summary, count, index, known, fresh, ended or None, job_ids)
 
 
 def recover_crashed(layout: RunLayout, scheduler: Scheduler, committed: bool,
@@ -506,18 +563,21 @@ def tally(rows: List[Dict[str, Any]]) -> Tally:
                  sum(map(_RECORD_FAILURES, rows)), sum(map(_DROPPED, rows)))
 
 
-def _tally_index(index: settled.Index, known: Dict[int, int]) -> Optional[Tally]:
-    """The Tally of the settled rows status uses, from the index's columns."""
+def _tally_index(index: settled.Index, known: Mapping[int, int]) -> Optional[Tally]:
+    """The Tally of the settled rows status uses, from the index's header (its codes,
+    sums and non-default fields) when every row is used, else from its columns."""
     if not known:
         return None
-    if len(known) == len(index.shards):  # no pending shard: every column whole
-        codes, columns = index.codes, index.columns
+    codes = index.codes
+    if len(known) == len(codes):  # no pending shard: every row used
         counts = Counter({settled.CODE_STATES[c]: codes.count(c) for c in set(codes)})
-        odd = [p for p, c in enumerate(codes) if c != "s"] if counts.get(norm.SUCCEEDED, 0) \
-            != len(codes) else []
-        return Tally(counts, sum(columns["records_done"]), sum(columns["tokens"]),
-                     [f for f in map(_failure, index.rows(odd)) if f],
-                     sum(columns["record_failures"]), sum(columns["records_dropped"]))
+        odd = [m.start() for m in NOT_SUCCEEDED.finditer(codes)] \
+            if counts.get(norm.SUCCEEDED, 0) != len(codes) else []
+        rows = [index.brief(p) for p in odd] if index.whole(len(codes)) else index.rows(odd)
+        sums = index.sums
+        return Tally(counts, sums["records_done"], sums["tokens"],
+                     [f for f in map(_failure, rows) if f], sums["record_failures"],
+                     sums["records_dropped"])
     return tally(index.rows(sorted(known.values())))
 
 

@@ -351,6 +351,33 @@ def submission_views(layout: RunLayout) -> List[SubmissionView]:
     return found
 
 
+def run_job_ids(submissions: Iterable[SubmissionView]) -> List[str]:
+    """The job ids a run's numbers count, sorted: each submission's job, or in a shared
+    array (which holds other runs' tasks too) only this run's tasks."""
+    return sorted({job for s in submissions if s.job_id
+                   for job in (s.task_jobs() if s.job_name else [s.job_id])})
+
+
+def submissions_key(layout: RunLayout) -> Optional[List[List[Any]]]:
+    """The identity of every submission record (name, inode, size, mtime and ctime in
+    ns), by one listing and a ``stat`` each, no record opened; None when it cannot be
+    taken. Records are replaced by rename, never written in place, so an unchanged key
+    means unchanged records: a summary read between two equal keys stays right for as
+    long as the key does (the settled index keeps one: ``status.submissions_summary``)."""
+    folder = str(layout.submissions)
+    try:
+        names = sorted(n for n in os.listdir(folder) if SUBMISSION.match(n))
+        key = []
+        for name in names:
+            info = os.lstat(f"{folder}/{name}")
+            key.append([name, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns])
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    return key
+
+
 def expected_attempts(submissions: Iterable[SubmissionView]) -> Dict[int, int]:
     """shard -> the newest attempt any submission record names (a hint for ``scan_shard``)."""
     latest: Dict[int, int] = {}

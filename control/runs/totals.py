@@ -19,7 +19,13 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError, read_json, write_json_atomic
 from control.errors import SchedulerUnavailable
 from control.runs.normalize import FINAL
-from control.runs.store import expected_attempts, last_moment, scan_shard, submission_views
+from control.runs.store import (
+    expected_attempts,
+    last_moment,
+    run_job_ids,
+    scan_shard,
+    submission_views,
+)
 from control.slurm.parsers import ParseError, split_job_id
 from control.slurm.scheduler import Scheduler
 
@@ -70,12 +76,14 @@ def gpu_hours(scheduler: Scheduler, job_ids: List[str],
 def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
            now: Optional[float] = None,
            jobs: Optional[Callable[[], List[Optional[str]]]] = None,
-           ended: Optional[float] = None) -> Dict[str, Any]:
+           ended: Optional[float] = None,
+           job_ids: Optional[List[str]] = None) -> Dict[str, Any]:
     """The run's numbers for ``status`` (``data`` is its refresh).
 
     ``jobs`` gives each shard's job id in shard order when ``data`` leaves the rows out
     (called only for a finished run not yet counted); ``ended``, when given, is when the
-    last shard was recorded, else it is read from every shard's attempt.
+    last shard was recorded, else it is read from every shard's attempt; ``job_ids``,
+    when given, are ``run_job_ids`` of the submission records (else they are read).
     """
     now = time.time() if now is None else now
     created = created_at(layout)
@@ -87,9 +95,8 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
         elapsed = max(0.0, now - created)
         return {"elapsed_s": round(elapsed, 1), **_rates(done, tokens, elapsed),
                 "gpu_hours": None, "gpu_hours_from": "counted once the run is over"}
-    # A shared array holds other runs' tasks too: only this run's tasks are counted.
-    job_ids = sorted({job for s in submission_views(layout) if s.job_id
-                      for job in (s.task_jobs() if s.job_name else [s.job_id])})
+    if job_ids is None:
+        job_ids = run_job_ids(submission_views(layout))
     cached = _cached(layout, job_ids)
     if cached is not None:
         return cached

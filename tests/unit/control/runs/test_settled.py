@@ -10,6 +10,7 @@ verified (that is tampering, which the index does not detect, see docs/observati
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -23,14 +24,14 @@ from agent_stdlib import states
 from agent_stdlib.attempts import advance_attempt, load_attempt
 from agent_stdlib.contracts import ProgressRecord, SubmissionRecord, WinnerRecord
 from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import publish_json_immutable, write_json_atomic
+from agent_stdlib.statefile import StateError, publish_json_immutable, write_json_atomic
 from control.config.loader import load_model
 from control.config.profile import Profile
 from control.runs import settled, status
 from control.runs.listing import durable_state
 from control.runs.retry import retry_run
 from control.runs.status import observe, refresh
-from control.runs.store import submission_views
+from control.runs.store import run_job_ids, submission_views, submissions_key
 from control.runs.totals import ended_at
 from control.slurm.runner import CommandResult
 from control.slurm.scheduler import Scheduler
@@ -149,9 +150,40 @@ def compare(layout: RunLayout, cluster: Cluster, now: float) -> Dict[str, Any]:
     count = len(indexed["shards"])
     assert fresh.ended_at == (ended_at(layout, count) or None)
     assert fresh.column("job_id") == [row["job_id"] for row in indexed["shards"]]
+    try:  # the job ids totals counts, from the index's summary of the submission records
+        jobs = run_job_ids(submission_views(layout))
+    except StateError:
+        jobs = None  # a damaged record: totals reads them itself (and names it)
+    assert fresh.job_ids == jobs
     sizes = [row["records"] for row in indexed["shards"]]
     assert durable_state(layout, count, sizes, RUN_ID) == durable_state(layout, count, sizes)
     return indexed
+
+
+def dying_retry(layout: RunLayout, cluster: Cluster, shards: List[int]) -> None:
+    """A retry of ``shards`` that dies after creating its attempts, before the index
+    hears of it (its second index write: the invalidation)."""
+    real = settled.write_bytes_atomic
+    settled.write_bytes_atomic = crash_on_call(real, 2)
+    try:
+        with pytest.raises(Crash):
+            retry_run(layout, load_model(TESTBED, Profile), scheduler(cluster), shards,
+                      lock_wait_s=0)
+    finally:
+        settled.write_bytes_atomic = real
+
+
+def late_refresh(layout: RunLayout, cluster: Cluster, now: float) -> List[Tuple[Any, ...]]:
+    """A refresh whose index write is held back: the arguments of its ``settled.add``
+    (``settled.add(*args)`` makes it happen later, as a slow status process would)."""
+    captured: List[Tuple[Any, ...]] = []
+    real = settled.add
+    settled.add = lambda *args: captured.append(args) or False
+    try:
+        refresh(layout, scheduler(cluster), now)
+    finally:
+        settled.add = real
+    return captured
 
 
 def open_shards(data: Dict[str, Any], wanted: Tuple[str, ...]) -> List[int]:
@@ -224,14 +256,7 @@ class Scenario:
         shards = self._retriable()
         if not shards:
             return
-        real = settled.write_bytes_atomic
-        settled.write_bytes_atomic = crash_on_call(real, 2)  # the second write: "after"
-        try:
-            with pytest.raises(Crash):
-                retry_run(self.layout, self.profile, scheduler(self.cluster), shards[:2],
-                          lock_wait_s=0)
-        finally:
-            settled.write_bytes_atomic = real
+        dying_retry(self.layout, self.cluster, shards[:2])
 
     def later(self) -> None:
         """Time passes: recent failures leave the window in which Slurm is asked."""
@@ -272,14 +297,7 @@ class Scenario:
 
     def slow_status(self) -> None:
         """A status that reads now and writes its index rows only at a later step."""
-        captured: List[Tuple[Any, ...]] = []
-        real = settled.add
-        settled.add = lambda *args: captured.append(args) or False
-        try:
-            refresh(self.layout, scheduler(self.cluster), self.now)
-        finally:
-            settled.add = real
-        self.deferred.extend(captured)
+        self.deferred.extend(late_refresh(self.layout, self.cluster, self.now))
 
     def finish_slow_status(self) -> None:
         while self.deferred:
@@ -413,13 +431,7 @@ def test_a_retry_that_died_half_way_is_cleaned_up_by_status(tmp_path: Path) -> N
     cluster = Cluster()
     compare(layout, cluster, NOW)
     assert settled.load(layout).shards == [0, 1]
-    real = settled.write_bytes_atomic
-    settled.write_bytes_atomic = crash_on_call(real, 2)
-    try:
-        with pytest.raises(Crash):
-            retry_run(layout, load_model(TESTBED, Profile), scheduler(cluster), [0])
-    finally:
-        settled.write_bytes_atomic = real
+    dying_retry(layout, cluster, [0])
     left = settled.load(layout)
     assert left.pending == {0} and left.shards == [1]
     data = compare(layout, cluster, NOW)  # attempt 2 is shown, the mark cleared
@@ -436,19 +448,94 @@ def test_a_row_verified_before_a_retry_is_dropped_after_it(tmp_path: Path) -> No
     cluster = Cluster()
     compare(layout, cluster, NOW)  # the index holds shard 1; shard 0 failed just now
     assert settled.load(layout).shards == [1]
-    captured: List[Tuple[Any, ...]] = []
-    real = settled.add
-    settled.add = lambda *args: captured.append(args) or False
-    try:
-        refresh(layout, scheduler(cluster), NOW + 700)  # shard 0 settles: not written yet
-    finally:
-        settled.add = real
+    captured = late_refresh(layout, cluster, NOW + 700)  # shard 0 settles: not written
     assert [row["index"] for row in captured[0][2]] == [0]
     retry_run(layout, load_model(TESTBED, Profile), scheduler(cluster), [0])
     assert not settled.add(*captured[0])  # nothing it read may be kept now
     assert settled.load(layout).shards == [1]
     data = compare(layout, cluster, NOW + 700)
     assert (data["shards"][0]["state"], data["shards"][0]["attempt"]) == ("pending", 2)
+
+
+def test_a_row_read_before_a_retry_that_died_is_not_kept(tmp_path: Path) -> None:
+    """A status reads shard 0 settled; a retry marks it pending, creates attempt 2 and
+    dies before it can invalidate the row; then the slow status adds what it had read.
+    The pending mark is the only trace of the retry: the row must not be kept."""
+    layout = make_run(tmp_path, [Shard("failed", "boom", updated_at=NOW - 30),
+                                 Shard("winner")])
+    cluster = Cluster()
+    compare(layout, cluster, NOW)
+    captured = late_refresh(layout, cluster, NOW + 700)  # shard 0 settles: not written
+    dying_retry(layout, cluster, [0])
+    assert settled.load(layout).pending == {0}
+    settled.add(*captured[0])
+    assert 0 not in settled.load(layout).shards
+    data = compare(layout, cluster, NOW + 700)
+    assert (data["shards"][0]["state"], data["shards"][0]["attempt"]) == ("created", 2)
+
+
+def test_the_submission_records_summary_is_kept_and_checked(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """The index keeps the job ids of the submission records (what totals counts), named
+    by the records' identities: used while they are the same files, read again (and kept
+    again) after a record is replaced, not kept when one changes while it is read."""
+    layout = make_run(tmp_path, [Shard("winner")] * 3)
+    cluster = Cluster()
+    compare(layout, cluster, NOW)  # every shard settles: the summary is kept too
+    kept = settled.load(layout).submissions
+    assert kept == {"key": submissions_key(layout), "job_ids": ["500"]}
+    opens = Opens(monkeypatch, layout.root)
+    assert refresh(layout, scheduler(cluster), NOW).job_ids == ["500"]
+    assert opens.paths == [str(settled.index_path(layout))]  # no submission record read
+    record = json.loads((layout.submissions / "0001.json").read_text())
+    write_json_atomic(layout.submissions / "0001.json", {**record, "job_id": "501"})
+    assert compare(layout, cluster, NOW)  # job ids read again: 501
+    assert settled.load(layout).submissions == {"key": submissions_key(layout),
+                                                "job_ids": ["501"]}
+    real = status.submission_views
+
+    def racing(layout_: RunLayout) -> Any:  # a submit writes a record while it is read
+        views = real(layout_)
+        write_json_atomic(layout.submissions / "0002.json", {**record, "number": 2,
+                                                             "job_id": "502"})
+        return views
+
+    monkeypatch.setattr(status, "submission_views", racing)
+    write_json_atomic(layout.submissions / "0001.json", {**record, "job_id": "503"})
+    assert refresh(layout, scheduler(cluster), NOW).job_ids == ["503"]  # what it read
+    assert settled.load(layout).submissions["job_ids"] == ["501"]  # but not kept
+    monkeypatch.setattr(status, "submission_views", real)
+    assert compare(layout, cluster, NOW)
+    assert settled.load(layout).submissions["job_ids"] == ["502", "503"]
+
+
+def test_rows_malformed_behind_a_valid_digest_are_named(tmp_path: Path) -> None:
+    """Only a hand edit that recomputes the digest can make the columns line wrong: a
+    status that needs the rows by shard rebuilds the index with the note; one that only
+    needs the header says which file to remove, in one line."""
+    def forge(layout: RunLayout) -> None:
+        path = settled.index_path(layout)
+        head, _, rest = path.read_bytes().partition(b"\n")
+        body = head + b"\n" + b'{"shards":"x"}' + rest[rest.index(b"\n"):rest.rindex(b"#")]
+        path.write_bytes(body + b"#sha256=" + hashlib.sha256(body).hexdigest().encode())
+
+    layout = make_run(tmp_path / "a", [Shard("winner")] * 3 + [Shard("running")])
+    cluster = Cluster()
+    cluster.queue["500_3"] = "RUNNING"
+    compare(layout, cluster, NOW)
+    forge(layout)
+    data = compare(layout, cluster, NOW)
+    assert any("settled index not used" in n and "'shards' is not a list" in n
+               for n in data["notes"])
+    whole = make_run(tmp_path / "b", [Shard("winner")] * 3 +
+                     [Shard("failed", "boom", updated_at=NOW - 3600)])
+    compare(whole, cluster, NOW)
+    forge(whole)
+    fresh = refresh(whole, scheduler(cluster), NOW)
+    assert json.loads(fresh.json_bytes())["counts"] == {"failed": 1, "succeeded": 3}
+    with pytest.raises(StateError, match="remove observer/settled.json"):
+        fresh.column("job_id")
 
 
 def test_the_plan_is_read_again_when_plan_json_is_another_file(tmp_path: Path) -> None:
