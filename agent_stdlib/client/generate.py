@@ -219,7 +219,7 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
           + ("; ".join(f"{a} {_sizing(lim)}" for a, lim in sorted(limits.items()))
              or "no model"), file=sys.stderr, flush=True)
     try:
-        written = asyncio.run(producer.run(resumed.next_index))
+        written = drive(producer, resumed.next_index)
     finally:
         shard.output.close()
         shard.progress.tick(force=True)
@@ -228,6 +228,31 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
         if seeds is not None:
             seeds.close()
     return written - shard.offset
+
+
+def drive(producer: Producer, first: int) -> int:
+    """``asyncio.run(producer.run(first))``, except that once the producer was stopped by a
+    signal, the requests still in flight are cancelled and abandoned, not awaited.
+
+    ``asyncio.run`` waits for every cancelled task to finish; on Python 3.11 an
+    ``asyncio.wait_for`` whose exchange breaks just as it is cancelled (the proxy and the
+    servers get the same SIGTERM) swallows the cancellation, and its retries (backoff
+    sleeps) then held the stop for seconds, past Slurm's KillWait. The stopped client
+    exits at once (``EXIT_PARTIAL``) with every record it wrote complete.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(producer.run(first))
+    finally:
+        if not producer.stop.is_set():  # finished or failed: tidy up as asyncio.run does
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
 
 
 def _sizing(limiter: Limiter) -> str:

@@ -4,11 +4,13 @@ resumes (including ``kill -9`` mid-run), and ``--preview``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -326,3 +328,38 @@ def test_the_seed_data_is_read_where_the_agent_says(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     rows = [json.loads(x) for x in out.decode().splitlines()]
     assert [r["topic"] in TOPICS for r in rows] == [True, True]
+
+
+class _StubbornProducer:
+    """A stopped producer that leaves one request behind which swallows its cancellation
+    (as Python 3.11's ``asyncio.wait_for`` does when the exchange breaks just as it is
+    cancelled) and would go on retrying for an hour."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.retries = 0
+
+    async def run(self, first: int) -> int:
+        async def swallowing() -> None:
+            while True:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    self.retries += 1
+
+        task = asyncio.ensure_future(swallowing())
+        await asyncio.sleep(0)
+        self.stop.set()  # the signal came
+        task.cancel()
+        return first
+
+
+def test_a_stopped_producer_abandons_requests_that_swallow_their_cancellation() -> None:
+    from agent_stdlib.client.generate import drive
+
+    producer, result = _StubbornProducer(), []
+    worker = threading.Thread(target=lambda: result.append(drive(producer, 7)), daemon=True)
+    worker.start()
+    worker.join(timeout=60)  # asyncio.run would wait for that request forever
+    assert not worker.is_alive(), "the stopped client waited for an abandoned request"
+    assert result == [7]
