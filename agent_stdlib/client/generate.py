@@ -49,6 +49,7 @@ from agent_stdlib.recipe.sizing import bounds
 from agent_stdlib.resume import KeptRecords, scan_kept
 from agent_stdlib.statefile import read_json
 
+ABANDON_AFTER_S = 0.5  # how long a stopped client lets its cancelled requests end
 EXIT_PARTIAL = 75  # stopped by a signal; the records written so far are complete and kept
 MIN_WINDOW = 64
 MAX_WINDOW = 16384
@@ -232,7 +233,8 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
 
 def drive(producer: Producer, first: int) -> int:
     """``asyncio.run(producer.run(first))``, except that once the producer was stopped by a
-    signal, the requests still in flight are cancelled and abandoned, not awaited.
+    signal, the requests still in flight are cancelled and get ``ABANDON_AFTER_S`` to end;
+    any still running then is abandoned, not awaited.
 
     ``asyncio.run`` waits for every cancelled task to finish; on Python 3.11 an
     ``asyncio.wait_for`` whose exchange breaks just as it is cancelled (the proxy and the
@@ -244,12 +246,15 @@ def drive(producer: Producer, first: int) -> int:
     try:
         return loop.run_until_complete(producer.run(first))
     finally:
-        if not producer.stop.is_set():  # finished or failed: tidy up as asyncio.run does
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()  # each closes its connection as it ends (http.Endpoint.post)
+        if pending and producer.stop.is_set():
+            # a bounded wait: the ones still running after it are abandoned
+            loop.run_until_complete(asyncio.wait(pending, timeout=ABANDON_AFTER_S))
+        elif pending:  # finished or failed: every task ends, as asyncio.run does
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        if not producer.stop.is_set():
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
