@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from typing import Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Tuple
 
 try:
     from typing import Protocol
@@ -46,20 +46,30 @@ def array_task(arrays: Sequence[Array], shard: int) -> Tuple[Optional[int], int]
     return None, shard
 
 
-def array_tasks(arrays: Sequence[Array], shards: Iterable[int]
-                ) -> Iterator[Tuple[int, Optional[int], int]]:
-    """``(shard, array index, task id)`` for each of ``shards``, as ``array_task`` gives,
-    in O(log arrays) a shard (a binary search of the arrays' first shards): a submit of
-    100,000 shards in 100 arrays asks for every shard once."""
+def task_finder(arrays: Sequence[Array]) -> Callable[[int], Tuple[Optional[int], int]]:
+    """``array_task`` of ``arrays`` in O(log arrays) a shard (a binary search of the
+    arrays' first shards), for callers that ask about many shards: a submit of 100,000
+    shards in 100 arrays asks for every shard once."""
     ordered = sorted(arrays, key=lambda spec: spec.first_shard)
     starts = [spec.first_shard for spec in ordered]
-    for shard in shards:
+
+    def find(shard: int) -> Tuple[Optional[int], int]:
         at = bisect_right(starts, shard) - 1
         spec = ordered[at] if at >= 0 else None
         if spec is not None and shard < spec.first_shard + spec.count:
-            yield shard, spec.index, spec.first_task + shard - spec.first_shard
-        else:
-            yield (shard, *array_task(arrays, shard))  # no array: (None, shard) or the error
+            return spec.index, spec.first_task + shard - spec.first_shard
+        return array_task(arrays, shard)  # no array: (None, shard) or the error
+
+    return find
+
+
+def array_tasks(arrays: Sequence[Array], shards: Iterable[int]
+                ) -> Iterator[Tuple[int, Optional[int], int]]:
+    """``(shard, array index, task id)`` for each of ``shards``, as ``array_task`` gives
+    (``task_finder``: O(log arrays) a shard)."""
+    find = task_finder(arrays)
+    for shard in shards:
+        yield (shard, *find(shard))
 
 
 def task_shard(arrays: Sequence[Array], array_index: Optional[int], task: int) -> int:

@@ -1,4 +1,13 @@
-"""Reading and advancing attempt and readiness records (revision +1 per write)."""
+"""Reading and advancing attempt and readiness records (revision +1 per write).
+
+A submit's first attempts have no ``attempt.json`` (nor folder) until something writes
+their second revision: their first is *implied* by the submission record that carries
+them (``implied_attempt``: ``submitted`` with its task's job id once the record holds the
+array's job id, ``created`` before). Submit so writes nothing per shard; the agent that
+starts the attempt, or the ``cancel``/``status`` that ends it, makes the folder and
+publishes the record (``advance_attempt(..., first=...)``: linked, never over a record
+another writer published first).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +17,15 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from agent_stdlib import states
+from agent_stdlib.arrays import task_job_id
 from agent_stdlib.contracts import AttemptRecord, ReadinessRecord
 from agent_stdlib.statefile import (
     StateError,
     dumps,
+    ensure_dir,
     json_template,
     load_record,
+    publish_json_immutable,
     write_json_atomic,
     write_many,
     write_many_json,
@@ -30,6 +42,23 @@ def created_record(run_id: str, shard: int, attempt: int, now: float,
     """A fresh ``created`` attempt at revision 1: the one shape submit and retry both write."""
     return AttemptRecord(run_id=run_id, shard=shard, attempt=attempt, state=states.CREATED,
                          revision=1, updated_at=now, resume_from=resume_from)
+
+
+def implied_attempt(run_id: str, shard: int, attempt: int, array_job_id: Optional[str],
+                    task: int, submission: int, submitted_at: float) -> AttemptRecord:
+    """The first revision of an attempt that has no record, as its submission implies it.
+
+    ``array_job_id`` is the submission record's job id (None until sbatch answered) and
+    ``task`` the shard's task id in that array: ``submitted`` with the task's job id,
+    dated by the submission, or ``created`` while the record has no job id yet.
+    """
+    if array_job_id is None:
+        return AttemptRecord(run_id=run_id, shard=shard, attempt=attempt,
+                             state=states.CREATED, revision=1, updated_at=submitted_at,
+                             submission=submission)
+    return AttemptRecord(run_id=run_id, shard=shard, attempt=attempt, state=states.SUBMITTED,
+                         revision=1, updated_at=submitted_at, submission=submission,
+                         job_id=task_job_id(array_job_id, task))
 
 
 def create_attempt(path: Path, run_id: str, shard: int, attempt: int,
@@ -115,9 +144,23 @@ def advance_attempts(items: Sequence[Tuple[Path, Dict[str, Any]]],
     return updated
 
 
-def advance_attempt(path: Path, state: str, **fields: Any) -> AttemptRecord:
-    """Move the attempt at ``path`` to ``state`` (a legal edge) at the next revision."""
+def advance_attempt(path: Path, state: str, first: Optional[AttemptRecord] = None,
+                    **fields: Any) -> AttemptRecord:
+    """Move the attempt at ``path`` to ``state`` (a legal edge) at the next revision.
+
+    ``first``: the attempt's implied first revision (``implied_attempt``), used when it has
+    no record yet: its folder is made and the next revision published only if no other
+    writer published one first (a link: then that record is advanced instead).
+    """
     current = load_attempt(path)
+    if current is None and first is not None:
+        states.check_transition(first.state, state)
+        record = first.replace(state=state, revision=first.revision + 1,
+                               updated_at=time.time(), **fields)
+        ensure_dir(path.parent)
+        if publish_json_immutable(path, record.to_dict()):
+            return record
+        current = load_attempt(path)
     if current is None:
         raise StateError(f"{path}: attempt record is missing")
     states.check_transition(current.state, state)

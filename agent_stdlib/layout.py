@@ -33,6 +33,13 @@ def shard_name(shard: int) -> str:
     return f"shard-{shard:05d}"
 
 
+# The attempt a submit makes of every shard. It has no folder and no ``attempt.json``
+# until its agent starts it (or cancel/status ends it): its submission record implies its
+# first revision (``attempts.implied_attempt``). A retry's attempts (2, 3, ...) always have
+# a ``created`` record before any submission record names them.
+FIRST_ATTEMPT = 1
+
+
 def attempt_name(attempt: int) -> str:
     """``attempt-0002``: the folder of an attempt under ``shards/shard-NNNNN/attempts/``."""
     return f"attempt-{attempt:04d}"

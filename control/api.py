@@ -176,7 +176,7 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
     staged = _staged(ready, prof)
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
-                                    {s.index: 1 for s in staged.plan.shards})
+                                    {s.index: 1 for s in staged.plan.shards}, implied=True)
     return _submitted(ready, staged, records, scheduler)
 
 
@@ -572,7 +572,8 @@ def _submit_cases(bench_file: Path, base_file: Path, cases: Sequence[Any],
         staged = [_staged(m, prof) for m in members]
         if len(staged) == 1:
             records = submitting.submit_all(staged[0], members[0].resolved.profile, sched,
-                                            {s.index: 1 for s in staged[0].plan.shards})
+                                            {s.index: 1 for s in staged[0].plan.shards},
+                                            implied=True)
         else:
             records = submit_shared(staged, members[0].resolved.profile, sched)
         for i, stage in enumerate(staged):

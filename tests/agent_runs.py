@@ -64,8 +64,11 @@ def write_text(path: Path, text: str) -> Path:
     return path
 
 
-def stage(root: Path, plan: Plan) -> Dict[str, str]:
-    """Write plan, submission 1 and ``submitted`` attempts; return the allocation args."""
+def stage(root: Path, plan: Plan, records: bool = False) -> Dict[str, str]:
+    """Write plan and submission 1 (job ``1``), as submit does: the first attempts have no
+    record, the submission implies them ``submitted``. With ``records``, each also gets
+    ``created`` then ``submitted`` records (a retry's attempts). Returns the allocation
+    args."""
     layout = RunLayout(ensure_dir(root))
     payload = plan.to_json().encode("utf-8")
     publish_immutable(layout.plan_json, payload)
@@ -74,7 +77,7 @@ def stage(root: Path, plan: Plan) -> Dict[str, str]:
                               attempts={str(s.index): 1 for s in plan.shards},
                               submitted_at=time.time(), released=True)
     write_json_atomic(layout.submission_json(1), record.to_dict())
-    for shard in plan.shards:
+    for shard in plan.shards if records else ():
         paths = layout.attempt(shard.index, 1)
         ensure_dir(paths.root)
         create_attempt(paths.attempt_json, plan.run_id, shard.index, 1)

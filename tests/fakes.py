@@ -83,6 +83,17 @@ class Crash(Exception):
     """Stands for a process dying between two of its steps."""
 
 
+def first_record(layout: RunLayout, shard: int) -> Any:
+    """The first revision of ``shard``'s attempt 1 as its submission record implies it
+    (what an agent starting it, or a cancel ending it, advances)."""
+    from control.runs.reconcile import implied_first
+    from control.runs.store import load_plan_view, shard_scanner
+
+    view = shard_scanner(layout)(shard).attempt
+    assert view is not None, f"no submission names shard {shard}"
+    return implied_first(load_plan_view(layout).run_id, shard, view)
+
+
 def crash_on_call(real: Callable[..., Any], number: int) -> Callable[..., Any]:
     """``real``, except that its ``number``-th call raises Crash instead of running."""
     calls: List[int] = []
@@ -768,7 +779,7 @@ class World:
                            self.agent, sha256_bytes(self.agent.read_bytes()))
         commit_run(staged, "slurm")
         submit_all(staged, testbed_profile(), Scheduler(runner=cluster),
-                   {s.index: 1 for s in plan.shards})
+                   {s.index: 1 for s in plan.shards}, implied=True)
         return staged
 
 

@@ -116,9 +116,13 @@ class Allocation:
     def run(self) -> int:
         """Run the attempt to a terminal state (or a requeue); return the exit status."""
         try:
-            record = load_attempt(self.paths.attempt_json)
+            # no record yet: a first attempt, as its submission record implies it
+            record = load_attempt(self.paths.attempt_json) or self.inv.first
             if record is None:
                 raise AllocationFailure(f"{self.paths.attempt_json}: attempt record is missing")
+            if record is self.inv.first and record.state == states.CREATED:
+                raise AllocationFailure(f"submission {record.submission} has no job id "
+                                        "recorded yet (its submit has not got that far)")
             if record.state == states.SUCCEEDED:
                 complete_winner(self.inv.layout, self.inv.shard, self.inv.attempt)
                 return _say(f"attempt {self.inv.attempt} had succeeded; winner completed", 0)
@@ -162,6 +166,7 @@ class Allocation:
         restarts = max(self.job.restart_count, record.restarts)
         restarting = restarts > 0 or record.state == states.RUNNING
         record = advance_attempt(self.paths.attempt_json, states.RUNNING,
+                                 first=record if record is self.inv.first else None,
                                  job_id=record.job_id or self.job.key,
                                  node=self.job.node, restarts=restarts)
         ensure_dir(self.paths.output)

@@ -19,9 +19,16 @@ from typing import List, Mapping, Optional, Tuple
 
 from agent_stdlib import localjob
 from agent_stdlib.allocation.errors import AllocationFailure
-from agent_stdlib.arrays import task_shard
-from agent_stdlib.contracts import SCHEMA_VERSION, Plan, SubmissionRecord, sha256_bytes
-from agent_stdlib.layout import RunLayout
+from agent_stdlib.arrays import array_task, task_shard
+from agent_stdlib.attempts import implied_attempt
+from agent_stdlib.contracts import (
+    SCHEMA_VERSION,
+    AttemptRecord,
+    Plan,
+    SubmissionRecord,
+    sha256_bytes,
+)
+from agent_stdlib.layout import FIRST_ATTEMPT, RunLayout
 from agent_stdlib.statefile import read_bytes, read_json
 
 
@@ -36,6 +43,9 @@ class Invocation:
     agent_pyz: Path
     max_requeues: int = 0
     array_task: Optional[int] = None  # the array task id that runs ``shard``
+    # the attempt's first revision as its submission record implies it (used while the
+    # attempt has no attempt.json: a submit's first attempts get none until they start)
+    first: Optional[AttemptRecord] = None
 
 
 def load_verified_plan(path: Path, expected_sha256: str) -> Plan:
@@ -115,6 +125,11 @@ def invocation(args: argparse.Namespace, env: Mapping[str, str]) -> Invocation:
     submission = SubmissionRecord.from_dict(data)
     if str(shard) not in submission.attempts:
         raise AllocationFailure(f"submission {args.submission} carries no shard {shard}")
-    return Invocation(layout=layout, plan=plan, shard=shard,
-                      attempt=submission.attempts[str(shard)], agent_pyz=args.agent_pyz,
-                      max_requeues=max(0, args.max_requeues), array_task=task)
+    attempt = submission.attempts[str(shard)]
+    first = implied_attempt(plan.run_id, shard, attempt, submission.job_id,
+                            task if task is not None else array_task(plan.arrays, shard)[1],
+                            submission.number, submission.submitted_at) \
+        if attempt == FIRST_ATTEMPT else None
+    return Invocation(layout=layout, plan=plan, shard=shard, attempt=attempt,
+                      agent_pyz=args.agent_pyz, max_requeues=max(0, args.max_requeues),
+                      array_task=task, first=first)

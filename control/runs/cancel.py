@@ -27,7 +27,7 @@ from control.runs.store import (
     ShardView,
     load_plan_view,
     load_submissions,
-    scan_shard,
+    shard_scanner,
 )
 from control.runs.watch import Backoff
 from control.slurm.parsers import index_rows
@@ -75,7 +75,8 @@ def _settle(layout: RunLayout, run_id: str, view: ShardView, reason: str) -> Non
     attempt = view.attempt
     assert attempt is not None
     try:
-        mark_ended(layout, view.index, attempt.number, states.CANCELLED, reason, run_id)
+        mark_ended(layout, view.index, attempt.number, states.CANCELLED, reason, run_id,
+                   attempt)
     except (StateError, OSError):
         pass  # shown as it is; the record names the problem on the next read
 
@@ -93,7 +94,8 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
     """Cancel the selected shards of a run; wait up to ``wait_s`` for Slurm to confirm."""
     plan = load_plan_view(layout)
     selected = select_shards(len(plan.shard_records), shards)
-    views = [v for v in (scan_shard(layout, i) for i in selected) if _open(v)]
+    scan = shard_scanner(layout, plan.arrays)
+    views = [v for v in (scan(i) for i in selected) if _open(v)]
     settled.forget(layout, plan.run_id, len(plan.shard_records), [v.index for v in views])
     jobs = {v.attempt.job_id for v in views if v.attempt and v.attempt.job_id}
     targets = scancel_targets(layout, plan.arrays, jobs)
@@ -113,7 +115,8 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
     for view in views:
         if view.attempt and view.attempt.job_id in ended:
             _settle(layout, plan.run_id, view, BY_CANCEL)
-    after = [scan_shard(layout, i) for i in selected]
+    scan = shard_scanner(layout, plan.arrays)  # the records, as the cancel left them
+    after = [scan(i) for i in selected]
     return {"run_id": plan.run_id, "shards": selected, "scancelled": targets,
             "converged": ended >= jobs, "waiting_for": sorted(jobs - ended, key=_task_key),
             "states": {str(v.index): _state(v) for v in after}}

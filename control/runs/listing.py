@@ -16,6 +16,7 @@ from control.runs import normalize as norm
 from control.runs import settled
 from control.runs.store import (
     ShardView,
+    committed_at,
     expected_lookup,
     last_moment,
     load_plan_view,
@@ -72,7 +73,8 @@ def durable_state(layout: RunLayout, shard_count: int,
     todo = [i for i in range(shard_count) if i not in known]
     if todo:
         try:
-            expected = expected_lookup(submission_views(layout))
+            # states, not job ids: no arrays
+            expected = expected_lookup(submission_views(layout), (), committed_at(layout))
         except StateError:  # a bad submission record: list every shard's folders instead
             expected = {}.get
         for i in todo:

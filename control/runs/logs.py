@@ -19,7 +19,7 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError, open_state_file
 from control.errors import DamagedState, NotFound
 from control.runs.status import LOG_IN_REASON
-from control.runs.store import ShardView, attempt_numbers, load_plan_view, scan_shard
+from control.runs.store import ShardView, attempt_numbers, load_plan_view, shard_scanner
 from control.runs.watch import Backoff
 
 SLURM_STEP = "slurm"
@@ -60,7 +60,8 @@ def step_files(execution: Optional[Path]) -> dict:
 
 def default_shard(layout: RunLayout, count: int) -> int:
     """The shard a user most likely means: the first failed, else the first running, else 0."""
-    views = [scan_shard(layout, i) for i in range(count)]
+    scan = shard_scanner(layout)
+    views = [scan(i) for i in range(count)]
     for wanted in (states.FAILED, states.RUNNING):
         for view in views:
             if not view.winner and view.attempt and view.attempt.state == wanted:
@@ -97,7 +98,7 @@ def locate(layout: RunLayout, shard: Optional[int] = None,
 
 def shard_target(layout: RunLayout, index: int, step: Optional[str] = None) -> LogTarget:
     """``locate`` for a known, valid shard index (no plan read)."""
-    view = scan_shard(layout, index)
+    view = shard_scanner(layout)(index)
     attempt = view.attempt
     # The logs are files in the attempt's folder: they are found by listing it even when
     # the attempt record is damaged (only Slurm's own log needs the record's job id). An
@@ -140,7 +141,7 @@ def await_target(layout: RunLayout, index: int, step: Optional[str] = None,
         except NotFound:
             if shard_ended(layout, index):
                 return shard_target(layout, index, step)  # raises, unless there is one
-        view = scan_shard(layout, index)
+        view = shard_scanner(layout)(index)
         state = view.attempt.state if view.attempt else "not recorded yet"
         if state != said:
             notify(f"waiting for the {wanted} log of shard {index} (attempt "
@@ -161,7 +162,7 @@ def newer_target(layout: RunLayout, current: LogTarget) -> Optional[LogTarget]:
 
 def shard_ended(layout: RunLayout, shard: int) -> bool:
     """True once the shard has a winner or its latest attempt is terminal."""
-    view = scan_shard(layout, shard)
+    view = shard_scanner(layout)(shard)
     return view.winner or (view.attempt is not None and view.attempt.state in states.TERMINAL)
 
 

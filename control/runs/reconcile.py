@@ -17,13 +17,11 @@ squeue + sacct call; ``cancel`` settles its shards through :func:`mark_ended` to
 
 from __future__ import annotations
 
-import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from agent_stdlib import states
 from agent_stdlib.attempts import (
     advance_attempt,
-    created_record,
     load_attempt,
     load_readiness,
     publish_readiness,
@@ -31,7 +29,10 @@ from agent_stdlib.attempts import (
 from agent_stdlib.contracts import AttemptRecord, ReadinessRecord, WinnerRecord
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import complete_winner
-from agent_stdlib.statefile import StateError, publish_json_immutable
+from agent_stdlib.statefile import StateError
+
+if TYPE_CHECKING:
+    from control.runs.store import AttemptView
 
 
 def complete_missing_winner(layout: RunLayout, shard: int, attempt: int) -> WinnerRecord:
@@ -44,11 +45,14 @@ def complete_missing_winner(layout: RunLayout, shard: int, attempt: int) -> Winn
 
 
 def mark_ended(layout: RunLayout, shard: int, attempt: int, state: str,
-               reason: str, run_id: Optional[str] = None) -> AttemptRecord:
+               reason: str, run_id: Optional[str] = None,
+               shown: Optional[AttemptView] = None) -> AttemptRecord:
     """Record an attempt no process can write any more as ``state`` with ``reason``.
 
-    With ``run_id``, an attempt folder without a record (a first attempt whose submit has
-    not written it: ``created``) gets its terminal record at once, unless one appears.
+    With ``run_id`` and ``shown`` (the attempt as status showed it), an attempt without a
+    record (a first attempt its submission implies, or a folder whose record was never
+    written) gets its folder and its terminal record at once, unless a record appears
+    first (published by link, never over another writer's).
 
     For callers that know the attempt's job has left Slurm (or never had one): its
     readiness, if it is still open, is closed out as ``failed`` too, so nothing keeps
@@ -58,24 +62,29 @@ def mark_ended(layout: RunLayout, shard: int, attempt: int, state: str,
     """
     path = layout.attempt(shard, attempt).attempt_json
     current = load_attempt(path)
-    if current is None and run_id is not None and path.parent.is_dir():
-        record = created_record(run_id, shard, attempt, time.time()).replace(
-            state=state, reason=reason)  # created -> state, as one record
-        if publish_json_immutable(path, record.to_dict()):  # never over a new record
-            return record
-        current = load_attempt(path)
-    if current is None:
+    first = implied_first(run_id, shard, shown) \
+        if current is None and run_id is not None and shown is not None else None
+    if current is None and first is None:
         raise StateError(f"{path}: attempt record is missing")
-    if current.state in states.TERMINAL:
+    if current is not None and current.state in states.TERMINAL:
         return current
     try:
-        record = advance_attempt(path, state, reason=reason)
+        record = advance_attempt(path, state, first=first, reason=reason)
     except states.TransitionError:  # a concurrent writer finished it first
         latest = load_attempt(path)
-        return latest if latest is not None else current
+        if latest is not None:
+            return latest
+        raise
     close_readiness(layout, shard, attempt, f"the allocation ended without its agent: "
                                             f"{reason}")
     return record
+
+
+def implied_first(run_id: str, shard: int, shown: AttemptView) -> AttemptRecord:
+    """The first revision of an attempt without a record, from status's view of it (which
+    ``store`` made from its submission record: ``created`` or ``submitted``)."""
+    return AttemptRecord(run_id=run_id, shard=shard, attempt=shown.number, state=shown.state,
+                         revision=1, updated_at=shown.updated_at, job_id=shown.job_id)
 
 
 def close_readiness(layout: RunLayout, shard: int, attempt: int,

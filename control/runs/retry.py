@@ -36,17 +36,22 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, 
 from agent_stdlib import states
 from agent_stdlib.attempts import advance_attempt, load_attempt
 from agent_stdlib.attempts import create_attempts as create_attempts_of
-from agent_stdlib.contracts import AttemptRecord, Plan
-from agent_stdlib.layout import RunLayout
+from agent_stdlib.contracts import AttemptRecord, Plan, SubmissionRecord
+from agent_stdlib.layout import FIRST_ATTEMPT, RunLayout
 from agent_stdlib.publish import load_winner
 from agent_stdlib.resume import scan_kept
 from agent_stdlib.statefile import StateError, ensure_dir
 from control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
 from control.runs import normalize as norm
 from control.runs import settled
+from control.runs.reconcile import implied_first
 from control.runs.store import (
     RECOVERY_GRACE_S,
+    Expected,
     attempt_numbers,
+    committed_at,
+    expected_lookup,
+    implied_view,
     load_plan,
     load_run,
     load_submissions,
@@ -102,7 +107,8 @@ def _not_over(shard: int, number: int, state: str,
     return f"shard {shard} is {shown} (attempt {number})" + (f": {reason}" if reason else "")
 
 
-def _submitted_pairs(layout: RunLayout, now: float) -> Set[Tuple[int, int]]:
+def _submitted_pairs(records: Sequence[SubmissionRecord], now: float
+                     ) -> Set[Tuple[int, int]]:
     """``(shard, attempt)`` named by a submission record that got a job id (or may still).
 
     A record without one, older than RECOVERY_GRACE_S, is a submit or retry that died
@@ -111,7 +117,7 @@ def _submitted_pairs(layout: RunLayout, now: float) -> Set[Tuple[int, int]]:
     unsubmitted one (``_abandoned``): the next retry submits them.
     """
     pairs = set()
-    for record in load_submissions(layout):
+    for record in records:
         if record.job_id is not None or now - record.submitted_at < RECOVERY_GRACE_S:
             pairs.update((int(shard), attempt) for shard, attempt in record.attempts.items())
     return pairs
@@ -159,13 +165,19 @@ def _abandoned(layout: RunLayout, shard: int, number: int, record: Optional[Atte
 
 def _decide(layout: RunLayout, plan: Plan, shard: int, named: bool, policy: str, auto: bool,
             submitted: Set[Tuple[int, int]], selection: Selection, now: float,
-            verdicts: Verdicts) -> None:
-    """Add ``shard``'s choice (or the reason it has none) to ``selection``."""
+            verdicts: Verdicts, expected: Optional[Expected]) -> None:
+    """Add ``shard``'s choice (or the reason it has none) to ``selection``.
+
+    ``expected``: what the submission records say of its newest attempt (a first attempt
+    without a record yet is as its submission implies it)."""
     try:
-        numbers = attempt_numbers(layout, shard)
+        numbers = attempt_numbers(layout, shard, expected)
         winner = load_winner(layout, shard)
         latest = load_attempt(layout.attempt(shard, numbers[-1]).attempt_json) \
             if numbers else None
+        if latest is None and expected is not None and expected.attempt == numbers[-1] \
+                == FIRST_ATTEMPT:
+            latest = implied_first(plan.run_id, shard, implied_view(expected))
     except (StateError, OSError) as err:
         # Damaged records: this shard cannot be judged (a damaged winner.json also blocks
         # every new attempt's winner); the others can.
@@ -228,11 +240,13 @@ def select(layout: RunLayout, plan: Plan, shards: Sequence[int] = (), policy: st
                        f"({len(plan.shards)} shards)")
     named = bool(shards)
     now = time.time() if now is None else now
-    submitted = _submitted_pairs(layout, now)
+    records = load_submissions(layout)
+    submitted = _submitted_pairs(records, now)
+    expected = expected_lookup(records, plan.arrays, committed_at(layout))
     selection = Selection()
     for shard in sorted(set(shards)) if named else range(len(plan.shards)):
         _decide(layout, plan, shard, named, policy, auto, submitted, selection, now,
-                verdicts or {})
+                verdicts or {}, expected(shard))
     return selection
 
 
@@ -287,6 +301,8 @@ def create_attempts(layout: RunLayout, run_id: str, choices: Sequence[Choice]) -
                 paths.root.mkdir(mode=0o700)
             except FileExistsError:
                 continue
+        else:  # a first attempt its submission implied (no folder until now), or one left
+            ensure_dir(paths.root)
         if not choice.existing or not paths.attempt_json.exists():
             items.append((paths.attempt_json, run_id, choice.shard, choice.attempt,
                           choice.resume_from))

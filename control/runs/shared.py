@@ -9,8 +9,9 @@ and its own task ids, so that status and cancel ask for and scancel only its tas
 (``12_3``, never the array ``12``), and GPU-hours count only its tasks.
 
 Submit is ``submit_all``'s protocol lifted to the group: every member's record (no job
-id yet) -> one held ``sbatch`` -> the job id in every member's record -> every attempt
-``submitted`` (one sync) -> release -> every record ``released``. A crash anywhere leaves
+id yet) -> one held ``sbatch`` -> the job id in every member's record (which implies its
+first attempts ``submitted``: they get no record of their own) -> release -> every record
+``released``. A crash anywhere leaves
 records that :func:`recover_shared`, run from any member's status, finishes for the
 whole group: the job id one member recorded (else the one job of the shared name) is
 adopted by the others, their attempts marked, the job released. It never cancels a
@@ -25,8 +26,6 @@ import hashlib
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from agent_stdlib.arrays import task_job_id
-from agent_stdlib.attempts import submit_attempts
 from agent_stdlib.contracts import Plan, SubmissionRecord
 from agent_stdlib.layout import JOB_PREFIX, RunLayout
 from agent_stdlib.statefile import (
@@ -132,10 +131,7 @@ def submit_shared(members: Sequence[Staged], profile: Profile, scheduler: Schedu
     records = [r.replace(argv=tuple(argv), job_id=job_id) for r in records]
     for member, record in zip(members, records):
         write_json_atomic(member.layout.submission_json(record.number), record.to_dict())
-    submit_attempts((m.layout.attempt_json_path(shard, 1), m.plan.run_id, shard, 1,
-                     task_job_id(job_id, task), r.number)
-                    for m, r, mine in zip(members, records, tasks)
-                    for shard, task in sorted(mine.items()))
+    # the first attempts have no records: each member's record, with the job id, implies them
     scheduler.release(job_id)
     records = [r.replace(released=True) for r in records]
     for member, record in zip(members, records):

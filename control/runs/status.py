@@ -38,9 +38,11 @@ from control.runs import normalize as norm
 from control.runs import settled
 from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
 from control.runs.store import (
+    Expected,
     PlanView,
     ShardView,
     SubmissionView,
+    committed_at,
     expected_lookup,
     load_plan_view,
     needs_recovery,
@@ -350,7 +352,8 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     index = settled.check(layout, index, plan.run_id, count)
     if not index.whole(count):  # rows are needed by shard: decode them
         index = settled.expanded(layout, index)
-    committed = layout.run_json.exists()
+    commit_time = committed_at(layout)
+    committed = commit_time is not None
     known = index.positions()
     todo = [i for i in range(count) if i not in known] if len(known) < count else []
     # With every shard settled and the run committed no submission can need recovery (a
@@ -360,7 +363,8 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     job_ids, summary_copy = (None if damaged else run_job_ids(submissions)), None
     if not todo and committed and use_index:  # read from the index's summary if it holds
         job_ids, summary_copy = submissions_summary(layout, index)
-    expected = expected_lookup(submissions)
+    # damaged submission records imply nothing (they may name submitted attempts)
+    expected = expected_lookup(submissions, plan.arrays, None if damaged else commit_time)
     shards = [scan_shard(layout, i, expected(i)) for i in todo]
     wanted = {s.attempt.job_id for s in shards if needs_scheduler(s, now) and s.attempt
               and s.attempt.job_id}
@@ -376,9 +380,13 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     if recover and sched.rows is not None:
         done = recover_crashed(layout, scheduler, committed, sched.rows, now)
         notes.extend(done)
-        shards = _rescan(layout, shards, expected) if done else shards
+        if done:  # a job id adopted changes what the records imply
+            submissions, damaged = _submissions(layout)
+            expected = expected_lookup(submissions, plan.arrays,
+                                       None if damaged else commit_time)
+            shards = _rescan(layout, shards, expected)
     verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
-    if _reconcile(layout, shards, verdicts, sched):
+    if _reconcile(layout, plan.run_id, shards, verdicts, sched):
         shards = _rescan(layout, shards, expected)
         verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
     accounting_down(sched, verdicts, notes)
@@ -419,7 +427,7 @@ def recover_crashed(layout: RunLayout, scheduler: Scheduler, committed: bool,
 
 
 def _rescan(layout: RunLayout, shards: List[ShardView],
-            expected: Callable[[int], Optional[int]]) -> List[ShardView]:
+            expected: Callable[[int], Optional[Expected]]) -> List[ShardView]:
     return [scan_shard(layout, s.index, expected(s.index)) for s in shards]
 
 
@@ -445,8 +453,8 @@ def gone(sched: SchedulerView, job_id: Optional[str]) -> bool:
     return row is None or row.terminal
 
 
-def _reconcile(layout: RunLayout, shards: List[ShardView], verdicts: List[norm.Verdict],
-               sched: SchedulerView) -> List[int]:
+def _reconcile(layout: RunLayout, run_id: str, shards: List[ShardView],
+               verdicts: List[norm.Verdict], sched: SchedulerView) -> List[int]:
     """Repair what durable state proves: a missing winner, an attempt whose job is gone.
 
     A scheduled attempt whose job ended (or was lost) without an outcome from its agent is
@@ -470,7 +478,7 @@ def _reconcile(layout: RunLayout, shards: List[ShardView], verdicts: List[norm.V
 
                 state, prefix = ENDED[verdict.state]
                 reconcile.mark_ended(layout, shard.index, attempt.number, state,
-                                     f"{prefix}{verdict.reason}")
+                                     f"{prefix}{verdict.reason}", run_id, attempt)
             else:
                 continue
         except (StateError, OSError):

@@ -22,8 +22,8 @@ from typing import (
     Tuple,
 )
 
-from agent_stdlib.arrays import is_job_id, task_job_id
-from agent_stdlib.layout import RunLayout, run_dir, runs_root, shard_name
+from agent_stdlib.arrays import ArrayError, is_job_id, task_finder, task_job_id
+from agent_stdlib.layout import FIRST_ATTEMPT, RunLayout, run_dir, runs_root, shard_name
 from agent_stdlib.statefile import StateError, load_record, open_state_file
 from control.errors import InvalidInput, NotFound
 
@@ -124,13 +124,16 @@ def load_submissions(layout: RunLayout) -> List[SubmissionRecord]:
     return found
 
 
-def attempt_numbers(layout: RunLayout, shard: int) -> List[int]:
-    """Attempt numbers that exist on disk for ``shard``, ascending."""
+def attempt_numbers(layout: RunLayout, shard: int,
+                    expected: Optional[Expected] = None) -> List[int]:
+    """Attempt numbers of ``shard``, ascending: those with a folder on disk, and
+    ``expected``'s (the newest a submission names: a first attempt has no folder until
+    it starts)."""
     folder = layout.shard_dir(shard) / "attempts"
-    if not folder.is_dir():
-        return []
-    numbers = [int(m.group(1)) for m in (ATTEMPT_DIR.match(p.name) for p in folder.iterdir())
-               if m]
+    numbers = {int(m.group(1)) for m in (ATTEMPT_DIR.match(p.name) for p in folder.iterdir())
+               if m} if folder.is_dir() else set()
+    if expected is not None and expected.attempt == FIRST_ATTEMPT:
+        numbers.add(expected.attempt)
     return sorted(numbers)
 
 
@@ -378,27 +381,54 @@ def submissions_key(layout: RunLayout) -> Optional[List[List[Any]]]:
     return key
 
 
-def expected_attempts(submissions: Iterable[SubmissionView]) -> Dict[int, int]:
-    """shard -> the newest attempt any submission record names (a hint for ``scan_shard``)."""
-    latest: Dict[int, int] = {}
-    for record in submissions:
-        for shard, attempt in record.attempts.items():
-            index = int(shard)
-            if attempt > latest.get(index, 0):
-                latest[index] = attempt
-    return latest
+class Expected(NamedTuple):
+    """The newest attempt of a shard that a submission record names, and what that record
+    implies of it while it has no ``attempt.json`` (``attempts.implied_attempt``: a
+    submit's first attempts get none until they start)."""
+
+    attempt: int
+    job_id: Optional[str]  # its task's job id once the record holds the array's; else None
+    submitted_at: float
 
 
-def expected_lookup(submissions: Sequence[SubmissionView]) -> Callable[[int], Optional[int]]:
-    """``expected_attempts(submissions).get`` without building the map of every shard
-    (status asks only about the shards its settled index does not hold)."""
-    if len(submissions) == 1:
-        only = submissions[0].attempts.get
-        return lambda shard: only(str(shard))
+def committed_at(layout: RunLayout) -> Optional[float]:
+    """When ``run.json`` was published (its mtime: one ``lstat``), None before the commit."""
+    try:
+        return os.lstat(layout.run_json).st_mtime
+    except FileNotFoundError:
+        return None
 
-    def lookup(shard: int) -> Optional[int]:
+
+def expected_lookup(submissions: Sequence[Any], arrays: Sequence[Any] = (),
+                    committed: Optional[float] = None) -> Callable[[int], Optional[Expected]]:
+    """shard -> ``Expected``, without building a map of every shard: status asks only
+    about the shards its settled index does not hold. ``submissions`` are SubmissionViews
+    or SubmissionRecords, ``arrays`` the plan's (``ArrayView`` or ``ArraySpec``: they give
+    each shard's task id). A shard no record names is None, or, with ``committed`` (the
+    run's commit time, ``committed_at``), attempt 1 ``created`` as of then: a committed
+    run has a first attempt of every shard (a submit that died before its submission
+    record left them so; ``retry`` submits them)."""
+    unnamed = None if committed is None else Expected(FIRST_ATTEMPT, None, committed)
+    find = task_finder(arrays)
+
+    def task(shard: int) -> Optional[int]:
+        try:
+            return find(shard)[1]
+        except ArrayError:  # a damaged plan: no job id is implied
+            return None
+
+    def lookup(shard: int) -> Optional[Expected]:
         key = str(shard)
-        return max((r.attempts.get(key, 0) for r in submissions), default=0) or None
+        best, record = 0, None
+        for candidate in submissions:
+            attempt = candidate.attempts.get(key, 0)
+            if attempt > best:
+                best, record = attempt, candidate
+        if record is None:
+            return unnamed
+        number = task(shard) if record.job_id else None
+        job_id = task_job_id(record.job_id, number) if number is not None else None
+        return Expected(best, job_id, record.submitted_at)
 
     return lookup
 
@@ -446,14 +476,29 @@ def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[st
 
 
 UNRECORDED = "not recorded yet (its submission has not written it)"
+UNSUBMITTED = "not submitted yet (no job id recorded)"
 
 
-def _unrecorded(folder: str) -> AttemptView:
-    """The view of an attempt folder no attempt has a record in: ``created``, as submit
-    leaves a shard's first attempt until its job id is known (it writes the record once,
-    ``submitted``) and retry while it makes the record. Dated by the folder itself."""
-    return AttemptView(int(os.path.basename(folder)[8:]), "created", None, UNRECORDED,
-                       os.lstat(folder).st_mtime)
+def _unrecorded(folder: str, expected: Optional[Expected]) -> AttemptView:
+    """The view of an attempt folder without a record: as its submission implies it when
+    it is the ``expected`` attempt (a first attempt whose agent is making its record),
+    else ``created`` (a retry making the record, or one that died doing so), dated by the
+    folder itself."""
+    number = int(os.path.basename(folder)[8:])
+    if expected is not None and expected.attempt == number == FIRST_ATTEMPT:
+        return implied_view(expected)
+    return AttemptView(number, "created", None, UNRECORDED, os.lstat(folder).st_mtime)
+
+
+def implied_view(expected: Expected) -> AttemptView:
+    """An attempt without a record, as its submission record implies it
+    (``attempts.implied_attempt``): ``submitted`` with its task's job id, dated by the
+    submission, or ``created`` while the record has no job id."""
+    if expected.job_id is None:
+        return AttemptView(expected.attempt, "created", None, UNSUBMITTED,
+                           expected.submitted_at)
+    return AttemptView(expected.attempt, "submitted", expected.job_id, None,
+                       expected.submitted_at)
 
 
 def _exists(path: str) -> bool:
@@ -487,27 +532,30 @@ def _progress(base: str, running: bool) -> Tuple[Optional[ProgressView], Optiona
         return None, str(err)
 
 
-def _scan_expected(layout: RunLayout, shard: int, expected: int) -> Optional[ShardView]:
+def _scan_expected(layout: RunLayout, shard: int, expected: Expected) -> Optional[ShardView]:
     """The shard read at attempt ``expected`` without listing, or None to list instead.
 
     ``expected`` is the newest attempt a submission record names. It is the latest
     attempt unless a retry has created the next one and not yet recorded its submission:
     retry numbers attempts 1, 2, ... without gaps and creates attempt N+1 only once N is
     ``failed`` or ``cancelled`` (states never move back), so only then is the next folder
-    looked for. Anything unexpected (no record, another number, a damaged record) falls
-    back to listing.
+    looked for. A first attempt without a shard folder is as its submission implies it:
+    one ``lstat``, nothing opened or listed. Anything unexpected (no record, another
+    number, a damaged record) falls back to listing.
     """
     folder = f"{layout.root}/shards/{shard_name(shard)}"
+    if expected.attempt == FIRST_ATTEMPT and not _exists(folder):
+        return ShardView(shard, False, implied_view(expected), None)
     present = _exists(f"{folder}/winner.json")
-    base = f"{folder}/attempts/attempt-{expected:04d}"
+    base = f"{folder}/attempts/attempt-{expected.attempt:04d}"
     try:
         attempt = _attempt_view(f"{base}/attempt.json")
     except StateError:
         return None
-    if attempt is None or attempt.number != expected:
+    if attempt is None or attempt.number != expected.attempt:
         return None
     if attempt.state in RETRIED_STATES and \
-            _exists(f"{folder}/attempts/attempt-{expected + 1:04d}"):
+            _exists(f"{folder}/attempts/attempt-{expected.attempt + 1:04d}"):
         return None
     progress, progress_problem = (None, None) if attempt.state in NOT_STARTED else \
         _progress(base, attempt.state == "running")
@@ -515,12 +563,15 @@ def _scan_expected(layout: RunLayout, shard: int, expected: int) -> Optional[Sha
     return ShardView(shard, winner, attempt, progress, None, winner_problem, progress_problem)
 
 
-def scan_shard(layout: RunLayout, shard: int, expected: Optional[int] = None) -> ShardView:
+def scan_shard(layout: RunLayout, shard: int, expected: Optional[Expected] = None
+               ) -> ShardView:
     """One shard's status records, tolerant: each bad record becomes its own problem.
 
-    With ``expected`` (see ``expected_attempts``) the shard's folders are not listed
-    unless the records disagree with it: two ``listdir`` calls a shard were ~70 ms of a
-    10,000-shard status.
+    ``expected`` (``expected_lookup``) is what the submission records say of the shard's
+    newest attempt: the shard's folders are not listed unless the records disagree with it
+    (two ``listdir`` calls a shard were ~70 ms of a 10,000-shard status), and an attempt
+    without a record is shown as its submission implies it. Without it, an attempt that
+    has no folder yet is not seen.
     """
     try:
         if expected is not None:
@@ -535,13 +586,33 @@ def scan_shard(layout: RunLayout, shard: int, expected: Optional[int] = None) ->
     progress, progress_problem = None, None
     if folder:
         try:
-            attempt = _attempt_view(f"{folder}/attempt.json") or _unrecorded(folder)
+            attempt = _attempt_view(f"{folder}/attempt.json") or _unrecorded(folder, expected)
         except (StateError, OSError) as err:
             problem = str(err)
         progress, progress_problem = _progress(folder, attempt is not None
                                                and attempt.state == "running")
+    elif expected is not None and expected.attempt == FIRST_ATTEMPT:
+        attempt = implied_view(expected)
     return ShardView(shard, winner, attempt, progress, problem, winner_problem,
                      progress_problem)
+
+
+def shard_scanner(layout: RunLayout, arrays: Optional[Sequence[Any]] = None
+                  ) -> Callable[[int], ShardView]:
+    """``scan_shard`` with each shard's ``Expected`` from the run's submission records
+    (read once, here). ``arrays``: the plan's (``load_plan_view`` is read when None), for
+    the job ids the records imply. Damaged submission records give no hints: every shard
+    is then read by listing its folders, and a first attempt that has not started is not
+    seen (never taken for ``created``: the damaged record may name its job)."""
+    try:
+        submissions: Sequence[Any] = submission_views(layout)
+        if arrays is None:
+            arrays = load_plan_view(layout).arrays
+        commit = committed_at(layout)
+    except StateError:  # nothing is implied: a damaged record may name submitted attempts
+        submissions, arrays, commit = [], (), None
+    expected = expected_lookup(submissions, arrays, commit)
+    return lambda shard: scan_shard(layout, shard, expected(shard))
 
 
 class ArrayView(NamedTuple):

@@ -1,11 +1,13 @@
 """Submit: plan, persist every record, then one held array, record its id, release.
 
-Order matters: inputs, plan, agent and the shards' attempt folders exist before
-``run.json`` (the commit marker); each held array's job id is recorded in its submission
-record, then every attempt is written once, ``submitted`` with its task's job id (one
-sync for all), then the arrays are released. A crash anywhere leaves a state that
-``status`` can explain and finish (``recover_submissions``): a first attempt without a
-record is one whose submission had not got that far.
+Order matters: inputs, plan and agent exist before ``run.json`` (the commit marker); each
+held array's job id is recorded in its submission record, then the arrays are released.
+Nothing is written per shard: a first attempt has no folder or record until its agent
+starts it (or ``cancel``/``status`` ends it); until then its submission record implies it
+(``attempts.implied_attempt``: ``submitted`` with its task's job id once the record holds
+the array's). A retry's attempts have ``created`` records, advanced to ``submitted`` with
+one sync before the release. A crash anywhere leaves a state that ``status`` can explain
+and finish (``recover_submissions``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 from agent_stdlib.arrays import task_job_id
 from agent_stdlib.attempts import create_attempts, submit_attempts
 from agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord, sha256_bytes
-from agent_stdlib.layout import RunLayout, job_name, runs_root, shard_name
+from agent_stdlib.layout import RunLayout, job_name, runs_root
 from agent_stdlib.statefile import (
     dumps,
     ensure_dir,
@@ -63,8 +65,7 @@ def _copy_private(source: Path, target: Path, mode: int) -> None:
 def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: Path,
               agent_sha256: str, plan_bytes: Optional[bytes] = None,
               plan_sha256: Optional[str] = None) -> Staged:
-    """Create the run directory: inputs, plan.json, agent and the first attempts' folders
-    (their records are written once, ``submitted``, by ``submit_all``).
+    """Create the run directory: inputs, plan.json, agent and the (empty) shards folder.
 
     ``plan_bytes``/``plan_sha256`` are the plan as resolved (``runs/plan.resolve``), so
     the digest the batch script checks is computed once; without them they are made here.
@@ -81,23 +82,9 @@ def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: P
     publish_immutable(layout.plan_json, plan_bytes, mode=0o400)
     agent_name = f"agent-{agent_sha256}.pyz"
     _copy_private(agent_pyz, root / agent_name, 0o400)
-    _first_attempt_folders(layout, plan)
+    ensure_dir(layout.root / "shards")  # each shard's folder is made by its first writer
     return Staged(layout, plan, plan_sha256 or sha256_bytes(plan_bytes), agent_name,
                   agent_sha256)
-
-
-def _first_attempt_folders(layout: RunLayout, plan: Plan) -> None:
-    """Make each shard's ``attempts/attempt-0001`` folder. The run directory is new (made
-    exclusively above), so that is three plain ``mkdir`` calls a shard, no existence
-    checks. Made durable by the sync of the attempt records written into them."""
-    shards = str(ensure_dir(layout.root / "shards"))
-    first = layout.attempt(0, 1)  # the names below come from the layout, as strings
-    attempts, attempt = first.root.parent.name, first.root.name
-    for shard in plan.shards:
-        folder = f"{shards}/{shard_name(shard.index)}"
-        os.mkdir(folder, 0o700)
-        os.mkdir(f"{folder}/{attempts}", 0o700)
-        os.mkdir(f"{folder}/{attempts}/{attempt}", 0o700)
 
 
 def commit_run(staged: Staged, backend: str, warnings: Sequence[str] = (),
@@ -126,16 +113,17 @@ def array_groups(plan: Plan, shards: List[int]) -> List[Tuple[Optional[int], Dic
 
 
 def submit_all(staged: Staged, profile: Profile, scheduler: Scheduler,
-               attempts: Dict[int, int]) -> List[SubmissionRecord]:
+               attempts: Dict[int, int], implied: bool = False) -> List[SubmissionRecord]:
     """Submit ``attempts`` (shard -> attempt) as one held array per array of the plan.
 
     Three phases, so that a run of many arrays makes its attempts durable once: every
-    array is sbatch-ed held and its job id recorded; then every attempt is recorded
-    ``submitted`` with one sync (written once for a submit's first attempts, which have
-    no record before; advanced from ``created`` for a retry's); then every array is
-    released. Each submission record still goes ``job id`` -> ``released`` in that order,
-    which recovery relies on. When an sbatch fails, the attempts it did not submit are
-    left ``created`` (written now if they had no record), as a retry's are.
+    array is sbatch-ed held and its job id recorded; then every attempt with a record (a
+    retry's, ``created``) is recorded ``submitted`` with one sync; then every array is
+    released. With ``implied`` (a submit's first attempts) the attempts have no record and
+    get none: each submission record, once it holds its job id, implies them ``submitted``.
+    Each submission record still goes ``job id`` -> ``released`` in that order, which
+    recovery relies on. When an sbatch fails, the attempts it did not submit are left
+    ``created`` (written now if they had no record), as a retry's are.
     """
     existing = load_submissions(staged.layout)
     recorded = [r.job_id for r in existing if r.job_id]
@@ -153,27 +141,37 @@ def submit_all(staged: Staged, profile: Profile, scheduler: Scheduler,
         held.append((record, mine, tasks))
         recorded.append(record.job_id or "")
         number += 1
-    _release_held(staged.layout, staged.plan.run_id, scheduler, held)
+    _release_held(staged.layout, staged.plan.run_id, scheduler, held, implied)
     if failure is not None:
-        done = {shard for _, mine, _ in held for shard in mine}
-        layout = staged.layout
-        create_attempts((layout.attempt(shard, attempt).attempt_json, staged.plan.run_id,
-                         shard, attempt, None) for shard, attempt in sorted(attempts.items())
-                        if shard not in done
-                        and not layout.attempt(shard, attempt).attempt_json.exists())
+        _leave_created(staged, attempts, {shard for _, mine, _ in held for shard in mine})
         raise failure
     return [record.replace(released=True) for record, _, _ in held]
 
 
+def _leave_created(staged: Staged, attempts: Dict[int, int], done: Set[int]) -> None:
+    """Give the attempts an sbatch failure left unsubmitted a ``created`` record (their
+    folders made first), unless they have one: ``retry`` submits them."""
+    layout = staged.layout
+    todo = [(shard, attempt) for shard, attempt in sorted(attempts.items())
+            if shard not in done and not layout.attempt(shard, attempt).attempt_json.exists()]
+    for shard, attempt in todo:
+        ensure_dir(layout.attempt(shard, attempt).root)
+    create_attempts((layout.attempt(shard, attempt).attempt_json, staged.plan.run_id, shard,
+                     attempt, None) for shard, attempt in todo)
+
+
 def _release_held(layout: RunLayout, run_id: str, scheduler: Scheduler,
-                  held: List[Tuple[SubmissionRecord, Dict[int, int], Dict[int, int]]]) -> None:
-    """Record the held arrays' attempts ``submitted`` (one sync), then release each, then
-    record every release (one sync for all: a record still saying not released after a
-    crash is released again by recovery, which only asks Slurm to release a job that is
-    still held)."""
-    submit_attempts((layout.attempt_json_path(shard, attempt), run_id, shard, attempt,
-                     task_job_id(str(record.job_id), tasks[shard]), record.number)
-                    for record, mine, tasks in held for shard, attempt in sorted(mine.items()))
+                  held: List[Tuple[SubmissionRecord, Dict[int, int], Dict[int, int]]],
+                  implied: bool) -> None:
+    """Record the held arrays' attempts ``submitted`` (one sync; none when their records
+    are ``implied``), then release each, then record every release (one sync for all: a
+    record still saying not released after a crash is released again by recovery, which
+    only asks Slurm to release a job that is still held)."""
+    if not implied:
+        submit_attempts((layout.attempt_json_path(shard, attempt), run_id, shard, attempt,
+                         task_job_id(str(record.job_id), tasks[shard]), record.number)
+                        for record, mine, tasks in held
+                        for shard, attempt in sorted(mine.items()))
     released = []
     try:
         for record, _, _ in held:
@@ -241,14 +239,14 @@ def _adopt(layout: RunLayout, record: SubmissionRecord, job_id: str) -> Submissi
 
 
 def mark_submitted(layout: RunLayout, plan: Plan, record: SubmissionRecord) -> None:
-    """Record the attempts of a held submission ``submitted`` (one sync): those without a
-    record (the submit died before writing them) and those still ``created``."""
+    """Record the attempts of a held submission that are still ``created`` (a retry's, its
+    submit died before advancing them) ``submitted`` (one sync). Attempts without a record
+    need nothing: the record's job id implies them ``submitted``."""
     assert record.job_id is not None
     job_id = record.job_id
-    pairs = sorted((int(k), v) for k, v in record.attempts.items())
-    folders = {os.path.dirname(layout.attempt_json_path(s, a)) for s, a in pairs}
-    for folder in sorted(folders):  # made before the commit: gone only with a lost disk
-        ensure_dir(Path(folder))
+    pairs = [(shard, attempt) for shard, attempt in sorted((int(k), v)
+                                                           for k, v in record.attempts.items())
+             if os.path.lexists(layout.attempt_json_path(shard, attempt))]
     submit_attempts(((layout.attempt_json_path(shard, attempt), plan.run_id, shard, attempt,
                       task_job_id(job_id, plan.array_task(shard)[1]), record.number)
                      for shard, attempt in pairs), only_created=True)

@@ -20,10 +20,9 @@ from agent_stdlib.statefile import StateError, read_json, write_json_atomic
 from control.errors import SchedulerUnavailable
 from control.runs.normalize import FINAL
 from control.runs.store import (
-    expected_attempts,
     last_moment,
     run_job_ids,
-    scan_shard,
+    shard_scanner,
     submission_views,
 )
 from control.slurm.parsers import ParseError, split_job_id
@@ -40,9 +39,9 @@ def _rates(done: int, tokens: int, elapsed: float) -> Dict[str, Optional[float]]
 
 def ended_at(layout: RunLayout, shards: int) -> Optional[float]:
     """When the last shard's latest attempt was recorded (None if none was)."""
-    expected = expected_attempts(submission_views(layout)).get
-    times = [view.attempt.updated_at for view in
-             (scan_shard(layout, i, expected(i)) for i in range(shards)) if view.attempt]
+    scan = shard_scanner(layout, ())  # job ids are not needed: ``updated_at`` is
+    times = [view.attempt.updated_at for view in (scan(i) for i in range(shards))
+             if view.attempt]
     return max(times) if times else None
 
 

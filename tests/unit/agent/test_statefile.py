@@ -14,6 +14,7 @@ from agent_stdlib import states
 from agent_stdlib.attempts import (
     advance_attempt,
     create_attempt,
+    implied_attempt,
     load_attempt,
     load_readiness,
     publish_readiness,
@@ -512,3 +513,54 @@ def test_submit_attempts_writes_new_records_once_and_advances_created_ones(tmp_p
             retried.attempt) == ("submitted", 2, "7_1", 1, 2)
     assert (kept.job_id, kept.revision) == ("6_2", 2) and last.shard == 3
     assert sorted(x.name for x in tmp_path.iterdir()) == sorted(p.name for p in paths)
+
+
+# ------------------------------------------------------- first attempts implied by submission
+
+
+def _implied(state_job: str = "7") -> AttemptRecord:
+    return implied_attempt("r", 3, 1, state_job, 3, 2, 100.0)
+
+
+def test_implied_attempt_is_submitted_with_its_task_job_id_or_created() -> None:
+    first = _implied()
+    assert (first.state, first.revision, first.job_id, first.submission, first.updated_at) == (
+        "submitted", 1, "7_3", 2, 100.0)
+    unsent = implied_attempt("r", 3, 1, None, 3, 2, 100.0)
+    assert (unsent.state, unsent.job_id) == ("created", None)
+
+
+def test_advance_from_an_implied_first_revision_makes_the_folder(tmp_path: Path) -> None:
+    path = tmp_path / "shards" / "shard-00003" / "attempts" / "attempt-0001" / "attempt.json"
+    record = advance_attempt(path, states.RUNNING, first=_implied(), node="n1")
+    assert (record.state, record.revision, record.job_id, record.node) == (
+        "running", 2, "7_3", "n1")
+    assert load_attempt(path) == record
+    assert all(oct(p.stat().st_mode & 0o777) == "0o700" for p in (path.parent,
+               path.parent.parent, path.parent.parent.parent))
+    # once there is a record, ``first`` is ignored: the record is advanced
+    assert advance_attempt(path, states.SUCCEEDED, first=_implied()).revision == 3
+
+
+def test_a_record_published_first_is_advanced_not_overwritten(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    from agent_stdlib import attempts
+
+    path = tmp_path / "attempt-0001" / "attempt.json"
+    real = attempts.publish_json_immutable
+
+    def cancel_got_there_first(target, data):  # a cancel links its record just before us
+        real(target, _implied().replace(state="cancelled", revision=2).to_dict())
+        return real(target, data)
+
+    monkeypatch.setattr(attempts, "publish_json_immutable", cancel_got_there_first)
+    with pytest.raises(TransitionError):
+        advance_attempt(path, states.RUNNING, first=_implied())
+    assert load_attempt(path).state == "cancelled"  # the other writer's record stands
+
+
+def test_an_illegal_edge_from_the_implied_revision_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "attempt-0001" / "attempt.json"
+    with pytest.raises(TransitionError):
+        advance_attempt(path, states.SUCCEEDED, first=_implied())
+    assert not path.parent.exists()

@@ -69,7 +69,8 @@ def test_successful_attempt_publishes_winner_and_stops_everything(tmp_path, agen
     layout = RunLayout(tmp_path / "run")
     paths = layout.attempt(0, 1)
     attempt = load_attempt(paths.attempt_json)
-    assert attempt.state == "succeeded" and attempt.revision == 4  # +running, +succeeded
+    # implied by the submission (1), +running, +succeeded
+    assert attempt.state == "succeeded" and attempt.revision == 3
     readiness = load_readiness(paths.readiness_json)
     assert readiness.state == "stopped"
     winner = WinnerRecord.from_dict(read_json(layout.winner_json(0)))
@@ -182,8 +183,33 @@ def test_wrong_plan_digest_is_refused_before_anything_starts(tmp_path, agent_pyz
     args["plan_sha256"] = "0" * 64
     result = _run(python_exe, agent_pyz, args)
     assert result.returncode == 2 and "does not match" in result.stderr
-    attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
-    assert attempt.state == "submitted" and attempt.revision == 2
+    layout = RunLayout(tmp_path / "run")
+    assert load_attempt(layout.attempt(0, 1).attempt_json) is None  # nothing written
+    assert not layout.shard_dir(0).exists()
+
+
+def test_a_first_attempt_gets_its_record_from_its_agent(tmp_path, agent_pyz, python_exe):
+    # submit writes nothing per shard: the submission record implies attempt 1 submitted
+    plan = local_plan(python_exe, _server(python_exe), records=2)
+    args = stage(tmp_path / "run", plan)
+    layout = RunLayout(tmp_path / "run")
+    assert not layout.shard_dir(0).exists()
+    assert _run(python_exe, agent_pyz, args).returncode == 0
+    attempt = load_attempt(layout.attempt(0, 1).attempt_json)
+    assert (attempt.state, attempt.job_id, attempt.submission) == ("succeeded", "1_0", 1)
+    assert oct(layout.shard_dir(0).stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_submission_without_its_job_id_is_refused(tmp_path, agent_pyz, python_exe):
+    plan = local_plan(python_exe, _server(python_exe))
+    args = stage(tmp_path / "run", plan)
+    layout = RunLayout(tmp_path / "run")
+    record = read_json(layout.submission_json(1))
+    record["job_id"] = None  # released by hand before submit recorded the job id
+    layout.submission_json(1).write_text(json.dumps(record))
+    result = _run(python_exe, agent_pyz, args)
+    assert result.returncode == 2 and "has no job id recorded yet" in result.stderr
+    assert not layout.shard_dir(0).exists()
 
 
 def _wait_readiness(path: Path, state: str, proc: subprocess.Popen) -> None:
@@ -224,7 +250,7 @@ def test_usr1_stops_generation_gracefully_and_keeps_partial_output(tmp_path, age
 def test_persisted_running_attempt_restarts_at_the_next_revision(tmp_path, agent_pyz,
                                                                  python_exe):
     plan = local_plan(python_exe, _server(python_exe, "--startup-delay", "1"), records=3)
-    args = stage(tmp_path / "run", plan)
+    args = stage(tmp_path / "run", plan, records=True)
     paths = RunLayout(tmp_path / "run").attempt(0, 1)
     advance_attempt(paths.attempt_json, "running")  # an execution died without cleanup
     proc = _allocation(python_exe, agent_pyz, args)
@@ -303,8 +329,8 @@ def test_array_index_selects_the_shard_end_to_end(tmp_path, agent_pyz, python_ex
     assert done.returncode == 0, done.stderr
     layout = RunLayout(tmp_path / "run")
     assert WinnerRecord.from_dict(read_json(layout.winner_json(3))).records == 2
-    assert [load_attempt(layout.attempt(s, 1).attempt_json).state for s in range(3)] == \
-        ["submitted"] * 3
+    assert [load_attempt(layout.attempt(s, 1).attempt_json) for s in range(3)] == \
+        [None] * 3  # the other shards' first attempts: still only implied
 
 
 # ----------------------------------------------------------------------------- containers

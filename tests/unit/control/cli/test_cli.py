@@ -317,7 +317,8 @@ def test_runs_lists_committed(profile_file: Path, workspace: Path) -> None:
     assert result.exit_code == 0, result.stderr
     runs = json.loads(result.stdout)["runs"]
     assert [r["run_id"] for r in runs] == [RUN_ID]
-    assert runs[0]["shards"] == 3 and runs[0]["counts"] == {"unknown": 3}  # no attempts
+    # committed, no submission record: each shard's first attempt is created, not submitted
+    assert runs[0]["shards"] == 3 and runs[0]["counts"] == {"created": 3}
 
 
 

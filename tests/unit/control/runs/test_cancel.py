@@ -130,8 +130,8 @@ def test_bad_shard_is_invalid_input(tmp_path: Path, shards: List[int]) -> None:
 
 def test_a_first_attempt_without_a_record_yet_is_cancelled_with_its_first_record(
         tmp_path: Path) -> None:
-    # A submit that died between run.json and the attempt records (it writes each once,
-    # `submitted`, after sbatch): the folder is there, the record not.
+    # A first attempt has no record until something writes its second revision (its
+    # submission record implies the first): here, no job id yet, so `created`.
     layout = make_run(tmp_path, [Shard("created"), Shard("created")], job_id=None)
     layout.attempt(1, 1).attempt_json.unlink()
     fake, clock = FakeSlurm(), Clock()
@@ -139,5 +139,5 @@ def test_a_first_attempt_without_a_record_yet_is_cancelled_with_its_first_record
     assert fake.calls == [] and data["states"] == {"1": "cancelled"}
     record = attempt(layout, 1)
     assert (record["state"], record["revision"], record["reason"], record["shard"]) == (
-        "cancelled", 1, f"{BY_CANCEL} before submission", 1)
+        "cancelled", 2, f"{BY_CANCEL} before submission", 1)
     assert attempt(layout, 0)["state"] == "created"

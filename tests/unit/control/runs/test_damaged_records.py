@@ -28,7 +28,7 @@ from control.runs.listing import durable_state
 from control.runs.merge import merge_run
 from control.runs.retry import select
 from control.runs.status import observe
-from control.runs.store import load_plan, scan_shard
+from control.runs.store import Expected, load_plan, scan_shard
 from control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import RUN_ID, SbatchRecorder, Shard, make_run
@@ -89,7 +89,7 @@ def test_a_winner_is_verified_the_same_way_everywhere(tmp_path: Path) -> None:
         load_winner(layout, 2)
     with pytest.raises(StateError, match="winner.json: names shard 0, not 5"):
         load_winner(layout, 5)
-    views = [scan_shard(layout, i, 1) for i in range(6)]
+    views = [scan_shard(layout, i, Expected(1, None, 0.0)) for i in range(6)]
     assert [v.winner for v in views] == [True, False, False, False, False, False]
     assert "a symbolic link" in views[2].winner_problem
     assert "names shard 0, not 5" in views[5].winner_problem
@@ -101,7 +101,7 @@ def test_a_winner_is_verified_the_same_way_everywhere(tmp_path: Path) -> None:
 def test_a_fifo_in_place_of_a_winner_is_refused_not_waited_on(tmp_path: Path) -> None:
     layout = make_run(tmp_path, [Shard("succeeded")])
     os.mkfifo(layout.winner_json(0))
-    view = scan_shard(layout, 0, 1)
+    view = scan_shard(layout, 0, Expected(1, None, 0.0))
     assert not view.winner and "winner.json: not a regular file" in view.winner_problem
 
 
@@ -421,7 +421,7 @@ def test_a_hard_link_to_another_users_file_is_refused_per_shard(tmp_path: Path) 
     refused = f"owned by uid {OTHER_UID}, not by this user"
     with pytest.raises(StateError, match=f"winner.json: {refused}"):
         load_winner(layout, 0)
-    views = [scan_shard(layout, i, 1) for i in range(4)]
+    views = [scan_shard(layout, i, Expected(1, None, 0.0)) for i in range(4)]
     assert [v.winner for v in views] == [False, False, False, True]
     assert refused in views[0].winner_problem
     assert views[1].attempt is None and refused in views[1].problem

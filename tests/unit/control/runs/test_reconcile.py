@@ -40,7 +40,7 @@ def test_gone_only_once_squeue_shows_no_process_left(row, asked, is_gone) -> Non
 
 @pytest.fixture
 def run(tmp_path: Path) -> RunLayout:
-    stage(tmp_path / "run", local_plan(sys.executable, ["serve"], records=2))
+    stage(tmp_path / "run", local_plan(sys.executable, ["serve"], records=2), records=True)
     layout = RunLayout(tmp_path / "run")
     advance_attempt(layout.attempt(0, 1).attempt_json, "running")
     return layout

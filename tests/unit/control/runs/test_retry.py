@@ -26,7 +26,7 @@ from control.runs.retry import RetryLock, resume_source, retry_run, select
 from control.runs.submit import Staged, commit_run, stage_run, submit_all
 from control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
-from tests.fakes import SbatchRecorder
+from tests.fakes import SbatchRecorder, first_record
 
 
 def _run(tmp_path: Path, agent_pyz: Path, shards: int = 6, max_array_size: Optional[int] = None,
@@ -41,7 +41,8 @@ def _run(tmp_path: Path, agent_pyz: Path, shards: int = 6, max_array_size: Optio
                      max_array_size=max_array_size)
     staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
     commit_run(staged, "slurm")
-    submit_all(staged, profile, Scheduler(runner=SbatchRecorder()), {i: 1 for i in range(shards)})
+    submit_all(staged, profile, Scheduler(runner=SbatchRecorder()), {i: 1 for i in range(shards)},
+               implied=True)
     return staged, profile
 
 
@@ -49,6 +50,8 @@ def _end(staged: Staged, shard: int, attempt: int, state: str,
          partial: Optional[int] = None, records: Optional[List[int]] = None) -> None:
     """Drive an attempt to ``state`` as an agent would; write kept records when given."""
     path = staged.layout.attempt(shard, attempt).attempt_json
+    if load_attempt(path) is None:  # a first attempt, as its submission implies it
+        advance_attempt(path, states.RUNNING, first=first_record(staged.layout, shard))
     if load_attempt(path).state == states.CREATED:
         advance_attempt(path, states.SUBMITTED)
     if load_attempt(path).state == states.SUBMITTED:
@@ -59,6 +62,12 @@ def _end(staged: Staged, shard: int, attempt: int, state: str,
         (out / "records.jsonl").write_text("".join(json.dumps({"index": i}) + "\n"
                                                    for i in records))
     advance_attempt(path, state, reason=f"test {state}", partial_records=partial)
+
+
+def _start(staged: Staged, shard: int) -> None:
+    """Attempt 1 of ``shard`` recorded ``running``, as its agent does when it starts."""
+    advance_attempt(staged.layout.attempt(shard, 1).attempt_json, states.RUNNING,
+                    first=first_record(staged.layout, shard))
 
 
 def _win(staged: Staged, shard: int, attempt: int = 1) -> None:
@@ -105,7 +114,7 @@ def test_select_refuses_named_shards_that_won_or_run(failed_run) -> None:
 
 def test_select_refuses_a_running_named_shard(tmp_path: Path, agent_pyz: Path) -> None:
     staged, _ = _run(tmp_path, agent_pyz, shards=2)
-    advance_attempt(staged.layout.attempt(0, 1).attempt_json, states.RUNNING)
+    _start(staged, 0)
     selection = select(staged.layout, staged.plan, [0, 1])
     assert selection.refused == {0: "shard 0 is running (attempt 1)",
                                  1: "shard 1 is submitted (attempt 1)"}
@@ -117,7 +126,7 @@ def test_named_refusals_use_the_words_of_status(tmp_path: Path, agent_pyz: Path)
 
     staged, _ = _run(tmp_path, agent_pyz, shards=3)
     for shard in (0, 1):
-        advance_attempt(staged.layout.attempt(shard, 1).attempt_json, states.RUNNING)
+        _start(staged, shard)
     verdicts = {0: ("running", norm.COMPLETING_REASON),
                 1: ("cancelling", "cancel requested; squeue says RUNNING"),
                 2: ("pending", "Priority")}
@@ -152,7 +161,7 @@ def test_auto_takes_failed_only_and_stops_at_max_attempts(tmp_path: Path,
 def test_requeues_do_not_count_as_attempts(tmp_path: Path, agent_pyz: Path) -> None:
     staged, _ = _run(tmp_path, agent_pyz, shards=1, max_attempts=2)
     path = staged.layout.attempt(0, 1).attempt_json
-    advance_attempt(path, states.RUNNING)
+    _start(staged, 0)
     for restart in (1, 2, 3):  # three requeues: same attempt, next restart epoch
         advance_attempt(path, states.RUNNING, restarts=restart)
     advance_attempt(path, states.FAILED, reason="x")

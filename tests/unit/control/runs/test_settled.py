@@ -31,7 +31,7 @@ from control.runs import settled, status
 from control.runs.listing import durable_state
 from control.runs.retry import retry_run
 from control.runs.status import observe, refresh
-from control.runs.store import run_job_ids, submission_views, submissions_key
+from control.runs.store import Expected, run_job_ids, submission_views, submissions_key
 from control.runs.totals import ended_at
 from control.slurm.runner import CommandResult
 from control.slurm.scheduler import Scheduler
@@ -555,8 +555,9 @@ def test_settled_means_only_a_retry_can_change_it(tmp_path: Path) -> None:
         Shard("winner"), Shard("failed", "boom", updated_at=NOW - 3600),
         Shard("failed", "boom", updated_at=NOW - 30), Shard("succeeded"),
         Shard("running"), Shard("cancelled", updated_at=NOW - 3600)])
-    views = status._rescan(layout, [status.scan_shard(layout, i, 1) for i in range(6)],
-                           lambda i: 1)
+    first = Expected(1, None, 0.0)
+    views = status._rescan(layout, [status.scan_shard(layout, i, first) for i in range(6)],
+                           lambda i: first)
     assert [status.settles(v, NOW) for v in views] == [True, True, False, False, False, True]
 
 

@@ -19,6 +19,7 @@ from control.config.run import RunConfig
 from control.planning.arrays import array_chunks
 from control.planning.planner import make_plan
 from control.runs import shared
+from control.runs.store import shard_scanner
 from control.runs.submit import Staged, commit_run, load_submissions, stage_run
 from control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
@@ -76,8 +77,10 @@ def test_one_held_array_carries_both_runs_at_their_offsets(tmp_path: Path,
     assert [(r.job_id, r.tasks, r.group, r.released) for r in records] == [
         ("1000", (0, 1, 2), ("case-a/1", "case-b/1"), True),
         ("1000", (3, 4, 5), ("case-a/1", "case-b/1"), True)]
-    assert [load_attempt(s.layout.attempt(i, 1).attempt_json).job_id
+    assert [shard_scanner(s.layout)(i).attempt.job_id  # implied by each member's record
             for s in (a, b) for i in range(3)] == [f"1000_{t}" for t in range(6)]
+    assert [load_attempt(s.layout.attempt(i, 1).attempt_json)
+            for s in (a, b) for i in range(3)] == [None] * 6
     assert load_submissions(b.layout) == [records[1]]
 
 
@@ -111,9 +114,9 @@ def test_the_batch_script_runs_the_task_s_run_and_logs_there(tmp_path: Path,
 
 
 # write_json_atomic's calls: a, b without a job id (1, 2); a, b with it (3, 4); a, b
-# released (5, 6); submit_attempts (one call) is between 4 and the release
+# released (5, 6); the release is between 4 and 5
 @pytest.mark.parametrize("where,call", [("write_json_atomic", 3), ("write_json_atomic", 4),
-                                        ("submit_attempts", 1), ("write_json_atomic", 6)])
+                                        ("write_json_atomic", 5), ("write_json_atomic", 6)])
 def test_recovery_from_either_run_finishes_the_whole_group(
         tmp_path: Path, agent_pyz: Path, monkeypatch, where: str, call: int) -> None:
     from control.runs.status import observe
@@ -125,7 +128,7 @@ def test_recovery_from_either_run_finishes_the_whole_group(
     with pytest.raises(Crash):
         shared.submit_shared([a, b], profile, Scheduler(runner=cluster))
     monkeypatch.setattr(shared, where, real)
-    assert cluster.jobs()["1000"]["held"] == (call != 6)
+    assert cluster.jobs()["1000"]["held"] == (call < 5)
     later = load_submissions(a.layout)[0].submitted_at + 3600
     data = observe(b.layout, Scheduler(runner=cluster), now=later)  # b: the later member
     assert any("job 1000 released" in note for note in data["notes"]), data["notes"]
@@ -133,7 +136,7 @@ def test_recovery_from_either_run_finishes_the_whole_group(
     for stage, first in ((a, 0), (b, 3)):
         record, = load_submissions(stage.layout)
         assert (record.job_id, record.released) == ("1000", True)
-        attempts = [load_attempt(stage.layout.attempt(i, 1).attempt_json) for i in range(3)]
+        attempts = [shard_scanner(stage.layout)(i).attempt for i in range(3)]
         assert [(x.state, x.job_id) for x in attempts] == [
             ("submitted", f"1000_{first + i}") for i in range(3)]
 

@@ -25,7 +25,8 @@ from control.runs import store
 from control.runs.ledger import lag_path
 from control.runs.status import observe
 from control.runs.store import (
-    expected_attempts,
+    Expected,
+    expected_lookup,
     load_plan_view,
     needs_recovery,
     scan_shard,
@@ -694,9 +695,9 @@ def test_hinted_scan_reads_what_listing_reads(tmp_path: Path) -> None:
               Shard("failed", "boom"), Shard("cancelled"), Shard("created")]
     layout = make_run(tmp_path, shards)
     (layout.attempt(2, 1).attempt_json).write_text("{not json")
-    hints = expected_attempts(submission_views(layout))
-    assert hints == {i: 1 for i in range(len(shards))}
-    assert [scan_shard(layout, i, hints[i]) for i in range(len(shards))] == \
+    hints = expected_lookup(submission_views(layout))
+    assert [hints(i).attempt for i in range(len(shards))] == [1] * len(shards)
+    assert [scan_shard(layout, i, hints(i)) for i in range(len(shards))] == \
         listed(layout, len(shards))
 
 
@@ -704,7 +705,7 @@ def test_no_listing_when_the_submission_names_the_latest_attempt(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     layout = make_run(tmp_path, [Shard("winner", progress=10), Shard("running", progress=4)])
     monkeypatch.setattr(store.os, "listdir", lambda *a: pytest.fail("listed a folder"))
-    views = [scan_shard(layout, i, 1) for i in range(2)]
+    views = [scan_shard(layout, i, Expected(1, None, 0.0)) for i in range(2)]
     assert views[0].winner and views[0].attempt.state == "succeeded"
     assert views[1].progress.records_done == 4
 
@@ -716,15 +717,16 @@ def test_a_retry_attempt_no_submission_names_yet_is_found(tmp_path: Path,
                                  Shard("winner")])
     ensure_dir(layout.attempt(0, 2).root)
     create_attempt(layout.attempt(0, 2).attempt_json, RUN_ID, 0, 2)
-    assert scan_shard(layout, 0, 1) == listed(layout, 1)[0]
+    assert scan_shard(layout, 0, Expected(1, None, 0.0)) == listed(layout, 1)[0]
     data = observe(layout, Scheduler(runner=fake), now=NOW)
     assert (data["shards"][0]["state"], data["shards"][0]["attempt"]) == ("created", 2)
 
 
 def test_a_missing_hinted_record_falls_back_to_listing(tmp_path: Path) -> None:
     layout = make_run(tmp_path, [Shard("running")])
-    assert scan_shard(layout, 0, 3) == listed(layout, 1)[0]  # attempt 3 does not exist
-    assert scan_shard(layout, 0, 3).attempt.number == 1
+    third = Expected(3, None, 0.0)  # attempt 3 does not exist
+    assert scan_shard(layout, 0, third) == listed(layout, 1)[0]
+    assert scan_shard(layout, 0, third).attempt.number == 1
 
 
 def test_submission_views_and_recovery(tmp_path: Path) -> None:

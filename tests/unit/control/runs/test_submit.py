@@ -18,6 +18,21 @@ from tests.conftest import REPO
 from tests.fakes import Crash, SbatchRecorder, crash_on_call
 
 
+def _first(staged, profile, runner, count: int = 5):
+    """A submit's first attempts (no records: their submission records imply them)."""
+    return submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(count)},
+                      implied=True)
+
+
+def _shown(layout, count: int = 5):
+    """(state, job id) of each shard as status reads it."""
+    from control.runs.store import shard_scanner
+
+    scan = shard_scanner(layout)
+    return [(v.attempt.state, v.attempt.job_id) if v.attempt else None
+            for v in (scan(i) for i in range(count))]
+
+
 def _plan(tmp_path: Path, max_array_size: int):
     run = load_model(REPO / "examples" / "fake-server.toml", RunConfig)
     run = run.model_copy(update={"records": 50, "shards": run.shards.model_copy(
@@ -40,7 +55,7 @@ def test_submit_all_sends_one_held_array_per_chunk(tmp_path: Path, agent_pyz: Pa
     staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
     commit_run(staged, "slurm")
     runner = SbatchRecorder(next_id=700)
-    records = submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
+    records = _first(staged, profile, runner)
     sbatch = [c for c in runner.calls if c[0].endswith("sbatch")]
     assert [c[3] for c in sbatch] == ["--array=0-1", "--array=0-1", "--array=0"]
     assert [r.job_id for r in records] == ["701", "702", "703"]
@@ -49,13 +64,14 @@ def test_submit_all_sends_one_held_array_per_chunk(tmp_path: Path, agent_pyz: Pa
     assert [("--array-index 0" in s, "--array-index 1" in s, "--array-index 2" in s)
             for s in scripts] == [(True, False, False), (False, True, False),
                                   (False, False, True)]
-    jobs = [load_attempt(staged.layout.attempt(i, 1).attempt_json).job_id for i in range(5)]
-    assert jobs == ["701_0", "701_1", "702_0", "702_1", "703_0"]
+    assert [job for _, job in _shown(staged.layout)] == \
+        ["701_0", "701_1", "702_0", "702_1", "703_0"]
+    assert list((staged.layout.root / "shards").iterdir()) == []  # nothing per shard
     second = json.loads(staged.layout.submission_json(2).read_text())
     assert second["attempts"] == {"2": 1, "3": 1} and second["released"] is True
 
 
-def test_recovery_of_a_crashed_submit_gives_each_array_task_its_job_id(
+def test_recovery_of_a_crashed_submit_releases_every_array(
         tmp_path: Path, agent_pyz: Path, monkeypatch) -> None:
     from control.runs import submit
     from control.slurm.parsers import JobRow
@@ -63,17 +79,18 @@ def test_recovery_of_a_crashed_submit_gives_each_array_task_its_job_id(
     plan, profile = _plan(tmp_path, 2)
     staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
     commit_run(staged, "slurm")
-    real = submit.submit_attempts  # dies after every array's sbatch, before the attempts
-    monkeypatch.setattr(submit, "submit_attempts", crash_on_call(real, 1))  # (one sync)
+    real = submit._release_held  # dies after every array's sbatch, before any release
+    monkeypatch.setattr(submit, "_release_held", crash_on_call(real, 1))
     runner = SbatchRecorder(next_id=700)
     with pytest.raises(Crash):
-        submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
-    monkeypatch.setattr(submit, "submit_attempts", real)
+        _first(staged, profile, runner)
+    monkeypatch.setattr(submit, "_release_held", real)
     records = submit.load_submissions(staged.layout)
     assert [(r.job_id, r.released) for r in records] == [
         ("701", False), ("702", False), ("703", False)]
-    assert [load_attempt(staged.layout.attempt(i, 1).attempt_json) for i in range(5)] == \
-        [None] * 5  # written once, submitted: the submit died before that
+    # each record's job id implies its attempts submitted, with their tasks' job ids
+    assert _shown(staged.layout) == [("submitted", j) for j in
+                                     ("701_0", "701_1", "702_0", "702_1", "703_0")]
     rows = [JobRow("701_[0-1]", "PENDING", "JobHeldUser"),
             JobRow("702_[0-1]", "PENDING", "JobHeldUser"), JobRow("703_0", "PENDING",
                                                                 "JobHeldUser")]
@@ -81,8 +98,8 @@ def test_recovery_of_a_crashed_submit_gives_each_array_task_its_job_id(
                                        rows, now=records[-1].submitted_at + 3600)
     assert notes == [f"submission {n}: job {j} released" for n, j in
                      ((1, 701), (2, 702), (3, 703))]
-    jobs = [load_attempt(staged.layout.attempt(i, 1).attempt_json).job_id for i in range(5)]
-    assert jobs == ["701_0", "701_1", "702_0", "702_1", "703_0"]  # shard 2 is 702's task 0
+    assert [load_attempt(staged.layout.attempt(i, 1).attempt_json) for i in range(5)] == \
+        [None] * 5  # recovery writes nothing per shard either
     assert runner.calls[-1][-2:] == ["release", "703"]
 
 
@@ -96,13 +113,16 @@ def test_arrays_held_before_a_failed_sbatch_are_released_and_the_error_raised(
     commit_run(staged, "slurm")
     runner = SbatchRecorder(next_id=700, fail_on=3)
     with pytest.raises(SchedulerRejected):
-        submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
+        _first(staged, profile, runner)
     records = submit.load_submissions(staged.layout)
     assert [(r.job_id, r.released) for r in records] == [("701", True), ("702", True),
                                                           (None, False)]
+    assert _shown(staged.layout) == [("submitted", j) for j in
+                                     ("701_0", "701_1", "702_0", "702_1")] + \
+        [("created", None)]
     jobs = [load_attempt(staged.layout.attempt(i, 1).attempt_json) for i in range(5)]
-    assert [a.job_id for a in jobs[:4]] == ["701_0", "701_1", "702_0", "702_1"]
-    assert jobs[4].state == "created"
+    assert jobs[:4] == [None] * 4  # implied by their records
+    assert jobs[4].state == "created"  # left for a retry, as a retry's own are
 
 
 def test_cancel_folds_the_tasks_of_a_split_array_into_its_job_id(
@@ -112,40 +132,42 @@ def test_cancel_folds_the_tasks_of_a_split_array_into_its_job_id(
     plan, profile = _plan(tmp_path, 2)
     staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
     commit_run(staged, "slurm")
-    submit_all(staged, profile, Scheduler(runner=SbatchRecorder(next_id=700)),
-               {i: 1 for i in range(5)})
+    _first(staged, profile, SbatchRecorder(next_id=700))
     every = {"701_0", "701_1", "702_0", "702_1", "703_0"}
     assert scancel_targets(staged.layout, plan.arrays, every) == ["701", "702", "703"]
     assert scancel_targets(staged.layout, plan.arrays, every - {"702_1"}) == \
         ["701", "703", "702_0"]
 
 
-def test_first_attempts_are_written_once_submitted_and_read_as_created_before(
-        tmp_path: Path, agent_pyz: Path) -> None:
-    from agent_stdlib.contracts import AttemptRecord
-    from control.runs.store import UNRECORDED, scan_shard
+def test_first_attempts_have_no_record_and_are_as_their_submission_implies(
+        tmp_path: Path, agent_pyz: Path, monkeypatch) -> None:
+    from control.runs import submit
+    from control.runs.store import UNSUBMITTED, shard_scanner
 
     plan, profile = _plan(tmp_path, 2)
     staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
     commit_run(staged, "slurm")
     layout = staged.layout
-    assert all(layout.attempt(i, 1).root.is_dir() for i in range(5))
-    view = scan_shard(layout, 3)  # committed, not yet submitted: shown as created
-    assert (view.attempt.number, view.attempt.state, view.attempt.reason, view.problem) == (
-        1, "created", UNRECORDED, None)
-    runner = SbatchRecorder(next_id=700)
-    submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
-    records = [load_attempt(layout.attempt(i, 1).attempt_json) for i in range(5)]
-    assert records[2] == AttemptRecord(run_id=plan.run_id, shard=2, attempt=1,
-                                       state="submitted", revision=1,
-                                       updated_at=records[2].updated_at, submission=2,
-                                       job_id="702_0")
-    assert [(r.state, r.revision, r.submission) for r in records] == [
-        ("submitted", 1, 1), ("submitted", 1, 1), ("submitted", 1, 2), ("submitted", 1, 2),
-        ("submitted", 1, 3)]
-    text = layout.attempt(4, 1).attempt_json.read_bytes()
-    assert text == (json.dumps(json.loads(text), sort_keys=True, indent=2) + "\n").encode()
-    assert scan_shard(layout, 3).attempt.state == "submitted"
+    assert list((layout.root / "shards").iterdir()) == []
+    assert _shown(layout) == [("created", None)] * 5  # committed, no submission record yet
+    seen = []
+    real = submit.sbatch_adopting
+
+    def looking(*args, **kwargs):  # what status reads while sbatch is being asked
+        scan = shard_scanner(layout)
+        seen.append([(v.attempt.state, v.attempt.reason) if v.attempt else None
+                     for v in (scan(i) for i in range(5))])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(submit, "sbatch_adopting", looking)
+    records = _first(staged, profile, SbatchRecorder(next_id=700))
+    assert seen[0] == [("created", UNSUBMITTED)] * 5
+    assert _shown(layout) == [("submitted", j) for j in
+                              ("701_0", "701_1", "702_0", "702_1", "703_0")]
+    view = shard_scanner(layout)(2)
+    assert view.attempt.updated_at == records[1].submitted_at
+    assert (view.attempt.number, view.problem, view.progress) == (1, None, None)
+    assert list((layout.root / "shards").iterdir()) == []
 
 
 def test_a_release_that_fails_leaves_the_arrays_released_before_it_recorded(
@@ -165,7 +187,7 @@ def test_a_release_that_fails_leaves_the_arrays_released_before_it_recorded(
         return sbatch(argv, timeout)
 
     with pytest.raises(SchedulerRejected):
-        submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(5)})
+        _first(staged, profile, runner)
     records = submit.load_submissions(staged.layout)
     assert [(r.job_id, r.released) for r in records] == [("701", True), ("702", False),
                                                           ("703", False)]
