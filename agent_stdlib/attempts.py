@@ -11,23 +11,19 @@ another writer published first).
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from agent_stdlib import states
 from agent_stdlib.arrays import task_job_id
 from agent_stdlib.contracts import AttemptRecord, ReadinessRecord
 from agent_stdlib.statefile import (
     StateError,
-    dumps,
     ensure_dir,
-    json_template,
     load_record,
     publish_json_immutable,
     write_json_atomic,
-    write_many,
     write_many_json,
 )
 
@@ -85,47 +81,31 @@ Submitted = Tuple[Union[str, Path], str, int, int, str, int]
 
 
 def submit_attempts(items: Iterable[Submitted], only_created: bool = False) -> int:
-    """Record many attempts ``submitted`` with one sync; return how many were written.
+    """Record many ``created`` attempts ``submitted`` with one sync; return how many.
 
-    ``items`` are ``(path, run_id, shard, attempt, job_id, submission)``. An attempt with
-    no record yet (a submit's first attempts, written once, here, when their job id is
-    known) gets a ``submitted`` record at revision 1; a ``created`` one (a retry's) moves
-    on to the next revision. Any other state raises TransitionError before anything is
-    written, or with ``only_created`` (recovery: a cancel got there first) is left as it
-    is. New records are one contract record with the shard's own fields put in
-    (``statefile.json_template``): no contract object, conversion or encoding per shard.
+    ``items`` are ``(path, run_id, shard, attempt, job_id, submission)``: a retry's
+    attempts (a submit's first attempts have no record to advance: their submission
+    record implies them). Each moves on to the next revision. A missing record raises
+    StateError and any other state TransitionError before anything is written, or with
+    ``only_created`` (recovery: a cancel or the agent got there first) is left as it is.
     """
     now = time.time()
-    plan: List[Tuple[Submitted, Optional[AttemptRecord]]] = []
-    for item in items:
-        current = load_attempt(item[0]) if os.path.lexists(item[0]) else None
-        if current is not None and current.state != states.CREATED:
+    updated: List[Tuple[Union[str, Path], AttemptRecord]] = []
+    for path, _run_id, shard, attempt, job_id, submission in items:
+        current = load_attempt(path)
+        if current is None:
+            if only_created:
+                continue
+            raise StateError(f"{path}: attempt record is missing")
+        if current.state != states.CREATED:
             if only_created:
                 continue
             states.check_transition(current.state, states.SUBMITTED)
-        plan.append((item, current))
-    write_many(_submitted(plan, now))
-    return len(plan)
-
-
-SUBMITTED_FIELDS = ("shard", "attempt", "job_id", "submission")
-
-
-def _submitted(plan: List[Tuple[Submitted, Optional[AttemptRecord]]], now: float
-               ) -> Iterator[Tuple[Union[str, Path], bytes]]:
-    render, run = None, None
-    for (path, run_id, shard, attempt, job_id, submission), current in plan:
-        fields = dict(zip(SUBMITTED_FIELDS, (shard, attempt, job_id, submission)))
-        if current is not None:
-            yield path, dumps(current.replace(state=states.SUBMITTED, updated_at=now,
-                                              revision=current.revision + 1,
-                                              **fields).to_dict())
-            continue
-        if render is None or run != run_id:
-            run, render = run_id, json_template(AttemptRecord(
-                run_id=run_id, shard=shard, attempt=attempt, state=states.SUBMITTED,
-                revision=1, updated_at=now).to_dict(), SUBMITTED_FIELDS)
-        yield path, render(**fields)
+        updated.append((path, current.replace(
+            state=states.SUBMITTED, updated_at=now, revision=current.revision + 1,
+            shard=shard, attempt=attempt, job_id=job_id, submission=submission)))
+    write_many_json((path, record.to_dict()) for path, record in updated)
+    return len(updated)
 
 
 def advance_attempts(items: Sequence[Tuple[Path, Dict[str, Any]]],

@@ -13,12 +13,9 @@ import stat
 from pathlib import Path
 from typing import (
     Any,
-    Callable,
     Dict,
     Iterable,
-    List,
     Optional,
-    Sequence,
     Tuple,
     Type,
     TypeVar,
@@ -184,7 +181,7 @@ def write_many_json(records: Iterable[Tuple[Union[str, Path], Dict[str, Any]]]) 
 
 
 def write_many(payloads: Iterable[Tuple[Union[str, Path], bytes]]) -> None:
-    """``write_many_json`` of records already serialised (``dumps``, ``json_template``)."""
+    """``write_many_json`` of records already serialised (``dumps``)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     first = None
     for path, payload in payloads:
@@ -202,28 +199,6 @@ def write_many(payloads: Iterable[Tuple[Union[str, Path], bytes]]) -> None:
         os.replace(temp, path)
     if first is not None:
         sync_filesystem(first)
-
-
-def json_template(data: Dict[str, Any], fields: Sequence[str]) -> Callable[..., bytes]:
-    """A function of ``fields`` (keyword arguments: str, int or None) returning
-    ``dumps({**data, **fields})`` byte for byte, without encoding ``data`` again: for
-    thousands of records that differ only there (a submit's attempt records)."""
-    marks = {name: f"@@{name}@{os.urandom(4).hex()}@@" for name in fields}
-    text = canonical({**data, **marks}) + "\n"
-    pieces: List[Tuple[str, str]] = []  # (text before the field, field name)
-    for name in sorted(fields, key=lambda n: text.index(_encode_str(marks[n]))):
-        head, _, text = text.partition(_encode_str(marks[name]))
-        pieces.append((head, name))
-
-    def render(**values: Any) -> bytes:
-        out = []
-        for head, name in pieces:
-            out.append(head)
-            out.append(_scalar(values[name]))
-        out.append(text)
-        return "".join(out).encode("utf-8")
-
-    return render
 
 
 def publish_immutable(path: Path, payload: bytes, mode: int = FILE_MODE) -> bool:

@@ -7,8 +7,11 @@ time, files opened and path lookups, with and without the settled index, against
 For each size it builds one synthetic run in a temp workspace (99% of shards with a
 verified winner, 1% failed an hour ago), then makes 1% of the shards active (90% of those
 ``submitted``, 10% ``running`` with progress) and submits one held array for them to the
-running testbed (so squeue answers about real jobs; cancelled at the end). Every figure is
-a fresh ``synthbatch status RUN --json`` process, all side by side in one run:
+running testbed (so squeue answers about real jobs; cancelled at the end). The
+``submitted`` ones have a record, as REF's submit wrote them, while REF is measured; then
+their folders are removed, as this tree's submit leaves a first attempt that has not
+started (``imply_pending``). Every figure is a fresh ``synthbatch status RUN --json``
+process, all side by side in one run:
 
 * ``before``: the code of REF (default ``main``, exported with ``git archive`` to a temp
   folder, so no checkout is touched), without an index, or with ``--before-warm`` with
@@ -146,6 +149,18 @@ def make_active(root: Path, run_id: str, shards: int, job: str) -> None:
             write(folder / "progress.json", progress(4))
 
 
+def imply_pending(root: Path, shards: int) -> int:
+    """The layout this tree's submit leaves: a first attempt that has not started has no
+    folder (its submission record implies it ``submitted``). Removes the active shards'
+    ``submitted`` folders (REF's submit wrote them); returns how many."""
+    removed = 0
+    for number, index in enumerate(active_range(shards)):
+        if number % 10:  # not one of the running ones
+            shutil.rmtree(root / "shards" / f"shard-{index:05d}")
+            removed += 1
+    return removed
+
+
 def held_array(name: str, indices: range) -> Optional[str]:
     """Submit a held array with the run's job name; None without a testbed."""
     if not os.environ.get("SLURM_CONF") or not shutil.which("sbatch"):
@@ -265,6 +280,8 @@ def measure_mix(root: Path, run_id: str, profile: Path, shards: int, mix: str,
             row["before_latency_s"], _ = timed(
                 status_argv(run_id, profile, args.latency_ms / 1000, root.parent.parent),
                 theirs, 1)
+    if mix == "active":  # REF measured on what its submit writes; this tree on its own
+        row["implied"] = imply_pending(root, shards)
     row["cold_s"], _ = timed(argv, ours, args.repeat, drop)
     drop()
     row["cold_opens"], row["cold_lookups"] = traced(argv, ours, root)

@@ -122,10 +122,11 @@ def list_runs(workspace: Path, now: Optional[float] = None) -> List[Dict[str, An
                           "problem": f"{layout.run_json}: shard_count {record.shard_count} "
                                      f"is not the plan's {len(sizes)} shards"})
             continue
-        # a damaged plan: run.json's count, bounded by the shard folders that exist (a
-        # damaged count must not make a listing walk 2**62 shards)
+        # a damaged plan: run.json's count, bounded by the shards that exist, with a
+        # folder or named by a submission (a damaged count must not make a listing walk
+        # 2**62 shards)
         count = record.shard_count if sizes is not None else \
-            min(record.shard_count, _shard_folders(layout))
+            min(record.shard_count, _known_shards(layout))
         state = durable_state(layout, count, sizes, record.run_id)
         end = last_moment(state.get("ended_at") or now, now)
         found.append({"run_id": record.run_id, "name": record.name,
@@ -135,10 +136,17 @@ def list_runs(workspace: Path, now: Optional[float] = None) -> List[Dict[str, An
     return found
 
 
-def _shard_folders(layout: RunLayout) -> int:
-    """How many entries the run's shard folder has (0 when it cannot be listed)."""
+def _known_shards(layout: RunLayout) -> int:
+    """How many shards are known without the plan: entries of the run's shard folder,
+    or one past the highest shard a submission record names (0 when neither is read)."""
     try:
         with os.scandir(layout.root / "shards") as entries:
-            return sum(1 for _ in entries)
+            folders = sum(1 for _ in entries)
     except OSError:
-        return 0
+        folders = 0
+    try:
+        named = max((int(k) + 1 for r in submission_views(layout) for k in r.attempts),
+                    default=0)
+    except (StateError, ValueError):
+        named = 0
+    return max(folders, named)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.attempts import load_attempt
 from agent_stdlib.layout import RunLayout
 from control import api
 from control.runs import store, submit
+from control.runs.store import shard_scanner
 from tests.fakes import Crash, crash_on_call
 from tests.integration.runs import cli_json, wait_final, write_profile, write_run
 
@@ -33,11 +33,11 @@ def test_recovery_of_a_crashed_split_submit_runs_every_shard(slurm_cluster_noacc
     shards = max_size + 2
     profile = write_profile(tmp_path, python_exe)
     run_file = write_run(tmp_path, records=2 * shards, shards=shards, latency=0.01)
-    real = submit.submit_attempts  # dies after both arrays' sbatch, before their attempts
-    monkeypatch.setattr(submit, "submit_attempts", crash_on_call(real, 1))  # (one sync)
+    real = submit._release_held  # dies after both arrays' sbatch, before any release
+    monkeypatch.setattr(submit, "_release_held", crash_on_call(real, 1))
     with pytest.raises(Crash):
         api.submit(run_file, str(profile))
-    monkeypatch.setattr(submit, "submit_attempts", real)
+    monkeypatch.setattr(submit, "_release_held", real)
     (root,) = (tmp_path / "workspace" / "runs").iterdir()
     layout = RunLayout(root)
     records = submit.load_submissions(layout)
@@ -50,7 +50,8 @@ def test_recovery_of_a_crashed_split_submit_runs_every_shard(slurm_cluster_noacc
     status = cli_json("status", root.name, "--profile", str(profile))
     assert f"submission 1: job {first} released" in status["notes"]
     assert f"submission 2: job {second} released" in status["notes"]
-    jobs = [load_attempt(layout.attempt(s, 1).attempt_json).job_id for s in range(shards)]
+    scan = shard_scanner(layout)  # implied by the records, or written by agents since
+    jobs = [scan(s).attempt.job_id for s in range(shards)]
     assert jobs == [f"{first}_{s}" for s in range(max_size)] + [f"{second}_0", f"{second}_1"]
 
     final = wait_final(root.name, Path(profile), timeout_s=180)

@@ -478,18 +478,7 @@ def test_sync_filesystem_syncs_that_filesystem_not_the_machine(tmp_path, monkeyp
     statefile.sync_filesystem(tmp_path)  # syncfs(2) of the one filesystem (Linux)
 
 
-def test_json_template_is_dumps_of_the_record_with_its_fields(tmp_path):
-    from agent_stdlib.statefile import dumps, json_template
-
-    base = {"a": 1.5, "job_id": None, "name": "x@@y", "nested": {"k": [1, 2]}, "shard": 0,
-            "z": "é"}
-    render = json_template(base, ("shard", "job_id"))
-    for shard, job in ((0, None), (7, "7_3"), (12345, 'we"ird\n\u2603'), (-1, "")):
-        assert render(shard=shard, job_id=job) == dumps({**base, "shard": shard,
-                                                         "job_id": job})
-
-
-def test_submit_attempts_writes_new_records_once_and_advances_created_ones(tmp_path):
+def test_submit_attempts_advances_created_ones_and_writes_no_new_record(tmp_path):
     from agent_stdlib.attempts import (
         advance_attempt,
         create_attempts,
@@ -499,20 +488,22 @@ def test_submit_attempts_writes_new_records_once_and_advances_created_ones(tmp_p
     from agent_stdlib.states import TransitionError
 
     paths = [tmp_path / f"a{i}.json" for i in range(4)]
-    create_attempts([(paths[1], "run", 1, 2, 1), (paths[2], "run", 2, 1, None)])
+    create_attempts([(paths[1], "run", 1, 2, 1), (paths[2], "run", 2, 1, None),
+                     (paths[3], "run", 3, 2, None)])
     advance_attempt(paths[2], "submitted", job_id="6_2")
     items = [(p, "run", i, 1 if i != 1 else 2, f"7_{i}", 3) for i, p in enumerate(paths)]
-    with pytest.raises(TransitionError):  # a2 is submitted already: nothing written
+    with pytest.raises(StateError, match="a0.json: attempt record is missing"):
         submit_attempts(items)
-    assert not paths[0].exists() and load_attempt(paths[1]).state == "created"
-    assert submit_attempts(items, only_created=True) == 3
-    new, retried, kept, last = (load_attempt(p) for p in paths)
-    assert (new.state, new.revision, new.job_id, new.submission, new.attempt) == (
-        "submitted", 1, "7_0", 3, 1)
+    with pytest.raises(TransitionError):  # a2 is submitted already: nothing written
+        submit_attempts(items[1:])
+    assert load_attempt(paths[1]).state == "created"
+    assert submit_attempts(items, only_created=True) == 2
+    retried, kept, last = (load_attempt(p) for p in paths[1:])
+    assert not paths[0].exists()  # a first attempt: implied, never written here
     assert (retried.state, retried.revision, retried.job_id, retried.resume_from,
-            retried.attempt) == ("submitted", 2, "7_1", 1, 2)
-    assert (kept.job_id, kept.revision) == ("6_2", 2) and last.shard == 3
-    assert sorted(x.name for x in tmp_path.iterdir()) == sorted(p.name for p in paths)
+            retried.attempt, retried.submission) == ("submitted", 2, "7_1", 1, 2, 3)
+    assert (kept.job_id, kept.revision) == ("6_2", 2)
+    assert (last.state, last.shard, last.job_id) == ("submitted", 3, "7_3")
 
 
 # ------------------------------------------------------- first attempts implied by submission
