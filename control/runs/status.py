@@ -50,6 +50,7 @@ from control.runs.store import (
     plan_view_from_data,
     run_job_ids,
     scan_shard,
+    shard_folders,
     submission_views,
     submissions_key,
 )
@@ -363,8 +364,11 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     job_ids, summary_copy = (None if damaged else run_job_ids(submissions)), None
     if not todo and committed and use_index:  # read from the index's summary if it holds
         job_ids, summary_copy = submissions_summary(layout, index)
-    # damaged submission records imply nothing (they may name submitted attempts)
-    expected = expected_lookup(submissions, plan.arrays, None if damaged else commit_time)
+    # damaged submission records imply nothing (they may name submitted attempts); one
+    # listing of shards/ says which shards have a folder (an lstat each otherwise)
+    folders = shard_folders(layout) if todo else None
+    expected = expected_lookup(submissions, plan.arrays, None if damaged else commit_time,
+                               folders)
     shards = [scan_shard(layout, i, expected(i)) for i in todo]
     wanted = {s.attempt.job_id for s in shards if needs_scheduler(s, now) and s.attempt
               and s.attempt.job_id}
@@ -428,7 +432,14 @@ def recover_crashed(layout: RunLayout, scheduler: Scheduler, committed: bool,
 
 def _rescan(layout: RunLayout, shards: List[ShardView],
             expected: Callable[[int], Optional[Expected]]) -> List[ShardView]:
-    return [scan_shard(layout, s.index, expected(s.index)) for s in shards]
+    """The shards read again after this refresh wrote to them: what the listing of
+    ``shards/`` said is stale (a record written makes its shard's folder), so each
+    folder is looked up again."""
+    def fresh(shard: int) -> Optional[Expected]:
+        hint = expected(shard)
+        return hint._replace(folder=None) if hint is not None else None
+
+    return [scan_shard(layout, s.index, fresh(s.index)) for s in shards]
 
 
 # Scheduler verdicts on a scheduled attempt whose job is gone -> what gets persisted.

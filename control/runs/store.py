@@ -14,6 +14,7 @@ from typing import (
     Any,
     Callable,
     Dict,
+    FrozenSet,
     Iterable,
     List,
     NamedTuple,
@@ -389,6 +390,7 @@ class Expected(NamedTuple):
     attempt: int
     job_id: Optional[str]  # its task's job id once the record holds the array's; else None
     submitted_at: float
+    folder: Optional[bool] = None  # the shard's folder exists (None: not known, lstat it)
 
 
 def committed_at(layout: RunLayout) -> Optional[float]:
@@ -399,8 +401,24 @@ def committed_at(layout: RunLayout) -> Optional[float]:
         return None
 
 
+def shard_folders(layout: RunLayout) -> Optional[FrozenSet[str]]:
+    """The names in the run's ``shards/`` (one listing), None when it cannot be listed.
+
+    For a refresh that reads many shards: a first attempt that has not started has no
+    folder, and one listing (a few readdir calls, whatever the count) says which have
+    started, where an ``lstat`` a shard would cost a metadata round trip each."""
+    try:
+        return frozenset(os.listdir(f"{layout.root}/shards"))
+    except FileNotFoundError:
+        return frozenset()
+    except OSError:
+        return None
+
+
 def expected_lookup(submissions: Sequence[Any], arrays: Sequence[Any] = (),
-                    committed: Optional[float] = None) -> Callable[[int], Optional[Expected]]:
+                    committed: Optional[float] = None,
+                    folders: Optional[FrozenSet[str]] = None
+                    ) -> Callable[[int], Optional[Expected]]:
     """shard -> ``Expected``, without building a map of every shard: status asks only
     about the shards its settled index does not hold. ``submissions`` are SubmissionViews
     or SubmissionRecords, ``arrays`` the plan's (``ArrayView`` or ``ArraySpec``: they give
@@ -424,11 +442,13 @@ def expected_lookup(submissions: Sequence[Any], arrays: Sequence[Any] = (),
             attempt = candidate.attempts.get(key, 0)
             if attempt > best:
                 best, record = attempt, candidate
+        folder = None if folders is None else shard_name(shard) in folders
         if record is None:
-            return unnamed
+            return unnamed if unnamed is None or folder is None else \
+                unnamed._replace(folder=folder)
         number = task(shard) if record.job_id else None
         job_id = task_job_id(record.job_id, number) if number is not None else None
-        return Expected(best, job_id, record.submitted_at)
+        return Expected(best, job_id, record.submitted_at, folder)
 
     return lookup
 
@@ -540,11 +560,13 @@ def _scan_expected(layout: RunLayout, shard: int, expected: Expected) -> Optiona
     retry numbers attempts 1, 2, ... without gaps and creates attempt N+1 only once N is
     ``failed`` or ``cancelled`` (states never move back), so only then is the next folder
     looked for. A first attempt without a shard folder is as its submission implies it:
-    one ``lstat``, nothing opened or listed. Anything unexpected (no record, another
+    one ``lstat`` (none when ``expected.folder`` says, from ``shard_folders``), nothing
+    opened or listed. Anything unexpected (no record, another
     number, a damaged record) falls back to listing.
     """
     folder = f"{layout.root}/shards/{shard_name(shard)}"
-    if expected.attempt == FIRST_ATTEMPT and not _exists(folder):
+    if expected.attempt == FIRST_ATTEMPT and not (
+            _exists(folder) if expected.folder is None else expected.folder):
         return ShardView(shard, False, implied_view(expected), None)
     present = _exists(f"{folder}/winner.json")
     base = f"{folder}/attempts/attempt-{expected.attempt:04d}"

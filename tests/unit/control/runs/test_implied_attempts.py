@@ -67,3 +67,31 @@ def test_a_named_retry_of_a_pending_shard_is_refused_in_status_words(world) -> N
     selection = select(world.layout, load_plan(world.layout), [0])
     assert selection.refused == {0: "shard 0 is submitted (attempt 1)"}
     assert _shards(world) == []
+
+
+def test_status_lists_the_shards_once_instead_of_a_lookup_each(world, monkeypatch) -> None:
+    from control.runs import store
+
+    looked: list = []
+    real = store._exists
+    monkeypatch.setattr(store, "_exists", lambda path: looked.append(path) or real(path))
+    data = observe(world.layout, Scheduler(runner=world.cluster()))
+    assert data["counts"] == {"pending": SHARDS} and looked == []
+
+
+def test_a_shard_read_again_after_a_write_is_not_taken_from_the_listing(world) -> None:
+    from agent_stdlib import states
+    from agent_stdlib.attempts import advance_attempt
+    from control.runs import status, store
+    from tests.fakes import first_record
+
+    layout = world.layout
+    expected = store.expected_lookup(store.submission_views(layout),
+                                     store.load_plan_view(layout).arrays,
+                                     store.committed_at(layout), store.shard_folders(layout))
+    before = [store.scan_shard(layout, i, expected(i)) for i in range(SHARDS)]
+    advance_attempt(layout.attempt(1, 1).attempt_json, states.RUNNING,
+                    first=first_record(layout, 1))  # its agent starts, as status reconciles
+    after = status._rescan(layout, before, expected)
+    assert [v.attempt.state for v in after] == ["submitted", "running", "submitted",
+                                                "submitted"]
