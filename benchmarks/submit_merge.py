@@ -5,9 +5,10 @@
 
 Submit (issue 20 goals: <= 3 s at 10,000 shards, <= 30 s at 100,000): ``control.api.submit``
 of a fake-server run, each size in its own process (so its peak memory is its own), against
-the running testbed: plan, stage (inputs, plan, agent, the attempt folders), ``run.json``,
+the running testbed: plan, stage (inputs, plan, agent; nothing per shard), ``run.json``,
 one held array per MaxArraySize chunk (``N:M`` makes the scheduler report MaxArraySize M,
-0 = the cluster's own), every attempt record written once (``submitted``), release. The jobs are
+0 = the cluster's own), its submission record, release (the first attempts get no record:
+their submission records imply them). The jobs are
 ``scancel``-ed as soon as the submit returns. Printed: wall time per phase, fsync and sync
 calls (counted in process: ``os.fsync``, ``os.sync``, ``statefile.sync_filesystem``), the
 sbatch and scontrol calls, and the peak RSS.

@@ -23,6 +23,7 @@ from control.runs.store import (
     load_run,
     run_layout,
     scan_shard,
+    shard_folders,
     submission_views,
 )
 
@@ -73,8 +74,9 @@ def durable_state(layout: RunLayout, shard_count: int,
     todo = [i for i in range(shard_count) if i not in known]
     if todo:
         try:
-            # states, not job ids: no arrays
-            expected = expected_lookup(submission_views(layout), (), committed_at(layout))
+            # states, not job ids: no arrays; one listing says which shards have a folder
+            expected = expected_lookup(submission_views(layout), (), committed_at(layout),
+                                       shard_folders(layout))
         except StateError:  # a bad submission record: list every shard's folders instead
             expected = {}.get
         for i in todo:
