@@ -256,6 +256,8 @@ PATHS = {"submitted": ["submitted"], "pending": ["submitted", "pending"],
 
 def write_shard(layout: RunLayout, index: int, shard: Shard, job_id: Optional[str],
                 per_shard: int, run_id: str = RUN_ID) -> None:
+    if shard.state == "implied":  # a first attempt as submit leaves it: nothing on disk
+        return
     paths = layout.attempt(index, 1)
     ensure_dir(paths.root)
     create_attempt(paths.attempt_json, run_id, index, 1)

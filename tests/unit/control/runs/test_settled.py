@@ -24,7 +24,12 @@ from agent_stdlib import states
 from agent_stdlib.attempts import advance_attempt, load_attempt
 from agent_stdlib.contracts import ProgressRecord, SubmissionRecord, WinnerRecord
 from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import StateError, publish_json_immutable, write_json_atomic
+from agent_stdlib.statefile import (
+    StateError,
+    ensure_dir,
+    publish_json_immutable,
+    write_json_atomic,
+)
 from control.config.loader import load_model
 from control.config.profile import Profile
 from control.runs import settled, status
@@ -35,7 +40,16 @@ from control.runs.store import Expected, run_job_ids, submission_views, submissi
 from control.runs.totals import ended_at
 from control.slurm.runner import CommandResult
 from control.slurm.scheduler import Scheduler
-from tests.fakes import NOW, RUN_ID, TESTBED, Crash, Shard, crash_on_call, make_run
+from tests.fakes import (
+    NOW,
+    RUN_ID,
+    TESTBED,
+    Crash,
+    Shard,
+    crash_on_call,
+    first_record,
+    make_run,
+)
 
 GARBAGE = b"\x00\xff{not json"
 
@@ -80,7 +94,8 @@ def scheduler(cluster: Cluster) -> Scheduler:
 
 KINDS = ["winner", "failed-old", "failed-recent", "cancelled-old", "lost-old", "running",
          "pending", "created", "gone", "succeeded-no-winner", "bad-attempt", "winner-symlink",
-         "winner-other-shard", "winner-bad-progress", "failed-bad-progress"]
+         "winner-other-shard", "winner-bad-progress", "failed-bad-progress",
+         "implied-pending", "implied-gone"]  # implied: no folder, the submission implies it
 
 
 def random_run(workspace: Path, rng: random.Random) -> Tuple[RunLayout, Cluster]:
@@ -104,6 +119,8 @@ def random_run(workspace: Path, rng: random.Random) -> Tuple[RunLayout, Cluster]
             shards.append(Shard("succeeded", updated_at=NOW - 3600))
         elif kind == "bad-attempt":
             shards.append(Shard("failed", "boom", updated_at=NOW - 3600))
+        elif kind.startswith("implied"):
+            shards.append(Shard("implied"))
         else:
             shards.append(Shard({"pending": "submitted", "created": "created"}[kind]))
     layout = make_run(workspace, shards)
@@ -115,9 +132,9 @@ def random_run(workspace: Path, rng: random.Random) -> Tuple[RunLayout, Cluster]
         elif kind in ("failed-old", "cancelled-old") and rng.random() < 0.5:
             # squeue still shows the job (a long MinJobAge): settled all the same
             cluster.queue[job] = rng.choice(["COMPLETED", "CANCELLED", "FAILED"])
-        elif kind == "pending":
+        elif kind in ("pending", "implied-pending"):
             cluster.queue[job] = "PENDING"
-        elif kind == "gone":
+        elif kind in ("gone", "implied-gone"):
             cluster.acct[job] = ("FAILED", "1:0")
         elif kind == "failed-recent":
             cluster.acct[job] = ("FAILED", "1:0")
@@ -218,11 +235,12 @@ class Scenario:
         index = self.rng.choice(live)
         row = self.data["shards"][index]
         path = self.layout.attempt(index, row["attempt"]).attempt_json
-        record = load_attempt(path)
+        first = None if path.exists() else first_record(self.layout, index)  # implied
+        record = load_attempt(path) or first
         assert record is not None and record.job_id
         outcome = self.rng.choice(["running", "failed", "succeeded"])
         if record.state in (states.SUBMITTED, states.PENDING):
-            advance_attempt(path, states.RUNNING)
+            advance_attempt(path, states.RUNNING, first=first)
             self.cluster.queue[record.job_id] = "RUNNING"
             if outcome == "running":
                 return
@@ -293,6 +311,7 @@ class Scenario:
         index = self.rng.choice(live)
         paths = self.layout.attempt(index, self.data["shards"][index]["attempt"])
         target = self.rng.choice([paths.attempt_json, paths.progress_json])
+        ensure_dir(paths.root)  # an implied first attempt has no folder yet
         target.write_bytes(GARBAGE)
 
     def slow_status(self) -> None:
