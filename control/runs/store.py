@@ -561,8 +561,8 @@ def _scan_expected(layout: RunLayout, shard: int, expected: Expected) -> Optiona
     ``failed`` or ``cancelled`` (states never move back), so only then is the next folder
     looked for. A first attempt without a shard folder is as its submission implies it:
     one ``lstat`` (none when ``expected.folder`` says, from ``shard_folders``), nothing
-    opened or listed. Anything unexpected (no record, another
-    number, a damaged record) falls back to listing.
+    opened or listed. Anything unexpected (no record, another number, a damaged record)
+    falls back to listing.
     """
     folder = f"{layout.root}/shards/{shard_name(shard)}"
     if expected.attempt == FIRST_ATTEMPT and not (
