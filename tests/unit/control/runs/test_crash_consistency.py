@@ -56,6 +56,7 @@ from control.runs.status import observe
 from control.runs.store import scan_shard
 from control.runs.submit import remove_uncommitted
 from control.slurm.scheduler import Scheduler
+from tests import fakes
 from tests.fakes import (
     FakeClient,
     FileCluster,
@@ -66,7 +67,6 @@ from tests.fakes import (
     fork_call,
     harness_plan,
     run_jobs,
-    testbed_profile,
 )
 
 SHARDS, PER_SHARD = 2, 5
@@ -75,7 +75,7 @@ ACTIVE = ("PENDING", "RUNNING")
 
 
 PLAN = harness_plan(SHARDS, PER_SHARD)
-PROFILE = testbed_profile()
+PROFILE = fakes.testbed_profile()  # (imported by name, pytest would collect it)
 CLIENT = FakeClient(fail=lambda shard, attempt: (shard, attempt) == (1, 1))
 
 
