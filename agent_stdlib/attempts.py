@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from agent_stdlib import states
-from agent_stdlib.arrays import task_job_id
 from agent_stdlib.contracts import AttemptRecord, ReadinessRecord
 from agent_stdlib.statefile import (
     StateError,
@@ -40,21 +39,18 @@ def created_record(run_id: str, shard: int, attempt: int, now: float,
                          revision=1, updated_at=now, resume_from=resume_from)
 
 
-def implied_attempt(run_id: str, shard: int, attempt: int, array_job_id: Optional[str],
-                    task: int, submission: int, submitted_at: float) -> AttemptRecord:
+def implied_attempt(run_id: str, shard: int, attempt: int, job_id: Optional[str],
+                    submission: Optional[int], submitted_at: float) -> AttemptRecord:
     """The first revision of an attempt that has no record, as its submission implies it.
 
-    ``array_job_id`` is the submission record's job id (None until sbatch answered) and
-    ``task`` the shard's task id in that array: ``submitted`` with the task's job id,
-    dated by the submission, or ``created`` while the record has no job id yet.
+    ``job_id`` is its task's job id (``arrays.task_job_id`` of the submission record's job
+    id), None until sbatch answered: ``submitted`` with it, dated by the submission, or
+    ``created`` while there is none. The one shape the agent, cancel and status start from.
     """
-    if array_job_id is None:
-        return AttemptRecord(run_id=run_id, shard=shard, attempt=attempt,
-                             state=states.CREATED, revision=1, updated_at=submitted_at,
-                             submission=submission)
-    return AttemptRecord(run_id=run_id, shard=shard, attempt=attempt, state=states.SUBMITTED,
+    state = states.CREATED if job_id is None else states.SUBMITTED
+    return AttemptRecord(run_id=run_id, shard=shard, attempt=attempt, state=state,
                          revision=1, updated_at=submitted_at, submission=submission,
-                         job_id=task_job_id(array_job_id, task))
+                         job_id=job_id)
 
 
 def create_attempt(path: Path, run_id: str, shard: int, attempt: int,

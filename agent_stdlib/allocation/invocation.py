@@ -19,7 +19,7 @@ from typing import List, Mapping, Optional, Tuple
 
 from agent_stdlib import localjob
 from agent_stdlib.allocation.errors import AllocationFailure
-from agent_stdlib.arrays import array_task, task_shard
+from agent_stdlib.arrays import array_task, task_job_id, task_shard
 from agent_stdlib.attempts import implied_attempt
 from agent_stdlib.contracts import (
     SCHEMA_VERSION,
@@ -126,10 +126,10 @@ def invocation(args: argparse.Namespace, env: Mapping[str, str]) -> Invocation:
     if str(shard) not in submission.attempts:
         raise AllocationFailure(f"submission {args.submission} carries no shard {shard}")
     attempt = submission.attempts[str(shard)]
-    first = implied_attempt(plan.run_id, shard, attempt, submission.job_id,
-                            task if task is not None else array_task(plan.arrays, shard)[1],
-                            submission.number, submission.submitted_at) \
-        if attempt == FIRST_ATTEMPT else None
+    number = task if task is not None else array_task(plan.arrays, shard)[1]
+    job_id = task_job_id(submission.job_id, number) if submission.job_id else None
+    first = implied_attempt(plan.run_id, shard, attempt, job_id, submission.number,
+                            submission.submitted_at) if attempt == FIRST_ATTEMPT else None
     return Invocation(layout=layout, plan=plan, shard=shard, attempt=attempt,
                       agent_pyz=args.agent_pyz, max_requeues=max(0, args.max_requeues),
                       array_task=task, first=first)

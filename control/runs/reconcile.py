@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Optional
 from agent_stdlib import states
 from agent_stdlib.attempts import (
     advance_attempt,
+    implied_attempt,
     load_attempt,
     load_readiness,
     publish_readiness,
@@ -83,8 +84,7 @@ def mark_ended(layout: RunLayout, shard: int, attempt: int, state: str,
 def implied_first(run_id: str, shard: int, shown: AttemptView) -> AttemptRecord:
     """The first revision of an attempt without a record, from status's view of it (which
     ``store`` made from its submission record: ``created`` or ``submitted``)."""
-    return AttemptRecord(run_id=run_id, shard=shard, attempt=shown.number, state=shown.state,
-                         revision=1, updated_at=shown.updated_at, job_id=shown.job_id)
+    return implied_attempt(run_id, shard, shown.number, shown.job_id, None, shown.updated_at)
 
 
 def close_readiness(layout: RunLayout, shard: int, attempt: int,

@@ -510,14 +510,14 @@ def test_submit_attempts_advances_created_ones_and_writes_no_new_record(tmp_path
 
 
 def _implied(state_job: str = "7") -> AttemptRecord:
-    return implied_attempt("r", 3, 1, state_job, 3, 2, 100.0)
+    return implied_attempt("r", 3, 1, f"{state_job}_3", 2, 100.0)
 
 
 def test_implied_attempt_is_submitted_with_its_task_job_id_or_created() -> None:
     first = _implied()
     assert (first.state, first.revision, first.job_id, first.submission, first.updated_at) == (
         "submitted", 1, "7_3", 2, 100.0)
-    unsent = implied_attempt("r", 3, 1, None, 3, 2, 100.0)
+    unsent = implied_attempt("r", 3, 1, None, 2, 100.0)
     assert (unsent.state, unsent.job_id) == ("created", None)
 
 
