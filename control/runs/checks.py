@@ -259,6 +259,10 @@ def check_plan_paths(plan: Plan, inputs: Sequence[DeploymentInputs], sight: Sigh
                                        f"engine {given.engine}'s default program", path_dirs))
         else:
             found += _command(f"{where}.command", dep.command, sight, path_dirs)
+    seed = plan.client.seed_data if plan.client is not None else None
+    if seed is not None:  # one that exists here was read through by ``resolve``
+        found.append(check_path(f"{run}: client.seed_data.path", seed.path, "seed file",
+                                sight, directory=False))
     command = plan.client_command
     if command is not None:
         found += _image(f"{run}: client.image", command.container, sight)

@@ -281,6 +281,32 @@ def test_plan_flags_a_missing_script_and_exits_2(tmp_path: Path, profile_file: P
     assert "check failed" in data["stderr"]
 
 
+QA_FAKE = REPO / "examples" / "qa-fake.toml"
+
+
+@pytest.mark.parametrize("kind", ["seed", "script"])
+def test_a_missing_seed_file_follows_the_path_rule_of_a_script(tmp_path: Path,
+                                                               profile_file: Path,
+                                                               kind: str) -> None:
+    """Issue 28.7: a seed file missing from a folder on the shared filesystem passed plan
+    ("not visible here") while a script in the same folder failed it: one rule for both."""
+    folder = tmp_path / "data"  # on the workspace's filesystem
+    folder.mkdir()
+    text = QA_FAKE.read_text().replace("{config_dir}/..", str(REPO))
+    text = text.replace("{config_dir}/data/topics.jsonl", str(
+        folder / "nosuch.jsonl" if kind == "seed" else REPO / "examples/data/topics.jsonl"))
+    if kind == "script":
+        text = text.replace(f"{REPO}/fixtures/fake_openai_server.py", str(folder / "x.py"))
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    data = plan_json(path, profile_file)
+    bad = [c for c in data["checks"] if c["level"] == "error"]
+    field = "client.seed_data.path" if kind == "seed" else "deployments[0].command[1]"
+    assert data["code"] == 2 and bad[0]["field"] == f"{path}: {field}", data
+    assert bad[0]["message"].endswith(f"does not exist (its parent {folder} is on the shared "
+                                      f"filesystem: the compute nodes will not find it either)")
+
+
 def fake_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                  nodes: str = "node1|8|4096|gpu:4|idle\n") -> FakeSlurm:
     """The testbed's answers to submit's queries (sbatch answers job 901)."""
