@@ -203,11 +203,16 @@ class Scheduler:
 
     def _sacct(self, *args: str) -> Optional[CommandResult]:
         """``sacct -n -P ARGS``; None when the cluster keeps no accounting."""
-        result = self._ask("sacct", "-n", "-P", *args)
+        return self._accounting("sacct", ACCOUNTING_DISABLED, *args)
+
+    def _accounting(self, name: str, disabled: str, *args: str) -> Optional[CommandResult]:
+        """``NAME -n -P ARGS`` of the accounting (sacct, sacctmgr); None when the cluster
+        keeps none (its output says ``disabled``)."""
+        result = self._ask(name, "-n", "-P", *args)
         if result.returncode != 0:
-            if ACCOUNTING_DISABLED in result.stderr + result.stdout:
+            if disabled in result.stderr + result.stdout:
                 return None
-            raise SchedulerUnavailable(f"sacct failed: {result.error_line()}",
+            raise SchedulerUnavailable(f"{name} failed: {result.error_line()}",
                                        hint=result.hint)
         return result
 
@@ -247,25 +252,17 @@ class Scheduler:
         return self._parse(parse_reservations,
                            self.query("scontrol", "show", "reservation", "-o"))
 
-    def _sacctmgr(self, *args: str) -> Optional[CommandResult]:
-        """``sacctmgr -n -P ARGS``; None when the cluster keeps no accounting."""
-        result = self._ask("sacctmgr", "-n", "-P", *args)
-        if result.returncode != 0:
-            if NO_ACCOUNTING in result.stderr + result.stdout:
-                return None
-            raise SchedulerUnavailable(f"sacctmgr failed: {result.error_line()}",
-                                       hint=result.hint)
-        return result
-
     def associations(self, user: str) -> Optional[List[Association]]:
         """The accounting's associations of ``user`` (account, partition, QOS); None when
         the cluster keeps no accounting."""
-        result = self._sacctmgr("show", "assoc", "where", f"user={user}", ASSOC_FORMAT)
+        result = self._accounting("sacctmgr", NO_ACCOUNTING, "show", "assoc", "where",
+                                  f"user={user}", ASSOC_FORMAT)
         return None if result is None else self._parse(parse_associations, result)
 
     def qos_names(self) -> Optional[List[str]]:
         """Every QOS the accounting knows; None when the cluster keeps no accounting."""
-        result = self._sacctmgr("show", "qos", "format=Name")
+        result = self._accounting("sacctmgr", NO_ACCOUNTING, "show", "qos",
+                                  "format=Name")
         return None if result is None else self._parse(parse_qos_names, result)
 
     def usage(self, job_ids: Sequence[str]) -> Optional[List[JobUsage]]:
