@@ -19,6 +19,7 @@ only nodes have) it is ``node``. Whether the request fits the partition is
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,6 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from agent_stdlib.contracts import ContainerSpec, Plan
 from control.errors import SynthbatchError
-from control.runs.doctor import SHARED_FS, fs_type
 from control.slurm.renderer import PATH_DIRS
 from control.slurm.runner import Runner, run_command
 
@@ -40,6 +40,28 @@ ENGINE_MODULE = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "xllamacpp"}
 HUB_ENGINES = ("vllm", "sglang")  # engines that load a hub id themselves
 HF_TRUE = ("1", "true", "yes", "on")
 MODULE_CHECK_S = 30.0
+SHARED_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "glusterfs",
+             "fuse.glusterfs", "wekafs", "pvfs2", "orangefs", "panfs", "fuse.sshfs", "virtiofs")
+MIN_PYTHON = (3, 9)  # the agent's floor
+
+
+def fs_type(path: Path, mounts_file: Path = Path("/proc/mounts")) -> Optional[str]:
+    """The filesystem type of the mount holding ``path`` (Linux), or None."""
+    try:
+        lines = mounts_file.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    best: Tuple[int, Optional[str]] = (-1, None)
+    target = str(path.resolve())
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (target == point or target.startswith(point.rstrip("/") + "/")) and \
+                len(point) > best[0]:
+            best = (len(point), fields[2])
+    return best[1]
 
 
 @dataclass(frozen=True)
@@ -113,6 +135,31 @@ def check_path(where: str, path: str, what: str, sight: Sight, executable: bool 
         return Finding(ERROR, where, f"{what} {path} is not "
                                      f"{'executable' if executable else 'readable'} here")
     return Finding(OK, where, f"{what} {path} found")
+
+
+def check_controller_python(where: str, python: str, sight: Sight,
+                            runner: Runner = run_command) -> Finding:
+    """The profile's python, which runs the agent: there, executable, and Python 3.9+ where
+    it runs on this node (one that does not run here is left to the node)."""
+    found = check_path(where, python, "controller python", sight, executable=True)
+    if found.level != OK:
+        return found
+    code = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
+    try:
+        result = runner([python, "-c", code], 10.0)
+    except SynthbatchError as err:
+        return Finding(NODE, where, f"{python} does not run on this node ({err.message}): "
+                                    f"checked on the compute node")
+    version = result.stdout.strip()
+    match = re.match(r"(\d+)\.(\d+)", version) if result.returncode == 0 else None
+    if match is None:
+        why = result.error_line() if result.returncode else f"printed {version[:40]!r}"
+        return Finding(NODE, where, f"{python} does not run on this node ({why}): checked on "
+                                    f"the compute node")
+    needs = ".".join(map(str, MIN_PYTHON))
+    if (int(match.group(1)), int(match.group(2))) < MIN_PYTHON:
+        return Finding(ERROR, where, f"{python} is Python {version} here (needs {needs}+)")
+    return Finding(OK, where, f"{python} is Python {version} here (needs {needs}+)")
 
 
 def check_on_path(where: str, name: str, what: str, path_dirs: Sequence[str]) -> Finding:
@@ -233,8 +280,8 @@ def check_plan_paths(plan: Plan, inputs: Sequence[DeploymentInputs], sight: Sigh
     ``files`` are the run file's and the profile's names, which every field is named by.
     """
     run, profile = files
-    found = [check_path(f"{profile}: python", plan.runtime.python, "controller python",
-                        sight, executable=True)]
+    found = [check_controller_python(f"{profile}: python", plan.runtime.python, sight,
+                                     runner)]
     for index, (dep, given) in enumerate(zip(plan.deployments, inputs)):
         where = f"{run}: deployments[{index}]"
         found += _image(f"{where}.image", dep.container, sight)
