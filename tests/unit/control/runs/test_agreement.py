@@ -19,13 +19,14 @@ from control.runs.doctor import check_profile
 from control.slurm.runner import CommandResult, run_command
 from control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
-from tests.unit.control.slurm.test_access_parsers import ASSOC, FEATURES, NO_RESERVATIONS, QOS
 
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 PARTITION = ("PartitionName=debug Default=YES MaxNodes=UNLIMITED MaxTime=00:45:00 "
              "MaxCPUsPerNode=UNLIMITED Nodes=node[1-2] State=UP TotalCPUs=16 TotalNodes=2 "
              "MaxMemPerNode=UNLIMITED AllowAccounts=ALL AllowQos=ALL\n")
 NODES = "node1|8|4096|gpu:4|idle\nnode2|8|4096|gpu:4|idle\n"
+ASSOC, QOS = "root||normal\n", "normal\n"  # sacctmgr on the testbed
+FEATURES, NO_RESERVATIONS = "node1|(null)\nnode2|(null)\n", "No reservations in the system\n"
 # plan's levels as validate says them: "checked on the compute node" is a warn there
 STATUS = {"error": "fail", "warning": "warn", "node": "warn", "ok": "ok"}
 
