@@ -38,7 +38,8 @@ def slurm(argv: Sequence[str], timeout: float) -> CommandResult:
         out = "MaxArraySize = 1001\n" if "config" in args else \
             NO_RESERVATIONS if "reservation" in args else PARTITION
     elif name == "sinfo":
-        out = FEATURES if "%N|%f" in args else NODES if "-N" in args else "debug*|up|2|idle\n"
+        out = FEATURES if "%N|%f" in args else NODES if "-N" in args else \
+            "debug*|up|2|gpu:4|45:00\n" if "%P|%a|%D|%G|%l" in args else "debug*|up|2|idle\n"
     elif name == "sacctmgr":
         out = QOS if "qos" in args else ASSOC
     else:
