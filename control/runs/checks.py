@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from agent_stdlib.contracts import ContainerSpec, Plan
+from agent_stdlib.contracts import DIST_PORTS, MIN_PYTHON, ContainerSpec, Plan, port_span
 from control.errors import SynthbatchError
 from control.slurm.renderer import PATH_DIRS
 from control.slurm.runner import Runner, run_command
@@ -42,7 +42,9 @@ HF_TRUE = ("1", "true", "yes", "on")
 MODULE_CHECK_S = 30.0
 SHARED_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "glusterfs",
              "fuse.glusterfs", "wekafs", "pvfs2", "orangefs", "panfs", "fuse.sshfs", "virtiofs")
-MIN_PYTHON = (3, 9)  # the agent's floor
+# The kernel's ephemeral (outgoing) port range, and Linux's default when unreadable.
+EPHEMERAL_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+EPHEMERAL_DEFAULT = (32768, 60999)
 
 
 def fs_type(path: Path, mounts_file: Path = Path("/proc/mounts")) -> Optional[str]:
@@ -160,6 +162,47 @@ def check_controller_python(where: str, python: str, sight: Sight,
     if (int(match.group(1)), int(match.group(2))) < MIN_PYTHON:
         return Finding(ERROR, where, f"{python} is Python {version} here (needs {needs}+)")
     return Finding(OK, where, f"{python} is Python {version} here (needs {needs}+)")
+
+
+def ephemeral_range(path: Path = EPHEMERAL_FILE) -> Tuple[Tuple[int, int], str]:
+    """The kernel's ephemeral port range and where it came from (``path``, else Linux's
+    default)."""
+    try:
+        low, high = (int(v) for v in path.read_text(encoding="ascii").split())
+    except (OSError, ValueError):
+        return EPHEMERAL_DEFAULT, "the Linux default"
+    return (low, high), str(path)
+
+
+def port_offsets(plan: Plan) -> int:
+    """How many ports above ``port_base`` an allocation of ``plan`` uses (server ports,
+    then each replica across nodes' rank ports)."""
+    base, top = plan.runtime.port_base, 0
+    for dep in plan.deployments:
+        for spec in dep.placement:
+            top = max(top, spec.port - base + 1,
+                      spec.dist_port - base + DIST_PORTS if spec.dist_port else 0)
+        top = max(top, dep.replicas)
+    return max(top, 1)
+
+
+def check_ports(where: str, base: int, offsets: int, exclusive: bool,
+                range_file: Path = EPHEMERAL_FILE) -> Finding:
+    """The servers' ports stay out of the kernel's ephemeral range: a port there can be
+    taken by any outgoing connection after preflight found it free."""
+    low, high = port_span(base, offsets, exclusive)
+    (e_low, e_high), source = ephemeral_range(range_file)
+    span = f"ports {low}-{high}" if high > low else f"port {low}"
+    if high < e_low or low > e_high:
+        return Finding(OK, where, f"{base}: servers listen on {span}, outside the ephemeral "
+                                  f"port range {e_low}-{e_high} ({source})")
+    below = e_low - 1 - (high - low)
+    hint = f" (port_base {below} or lower keeps them below it)" if below >= 1024 else ""
+    return Finding(WARNING, where, f"{base}: servers may listen on {span}, inside the "
+                                   f"kernel's ephemeral port range {e_low}-{e_high} "
+                                   f"({source}): an outgoing connection can take a port "
+                                   f"after preflight found it free (\"Address already in "
+                                   f"use\"){hint}")
 
 
 def check_on_path(where: str, name: str, what: str, path_dirs: Sequence[str]) -> Finding:

@@ -32,6 +32,7 @@ from control.runs.checks import (
     Finding,
     Sight,
     check_controller_python,
+    check_ports,
     fs_type,
 )
 from control.runs.fit import Origins
@@ -234,13 +235,15 @@ def check_profile(profile: Profile, runner: Optional[Runner] = None,
     """Every check, in the order a user fixes them."""
     runner = runner or run_command
     which = which or shutil.which
+    ports = as_checks([check_ports("port_base", profile.port_base, 1,
+                                   "exclusive" in profile.sbatch_options)])
     if profile.backend == "local":  # no Slurm to ask
         return [check_workspace(Path(profile.workspace), shared=False),
                 Check("backend", "ok", "local: no Slurm needed; shards run on this machine"),
                 check_local_gpus(profile, runner), check_python(profile, runner),
-                check_container(profile, runner, which), check_secrets(profile)]
+                check_container(profile, runner, which), check_secrets(profile), *ports]
     checks = [check_workspace(Path(profile.workspace)), check_binaries(profile, which)]
     checks += check_cluster(profile, runner)
     checks += [check_arrays(profile, runner), check_python(profile, runner),
-               check_container(profile, runner, which), check_secrets(profile)]
+               check_container(profile, runner, which), check_secrets(profile), *ports]
     return checks

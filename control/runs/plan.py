@@ -29,7 +29,16 @@ from control.planning.arrays import array_chunks
 from control.planning.planner import config_path, make_plan
 from control.planning.summary import plan_summary
 from control.runs.access import check_request
-from control.runs.checks import ERROR, OK, DeploymentInputs, Finding, Sight, check_plan_paths
+from control.runs.checks import (
+    ERROR,
+    OK,
+    DeploymentInputs,
+    Finding,
+    Sight,
+    check_plan_paths,
+    check_ports,
+    port_offsets,
+)
 from control.runs.ddcheck import check_on_login_node
 from control.runs.fit import Origins
 from control.runs.seeds import check_seed_data
@@ -155,13 +164,16 @@ def login_checks(resolved: Resolved, scheduler: Scheduler,
                  environ: Optional[Mapping[str, str]] = None,
                  runner: Runner = run_command) -> List[Finding]:
     """Everything this login node can check before the queue: the paths, programs,
-    images and secrets the plan names, whether the request fits its partition, and its
-    account, QOS, reservation and node features."""
+    images and secrets the plan names, its ports against the ephemeral range, whether the
+    request fits its partition, and its account, QOS, reservation and node features."""
     prof = resolved.profile
     found = check_plan_paths(resolved.plan, deployment_inputs(resolved),
                              Sight(Path(prof.workspace)),
                              os.environ if environ is None else environ, runner,
                              files=(str(resolved.run_file), str(resolved.profile_path)))
+    plan = resolved.plan
+    found.append(check_ports(f"{resolved.profile_path}: port_base", plan.runtime.port_base,
+                             port_offsets(plan), "exclusive" in plan.resources.options))
     if prof.backend == "local":
         return found + local_fit(resolved)
     return found + check_request(resolved.plan.resources, scheduler, origins(resolved),

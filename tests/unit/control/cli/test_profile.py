@@ -189,13 +189,14 @@ def test_validate_all_ok(tmp_path: Path, cluster: FakeCluster) -> None:
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     assert out.startswith(f"profile {path}\n")
-    for name in ("workspace", "slurm", "partition", "arrays", "python", "container", "secrets"):
+    for name in ("workspace", "slurm", "partition", "arrays", "python", "container", "secrets",
+                 "port_base"):
         assert f"  {name}" in out
     assert "2 of 2 node(s) of partition debug fit 2 CPUs, 1024 MB, 4 GPUs" in out
     assert "MaxArraySize 1001" in out
     assert "check on a compute node: srun -p debug" in out
     data = json.loads(invoke("profile", "validate", "--profile", str(path), "--json").stdout)
-    assert data["ok"] is True and len(data["checks"]) == 7
+    assert data["ok"] is True and len(data["checks"]) == 8
 
 
 def test_validate_failure_reports_and_exits_2(tmp_path: Path, cluster: FakeCluster) -> None:
@@ -326,7 +327,7 @@ def test_validate_with_an_unreachable_scheduler_exits_5(tmp_path: Path, cluster:
     assert as_json.exit_code == 5
     assert json.loads(as_json.stderr)["error"]["code"] == "scheduler_unavailable"
     assert [set(c) for c in json.loads(as_json.stdout)["checks"]] == \
-        [{"name", "status", "detail"}] * 7
+        [{"name", "status", "detail"}] * 8
 
 
 # ----------------------------------------------------------------------------- local backend

@@ -57,9 +57,10 @@ CASES = {
     "reservation": {"reservation": "nosuch"},
     "constraint": {"sbatch_options": {"constraint": "h100"}},
     "account-and-qos-that-exist": {"account": "root", "qos": "normal"},
+    "port-base-in-the-ephemeral-range": {"port_base": 40000},
 }
 NAMES = ("partition", "default_time_limit", "python", "account", "qos", "reservation",
-         "sbatch_options.constraint")
+         "sbatch_options.constraint", "port_base")
 
 
 def statuses(pairs: List[tuple]) -> Dict[str, Set[str]]:
@@ -96,8 +97,10 @@ def test_validate_and_plan_agree(case: str, tmp_path: Path,
         assert validated.get(name) == in_plan.get(name), (name, validated, in_plan)
     failed = {n for n in NAMES if "fail" in validated.get(n, set())}
     expected = {"all-good": set(), "python-on-a-node-only-path": set(),
-                "account-and-qos-that-exist": set(),
+                "account-and-qos-that-exist": set(), "port-base-in-the-ephemeral-range": set(),
                 "time-limit-above-maxtime": {"default_time_limit"},
                 "python-missing-beside-the-workspace": {"python"},
                 "constraint": {"sbatch_options.constraint"}}
     assert failed == expected.get(case, {case}), (validated, in_plan)
+    warned = {n for n in NAMES if "warn" in validated.get(n, set())}
+    assert ("port_base" in warned) == (case == "port-base-in-the-ephemeral-range")
