@@ -146,6 +146,15 @@ def check_constraint(constraint: str, partition: str, features: Dict[str, Tuple[
                                f"nodes")]
 
 
+def _partitions(scheduler: Scheduler) -> str:
+    """`` (have: a, b)``: the cluster's partitions, when sinfo says."""
+    try:
+        names = sorted({p.name for p in scheduler.partitions()})
+    except SchedulerUnavailable:
+        return ""
+    return f" (have: {', '.join(names) or 'none'})"
+
+
 def check_fit(res: ResourceSpec, scheduler: Scheduler, origins: Optional[Origins] = None,
               unavailable: Optional[SchedulerUnavailable] = None) -> List[Finding]:
     """The request against its partition; ``node`` level when Slurm cannot be asked
@@ -158,7 +167,7 @@ def check_fit(res: ResourceSpec, scheduler: Scheduler, origins: Optional[Origins
         if limits is None:
             what = f"partition {res.partition} does not exist on this cluster" \
                 if res.partition else "no partition is set and the cluster has no default one"
-            return [Finding(ERROR, origins.partition, what)]
+            return [Finding(ERROR, origins.partition, what + _partitions(scheduler))]
         nodes = scheduler.partition_nodes(limits.name)
     except SchedulerUnavailable as err:
         hint = f" (hint: {err.hint})" if err.hint else ""

@@ -205,7 +205,8 @@ def test_validate_failure_reports_and_exits_2(tmp_path: Path, cluster: FakeClust
     path = write_profile(tmp_path)
     result = invoke("profile", "validate", "--profile", str(path))
     assert result.exit_code == 2
-    assert "FAIL  partition  partition debug does not exist on this cluster" in result.stdout
+    assert "FAIL  partition  partition debug does not exist on this cluster (have: batch)" \
+        in result.stdout
     line = result.stderr.splitlines()
     assert len(line) == 1 and "1 check(s) failed: partition:" in line[0]
     assert str(path) in line[0]

@@ -133,9 +133,10 @@ def test_a_partition_that_is_down_or_nodes_drained_is_a_warning() -> None:
 def test_a_partition_that_does_not_exist() -> None:
     fake = FakeSlurm()
     fake.on("scontrol", code=1, stderr="Partition gpu not found\n")
+    fake.on("sinfo", stdout="debug*|up|2|idle\nbatch|up|1|mix\n")
     found = check_fit(request(partition="gpu"), Scheduler(runner=fake))
     assert levels(found) == {ERROR: ["profile: partition: partition gpu does not exist on "
-                                     "this cluster"]}
+                                     "this cluster (have: batch, debug)"]}
 
 
 def test_no_partition_and_no_default() -> None:
