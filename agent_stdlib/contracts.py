@@ -37,6 +37,20 @@ SCHEMA_VERSION = 1
 # keeps them apart, preflight checks them. SGLang derives its own from --dist-init-addr up
 # to +6; vLLM uses the first (--master-port).
 DIST_PORTS = 8
+MIN_PYTHON = (3, 9)  # the agent's floor: preflight on the node, the login-node checks
+# Server ports (preflight's ``assign_ports``): an allocation that may share its nodes
+# listens in block ``key % PORT_SLOTS`` of ``max(PORT_STRIDE, offsets)`` ports above
+# ``port_base``; an exclusive one on ``port_base + offset``.
+PORT_SLOTS = 512  # distinct port blocks per port_base
+PORT_STRIDE = 16  # ports per block (servers of one allocation)
+
+
+def port_span(base: int, offsets: int, exclusive: bool) -> Tuple[int, int]:
+    """The lowest and highest port an allocation with ``offsets`` port offsets may listen
+    on, whatever its job id."""
+    if exclusive:
+        return base, base + offsets - 1
+    return base, base + (PORT_SLOTS - 1) * max(PORT_STRIDE, offsets) + offsets - 1
 
 T = TypeVar("T", bound="Record")
 

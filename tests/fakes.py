@@ -123,6 +123,7 @@ def write_readiness(path: Path, shard: int, attempt: int, execution: int, state:
 FLAGS: Dict[str, Dict[str, bool]] = {
     "sbatch": {"--parsable": False, "--hold": False, "--array": True, "--job-name": True},
     "scontrol": {"-o": False},
+    "sacctmgr": {"-n": False, "-P": False},
     "scancel": {},
     "sinfo": {"-h": False, "-o": True, "-N": False, "-p": True},
     "squeue": {"-h": False, "-t": True, "-j": True, "-o": True, "-n": True},

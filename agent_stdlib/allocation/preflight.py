@@ -48,6 +48,9 @@ from agent_stdlib.allocation.steps import COMMAND_TIMEOUT_S
 from agent_stdlib.containers import DEFAULT_EXECUTABLE, SCRATCH_MOUNT
 from agent_stdlib.contracts import (
     DIST_PORTS,
+    MIN_PYTHON,
+    PORT_SLOTS,
+    PORT_STRIDE,
     AttemptRecord,
     ContainerSpec,
     Plan,
@@ -55,9 +58,6 @@ from agent_stdlib.contracts import (
 )
 from agent_stdlib.recipe.seeds import SeedError, scan
 
-MIN_PYTHON = (3, 9)
-PORT_SLOTS = 512  # distinct port blocks per port_base
-PORT_STRIDE = 16  # ports per block (servers of one allocation)
 CONNECT_S = 0.5  # a remote port is taken when something accepts within this
 DD_CHECK_TIMEOUT_S = 300.0  # importing Data Designer from a cold shared filesystem is slow
 

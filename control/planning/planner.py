@@ -215,10 +215,20 @@ def _one_machine(placement: Placement, shapes: List[Shape], gpus_per_node: int) 
 
 
 def _resources(run: RunConfig, profile: Profile, placement: Placement) -> ResourceSpec:
-    gpus = max(placement.gpus_used, default=0)
-    cpus = profile.cpus_per_task
+    return profile_resources(profile, max(placement.gpus_used, default=0),
+                             max(placement.nodes, 1), run.resources.time_limit,
+                             run.resources.cpus, run.resources.mem_mb)
+
+
+def profile_resources(profile: Profile, gpus: int, nodes: int = 1,
+                      time_limit: Optional[str] = None, cpus: Optional[int] = None,
+                      mem_mb: Optional[int] = None) -> ResourceSpec:
+    """What an allocation of ``nodes`` nodes with ``gpus`` GPUs each asks of Slurm under
+    ``profile`` (``time_limit``, ``cpus`` and ``mem_mb`` given by the run win); ``profile
+    validate`` asks it for the profile's own defaults."""
+    per_node_cpus = profile.cpus_per_task
     if profile.cpus_per_gpu and gpus:
-        cpus = profile.cpus_per_gpu * gpus
+        per_node_cpus = profile.cpus_per_gpu * gpus
     mem = profile.mem_mb
     if profile.mem_per_gpu_mb and gpus:
         mem = profile.mem_per_gpu_mb * gpus
@@ -226,12 +236,12 @@ def _resources(run: RunConfig, profile: Profile, placement: Placement) -> Resour
         partition=profile.partition,
         account=profile.account,
         qos=profile.qos,
-        time_limit=run.resources.time_limit or profile.default_time_limit,
-        nodes=max(placement.nodes, 1),
+        time_limit=time_limit or profile.default_time_limit,
+        nodes=nodes,
         gpus=gpus,
         gpu_request=profile.gpu_request,
-        cpus=run.resources.cpus or cpus,
-        mem_mb=run.resources.mem_mb or mem,
+        cpus=cpus or per_node_cpus,
+        mem_mb=mem_mb or mem,
         reservation=profile.reservation,
         options=dict(profile.sbatch_options),
     )

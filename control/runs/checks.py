@@ -19,14 +19,14 @@ only nodes have) it is ``node``. Whether the request fits the partition is
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from agent_stdlib.contracts import ContainerSpec, Plan
+from agent_stdlib.contracts import DIST_PORTS, MIN_PYTHON, ContainerSpec, Plan, port_span
 from control.errors import SynthbatchError
-from control.runs.doctor import SHARED_FS, fs_type
 from control.slurm.renderer import PATH_DIRS
 from control.slurm.runner import Runner, run_command
 
@@ -40,6 +40,30 @@ ENGINE_MODULE = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "xllamacpp"}
 HUB_ENGINES = ("vllm", "sglang")  # engines that load a hub id themselves
 HF_TRUE = ("1", "true", "yes", "on")
 MODULE_CHECK_S = 30.0
+SHARED_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "glusterfs",
+             "fuse.glusterfs", "wekafs", "pvfs2", "orangefs", "panfs", "fuse.sshfs", "virtiofs")
+# The kernel's ephemeral (outgoing) port range, and Linux's default when unreadable.
+EPHEMERAL_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+EPHEMERAL_DEFAULT = (32768, 60999)
+
+
+def fs_type(path: Path, mounts_file: Path = Path("/proc/mounts")) -> Optional[str]:
+    """The filesystem type of the mount holding ``path`` (Linux), or None."""
+    try:
+        lines = mounts_file.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    best: Tuple[int, Optional[str]] = (-1, None)
+    target = str(path.resolve())
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (target == point or target.startswith(point.rstrip("/") + "/")) and \
+                len(point) > best[0]:
+            best = (len(point), fields[2])
+    return best[1]
 
 
 @dataclass(frozen=True)
@@ -113,6 +137,72 @@ def check_path(where: str, path: str, what: str, sight: Sight, executable: bool 
         return Finding(ERROR, where, f"{what} {path} is not "
                                      f"{'executable' if executable else 'readable'} here")
     return Finding(OK, where, f"{what} {path} found")
+
+
+def check_controller_python(where: str, python: str, sight: Sight,
+                            runner: Runner = run_command) -> Finding:
+    """The profile's python, which runs the agent: there, executable, and Python 3.9+ where
+    it runs on this node (one that does not run here is left to the node)."""
+    found = check_path(where, python, "controller python", sight, executable=True)
+    if found.level != OK:
+        return found
+    code = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
+    try:
+        result = runner([python, "-c", code], 10.0)
+    except SynthbatchError as err:
+        return Finding(NODE, where, f"{python} does not run on this node ({err.message}): "
+                                    f"checked on the compute node")
+    version = result.stdout.strip()
+    match = re.match(r"(\d+)\.(\d+)", version) if result.returncode == 0 else None
+    if match is None:
+        why = result.error_line() if result.returncode else f"printed {version[:40]!r}"
+        return Finding(NODE, where, f"{python} does not run on this node ({why}): checked on "
+                                    f"the compute node")
+    needs = ".".join(map(str, MIN_PYTHON))
+    if (int(match.group(1)), int(match.group(2))) < MIN_PYTHON:
+        return Finding(ERROR, where, f"{python} is Python {version} here (needs {needs}+)")
+    return Finding(OK, where, f"{python} is Python {version} here (needs {needs}+)")
+
+
+def ephemeral_range(path: Path = EPHEMERAL_FILE) -> Tuple[Tuple[int, int], str]:
+    """The kernel's ephemeral port range and where it came from (``path``, else Linux's
+    default)."""
+    try:
+        low, high = (int(v) for v in path.read_text(encoding="ascii").split())
+    except (OSError, ValueError):
+        return EPHEMERAL_DEFAULT, "the Linux default"
+    return (low, high), str(path)
+
+
+def port_offsets(plan: Plan) -> int:
+    """How many ports above ``port_base`` an allocation of ``plan`` uses (server ports,
+    then each replica across nodes' rank ports)."""
+    base, top = plan.runtime.port_base, 0
+    for dep in plan.deployments:
+        for spec in dep.placement:
+            top = max(top, spec.port - base + 1,
+                      spec.dist_port - base + DIST_PORTS if spec.dist_port else 0)
+        top = max(top, dep.replicas)
+    return max(top, 1)
+
+
+def check_ports(where: str, base: int, offsets: int, exclusive: bool,
+                range_file: Path = EPHEMERAL_FILE) -> Finding:
+    """The servers' ports stay out of the kernel's ephemeral range: a port there can be
+    taken by any outgoing connection after preflight found it free."""
+    low, high = port_span(base, offsets, exclusive)
+    (e_low, e_high), source = ephemeral_range(range_file)
+    span = f"ports {low}-{high}" if high > low else f"port {low}"
+    if high < e_low or low > e_high:
+        return Finding(OK, where, f"{base}: servers listen on {span}, outside the ephemeral "
+                                  f"port range {e_low}-{e_high} ({source})")
+    below = e_low - 1 - (high - low)
+    hint = f" (port_base {below} or lower keeps them below it)" if below >= 1024 else ""
+    return Finding(WARNING, where, f"{base}: servers may listen on {span}, inside the "
+                                   f"kernel's ephemeral port range {e_low}-{e_high} "
+                                   f"({source}): an outgoing connection can take a port "
+                                   f"after preflight found it free (\"Address already in "
+                                   f"use\"){hint}")
 
 
 def check_on_path(where: str, name: str, what: str, path_dirs: Sequence[str]) -> Finding:
@@ -233,8 +323,8 @@ def check_plan_paths(plan: Plan, inputs: Sequence[DeploymentInputs], sight: Sigh
     ``files`` are the run file's and the profile's names, which every field is named by.
     """
     run, profile = files
-    found = [check_path(f"{profile}: python", plan.runtime.python, "controller python",
-                        sight, executable=True)]
+    found = [check_controller_python(f"{profile}: python", plan.runtime.python, sight,
+                                     runner)]
     for index, (dep, given) in enumerate(zip(plan.deployments, inputs)):
         where = f"{run}: deployments[{index}]"
         found += _image(f"{where}.image", dep.container, sight)
@@ -259,6 +349,10 @@ def check_plan_paths(plan: Plan, inputs: Sequence[DeploymentInputs], sight: Sigh
                                        f"engine {given.engine}'s default program", path_dirs))
         else:
             found += _command(f"{where}.command", dep.command, sight, path_dirs)
+    seed = plan.client.seed_data if plan.client is not None else None
+    if seed is not None:  # one that exists here was read through by ``resolve``
+        found.append(check_path(f"{run}: client.seed_data.path", seed.path, "seed file",
+                                sight, directory=False))
     command = plan.client_command
     if command is not None:
         found += _image(f"{run}: client.image", command.container, sight)

@@ -1,14 +1,18 @@
 """``synthbatch profile validate``: does this profile match the cluster it names?
 
-Each check returns ``ok``, ``warn`` or ``fail`` with what was found. Slurm commands go
-through the one runner (``control.slurm.runner``); ``runner`` and ``which`` are injected
-so tests can play a cluster.
+Each check returns ``ok``, ``warn`` or ``fail`` with what was found. What ``plan`` also
+checks is not decided here: the controller python (``checks.check_controller_python``) and
+the profile's own request against the cluster, its partition, time limit, account, QOS,
+reservation and node features (``access.check_request`` for one node with
+``gpus_per_node`` GPUs and the profile's defaults) come from the functions ``plan`` runs,
+their levels mapped by ``STATUS``: the two commands agree. Slurm commands go through the
+one runner (``control.slurm.runner``); ``runner`` and ``which`` are injected so tests can
+play a cluster.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -17,14 +21,28 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from control.config.profile import Profile
 from control.errors import SchedulerUnavailable, SynthbatchError
+from control.planning.planner import profile_resources
+from control.runs.access import check_request
+from control.runs.checks import (
+    ERROR,
+    NODE,
+    OK,
+    SHARED_FS,
+    WARNING,
+    Finding,
+    Sight,
+    check_controller_python,
+    check_ports,
+    fs_type,
+)
+from control.runs.fit import Origins
 from control.slurm.runner import Runner, binary, run_command
 from control.slurm.scheduler import Scheduler
 
 BINARIES = ("sbatch", "squeue", "sacct", "scontrol", "scancel", "sinfo", "srun")
-SHARED_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "glusterfs",
-             "fuse.glusterfs", "wekafs", "pvfs2", "orangefs", "panfs", "fuse.sshfs", "virtiofs")
-GRES_GPU = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
 Which = Callable[[str], Optional[str]]
+# A finding's level (``control.runs.checks``) as ``validate`` says it.
+STATUS = {ERROR: "fail", WARNING: "warn", NODE: "warn", OK: "ok"}
 
 
 @dataclass(frozen=True)
@@ -44,25 +62,6 @@ class Check:
     def to_dict(self) -> Dict[str, str]:
         """Plain data for ``--json``."""
         return {"name": self.name, "status": self.status, "detail": self.detail}
-
-
-def fs_type(path: Path, mounts_file: Path = Path("/proc/mounts")) -> Optional[str]:
-    """The filesystem type of the mount holding ``path`` (Linux), or None."""
-    try:
-        lines = mounts_file.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
-    best: Tuple[int, Optional[str]] = (-1, None)
-    target = str(path.resolve())
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        point = fields[1].replace("\\040", " ")
-        if (target == point or target.startswith(point.rstrip("/") + "/")) and \
-                len(point) > best[0]:
-            best = (len(point), fields[2])
-    return best[1]
 
 
 def check_workspace(workspace: Path, mounts_file: Path = Path("/proc/mounts"),
@@ -119,41 +118,36 @@ def _run(runner: Runner, argv: Sequence[str], timeout: float) -> Tuple[bool, str
     return True, result.stdout
 
 
-def _partition_rows(text: str) -> List[List[str]]:
-    return [line.split("|") for line in text.splitlines() if line.count("|") >= 3]
-
-
 def _scheduler(profile: Profile, runner: Runner) -> Scheduler:
     return Scheduler(slurm_bin=profile.slurm_bin, timeout_s=profile.scheduler_timeout_s,
                      runner=runner)
 
 
-def check_partition(profile: Profile, runner: Runner = run_command) -> Check:
-    """The partition exists, is up, and its nodes have the GPUs the profile claims."""
+def profile_origins() -> Origins:
+    """The profile's fields, named as ``validate`` names its checks."""
+    return Origins(partition="partition", account="account", qos="qos",
+                   reservation="reservation", constraint="sbatch_options.constraint",
+                   time_limit="default_time_limit", cpus="cpus_per_task", mem_mb="mem_mb",
+                   gpus="gpus_per_node", nodes="partition")
+
+
+def as_checks(findings: Sequence[Finding]) -> List[Check]:
+    """``plan``'s findings as ``validate``'s checks (``STATUS`` maps the levels)."""
+    return [Check(f.field, STATUS[f.level], f.message) for f in findings]
+
+
+def check_cluster(profile: Profile, runner: Runner = run_command,
+                  user: Optional[str] = None) -> List[Check]:
+    """The profile's own request (one node, ``gpus_per_node`` GPUs, its default time limit,
+    CPUs, memory, account, QOS, reservation, constraint) against the cluster: the checks
+    ``plan`` runs on every run (``access.check_request``)."""
+    scheduler = _scheduler(profile, runner)
     try:
-        out = _scheduler(profile, runner).query("sinfo", "-h", "-o", "%P|%a|%D|%G|%l").stdout
+        scheduler.partitions()  # Slurm answers at all? (else validate exits 5)
     except SchedulerUnavailable as err:
-        return Check("partition", "fail", err.message, unreachable=err)
-    rows = _partition_rows(out)
-    wanted = profile.partition
-    match = [r for r in rows if r[0].rstrip("*") == wanted or (not wanted and r[0].endswith("*"))]
-    if not match:
-        have = ", ".join(sorted({r[0] for r in rows})) or "none"
-        return Check("partition", "fail", f"partition {wanted or '(default)'} not found "
-                                          f"(have: {have})")
-    name, avail, nodes = match[0][0].rstrip("*"), match[0][1], match[0][2]
-    gpus = max((int(n) for r in match for n in GRES_GPU.findall(r[3])), default=0)
-    detail = f"partition {name}: {avail}, {nodes} node(s), {gpus} GPU(s) per node, " \
-             f"time limit {match[0][4]}"
-    if avail != "up":
-        return Check("partition", "fail", detail)
-    if profile.gpus_per_node > gpus:
-        return Check("partition", "fail", f"{detail}; the profile claims gpus_per_node = "
-                                          f"{profile.gpus_per_node}")
-    if profile.gpus_per_node < gpus:
-        return Check("partition", "warn", f"{detail}; the profile uses only "
-                                          f"{profile.gpus_per_node}")
-    return Check("partition", "ok", detail)
+        return [Check("partition", "fail", err.message, unreachable=err)]
+    request = profile_resources(profile, profile.gpus_per_node)
+    return as_checks(check_request(request, scheduler, profile_origins(), user=user))
 
 
 def check_arrays(profile: Profile, runner: Runner = run_command) -> Check:
@@ -168,23 +162,15 @@ def check_arrays(profile: Profile, runner: Runner = run_command) -> Check:
 
 
 def check_python(profile: Profile, runner: Runner = run_command) -> Check:
-    """The controller Python here, and how to check it on a compute node."""
+    """The controller Python (``checks.check_controller_python``, as ``plan`` checks it),
+    and how to check it on a compute node."""
     how = (f"check on a compute node: srun{' -p ' + profile.partition if profile.partition else ''}"
            f" -N1 -n1 -t 1 {profile.python} -c 'import sys; print(sys.version)'")
     if profile.backend == "local":
         how = "the local backend runs it on this machine"
-    ok, out = _run(runner, [profile.python, "-c",
-                            "import sys; print('%d.%d.%d' % sys.version_info[:3])"], 10.0)
-    if not ok:
-        return Check("python", "warn", f"{profile.python} does not run on this node ({out}); "
-                                       f"{how}")
-    version = out.strip()
-    match = re.match(r"(\d+)\.(\d+)", version)
-    if not match:
-        return Check("python", "warn", f"{profile.python} printed {version[:40]!r}; {how}")
-    status = "ok" if (int(match.group(1)), int(match.group(2))) >= (3, 9) else "fail"
-    return Check("python", status, f"{profile.python} is Python {version} here (needs 3.9+); "
-                                   f"{how}")
+    found = check_controller_python("python", profile.python, Sight(Path(profile.workspace)),
+                                    runner)
+    return Check("python", STATUS[found.level], f"{found.message}; {how}")
 
 
 def check_container(profile: Profile, runner: Runner = run_command,
@@ -249,13 +235,15 @@ def check_profile(profile: Profile, runner: Optional[Runner] = None,
     """Every check, in the order a user fixes them."""
     runner = runner or run_command
     which = which or shutil.which
+    ports = as_checks([check_ports("port_base", profile.port_base, 1,
+                                   "exclusive" in profile.sbatch_options)])
     if profile.backend == "local":  # no Slurm to ask
         return [check_workspace(Path(profile.workspace), shared=False),
                 Check("backend", "ok", "local: no Slurm needed; shards run on this machine"),
                 check_local_gpus(profile, runner), check_python(profile, runner),
-                check_container(profile, runner, which), check_secrets(profile)]
+                check_container(profile, runner, which), check_secrets(profile), *ports]
     checks = [check_workspace(Path(profile.workspace)), check_binaries(profile, which)]
-    checks += [check_partition(profile, runner), check_arrays(profile, runner),
-               check_python(profile, runner), check_container(profile, runner, which),
-               check_secrets(profile)]
+    checks += check_cluster(profile, runner)
+    checks += [check_arrays(profile, runner), check_python(profile, runner),
+               check_container(profile, runner, which), check_secrets(profile), *ports]
     return checks

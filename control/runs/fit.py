@@ -11,8 +11,9 @@ be asked, plan says so (``node`` level) and goes on.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from agent_stdlib.contracts import ResourceSpec
 from control.errors import SchedulerUnavailable
@@ -28,6 +29,8 @@ class Origins:
     partition: str = "profile: partition"
     account: str = "profile: account"
     qos: str = "profile: qos"
+    reservation: str = "profile: reservation"
+    constraint: str = "profile: sbatch_options.constraint"
     time_limit: str = "profile: default_time_limit"
     cpus: str = "profile: cpus_per_task"
     mem_mb: str = "profile: mem_mb"
@@ -94,10 +97,62 @@ def _limits(res: ResourceSpec, limits: PartitionLimits, origins: Origins) -> Lis
         if value and allowed is not None and value not in allowed:
             found.append(Finding(ERROR, where, f"{value} is not in partition {name}'s {what} "
                                                f"({', '.join(allowed)})"))
+    for value, denied, where, what in ((res.account, limits.deny_accounts, origins.account,
+                                        "DenyAccounts"),
+                                       (res.qos, limits.deny_qos, origins.qos, "DenyQos")):
+        if value and value in denied:
+            found.append(Finding(ERROR, where, f"{value} is in partition {name}'s {what} "
+                                               f"({', '.join(denied)})"))
     if limits.state != "UP":
         found.append(Finding(WARNING, origins.partition, f"partition {name} is {limits.state}: "
                                                          f"jobs wait until it is UP"))
     return found
+
+
+FEATURE_SPLIT = re.compile(r"[&|,()\[\]]")
+COUNT = re.compile(r"\*\d+$")
+
+
+def feature_names(constraint: str) -> List[str]:
+    """The feature names of a ``--constraint`` expression (``a&b``, ``a|b``, ``[a*2&b]``)."""
+    names = (COUNT.sub("", part).strip() for part in FEATURE_SPLIT.split(constraint))
+    return sorted({n for n in names if n})
+
+
+def conjunction(constraint: str) -> bool:
+    """True for ``a``, ``a&b`` or ``a,b``: every node must have every feature."""
+    return not re.search(r"[|()\[\]*]", constraint)
+
+
+def check_constraint(constraint: str, partition: str, features: Dict[str, Tuple[str, ...]],
+                     nodes: int, where: str) -> List[Finding]:
+    """Each feature of the constraint is on some node of the partition (Slurm refuses an
+    unknown feature, and keeps a job pending for ever whose features no node has)."""
+    have = sorted({f for node in features.values() for f in node})
+    missing = [n for n in feature_names(constraint) if n not in have]
+    if missing:
+        return [Finding(ERROR, where, f"{constraint}: feature {', '.join(missing)} is on no "
+                                      f"node of partition {partition} (have: "
+                                      f"{', '.join(have) or 'none'})")]
+    if conjunction(constraint):
+        wanted = set(feature_names(constraint))
+        with_all = sorted(n for n, f in features.items() if wanted <= set(f))
+        if len(with_all) < nodes:
+            return [Finding(ERROR, where, f"{constraint}: {len(with_all)} node(s) of "
+                                          f"partition {partition} have every feature "
+                                          f"({', '.join(with_all) or 'none'}); the job "
+                                          f"needs {nodes}")]
+    return [Finding(OK, where, f"{constraint}: features found on partition {partition}'s "
+                               f"nodes")]
+
+
+def _partitions(scheduler: Scheduler) -> str:
+    """`` (have: a, b)``: the cluster's partitions, when sinfo says."""
+    try:
+        names = sorted({p.name for p in scheduler.partitions()})
+    except SchedulerUnavailable:
+        return ""
+    return f" (have: {', '.join(names) or 'none'})"
 
 
 def check_fit(res: ResourceSpec, scheduler: Scheduler, origins: Optional[Origins] = None,
@@ -112,7 +167,7 @@ def check_fit(res: ResourceSpec, scheduler: Scheduler, origins: Optional[Origins
         if limits is None:
             what = f"partition {res.partition} does not exist on this cluster" \
                 if res.partition else "no partition is set and the cluster has no default one"
-            return [Finding(ERROR, origins.partition, what)]
+            return [Finding(ERROR, origins.partition, what + _partitions(scheduler))]
         nodes = scheduler.partition_nodes(limits.name)
     except SchedulerUnavailable as err:
         hint = f" (hint: {err.hint})" if err.hint else ""
@@ -123,6 +178,20 @@ def check_fit(res: ResourceSpec, scheduler: Scheduler, origins: Optional[Origins
         return found + [Finding(ERROR, origins.partition, f"partition {limits.name} has no "
                                                           f"nodes")]
     found += _dimensions(res, limits, nodes, origins)
+    constraint = res.options.get("constraint")
+    if constraint:
+        try:
+            features = scheduler.node_features(limits.name)
+        except SchedulerUnavailable as err:
+            features = None
+            found.append(Finding(NODE, origins.constraint, f"constraint {constraint!r} not "
+                                                           f"checked: {err.message}"))
+        if features is not None:
+            found += check_constraint(constraint, limits.name, features, res.nodes,
+                                      origins.constraint)
+            if conjunction(constraint):  # only nodes with every feature can run it
+                wanted = set(feature_names(constraint))
+                nodes = [n for n in nodes if wanted <= set(features.get(n.name, ()))]
     fitting = [n for n in nodes if fits(n, res)]
     if not any(f.level == ERROR for f in found) and len(fitting) < res.nodes:
         found.append(Finding(ERROR, origins.partition, f"no {res.nodes} node(s) of partition "

@@ -28,9 +28,19 @@ from control.images import registry
 from control.planning.arrays import array_chunks
 from control.planning.planner import config_path, make_plan
 from control.planning.summary import plan_summary
-from control.runs.checks import ERROR, OK, DeploymentInputs, Finding, Sight, check_plan_paths
+from control.runs.access import check_request
+from control.runs.checks import (
+    ERROR,
+    OK,
+    DeploymentInputs,
+    Finding,
+    Sight,
+    check_plan_paths,
+    check_ports,
+    port_offsets,
+)
 from control.runs.ddcheck import check_on_login_node
-from control.runs.fit import Origins, check_fit
+from control.runs.fit import Origins
 from control.runs.seeds import check_seed_data
 from control.runs.store import new_run_id
 from control.slurm.renderer import BatchScript, render_batch_script
@@ -126,6 +136,8 @@ def origins(resolved: Resolved) -> Origins:
         partition="--partition" if over.partition else f"{prof}: partition",
         account="--account" if over.account else f"{prof}: account",
         qos="--qos" if over.qos else f"{prof}: qos",
+        reservation="--reservation" if over.reservation else f"{prof}: reservation",
+        constraint=f"{prof}: sbatch_options.constraint",
         time_limit="--time" if over.time_limit else f"{run}: resources.time_limit"
         if res.time_limit else f"{prof}: default_time_limit",
         cpus=f"{run}: resources.cpus" if res.cpus else
@@ -152,16 +164,20 @@ def login_checks(resolved: Resolved, scheduler: Scheduler,
                  environ: Optional[Mapping[str, str]] = None,
                  runner: Runner = run_command) -> List[Finding]:
     """Everything this login node can check before the queue: the paths, programs,
-    images and secrets the plan names, and whether the request fits its partition."""
+    images and secrets the plan names, its ports against the ephemeral range, whether the
+    request fits its partition, and its account, QOS, reservation and node features."""
     prof = resolved.profile
     found = check_plan_paths(resolved.plan, deployment_inputs(resolved),
                              Sight(Path(prof.workspace)),
                              os.environ if environ is None else environ, runner,
                              files=(str(resolved.run_file), str(resolved.profile_path)))
+    plan = resolved.plan
+    found.append(check_ports(f"{resolved.profile_path}: port_base", plan.runtime.port_base,
+                             port_offsets(plan), "exclusive" in plan.resources.options))
     if prof.backend == "local":
         return found + local_fit(resolved)
-    return found + check_fit(resolved.plan.resources, scheduler, origins(resolved),
-                             unavailable)
+    return found + check_request(resolved.plan.resources, scheduler, origins(resolved),
+                                 unavailable)
 
 
 def local_fit(resolved: Resolved) -> List[Finding]:

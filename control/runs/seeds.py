@@ -3,8 +3,9 @@
 A seed file that exists here is read once, completely (``agent_stdlib.recipe.seeds``):
 missing fields, malformed rows and an empty file fail the plan naming file and line, the
 recipe's names are checked against the file's fields, and the plan records the row count
-(the generator notices a file that changed since). A path that does not exist here may
-exist on the compute nodes only (another filesystem view): preflight checks it there.
+(the generator notices a file that changed since). A path that does not exist here is
+judged by the login-node checks' one path rule (``control.runs.checks.check_path``): FAIL
+when its parent is on the shared filesystem, else left to preflight on the compute node.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Formats: ``sbatch --parsable``; ``squeue -h -o '%i|%T|%r'``; ``sacct -n -P -X
 --format=JobID,State,ExitCode``; ``sinfo -h -o '%P|%a|%D|%t'``; ``MaxArraySize`` of
-``scontrol show config``. Every malformed line is a
+``scontrol show config``; partitions, nodes, node features, reservations, and the
+accounting's associations and QOS (the login-node checks of ``plan``). Every malformed line is a
 ParseError, never another exception. (``--json`` is not used: on 22.05 ``sacct --json``
 reports wrong exit codes and ``squeue --json`` ignores its filters.)
 """
@@ -233,6 +234,8 @@ class PartitionLimits:
     max_cpus_per_node: Optional[int]
     allow_accounts: Optional[Tuple[str, ...]]  # None: ALL
     allow_qos: Optional[Tuple[str, ...]]  # None: ALL
+    deny_accounts: Tuple[str, ...] = ()
+    deny_qos: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -314,7 +317,9 @@ def parse_partitions(text: str) -> List[PartitionLimits]:
             max_time_s=seconds_of(max_time),
             max_mem_per_node_mb=_limit(f.get("MaxMemPerNode"), "MaxMemPerNode"),
             max_cpus_per_node=_limit(f.get("MaxCPUsPerNode"), "MaxCPUsPerNode"),
-            allow_accounts=_names(f.get("AllowAccounts")), allow_qos=_names(f.get("AllowQos"))))
+            allow_accounts=_names(f.get("AllowAccounts")), allow_qos=_names(f.get("AllowQos")),
+            deny_accounts=_names(f.get("DenyAccounts")) or (),
+            deny_qos=_names(f.get("DenyQos")) or ()))
     return found
 
 
@@ -356,3 +361,81 @@ def parse_usage(text: str) -> List[JobUsage]:
         found.append(JobUsage(job_id=job_id, elapsed_s=int(elapsed),
                               gpus=int(match.group(1)) if match else 0))
     return found
+
+
+# ----------------------------------------------------------------------------- access
+# ``sacctmgr -n -P show assoc where user=U format=Account,Partition,QOS``: one line per
+# association of the user; ``sacctmgr -n -P show qos format=Name``; ``scontrol show
+# reservation -o``; ``sinfo -N -h -p NAME -o '%N|%f'``.
+
+NULL = ("", "(null)")
+
+
+@dataclass(frozen=True)
+class Association:
+    """One association of a user: an account, maybe for one partition only, its QOS."""
+
+    account: str
+    partition: Optional[str]  # None: every partition
+    qos: Tuple[str, ...]  # () when sacctmgr shows none (no restriction known)
+
+
+def _lines(text: str, count: int, what: str) -> Iterable[List[str]]:
+    """``|``-separated lines of ``count`` fields (empty fields allowed, the first not)."""
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|")
+        if len(parts) != count or not parts[0].strip():
+            raise ParseError(f"malformed {what} line {line[:120]!r}")
+        yield [p.strip() for p in parts]
+
+
+def parse_associations(text: str) -> List[Association]:
+    """Rows of ``sacctmgr -n -P show assoc ... format=Account,Partition,QOS``."""
+    return [Association(account=account, partition=partition or None,
+                        qos=tuple(q for q in qos.split(",") if q))
+            for account, partition, qos in _lines(text, 3, "sacctmgr association")]
+
+
+def parse_qos_names(text: str) -> List[str]:
+    """Rows of ``sacctmgr -n -P show qos format=Name``."""
+    return [name for (name,) in _lines(text, 1, "sacctmgr qos")]
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One reservation as ``scontrol show reservation -o`` reports it."""
+
+    name: str
+    state: str  # ACTIVE | INACTIVE
+    start: str
+    users: Tuple[str, ...]  # () when not restricted by user; ``-name`` denies
+    accounts: Tuple[str, ...]  # () when not restricted by account; ``-name`` denies
+    partition: Optional[str]
+
+
+def _list(value: Optional[str]) -> Tuple[str, ...]:
+    return () if value is None or value in NULL else tuple(v for v in value.split(",") if v)
+
+
+def parse_reservations(text: str) -> List[Reservation]:
+    """Rows of ``scontrol show reservation -o`` (``No reservations in the system``: none)."""
+    found: List[Reservation] = []
+    for line in text.splitlines():
+        if not line.strip() or line.strip().startswith("No reservations"):
+            continue
+        f = partition_fields(line)
+        if not f.get("ReservationName") or not f.get("State"):
+            raise ParseError(f"malformed reservation line {line[:120]!r}")
+        partition = f.get("PartitionName")
+        found.append(Reservation(name=f["ReservationName"], state=f["State"],
+                                 start=f.get("StartTime", ""), users=_list(f.get("Users")),
+                                 accounts=_list(f.get("Accounts")),
+                                 partition=None if partition in (None, *NULL) else partition))
+    return found
+
+
+def parse_node_features(text: str) -> Dict[str, Tuple[str, ...]]:
+    """Rows of ``sinfo -N -h -o '%N|%f'``: node -> its available features."""
+    return {node: _list(features) for node, features in _lines(text, 2, "sinfo feature")}

@@ -35,8 +35,8 @@ NO_DATABASE = ("Problem talking to the database",)
 TRANSIENT = UNREACHABLE + ("Socket timed out", "Resource temporarily unavailable",
                            "rate limit", "Too many", "slurmdbd", "Zero Bytes were transmitted"
                            ) + NO_DATABASE
-SLURM_CLIENTS = frozenset({"sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo",
-                           "srun"})
+SLURM_CLIENTS = frozenset({"sbatch", "squeue", "sacct", "sacctmgr", "scancel", "scontrol",
+                           "sinfo", "srun"})
 
 
 def config_hint(environ: Optional[Mapping[str, str]] = None) -> str:

@@ -12,7 +12,7 @@ once, in ``control.slurm.runner``; every error for an unreachable cluster carrie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from agent_stdlib.arrays import is_job_id
 from control.errors import (
@@ -23,15 +23,21 @@ from control.errors import (
     SynthbatchError,
 )
 from control.slurm.parsers import (
+    Association,
     JobRow,
     JobUsage,
     NodeShape,
     ParseError,
     Partition,
     PartitionLimits,
+    Reservation,
+    parse_associations,
     parse_max_array_size,
+    parse_node_features,
     parse_node_shapes,
     parse_partitions,
+    parse_qos_names,
+    parse_reservations,
     parse_sacct,
     parse_sbatch_id,
     parse_sinfo,
@@ -56,6 +62,9 @@ SINFO_FORMAT = "%P|%a|%D|%t"
 NODES_FORMAT = "%N|%c|%m|%G|%T"
 USAGE_FORMAT = "JobID,ElapsedRaw,AllocTRES"
 NO_PARTITION = "not found"  # scontrol: "Partition NAME not found"
+# sacctmgr on a cluster without slurmdbd (AccountingStorageType=accounting_storage/none)
+NO_ACCOUNTING = "not running a supported accounting_storage plugin"
+ASSOC_FORMAT = "format=Account,Partition,QOS"
 
 T = TypeVar("T")
 
@@ -194,11 +203,16 @@ class Scheduler:
 
     def _sacct(self, *args: str) -> Optional[CommandResult]:
         """``sacct -n -P ARGS``; None when the cluster keeps no accounting."""
-        result = self._ask("sacct", "-n", "-P", *args)
+        return self._accounting("sacct", ACCOUNTING_DISABLED, *args)
+
+    def _accounting(self, name: str, disabled: str, *args: str) -> Optional[CommandResult]:
+        """``NAME -n -P ARGS`` of the accounting (sacct, sacctmgr); None when the cluster
+        keeps none (its output says ``disabled``)."""
+        result = self._ask(name, "-n", "-P", *args)
         if result.returncode != 0:
-            if ACCOUNTING_DISABLED in result.stderr + result.stdout:
+            if disabled in result.stderr + result.stdout:
                 return None
-            raise SchedulerUnavailable(f"sacct failed: {result.error_line()}",
+            raise SchedulerUnavailable(f"{name} failed: {result.error_line()}",
                                        hint=result.hint)
         return result
 
@@ -227,6 +241,29 @@ class Scheduler:
         """``sinfo -N -p NAME``: every node of the partition, its CPUs, memory and GPUs."""
         result = self.query("sinfo", "-N", "-h", "-p", name, "-o", NODES_FORMAT)
         return self._parse(parse_node_shapes, result)
+
+    def node_features(self, name: str) -> Dict[str, Tuple[str, ...]]:
+        """``sinfo -N -p NAME -o '%N|%f'``: every node of the partition and its features."""
+        result = self.query("sinfo", "-N", "-h", "-p", name, "-o", "%N|%f")
+        return self._parse(parse_node_features, result)
+
+    def reservations(self) -> List[Reservation]:
+        """``scontrol show reservation -o``: every reservation of the cluster."""
+        return self._parse(parse_reservations,
+                           self.query("scontrol", "show", "reservation", "-o"))
+
+    def associations(self, user: str) -> Optional[List[Association]]:
+        """The accounting's associations of ``user`` (account, partition, QOS); None when
+        the cluster keeps no accounting."""
+        result = self._accounting("sacctmgr", NO_ACCOUNTING, "show", "assoc", "where",
+                                  f"user={user}", ASSOC_FORMAT)
+        return None if result is None else self._parse(parse_associations, result)
+
+    def qos_names(self) -> Optional[List[str]]:
+        """Every QOS the accounting knows; None when the cluster keeps no accounting."""
+        result = self._accounting("sacctmgr", NO_ACCOUNTING, "show", "qos",
+                                  "format=Name")
+        return None if result is None else self._parse(parse_qos_names, result)
 
     def usage(self, job_ids: Sequence[str]) -> Optional[List[JobUsage]]:
         """Elapsed seconds and GPUs of every execution of ``job_ids`` (requeues included:

@@ -124,18 +124,35 @@ def test_show_prints_a_profile_that_reads_back_as_itself(tmp_path: Path, source:
 # ----------------------------------------------------------------------------- validate
 
 
+PARTITION = ("PartitionName=debug Default=YES MaxNodes=UNLIMITED MaxTime={max_time} "
+             "MaxCPUsPerNode=UNLIMITED Nodes=node[1-2] State={state} TotalCPUs=16 "
+             "TotalNodes=2 MaxMemPerNode=UNLIMITED AllowAccounts=ALL AllowQos=ALL\n")
+
+
 class FakeCluster:
     """Answers the commands validate runs; fails on anything else."""
 
-    def __init__(self, sinfo: str = "debug*|up|2|gpu:4|infinite\n", python: str = "3.11.2\n",
-                 srun_help: str = "--container-image=...", version_rc: int = 0) -> None:
-        self.out = {"sinfo": sinfo, "scontrol": "MaxArraySize = 1001\n", "srun": srun_help}
+    def __init__(self, sinfo: str = "debug*|up|2|idle\n", python: str = "3.11.2\n",
+                 srun_help: str = "--container-image=...", version_rc: int = 0,
+                 gres: str = "gpu:4", state: str = "UP", max_time: str = "UNLIMITED") -> None:
+        self.out = {"sinfo": sinfo, "srun": srun_help}
+        self.partition = PARTITION.format(state=state, max_time=max_time) \
+            if "debug" in sinfo else ""
+        self.nodes = f"node1|8|4096|{gres}|idle\nnode2|8|4096|{gres}|idle\n"
         self.python, self.version_rc = python, version_rc
         self.calls: List[List[str]] = []
 
     def __call__(self, argv: Sequence[str], timeout: float) -> CommandResult:
         self.calls.append(list(argv))
         name = Path(argv[0]).name
+        if name == "scontrol" and "partition" in argv:
+            missing = "debug" in argv and not self.partition
+            return CommandResult(argv, int(missing), self.partition,
+                                 "Partition debug not found\n" if missing else "")
+        if name == "scontrol":
+            return CommandResult(argv, 0, "MaxArraySize = 1001\n", "")
+        if name == "sinfo" and "-N" in argv:
+            return CommandResult(argv, 0, self.nodes, "")
         if name in self.out:
             return CommandResult(argv, 0, self.out[name], "")
         if argv[1:2] == ["-c"]:
@@ -172,21 +189,24 @@ def test_validate_all_ok(tmp_path: Path, cluster: FakeCluster) -> None:
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     assert out.startswith(f"profile {path}\n")
-    for name in ("workspace", "slurm", "partition", "arrays", "python", "container", "secrets"):
+    for name in ("workspace", "slurm", "partition", "arrays", "python", "container", "secrets",
+                 "port_base"):
         assert f"  {name}" in out
-    assert "partition debug: up, 2 node(s), 4 GPU(s) per node" in out
+    assert "2 of 2 node(s) of partition debug fit 2 CPUs, 1024 MB, 4 GPUs" in out
     assert "MaxArraySize 1001" in out
     assert "check on a compute node: srun -p debug" in out
     data = json.loads(invoke("profile", "validate", "--profile", str(path), "--json").stdout)
-    assert data["ok"] is True and len(data["checks"]) == 7
+    assert data["ok"] is True and len(data["checks"]) == 8
 
 
 def test_validate_failure_reports_and_exits_2(tmp_path: Path, cluster: FakeCluster) -> None:
-    cluster.out["sinfo"] = "batch*|up|8|(null)|1-00:00:00\n"
+    cluster.out["sinfo"] = "batch*|up|8|idle\n"
+    cluster.partition = ""
     path = write_profile(tmp_path)
     result = invoke("profile", "validate", "--profile", str(path))
     assert result.exit_code == 2
-    assert "FAIL  partition  partition debug not found (have: batch*)" in result.stdout
+    assert "FAIL  partition  partition debug does not exist on this cluster (have: batch)" \
+        in result.stdout
     line = result.stderr.splitlines()
     assert len(line) == 1 and "1 check(s) failed: partition:" in line[0]
     assert str(path) in line[0]
@@ -195,25 +215,26 @@ def test_validate_failure_reports_and_exits_2(tmp_path: Path, cluster: FakeClust
     assert json.loads(as_json.stderr)["error"]["code"] == "invalid_input"
 
 
-@pytest.mark.parametrize("sinfo,gpus,status,fragment", [
-    ("debug*|up|2|gpu:4|infinite\n", 4, "ok", "4 GPU(s) per node"),
-    ("debug*|up|2|gpu:a100:8(S:0-1)|2:00:00\n", 4, "warn", "uses only 4"),
-    ("debug*|up|2|gpu:2|infinite\n", 4, "fail", "claims gpus_per_node = 4"),
-    ("debug*|down|2|gpu:4|infinite\n", 4, "fail", "debug: down"),
-    ("debug*|up|2|(null)|infinite\n", 0, "ok", "0 GPU(s)"),
-    ("other|up|2|gpu:4|infinite\n", 4, "fail", "not found (have: other)"),
+@pytest.mark.parametrize("changes,gpus,status,fragment", [
+    ({}, 4, "ok", "2 of 2 node(s) of partition debug fit"),
+    ({"gres": "gpu:a100:8(S:0-1)"}, 4, "ok", "fit 2 CPUs, 1024 MB, 4 GPUs"),
+    ({"gres": "gpu:2"}, 4, "fail", "4 GPUs per node, but the biggest node of partition "
+                                   "debug has 2"),
+    ({"state": "DOWN"}, 4, "warn", "partition debug is DOWN: jobs wait until it is UP"),
+    ({"gres": "(null)"}, 0, "ok", "0 GPUs"),
+    ({"sinfo": "other|up|2|idle\n"}, 4, "fail", "partition debug does not exist"),
+    ({"max_time": "00:10:00"}, 4, "fail", "time limit 00:30:00 is above partition debug's "
+                                          "MaxTime (10 min)"),
 ])
-def test_check_partition(tmp_path: Path, sinfo: str, gpus: int, status: str,
-                         fragment: str) -> None:
-    check = checks.check_partition(profile(tmp_path, gpus_per_node=gpus),
-                                   FakeCluster(sinfo=sinfo))
-    assert (check.status, fragment in check.detail) == (status, True), check
+def test_check_cluster(tmp_path: Path, changes: dict, gpus: int, status: str,
+                       fragment: str) -> None:
+    found = checks.check_cluster(profile(tmp_path, gpus_per_node=gpus), FakeCluster(**changes))
+    assert any((c.status, fragment in c.detail) == (status, True) for c in found), found
 
 
-def test_check_partition_default(tmp_path: Path) -> None:
-    check = checks.check_partition(profile(tmp_path, partition=None),
-                                   FakeCluster(sinfo="a|up|1|gpu:4|1\ndebug*|up|2|gpu:4|1\n"))
-    assert check.status == "ok" and "partition debug" in check.detail
+def test_check_cluster_default_partition(tmp_path: Path) -> None:
+    (found,) = checks.check_cluster(profile(tmp_path, partition=None), FakeCluster())
+    assert found.status == "ok" and "partition debug" in found.detail
 
 
 def test_check_workspace(tmp_path: Path) -> None:
@@ -238,9 +259,10 @@ def test_check_python(tmp_path: Path, python: str, status: str) -> None:
 
 
 def test_check_python_missing(tmp_path: Path) -> None:
-    check = checks.check_python(profile(tmp_path, python="/nope/python3"),
+    """Missing beside the workspace (shared with the nodes): a FAIL, as in ``plan``."""
+    check = checks.check_python(profile(tmp_path, python=str(tmp_path / "nope" / "python3")),
                                 checks.run_command)
-    assert check.status == "warn" and "does not run on this node" in check.detail
+    assert check.status == "fail" and "does not exist" in check.detail
 
 
 def test_check_container(tmp_path: Path) -> None:
@@ -306,7 +328,7 @@ def test_validate_with_an_unreachable_scheduler_exits_5(tmp_path: Path, cluster:
     assert as_json.exit_code == 5
     assert json.loads(as_json.stderr)["error"]["code"] == "scheduler_unavailable"
     assert [set(c) for c in json.loads(as_json.stdout)["checks"]] == \
-        [{"name", "status", "detail"}] * 7
+        [{"name", "status", "detail"}] * 8
 
 
 # ----------------------------------------------------------------------------- local backend

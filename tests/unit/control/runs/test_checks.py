@@ -133,9 +133,10 @@ def test_a_partition_that_is_down_or_nodes_drained_is_a_warning() -> None:
 def test_a_partition_that_does_not_exist() -> None:
     fake = FakeSlurm()
     fake.on("scontrol", code=1, stderr="Partition gpu not found\n")
+    fake.on("sinfo", stdout="debug*|up|2|idle\nbatch|up|1|mix\n")
     found = check_fit(request(partition="gpu"), Scheduler(runner=fake))
     assert levels(found) == {ERROR: ["profile: partition: partition gpu does not exist on "
-                                     "this cluster"]}
+                                     "this cluster (have: batch, debug)"]}
 
 
 def test_no_partition_and_no_default() -> None:
@@ -279,6 +280,73 @@ def test_plan_flags_a_missing_script_and_exits_2(tmp_path: Path, profile_file: P
                                f"parent {REPO / 'fixtures'} is on the shared filesystem: the "
                                f"compute nodes will not find it either)"}]
     assert "check failed" in data["stderr"]
+
+
+QA_FAKE = REPO / "examples" / "qa-fake.toml"
+
+
+@pytest.mark.parametrize("base,offsets,exclusive,level", [
+    (20000, 1, False, OK),  # the default: 20000-28176, below 32768
+    (24592, 1, False, WARNING),  # 24592-32768: the last block's port is ephemeral
+    (24591, 1, False, OK),
+    (40000, 1, True, WARNING),
+    (61000, 4, True, OK),  # above 60999
+    (20000, 20, True, OK),
+])
+def test_ports_and_the_ephemeral_range(tmp_path: Path, base: int, offsets: int,
+                                       exclusive: bool, level: str) -> None:
+    """Issue 28.9: port_base up to 65000 was accepted; ports in the kernel's ephemeral range
+    can be taken by an outgoing connection after preflight found them free."""
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("32768\t60999\n")
+    found = checks.check_ports("profile: port_base", base, offsets, exclusive, ranges)
+    assert found.level == level, found
+    if found.level == WARNING:
+        assert f"inside the kernel's ephemeral port range 32768-60999 ({ranges})" in \
+            found.message
+
+
+def test_the_ephemeral_range_is_read_or_linux_s_default(tmp_path: Path) -> None:
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("50000 51000\n")
+    assert checks.ephemeral_range(ranges) == ((50000, 51000), str(ranges))
+    assert checks.ephemeral_range(tmp_path / "none") == ((32768, 60999), "the Linux default")
+    assert checks.check_ports("p", 40000, 1, True, ranges).level == OK
+    found = checks.check_ports("p", 30000, 1, False, tmp_path / "none")
+    assert found.level == WARNING and "port_base 24591 or lower" in found.message
+
+
+def test_plan_warns_of_a_port_base_in_the_ephemeral_range(tmp_path: Path,
+                                                           profile_file: Path) -> None:
+    profile_file.write_text(profile_file.read_text() + "port_base = 40000\n")
+    data = plan_json(FAKE_RUN, profile_file)
+    (port,) = [c for c in data["checks"] if c["field"] == f"{profile_file}: port_base"]
+    assert port["level"] == "warning" and port["message"].startswith(
+        "40000: servers may listen on ports 40000-48176, inside the kernel's ephemeral port "
+        "range"), port
+
+
+@pytest.mark.parametrize("kind", ["seed", "script"])
+def test_a_missing_seed_file_follows_the_path_rule_of_a_script(tmp_path: Path,
+                                                               profile_file: Path,
+                                                               kind: str) -> None:
+    """Issue 28.7: a seed file missing from a folder on the shared filesystem passed plan
+    ("not visible here") while a script in the same folder failed it: one rule for both."""
+    folder = tmp_path / "data"  # on the workspace's filesystem
+    folder.mkdir()
+    text = QA_FAKE.read_text().replace("{config_dir}/..", str(REPO))
+    text = text.replace("{config_dir}/data/topics.jsonl", str(
+        folder / "nosuch.jsonl" if kind == "seed" else REPO / "examples/data/topics.jsonl"))
+    if kind == "script":
+        text = text.replace(f"{REPO}/fixtures/fake_openai_server.py", str(folder / "x.py"))
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    data = plan_json(path, profile_file)
+    bad = [c for c in data["checks"] if c["level"] == "error"]
+    field = "client.seed_data.path" if kind == "seed" else "deployments[0].command[1]"
+    assert data["code"] == 2 and bad[0]["field"] == f"{path}: {field}", data
+    assert bad[0]["message"].endswith(f"does not exist (its parent {folder} is on the shared "
+                                      f"filesystem: the compute nodes will not find it either)")
 
 
 def fake_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
