@@ -33,7 +33,7 @@ from agent_stdlib import states
 from agent_stdlib.arrays import array_job_id
 from agent_stdlib.layout import RunLayout, job_name
 from agent_stdlib.statefile import StateError
-from control.errors import SchedulerUnavailable, one_line
+from control.errors import MAX_REASON, SchedulerUnavailable, one_line
 from control.runs import normalize as norm
 from control.runs import settled
 from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
@@ -198,7 +198,7 @@ def _shard_row(layout: RunLayout, shard: ShardView, size: int,
                                                            else 0)
     reason = verdict.reason
     if reason is None and verdict.state not in norm.FINAL and shard.progress_problem:
-        reason = one_line(shard.progress_problem, 300)  # advisory: only shown, never decides
+        reason = one_line(shard.progress_problem, MAX_REASON)  # advisory: only shown, never decides
     row: Dict[str, Any] = {
         "index": shard.index, "state": verdict.state, "reason": reason,
         "attempt": attempt.number if attempt else None,
@@ -516,7 +516,7 @@ def full_disk(layout: RunLayout, verdicts: List[norm.Verdict]) -> List[norm.Verd
     if free >= FULL_BELOW:
         return verdicts
     note = f"; the run's filesystem is full ({free} bytes free under {layout.root})"
-    return [norm.Verdict(v.state, one_line(v.reason + note, 300), v.source)
+    return [norm.Verdict(v.state, one_line(v.reason + note, MAX_REASON), v.source)
             if v.reason and v.reason.endswith(norm.NO_OUTCOME) and v.source != "attempt"
             else v for v in verdicts]
 
