@@ -37,12 +37,21 @@ def ended(status: int, srun: bool = False) -> str:
     ``ended: srun was killed by signal 9 (SIGKILL)``. The one wording of all three."""
     if status >= 0:
         return f"exited with status {status}"
+    return f"ended: {srun_status(status)}" if srun else _killed(status)
+
+
+def srun_status(status: int) -> str:
+    """An ``srun``'s return code in words: ``srun status 137``, ``srun was killed by
+    signal 9 (SIGKILL)``."""
+    return f"srun status {status}" if status >= 0 else f"srun {_killed(status)}"
+
+
+def _killed(status: int) -> str:
     try:
         name = signal.Signals(-status).name
     except ValueError:
         name = "unknown"
-    killed = f"was killed by signal {-status} ({name})"
-    return f"ended: srun {killed}" if srun else killed
+    return f"was killed by signal {-status} ({name})"
 
 
 def _is_error(line: str) -> bool:

@@ -25,7 +25,7 @@ from agent_stdlib.allocation.launch import (
 )
 from agent_stdlib.allocation.probes import http_ok
 from agent_stdlib.allocation.ranks import RankExit, first_rank_exit
-from agent_stdlib.allocation.reasons import ended, step_failure
+from agent_stdlib.allocation.reasons import ended, srun_status, step_failure
 from agent_stdlib.allocation.signals import SignalCoordinator
 from agent_stdlib.allocation.steps import current_env, step_env
 from agent_stdlib.allocation.supervisor import Managed, Supervisor, log_text
@@ -45,20 +45,21 @@ def exit_reason(child: Managed, code: int) -> str:
     """Why a child ended, cause first (``reasons.step_failure``): how it ended and its
     log's last error line; for a replica across nodes, the rank that ended first, its
     node, how, and that rank's last lines (``ranks.first_rank_exit``)."""
-    how = ended(code, srun=child.step is not None)
     if child.ranks > 1:
         first = first_rank_exit(log_text(child.log_path, RANK_LOG_BYTES))
         if first is not None:
-            return rank_reason(child, first, how)
-    return step_failure(f"{child.name} {how}", child.log_path)
+            return rank_reason(child, first, code)
+    return step_failure(f"{child.name} {ended(code, srun=child.step is not None)}",
+                        child.log_path)
 
 
-def rank_reason(child: Managed, first: RankExit, how: Optional[str] = None) -> str:
+def rank_reason(child: Managed, first: RankExit, code: Optional[int] = None) -> str:
     """A replica across nodes ended by its rank ``first``: that rank, its node, how, its
-    last error line, then the step's status (when it has ended) and where to look."""
+    last error line, then the step's ``srun`` status (``code``, once it has ended) and
+    where to look."""
     head = (f"{child.name} ({child.ranks} nodes) ended: rank {first.rank} on {first.node}: "
             f"{first.what}" + (f": {first.cause}" if first.cause else ""))
-    status = f"{how}; " if how else ""
+    status = "" if code is None else f"{srun_status(code)}; "
     return (f"{head} ({status}log {child.log_path}, rank {first.rank}: "
             f"{first.tail or 'no output'})")
 

@@ -202,6 +202,11 @@ def test_a_killed_srun_is_said_in_words(tmp_path):
     assert "status -9" not in reason
     assert ended(-9) == "was killed by signal 9 (SIGKILL)"  # a local child: no srun
     assert ended(137, srun=True) == "exited with status 137"
+    who = RankId("server-big-0", "node2", 1, 2)
+    log = f"1: {exit_line(who, -9, 0.0)}\n"
+    assert "(srun was killed by signal 9 (SIGKILL); log " in \
+        exit_reason(_child(tmp_path, -9, log, ranks=2), -9)
+    assert "(srun status 137; log " in exit_reason(_child(tmp_path, 137, log, ranks=2), 137)
 
 
 def test_a_rank_that_ended_is_the_cause_before_its_step_ends(tmp_path):
