@@ -27,6 +27,11 @@ _EXCEPTION = re.compile(r"^(?:\d+: ?)?[A-Za-z_][\w.]*(?:Error|Exception|Exit|Int
 _ERROR = re.compile(r"\b(?:error|errors|fatal|failed|failure|exception|killed|denied|refused|"
                     r"abort(?:ed)?|panic|out of memory|oom|HTTP [45]\d\d)\b", re.IGNORECASE)
 _TRACEBACK = "Traceback (most recent call last)"
+# srun's and slurmstepd's own words on how a step's tasks ended: the how, never the cause
+# ("srun: error: node1: task 0: Exited with exit code 1", "srun: Job step aborted: ...")
+_STEP_END = re.compile(r"^(?:\d+: ?)?(?:srun: error: \S+: tasks? [\d,-]+: |"
+                       r"srun: (?:Job step aborted|Terminating|forcing job termination|"
+                       r"launch/\w+: _step_signal)|slurmstepd: error: \*\*\* STEP )")
 _REFERS_BACK = re.compile(r"\babove\b", re.IGNORECASE)  # vLLM: "See root cause above."
 
 
@@ -55,13 +60,15 @@ def _killed(status: int) -> str:
 
 
 def _is_error(line: str) -> bool:
-    return bool(_EXCEPTION.search(line) or _ERROR.search(line)) and _TRACEBACK not in line
+    return bool(_EXCEPTION.search(line) or _ERROR.search(line)) and \
+        _TRACEBACK not in line and not _STEP_END.match(line)
 
 
 def cause(text: str) -> Optional[str]:
     """The last error line of a log (pure): the last Python exception line or line that
     says error/failed/killed/HTTP 4xx-5xx; when that line only points back ("see root
-    cause above"), the error line before it comes first. None when no line says so."""
+    cause above"), the error line before it comes first. ``srun``'s own lines on how the
+    tasks ended are not causes. None when no line says so."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     found: List[str] = []
     for line in reversed(lines):

@@ -231,6 +231,11 @@ def test_a_rank_that_ended_is_the_cause_before_its_step_ends(tmp_path):
     ("generate: record 3: HTTP 502: all backends failed (attempt 3 of 3)\n",
      "generate: record 3: HTTP 502: all backends failed (attempt 3 of 3)"),
     ("INFO starting\nINFO serving\n", None),
+    ("generate: record 1: HTTP 500: injected failure\n"
+     "srun: error: node1: task 0: Exited with exit code 1\n",
+     "generate: record 1: HTTP 500: injected failure"),  # srun's exit report is the how
+    ("1: srun: error: Unable to create step for job 12: Invalid generic resource\n",
+     "1: srun: error: Unable to create step for job 12: Invalid generic resource"),
     ("ERROR \x1b[2J screen\n", "ERROR \\x1b[2J screen"),
 ])
 def test_cause_is_the_last_error_line(text, found):
