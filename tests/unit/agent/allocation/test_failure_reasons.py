@@ -254,3 +254,15 @@ def test_the_whole_reason_is_kept_by_status_and_shown_cut_in_the_summary():
     assert len(lines[1]) < REASON_SHOWN + 30 and "HTTP 500" in lines[1]
     assert lines[2].strip() == "whole reason: synthbatch status r --shard 4"
 
+
+
+def test_the_log_of_a_replica_reason_is_found(tmp_path):
+    """status's ``log`` (and ``logs``' default step) come from the reason's ``log PATH``:
+    also in a replica's ``(srun status N; log PATH, rank R: ...)``."""
+    from control.runs.status import LOG_IN_REASON
+
+    who = RankId("server-big-0", "node2", 1, 2)
+    child = _child(tmp_path, 137, f"1: {exit_line(who, -9, 0.0)}\n", ranks=2)
+    for reason in (exit_reason(child, 137), exit_reason(_child(tmp_path, 3, "x\n"), 3)):
+        match = LOG_IN_REASON.search(reason)
+        assert match and match.group(1) == str(child.log_path), reason
