@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import signal
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 from agent_stdlib.allocation.supervisor import log_text, tail
 from agent_stdlib.text import visible
@@ -92,9 +92,9 @@ def log_cause(path: Path) -> Optional[str]:
     return cause(log_text(path, CAUSE_BYTES))
 
 
-def step_failure(what: str, log: Path, causes: Sequence[Optional[str]] = ()) -> str:
-    """``WHAT: CAUSE (log PATH: last lines)``: the first of ``causes`` that is known, else
-    the log's own last error line; without any, ``WHAT (log PATH: last lines)``."""
-    found = next((c for c in causes if c), None) or log_cause(log)
+def step_failure(what: str, log: Path) -> str:
+    """``WHAT: CAUSE (log PATH: last lines)``, the cause being the log's last error line;
+    without one, ``WHAT (log PATH: last lines)``."""
+    found = log_cause(log)
     head = f"{what}: {found}" if found else what
     return f"{head} (log {log}: {tail(log) or 'no output'})"
