@@ -375,6 +375,29 @@ def logs(run_id: Optional[str] = None, shard: Optional[int] = None,
             "steps": target.steps}
 
 
+def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileRef = None,
+                 lines: int = 20) -> Dict[str, Any]:
+    """One shard as ``status`` sees it, its whole reason, and the last ``lines`` lines of
+    the log to read (the one its failure names, else its latest client or Slurm log):
+    ``{"run_id", "shard": row, "log": path or None, "log_tail": [lines]}``."""
+    from control.errors import NotFound
+    from control.runs.logs import locate, tail_lines
+
+    data = status(run_id, profile).to_dict()
+    rows = data.get("shards", [])
+    if not 0 <= shard < len(rows):
+        raise NotFound(f"shard {shard}: the run has {len(rows)} shards (0-{len(rows) - 1})")
+    row = rows[shard]
+    log = row.get("log")
+    if log is None:
+        try:
+            log = str(locate(run_dir(data["run_id"], profile), shard).path)
+        except NotFound:
+            log = None
+    return {"run_id": data["run_id"], "shard": row, "log": log,
+            "log_tail": tail_lines(Path(log), lines) if log else []}
+
+
 def merge(run_id: str, output: Optional[PathLike] = None, allow_partial: bool = False,
           profile: ProfileRef = None, fmt: str = "jsonl") -> MergeResult:
     """Verify and concatenate the winners of a run in shard order; return the manifest."""

@@ -23,6 +23,9 @@ RUN_CANCELLED = 7  # the run ended, no shard failed, at least one was cancelled
 STILL_RUNNING = 8  # ``wait --timeout`` passed before the run ended
 
 MAX_MESSAGE = 500
+# a failure reason read from a record: kept whole (the agent's are a few KB, cause first);
+# the cap only bounds what a damaged or hostile file can make status carry and print
+MAX_REASON = 16 * 1024
 REDACTED = "***"
 
 

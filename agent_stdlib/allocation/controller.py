@@ -38,11 +38,12 @@ from agent_stdlib.allocation.invocation import (
 )
 from agent_stdlib.allocation.launch import ClientPaths, Site, client_launch
 from agent_stdlib.allocation.preflight import Context, check_identity, run_preflight
+from agent_stdlib.allocation.reasons import ended, step_failure
 from agent_stdlib.allocation.serving import Services, fail_on_exit
 from agent_stdlib.allocation.signals import Interrupted, SignalCoordinator
 from agent_stdlib.allocation.slurmjob import JobIdentity
 from agent_stdlib.allocation.steps import current_env, step_control
-from agent_stdlib.allocation.supervisor import URGENT_GRACE_S, Managed, Supervisor, tail
+from agent_stdlib.allocation.supervisor import URGENT_GRACE_S, Managed, Supervisor
 from agent_stdlib.attempts import advance_attempt, load_attempt, publish_readiness
 from agent_stdlib.candidate import CandidateError, count_records
 from agent_stdlib.contracts import AttemptRecord, ResultManifest
@@ -219,10 +220,14 @@ class Allocation:
             self.signals.check()
             fail_on_exit(servers)  # cleanup stops the client first, then the servers
             time.sleep(POLL_S)
-        if client.exit_code() != 0:
+        code = client.exit_code() or 0  # it has exited: the loop above waited
+        if code != 0:
             self.signals.check()  # a signal that also reached the client is the cause
-            raise AllocationFailure(f"client exited with status {client.exit_code()} "
-                                    f"(log {client.log_path}: {tail(client.log_path)})")
+            how = f"client {ended(code, srun=self.srun)}"
+            server = self._services.ended_server()  # a server that died first is the cause
+            if server is not None:
+                raise AllocationFailure(f"{server}; then the {how}")
+            raise AllocationFailure(step_failure(how, client.log_path))
 
     # ------------------------------------------------------------------ signals
 

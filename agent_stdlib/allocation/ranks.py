@@ -22,6 +22,7 @@ import time
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from agent_stdlib.allocation.launch import fill_placeholders
+from agent_stdlib.allocation.reasons import cause, ended
 from agent_stdlib.allocation.supervisor import die_with_parent
 from agent_stdlib.errors import AgentError
 from agent_stdlib.text import visible
@@ -71,18 +72,6 @@ def _when(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at * 1000) % 1000:03d}Z"
 
 
-def ended(status: int) -> str:
-    """How an engine ended, in words: ``exited with status 3``, ``was killed by signal 9
-    (SIGKILL)``."""
-    if status >= 0:
-        return f"exited with status {status}"
-    try:
-        name = signal.Signals(-status).name
-    except ValueError:
-        name = "unknown"
-    return f"was killed by signal {-status} ({name})"
-
-
 class RankId(NamedTuple):
     """One rank of one replica, as its lines name it."""
 
@@ -111,6 +100,7 @@ class RankExit(NamedTuple):
     node: str
     what: str  # "the engine exited with status 3" / srun's "Exited with exit code 3"
     tail: str  # that rank's last log lines, control characters made visible
+    cause: Optional[str] = None  # that rank's last error line (``reasons.cause``)
 
 
 def _rank_lines(lines: Sequence[str], rank: int) -> List[str]:
@@ -141,8 +131,10 @@ def first_rank_exit(text: str, limit: int = 5) -> Optional[RankExit]:
         if srun is None:
             return None
         rank, node, what = int(srun.group("rank")), srun.group("node"), srun.group("what")
-    tail = " | ".join(visible(line) for line in _rank_lines(lines, rank)[-limit:])
-    return RankExit(rank, node, visible(what), tail)
+    own = _rank_lines(lines, rank)
+    tail = " | ".join(visible(line) for line in own[-limit:])
+    engine = "\n".join(line for line in own if not _EXIT.search(line))  # not its exit line
+    return RankExit(rank, node, visible(what), tail, cause(engine))
 
 
 def run_rank(command: List[str], env: Dict[str, str], who: RankId) -> int:

@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from agent_stdlib.allocation.errors import AllocationFailure
 from agent_stdlib.allocation.launch import (
@@ -24,10 +24,11 @@ from agent_stdlib.allocation.launch import (
     server_launch,
 )
 from agent_stdlib.allocation.probes import http_ok
-from agent_stdlib.allocation.ranks import first_rank_exit
+from agent_stdlib.allocation.ranks import RankExit, first_rank_exit
+from agent_stdlib.allocation.reasons import ended, srun_status, step_failure
 from agent_stdlib.allocation.signals import SignalCoordinator
 from agent_stdlib.allocation.steps import current_env, step_env
-from agent_stdlib.allocation.supervisor import Managed, Supervisor, log_text, tail
+from agent_stdlib.allocation.supervisor import Managed, Supervisor, log_text
 from agent_stdlib.contracts import BackendStatus, DeploymentSpec, Plan
 
 POLL_S = 0.2
@@ -37,18 +38,30 @@ HOST = LOOPBACK
 
 
 RANK_LOG_BYTES = 256 * 1024  # how far back a replica's log is searched for its first rank
+SERVER_SETTLE_S = 10.0  # after a client failed: how long a silent server may take to end
 
 
 def exit_reason(child: Managed, code: int) -> str:
-    """Why a child ended: its status and log tail; for a replica across nodes, the rank
-    that ended first, its node, how, and that rank's last lines (``ranks.first_rank_exit``)."""
+    """Why a child ended, cause first (``reasons.step_failure``): how it ended and its
+    log's last error line; for a replica across nodes, the rank that ended first, its
+    node, how, and that rank's last lines (``ranks.first_rank_exit``)."""
     if child.ranks > 1:
         first = first_rank_exit(log_text(child.log_path, RANK_LOG_BYTES))
         if first is not None:
-            return (f"{child.name} ({child.ranks} nodes) ended: rank {first.rank} on "
-                    f"{first.node}: {first.what} (srun status {code}; log {child.log_path}, "
-                    f"rank {first.rank}: {first.tail or 'no output'})")
-    return f"{child.name} exited with status {code} (log {child.log_path}: {tail(child.log_path)})"
+            return rank_reason(child, first, code)
+    return step_failure(f"{child.name} {ended(code, srun=child.step is not None)}",
+                        child.log_path)
+
+
+def rank_reason(child: Managed, first: RankExit, code: Optional[int] = None) -> str:
+    """A replica across nodes ended by its rank ``first``: that rank, its node, how, its
+    last error line, then the step's ``srun`` status (``code``, once it has ended) and
+    where to look."""
+    head = (f"{child.name} ({child.ranks} nodes) ended: rank {first.rank} on {first.node}: "
+            f"{first.what}" + (f": {first.cause}" if first.cause else ""))
+    status = "" if code is None else f"{srun_status(code)}; "
+    return (f"{head} ({status}log {child.log_path}, rank {first.rank}: "
+            f"{first.tail or 'no output'})")
 
 
 def fail_on_exit(children: Iterable[Managed]) -> None:
@@ -109,11 +122,35 @@ class Services:
             waiting = [(c, u) for c, u in waiting if not http_ok(u + dep.readiness_path, 1.0)]
             if waiting and time.monotonic() > deadline:
                 child = waiting[0][0]
-                raise AllocationFailure(
-                    f"deployment {dep.alias}: not ready after {dep.startup_timeout_s:g}s "
-                    f"(log {child.log_path}: {tail(child.log_path)})")
+                raise AllocationFailure(step_failure(
+                    f"deployment {dep.alias}: not ready after {dep.startup_timeout_s:g}s",
+                    child.log_path))
             if waiting:
                 time.sleep(POLL_S)
+
+    def ended_server(self, settle_s: float = SERVER_SETTLE_S) -> Optional[str]:
+        """The reason of a server that has ended (a step that exited, or a replica whose
+        rank's end its log already tells), or None. While a server does not answer its
+        readiness probe, waits up to ``settle_s`` for its end to show (``srun`` takes a
+        moment to end a step whose rank died); when every server answers, None at once."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            for child in self.all_servers():
+                code = child.exit_code()
+                if code is not None:
+                    return exit_reason(child, code)
+                first = first_rank_exit(log_text(child.log_path, RANK_LOG_BYTES)) \
+                    if child.ranks > 1 else None
+                if first is not None:
+                    return rank_reason(child, first)
+            if self._all_answer() or time.monotonic() > deadline:
+                return None
+            self.signals.check()
+            time.sleep(POLL_S)
+
+    def _all_answer(self) -> bool:
+        return all(http_ok(url + dep.readiness_path, 1.0) for dep in self.plan.deployments
+                   for url in self.urls.get(dep.alias, ()))
 
     def backends(self) -> Dict[str, tuple]:
         """Readiness's per-alias backend list."""
@@ -139,7 +176,7 @@ class Services:
             self.signals.check()
             fail_on_exit([child, *self.all_servers()])
             if time.monotonic() > deadline:
-                raise AllocationFailure(f"proxy for {dep.alias} did not start "
-                                        f"(log {child.log_path}: {tail(child.log_path)})")
+                raise AllocationFailure(step_failure(f"proxy for {dep.alias} did not start",
+                                                     child.log_path))
             time.sleep(0.05)
         return f"http://{HOST}:{int(port_file.read_text().strip())}"

@@ -9,6 +9,7 @@ Status = Dict[str, Any]
 
 LIST_LIMIT = 50  # list every shard up to this many; beyond, failures and counts only
 FAILURE_LIMIT = 20
+REASON_SHOWN = 300  # a reason's first characters in the summary (its cause comes first)
 BAR_LIMIT = 40  # a bar per shard up to this many shards; beyond, a compact grid
 BAR_WIDTH = 24
 GRID_WIDTH = 64
@@ -127,14 +128,25 @@ def _notes(data: Status) -> List[str]:
     return lines
 
 
+def shown(reason: Optional[str]) -> str:
+    """A reason as the summary shows it: its first ``REASON_SHOWN`` characters (the agent
+    puts the cause first; ``status --shard N`` and ``--json`` show it whole)."""
+    if not reason or len(reason) <= REASON_SHOWN:
+        return reason or ""
+    return reason[: REASON_SHOWN - 1] + "…"
+
+
 def failure_lines(data: Status) -> List[str]:
     """One line per failure (capped), with the log to read."""
     failures = data.get("failures", [])
     lines = [f"failures ({len(failures)}):"] if failures else []
     for item in failures[:FAILURE_LIMIT]:
-        lines.append(f"  shard {item['shard']:>5}  {item['state']:<10} {item['reason'] or ''}")
+        lines.append(f"  shard {item['shard']:>5}  {item['state']:<10} {shown(item['reason'])}")
         if item.get("log"):
             lines.append(f"  {'':>11}log: {item['log']}")
+        if len(item.get("reason") or "") > REASON_SHOWN:
+            lines.append(f"  {'':>11}whole reason: synthbatch status {data.get('run_id', '')} "
+                         f"--shard {item['shard']}")
     if len(failures) > FAILURE_LIMIT:
         lines.append(f"  ... and {len(failures) - FAILURE_LIMIT} more (see --json)")
     return lines
@@ -142,7 +154,7 @@ def failure_lines(data: Status) -> List[str]:
 
 def shard_line(shard: Dict[str, Any]) -> str:
     """One shard as a table row."""
-    reason = f"  {shard['reason']}" if shard.get("reason") else ""
+    reason = f"  {shown(shard['reason'])}" if shard.get("reason") else ""
     return (f"  shard {shard['index']:>5}  {shard['state']:<10} "
             f"{shard['records_done']:>8}/{shard['records']:<8} "
             f"attempt {shard['attempt']}  job {shard['job_id'] or '-'}{reason}")
@@ -154,6 +166,22 @@ def status_text(data: Status) -> str:
     if len(data["shards"]) <= LIST_LIMIT:
         lines.extend(shard_line(s) for s in data["shards"])
     lines.extend(failure_lines(data))
+    return "\n".join(lines)
+
+
+def shard_text(detail: Dict[str, Any]) -> str:
+    """``status --shard N``: the shard's row, its whole reason, and its log's last lines."""
+    row = detail["shard"]
+    lines = [f"run {detail['run_id']} shard {row['index']}: {row['state']}  records "
+             f"{row['records_done']}/{row['records']}  attempt {row['attempt']}  job "
+             f"{row['job_id'] or '-'}"]
+    if row.get("reason"):
+        lines.append(f"reason: {row['reason']}")
+    if detail.get("log"):
+        tail = detail.get("log_tail") or []
+        lines.append(f"log: {detail['log']}" + (f" (last {len(tail)} lines)" if tail else
+                                                 " (empty or unreadable)"))
+        lines.extend(f"  {line}" for line in tail)
     return "\n".join(lines)
 
 

@@ -19,7 +19,8 @@ from control.cli.output import (
     paint,
     use_colour,
 )
-from control.cli.render import frame, plain_line, status_text
+from control.cli.render import frame, plain_line, shard_text, status_text
+from control.errors import InvalidInput
 
 
 class Screen:
@@ -64,9 +65,12 @@ class Screen:
               help="First refresh interval of --watch, seconds.")
 @click.option("--exit-status", is_flag=True,
               help="Exit 6 if the run ended with a failed shard, 7 if cancelled (as `wait`).")
+@click.option("--shard", type=click.IntRange(min=0), default=None,
+              help="Show this shard only: its whole reason and the last lines of the log "
+                   "it names (else its client or Slurm log).")
 @common
 def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status: bool,
-               profile: Optional[str], as_json: bool) -> Any:
+               shard: Optional[int], profile: Optional[str], as_json: bool) -> Any:
     """Show the shards of RUN_ID (default: the latest run) by state, records, tokens,
     rate, ETA and failures.
 
@@ -74,12 +78,19 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status:
     run that is not over; --watch shows that as a note and keeps refreshing. With --json
     --watch, one JSON object is printed when the run ends. With --exit-status, a run that
     ended failed exits 6 and cancelled 7 (`synthbatch wait` also waits for it to end).
+    With --shard N: that shard's whole reason and the last lines of its failing step's log.
     """
     from control import api
     from control.runs.status import unreachable
     from control.runs.watch import outcome
 
     run_id = run_id or api.latest_run(profile)
+    if shard is not None:
+        if watch or exit_status:
+            raise InvalidInput("--shard shows one shard once: not with --watch or "
+                               "--exit-status")
+        detail = api.shard_status(run_id, shard, profile)
+        return {"data": detail, "text": shard_text(detail)}
     if not watch and as_json:  # the settled rows are printed as the index keeps them
         fresh = api.status_refresh(run_id, profile)
         emit_encoded_json(fresh.json_bytes(), fresh.data)

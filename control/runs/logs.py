@@ -17,7 +17,8 @@ from typing import BinaryIO, Callable, List, Optional
 from agent_stdlib import states
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError, open_state_file
-from control.errors import DamagedState, NotFound
+from agent_stdlib.text import visible
+from control.errors import DamagedState, NotFound, SynthbatchError
 from control.runs.status import LOG_IN_REASON
 from control.runs.store import ShardView, attempt_numbers, load_plan_view, shard_scanner
 from control.runs.watch import Backoff
@@ -184,6 +185,17 @@ def read_tail(path: Path, limit: int = TAIL_BYTES) -> str:
         size = handle.seek(0, os.SEEK_END)
         handle.seek(max(0, size - limit))
         return handle.read().decode("utf-8", "replace")
+
+
+def tail_lines(path: Path, count: int, limit: int = TAIL_BYTES) -> List[str]:
+    """The last ``count`` non-empty lines of a log, control characters made visible
+    (tabs kept); [] when it cannot be read (``status --shard``)."""
+    try:
+        text = read_tail(path, limit)
+    except (OSError, SynthbatchError):
+        return []
+    lines = [visible(line.rstrip(), "\t") for line in text.splitlines() if line.strip()]
+    return lines[-count:]
 
 
 def copy_from(path: Path, out: BinaryIO, offset: int) -> int:

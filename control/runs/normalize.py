@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from control.errors import EvidenceConflict, one_line
+from control.errors import MAX_REASON, EvidenceConflict, one_line
 from control.slurm.parsers import ACTIVE_STATES, JobRow
 
 CREATED, PENDING, RUNNING, CANCELLING = "created", "pending", "running", "cancelling"
@@ -183,9 +183,9 @@ def normalize(ev: Evidence) -> Verdict:
     try:
         verdict = decide(ev)
     except EvidenceConflict as err:
-        return Verdict(UNKNOWN, one_line(err.message, 300), "conflict")
+        return Verdict(UNKNOWN, one_line(err.message, MAX_REASON), "conflict")
     if verdict.reason:
-        return Verdict(verdict.state, one_line(verdict.reason, 300), verdict.source)
+        return Verdict(verdict.state, one_line(verdict.reason, MAX_REASON), verdict.source)
     return verdict
 
 

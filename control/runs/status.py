@@ -33,7 +33,7 @@ from agent_stdlib import states
 from agent_stdlib.arrays import array_job_id
 from agent_stdlib.layout import RunLayout, job_name
 from agent_stdlib.statefile import StateError
-from control.errors import SchedulerUnavailable, one_line
+from control.errors import MAX_REASON, SchedulerUnavailable, one_line
 from control.runs import normalize as norm
 from control.runs import settled
 from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
@@ -59,7 +59,8 @@ from control.slurm.scheduler import Scheduler
 
 ENRICH_WINDOW_S = 600.0  # ask Slurm why a shard failed or was cancelled this recently
 FRESH_PROGRESS_S = 60.0  # progress older than this does not count towards the rate
-LOG_IN_REASON = re.compile(r"\(log (/[^\s:)]+)")
+# the agent's "(log PATH: ..." or, for a replica across nodes, "(srun status N; log PATH, rank"
+LOG_IN_REASON = re.compile(r"(?:\(|; )log (/[^\s:),]+)")
 NOT_SUCCEEDED = re.compile(f"[^{settled.STATE_CODES['succeeded']}]")  # in the index's codes
 
 
@@ -198,7 +199,7 @@ def _shard_row(layout: RunLayout, shard: ShardView, size: int,
                                                            else 0)
     reason = verdict.reason
     if reason is None and verdict.state not in norm.FINAL and shard.progress_problem:
-        reason = one_line(shard.progress_problem, 300)  # advisory: only shown, never decides
+        reason = one_line(shard.progress_problem, MAX_REASON)  # advisory: only shown, never decides
     row: Dict[str, Any] = {
         "index": shard.index, "state": verdict.state, "reason": reason,
         "attempt": attempt.number if attempt else None,
@@ -516,7 +517,7 @@ def full_disk(layout: RunLayout, verdicts: List[norm.Verdict]) -> List[norm.Verd
     if free >= FULL_BELOW:
         return verdicts
     note = f"; the run's filesystem is full ({free} bytes free under {layout.root})"
-    return [norm.Verdict(v.state, one_line(v.reason + note, 300), v.source)
+    return [norm.Verdict(v.state, one_line(v.reason + note, MAX_REASON), v.source)
             if v.reason and v.reason.endswith(norm.NO_OUTCOME) and v.source != "attempt"
             else v for v in verdicts]
 

@@ -102,3 +102,32 @@ def test_crashing_server_fails_the_shard_with_a_reason(slurm_cluster, tmp_path, 
     assert result.exit_code == 4 and "shards without a winner: 0" in result.output
     _wait_jobs_gone(submitted["job_id"])
     assert not processes_mentioning(run_id, model)
+
+
+def test_a_client_failing_on_http_errors_shows_the_cause_in_status(slurm_cluster, tmp_path,
+                                                                   python_exe):
+    """Every request answers HTTP 500: status, status --json, the API, wait and status
+    --shard all show the status and the server's message, not only the client's banner
+    (issue 28.1: the reason was cut to its first 300 characters, the cause at its end)."""
+    from control import api
+
+    model = f"fake-{secrets.token_hex(4)}"
+    profile = write_profile(tmp_path, python_exe)
+    run_file = _write_run(tmp_path, model, records=20, shards=1,
+                          server_flags=["--fail-every", "1"])
+    run_id = cli_json("submit", str(run_file), "--profile", str(profile))["run_id"]
+    status = wait_final(run_id, profile)
+    assert status["state"] == "failed", status
+    cause = "injected failure (--fail-every)"
+    reason = status["failures"][0]["reason"]
+    assert reason.startswith("client exited with status 1: ") and "HTTP 500" in reason
+    assert cause in reason
+    text = CliRunner().invoke(cli, ["status", run_id, "--profile", str(profile)])
+    assert "HTTP 500" in text.stdout and cause in text.stdout, text.stdout
+    assert cause in (api.status(run_id, str(profile)).failures[0].reason or "")
+    waited = CliRunner().invoke(cli, ["wait", run_id, "--profile", str(profile)])
+    assert waited.exit_code == 6 and cause in waited.output, waited.output
+    shard = CliRunner().invoke(cli, ["status", run_id, "--profile", str(profile),
+                                     "--shard", "0"])
+    assert shard.exit_code == 0 and f"reason: {reason}" in shard.stdout, shard.stdout
+    assert "client.log (last " in shard.stdout and "generate: records 0..19" in shard.stdout

@@ -178,17 +178,26 @@ def engine_pid(model: str, rank: int) -> Optional[int]:
     return None
 
 
+def kill_engine(job: Job, model: str, rank: int) -> int:
+    """Once the replica serves and the client has made progress, SIGKILL ``rank``'s engine
+    and wait for the job to end; the other rank's engine pid (as it was)."""
+    job.wait_readiness("ready", timeout=120)
+    job.cluster.wait_for(lambda: (read_json(job.paths.progress_json) or {})
+                         .get("records_done", 0) >= 2, what="client progress")
+    victim = job.cluster.wait_for(lambda: engine_pid(model, rank), what=f"rank {rank}'s engine")
+    other = engine_pid(model, 1 - rank)
+    assert other is not None
+    os.kill(victim, signal.SIGKILL)
+    job.wait_done(timeout=90)
+    return other
+
+
 def test_a_follower_that_dies_ends_the_replica_and_fails_the_attempt_naming_it(
         slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, launched):
     model = f"fake-{secrets.token_hex(4)}"
     plan = plan_of(tmp_path, python_exe, [big(model)], records=400)  # runs >= 30 s
     job = start(slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, plan, model, launched)
-    job.wait_readiness("ready", timeout=120)
-    follower = job.cluster.wait_for(lambda: engine_pid(model, 1), what="rank 1's engine")
-    leader = engine_pid(model, 0)
-    assert leader is not None
-    os.kill(follower, signal.SIGKILL)  # a crashed rank (OOM, segfault)
-    job.wait_done(timeout=90)
+    leader = kill_engine(job, model, 1)  # a crashed rank (OOM, segfault)
     attempt = assert_stopped_and_clean(job, "failed")
     node2 = nodes_in_order(job)[1]
     assert attempt.reason.startswith(
@@ -199,6 +208,26 @@ def test_a_follower_that_dies_ends_the_replica_and_fails_the_attempt_naming_it(
     assert "server-big-0 (2 nodes) ended: rank 1" in slurm_log(job)  # the agent's line
     wait_no_leftovers(job)  # rank 0 kept serving by itself (the fake does): gone all the same
     assert not any(line.startswith(f"{leader}: ") for line in processes_mentioning(model))
+
+
+def test_a_leader_killed_while_generating_is_named_not_the_client(
+        slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, launched):
+    """Kill -9 rank 0's engine while the client generates: the client (no retries) fails on
+    the proxy's 502 at once, while srun is still ending the step. The attempt names the
+    dead leader, not the client (issue 28.6: 2 of 6 tries blamed the client)."""
+    model = f"fake-{secrets.token_hex(4)}"
+    client = {"model": "big", "max_tokens": 8, "prompt_template": "Tell me about {index}.",
+              "concurrency": 3, "temperature": 0.0, "max_retries": 0}
+    plan = plan_of(tmp_path, python_exe, [big(model)], client=client, records=400)
+    job = start(slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, plan, model, launched)
+    kill_engine(job, model, 0)
+    attempt = assert_stopped_and_clean(job, "failed")
+    node1 = nodes_in_order(job)[0]
+    assert attempt.reason.startswith(
+        f"server-big-0 (2 nodes) ended: rank 0 on {node1}: the engine was killed by signal 9 "
+        "(SIGKILL)"), attempt.reason
+    assert "client exited with status" not in attempt.reason.split(" (")[0]
+    wait_no_leftovers(job)
 
 
 def test_a_leader_that_exits_ends_the_replica_and_fails_the_attempt_naming_it(
