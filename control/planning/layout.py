@@ -281,6 +281,7 @@ class _Slot:
     nodes: int
     auto: bool  # replicas chosen
     work: float = 1.0
+    auto_nodes: bool = True  # nodes chosen (not written)
 
 
 def _layout_shapes(slots: Sequence[_Slot], aliases: Sequence[str]) -> List[Shape]:
@@ -292,7 +293,7 @@ def _placeable(slots: List[_Slot], aliases: Sequence[str], per_node: int,
     """Place the slots, choosing each automatic one's ``nodes`` (fewest that place);
     False when they need more than ``max_nodes`` nodes."""
     for index, slot in enumerate(slots):
-        if not slot.auto or slot.npr > 1:
+        if not slot.auto_nodes or slot.npr > 1:
             continue
         per = max(1, per_node // slot.gpus)
         first = -(-slot.replicas // per)
@@ -471,18 +472,20 @@ def _replicas(run: RunConfig, autos: List[_Auto], gpu: Gpu, budget: int,
         work = 1.0
         if auto.facts is not None:
             work = work_per_record(auto.facts, tokens.get(dep.alias, (0.0, 1.0, 0)))
-        slots.append(_Slot(dep, gpus, npr, dep.replicas, dep.nodes,
-                           auto.replicas and "nodes" not in dep.model_fields_set,
-                           max(work, 1e-9)))
+        slots.append(_Slot(dep, gpus, npr, dep.replicas, dep.nodes, auto.replicas,
+                           max(work, 1e-9), "nodes" not in dep.model_fields_set))
     split_budget(slots, aliases, budget, per_node)
     total = sum(s.gpus * s.replicas for s in slots)
     share_total = sum(s.work for s in slots)
     for auto, slot in zip(autos, slots):
+        if slot.auto_nodes and slot.npr == 1 and slot.nodes != auto.dep.nodes:
+            auto.chosen["nodes"] = slot.nodes
+            if not auto.replicas:
+                auto.why.append(f"its {slot.replicas} replica(s) spread over {slot.nodes} "
+                                "node(s)")
         if not auto.replicas:
             continue
         auto.chosen["replicas"] = slot.replicas
-        if slot.npr == 1 and slot.nodes != auto.dep.nodes:
-            auto.chosen["nodes"] = slot.nodes
         share = (f"; work share {slot.work / share_total:.2f} of the recipe's "
                  f"(tokens per record x {auto.facts.active_params / 1e9:.1f} B active "
                  f"parameters)" if len(slots) > 1 and auto.facts is not None else "")

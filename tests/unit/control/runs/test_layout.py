@@ -1,0 +1,146 @@
+"""The automatic layout through ``plan``: the example plans, written values win, the
+budget is split by work, and every refusal is one line naming the file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from control.config.deployment import Deployment
+from control.errors import InvalidInput
+from control.planning.layout import LayoutError, _Slot, split_budget
+from control.runs.plan import dry_run, resolve
+from tests.conftest import REPO
+
+EXAMPLE = REPO / "examples" / "auto-layout.toml"
+
+
+def profile(tmp_path: Path, memory: str = "gpu_memory_gb = 80\n", per_node: int = 8) -> Path:
+    path = tmp_path / "h100.toml"
+    path.write_text("schema_version = 1\nbackend = \"slurm\"\n"
+                    f"workspace = \"{tmp_path / 'ws'}\"\ngpus_per_node = {per_node}\n"
+                    + memory + "mem_mb = 65536\n")
+    return path
+
+
+def run_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "run.toml"
+    path.write_text(text.replace("{config_dir}/../fixtures", str(REPO / "fixtures")))
+    return path
+
+
+def layout_of(resolved):
+    return {d.alias: (d.tensor_parallel, d.pipeline_parallel, d.replicas, d.nodes_per_replica,
+                      d.nodes) for d in resolved.plan.deployments}
+
+
+def test_the_example_plans_within_its_budget_and_says_why(tmp_path: Path) -> None:
+    out = dry_run(EXAMPLE, str(profile(tmp_path)))
+    deployments = {d["alias"]: d for d in out["plan"]["deployments"]}
+    writer, judge = deployments["writer"], deployments["judge"]
+    assert (writer["tensor_parallel"], judge["tensor_parallel"]) == (4, 1)
+    used = sum(d["gpus_per_replica"] * d["replicas"] for d in deployments.values())
+    assert used <= 64 and out["plan"]["resources"]["nodes"] <= 8
+    # the writer does ~30x the judge's work a record: it gets most of the budget
+    assert writer["replicas"] * 4 > 8 * judge["replicas"] >= 8
+    assert [c["alias"] for c in out["layout"]] == ["writer", "judge"]
+    assert out["layout"][0]["chosen"]["tensor_parallel"] == 4
+    assert "layout: writer: 141 GB of bf16 weights + KV for 16 sequences of 4096 tokens" \
+        in out["summary"]
+    assert "TP 2 needs 83 GB per GPU > 72 GB usable of 80 GB" in out["summary"]
+
+
+def test_the_plan_records_the_choice_like_a_written_layout(tmp_path: Path) -> None:
+    prof = str(profile(tmp_path))
+    auto = resolve(EXAMPLE, prof, run_id="r-1")
+    written = EXAMPLE.read_text().replace('gpus = "auto"', "").replace("gpus = 64", "")
+    for alias, (tp, pp, replicas, _, nodes) in layout_of(auto).items():
+        extra = (f"tensor_parallel = {tp}\npipeline_parallel = {pp}\nreplicas = {replicas}\n"
+                 f"nodes = {nodes}\n")
+        written = written.replace(f'alias = "{alias}"\n', f'alias = "{alias}"\n' + extra)
+    by_hand = resolve(run_file(tmp_path, written), prof, run_id="r-1")
+    assert layout_of(by_hand) == layout_of(auto)
+    assert [d.placement for d in by_hand.plan.deployments] == \
+        [d.placement for d in auto.plan.deployments]
+    assert by_hand.layout == ()
+
+
+def test_written_values_win(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text().replace('gpus = "auto"', "tensor_parallel = 8\nreplicas = 2")
+    resolved = resolve(run_file(tmp_path, text), str(profile(tmp_path)))
+    got = layout_of(resolved)
+    assert got["writer"][:3] == (8, 1, 2)  # TP 8 and 2 replicas as written; PP chosen
+    assert got["judge"][2] == 64 - 16  # the rest of the budget, one GPU a replica
+    chosen = {c.alias: c.chosen for c in resolved.layout}
+    assert "tensor_parallel" not in chosen["writer"] and "replicas" not in chosen["writer"]
+
+
+def test_auto_without_a_budget_chooses_tp_and_keeps_one_replica(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text().replace("gpus = 64", "")
+    resolved = resolve(run_file(tmp_path, text), str(profile(tmp_path,
+                                                          "gpu_memory_gb = 141\n")))
+    got = layout_of(resolved)
+    assert got["writer"] == (2, 1, 1, 1, 1)  # 70B on H200: TP 2
+    assert got["judge"] == (1, 1, 1, 1, 1)  # nothing automatic: as before
+
+
+def test_a_layout_over_one_node_spans_nodes(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text().replace("Llama-3.1-70B-Instruct", "Llama-3.1-405B-Instruct")
+    resolved = resolve(run_file(tmp_path, text), str(profile(tmp_path)))
+    assert layout_of(resolved)["writer"][:4] == (8, 2, 3, 2)  # 3 replicas of 2 nodes each
+
+
+@pytest.mark.parametrize("edit,where", [
+    (("Llama-3.1-70B-Instruct", "no-such-model"), "run.toml: deployments[0].model: writer:"),
+    (("gpus = 64", "gpus = 4"), "run.toml: resources.gpus: 4 GPUs cannot hold one replica"),
+])
+def test_refusals_are_one_line_naming_the_field(tmp_path: Path, edit, where: str) -> None:
+    text = EXAMPLE.read_text().replace(*edit)
+    with pytest.raises(InvalidInput) as err:
+        resolve(run_file(tmp_path, text), str(profile(tmp_path)))
+    assert str(err.value).startswith(str(tmp_path / where))
+    assert "\n" not in str(err.value)
+
+
+def test_an_unreadable_model_asks_for_the_layout_by_hand(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text().replace("Llama-3.1-70B-Instruct", "no-such-model")
+    with pytest.raises(InvalidInput, match="write gpus/tensor_parallel/pipeline_parallel "
+                                           "and replicas by hand"):
+        resolve(run_file(tmp_path, text), str(profile(tmp_path)))
+
+
+def test_without_the_gpus_memory_the_profile_field_is_named(tmp_path: Path) -> None:
+    prof = profile(tmp_path, memory="")
+    with pytest.raises(InvalidInput) as err:
+        resolve(run_file(tmp_path, EXAMPLE.read_text()), str(prof))
+    assert str(err.value).startswith(f"{prof}: gpu_memory_gb: the automatic layout needs")
+
+
+def test_auto_on_a_command_engine_is_refused(tmp_path: Path) -> None:
+    model = REPO / "fixtures" / "models" / "Llama-3.1-8B-Instruct"
+    text = (REPO / "examples" / "fake-server.toml").read_text().replace(
+        "gpus = 1", 'gpus = "auto"').replace(
+        'model = "fake-model"', f'model = "{model}"\nserved_name = "fake-model"')
+    with pytest.raises(InvalidInput, match=r"deployments\[0\].gpus: 'auto' needs engine vllm"):
+        resolve(run_file(tmp_path, text), str(profile(tmp_path)))
+
+
+def _slot(alias: str, gpus: int, work: float) -> _Slot:
+    dep = Deployment.model_validate({"alias": alias, "engine": "vllm", "model": "/m"})
+    return _Slot(dep, gpus, 1, 1, 1, True, work)
+
+
+def test_the_budget_is_split_by_work() -> None:
+    slots = [_slot("writer", 1, 3.0), _slot("judge", 1, 1.0)]
+    split_budget(slots, ["writer", "judge"], 8, 8)
+    assert [s.replicas for s in slots] == [6, 2]
+    slots = [_slot("writer", 2, 9.0), _slot("judge", 1, 1.0)]
+    split_budget(slots, ["writer", "judge"], 16, 8)
+    assert [s.replicas for s in slots] == [7, 2]  # 14 + 2 GPUs on 2 nodes
+
+
+def test_a_budget_below_one_replica_each_names_what_they_need() -> None:
+    slots = [_slot("writer", 4, 1.0), _slot("judge", 1, 1.0)]
+    with pytest.raises(LayoutError, match="they need 5 GPUs"):
+        split_budget(slots, ["writer", "judge"], 4, 8)
