@@ -144,3 +144,28 @@ def test_a_budget_below_one_replica_each_names_what_they_need() -> None:
     slots = [_slot("writer", 4, 1.0), _slot("judge", 1, 1.0)]
     with pytest.raises(LayoutError, match="they need 5 GPUs"):
         split_budget(slots, ["writer", "judge"], 4, 8)
+
+
+def test_the_budget_on_the_command_line_beats_the_run_file(tmp_path: Path) -> None:
+    from control.config.overrides import Overrides
+
+    over = Overrides.from_dict(Overrides(gpus="16").to_dict())  # as run.json keeps it
+    assert over.gpus == 16 and over.to_dict() == {"gpus": "16"}
+    resolved = resolve(EXAMPLE, str(profile(tmp_path)), overrides=over)
+    used = sum(d.gpus_per_replica * d.replicas for d in resolved.plan.deployments)
+    assert resolved.config.resources.gpus == 16 and 13 <= used <= 16
+    with pytest.raises(InvalidInput, match="--gpus: Input should be greater than or equal"):
+        Overrides(gpus=0)
+
+
+def test_plan_takes_gpus_on_the_command_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from control.cli.main import cli
+
+    text = EXAMPLE.read_text().replace("gpus = 64", "")
+    result = CliRunner().invoke(cli, ["plan", str(run_file(tmp_path, text)), "--profile",
+                                      str(profile(tmp_path)), "--gpus", "8", "--json"])
+    data = __import__("json").loads(result.stdout)
+    assert {c["alias"]: c["chosen"].get("replicas") for c in data["layout"]} == \
+        {"writer": 1, "judge": 4}
