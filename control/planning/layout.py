@@ -492,3 +492,40 @@ def _replicas(run: RunConfig, autos: List[_Auto], gpu: Gpu, budget: int,
         auto.why.append(f"{slot.replicas} replica(s) of {slot.gpus} GPU(s) "
                         f"({slot.replicas * slot.gpus} of the {budget}-GPU budget, "
                         f"{total} used){share}")
+
+
+# ------------------------------------------------------------------------------------------
+# the profile's GPU memory against the cluster's GRES type names
+
+# the largest memory (GB) of each GPU model a GRES type name may stand for
+GRES_MEMORY_GB = {"a100": 80, "h100": 94, "h200": 141, "gh200": 144, "b200": 192,
+                  "l40s": 48, "l40": 48, "a40": 48, "a10": 24, "l4": 24, "v100": 32,
+                  "a6000": 48, "mi250": 128, "mi300x": 192}
+_GRES_TYPE = re.compile(r"(?:^|,)gpu:([A-Za-z][A-Za-z0-9_.-]*):\d+")
+_SIZE = re.compile(r"(\d+)g(?:b)?\b")
+
+
+def gres_memory_gb(type_name: str) -> Optional[float]:
+    """The most memory a GRES type name allows (``h100``: 94; ``a100_40g``: 40), or None
+    for a name this table does not know."""
+    name = type_name.lower()
+    size = _SIZE.search(name)
+    if size:
+        return float(size.group(1))
+    for model in sorted(GRES_MEMORY_GB, key=len, reverse=True):
+        if name.startswith(model) or name.replace("nvidia_", "").startswith(model):
+            return float(GRES_MEMORY_GB[model])
+    return None
+
+
+def memory_conflict(memory_gb: float, gres: Sequence[str]) -> Optional[str]:
+    """Why the profile's ``gpu_memory_gb`` is more than the partition's GPUs have (their
+    GRES type names, ``gpu:h100:8``), or None when no known name says so."""
+    for text in gres:
+        for type_name in _GRES_TYPE.findall(re.sub(r"\([^)]*\)", "", text)):
+            most = gres_memory_gb(type_name)
+            if most is not None and memory_gb > most:
+                return (f"{memory_gb:g} GB per GPU, but the partition's GRES type "
+                        f"{type_name!r} has at most {most:g} GB: the automatic layout may "
+                        "choose a layout that does not fit")
+    return None

@@ -8,18 +8,21 @@ from typing import Dict, List, Tuple
 
 from control.config.profile import Profile
 from control.config.run import RunConfig
-from control.errors import InvalidInput
+from control.errors import InvalidInput, SchedulerUnavailable
 from control.planning.layout import (
     Choice,
     Gpu,
     LayoutError,
     automatic,
+    memory_conflict,
     resolve_layout,
     wants_parallel,
 )
 from control.planning.modelfacts import ModelFacts
 from control.planning.planner import config_path
+from control.runs.checks import WARNING, Finding
 from control.runs.modelinfo import ModelUnreadable, read_facts
+from control.slurm.scheduler import Scheduler
 
 
 def apply_layout(run: RunConfig, profile: Profile, run_file: Path,
@@ -49,3 +52,16 @@ def apply_layout(run: RunConfig, profile: Profile, run_file: Path,
     except LayoutError as err:
         source = profile_path if err.source == "profile" else run_file
         raise InvalidInput(f"{source}: {err.where}: {err}") from err
+
+
+def layout_memory(profile: Profile, profile_path: Path, scheduler: Scheduler) -> List[Finding]:
+    """A warning when the profile's ``gpu_memory_gb`` is more than the partition's GRES
+    type names allow (``gpu:a100_40g:8`` and 80 GB); nothing when Slurm cannot say."""
+    if profile.gpu_memory_gb is None or not profile.partition:
+        return []
+    try:
+        nodes = scheduler.partition_nodes(profile.partition)
+    except SchedulerUnavailable:
+        return []
+    why = memory_conflict(profile.gpu_memory_gb, [n.gres for n in nodes])
+    return [Finding(WARNING, f"{profile_path}: gpu_memory_gb", why)] if why else []

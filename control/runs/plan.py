@@ -31,7 +31,7 @@ from control.planning.summary import plan_summary
 from control.runs.checks import ERROR, OK, DeploymentInputs, Finding, Sight, check_plan_paths
 from control.runs.ddcheck import check_on_login_node
 from control.runs.fit import Origins, check_fit
-from control.runs.layout import Choice, apply_layout
+from control.runs.layout import Choice, apply_layout, layout_memory
 from control.runs.seeds import check_seed_data
 from control.runs.store import new_run_id
 from control.slurm.renderer import BatchScript, render_batch_script
@@ -164,6 +164,8 @@ def login_checks(resolved: Resolved, scheduler: Scheduler,
                              files=(str(resolved.run_file), str(resolved.profile_path)))
     if prof.backend == "local":
         return found + local_fit(resolved)
+    if resolved.layout and unavailable is None:
+        found += layout_memory(prof, resolved.profile_path, scheduler)
     return found + check_fit(resolved.plan.resources, scheduler, origins(resolved),
                              unavailable)
 

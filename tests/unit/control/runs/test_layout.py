@@ -169,3 +169,31 @@ def test_plan_takes_gpus_on_the_command_line(tmp_path: Path) -> None:
     data = __import__("json").loads(result.stdout)
     assert {c["alias"]: c["chosen"].get("replicas") for c in data["layout"]} == \
         {"writer": 1, "judge": 4}
+
+
+@pytest.mark.parametrize("gres,memory,warned", [
+    (["gpu:a100_40g:8(S:0-1)"], 80.0, True),   # 40 GB A100s, profile says 80
+    (["gpu:a100:8"], 80.0, False),
+    (["gpu:h100:8", "gpu:h100:4"], 141.0, True),  # an H200's memory on H100 nodes
+    (["gpu:h200:8"], 141.0, False),
+    (["gpu:4", "(null)"], 141.0, False),        # no type name: nothing to check
+    (["gpu:mystery:8"], 500.0, False),          # a name the table does not know
+])
+def test_gpu_memory_against_the_partitions_gres_type_names(tmp_path: Path, gres, memory,
+                                                           warned: bool) -> None:
+    from control.config.profile import Profile
+    from control.runs.layout import layout_memory
+    from control.slurm.parsers import NodeShape
+
+    class Sinfo:
+        def partition_nodes(self, name: str):
+            assert name == "gpu"
+            return [NodeShape(f"n{i}", 64, 512000, 8, g, "idle") for i, g in enumerate(gres)]
+
+    prof = Profile.model_validate({"schema_version": 1, "workspace": str(tmp_path),
+                                   "partition": "gpu", "gpu_memory_gb": memory})
+    found = layout_memory(prof, tmp_path / "p.toml", Sinfo())
+    assert [f.level for f in found] == (["warning"] if warned else [])
+    if warned:
+        assert found[0].field == f"{tmp_path / 'p.toml'}: gpu_memory_gb"
+        assert "the automatic layout may choose a layout that does not fit" in found[0].message
