@@ -211,13 +211,13 @@ def _span(gpus: int, per_node: int) -> int:
     return 1 if gpus <= per_node else -(-gpus // per_node)
 
 
-def llamacpp_gpus(facts: ModelFacts, memory_gb: float, per_node: int) -> Parallel:
+def llamacpp_gpus(facts: ModelFacts, memory_gb: float, per_node: int) -> int:
     """GPUs of one llama.cpp server (layers split over the GPUs of one node): the fewest
     whose usable memory holds the file and its reserve (the KV cache is not known without
     reading the GGUF header, and llama.cpp's default context is small)."""
     for gpus in range(1, per_node + 1):
         if facts.weight_bytes / gpus + RESERVE_GB * GB <= usable_bytes(memory_gb):
-            return Parallel(1, 1, 1, f"{gpus} GPU(s) hold the file")
+            return gpus
     raise LayoutError("gpus", f"{facts.describe()} do not fit on one node of {per_node} "
                       f"GPUs of {memory_gb:g} GB (a llama.cpp server runs on one node)")
 
@@ -372,13 +372,13 @@ def _parallel(auto: _Auto, gpu: Gpu, tokens: Optional[Tuple[float, float, int]])
         raise LayoutError("gpus_per_node", "the automatic layout needs the GPUs per node",
                           source="profile")
     if dep.engine == "llamacpp":
-        shape = llamacpp_gpus(facts, gpu.memory_gb, gpu.per_node)
-        count = next(g for g in range(1, gpu.per_node + 1)
-                     if facts.weight_bytes / g + RESERVE_GB * GB
-                     <= usable_bytes(gpu.memory_gb))
+        try:
+            count = llamacpp_gpus(facts, gpu.memory_gb, gpu.per_node)
+        except LayoutError as err:
+            raise LayoutError(f"{where}.{err.where}", f"{dep.alias}: {err}") from err
         auto.chosen["gpus"] = count
-        auto.why.append(f"{facts.describe()} -> {count} GPU(s) of {gpu.memory_gb:g} GB "
-                        f"({shape.why})")
+        auto.why.append(f"{facts.describe()} -> {count} GPU(s) of {gpu.memory_gb:g} GB hold "
+                        "the file")
         return
     context = _context(tokens)
     kv_tokens = KV_SEQUENCES * context

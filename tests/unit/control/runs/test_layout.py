@@ -197,3 +197,26 @@ def test_gpu_memory_against_the_partitions_gres_type_names(tmp_path: Path, gres,
     if warned:
         assert found[0].field == f"{tmp_path / 'p.toml'}: gpu_memory_gb"
         assert "the automatic layout may choose a layout that does not fit" in found[0].message
+
+
+def test_one_command_deployment_fills_the_budget_without_reading_a_model(
+        tmp_path: Path) -> None:
+    text = (REPO / "examples" / "fake-server.toml").read_text().replace(
+        "[resources]", "[resources]\ngpus = 4")
+    resolved = resolve(run_file(tmp_path, text), str(profile(tmp_path, per_node=4)))
+    assert layout_of(resolved)["tiny"][2] == 4  # 4 replicas of its 1 GPU
+    assert "4 replica(s) of 1 GPU(s)" in resolved.layout[0].reason
+
+
+def test_a_gguf_gets_the_fewest_gpus_of_a_node_that_hold_it(tmp_path: Path) -> None:
+    gguf = tmp_path / "big.gguf"
+    with open(gguf, "wb") as handle:
+        handle.truncate(100 * 10**9)  # 100 GB: two 80 GB GPUs (72 usable each)
+    text = (REPO / "examples" / "quickstart.toml").read_text()
+    import re
+
+    text = re.sub(r'model = "[^"]*\.gguf"', f'model = "{gguf}"', text)
+    text = text.replace('engine = "llamacpp"', 'engine = "llamacpp"\ngpus = "auto"')
+    resolved = resolve(run_file(tmp_path, text), str(profile(tmp_path)))
+    assert [d.gpus_per_replica for d in resolved.plan.deployments] == [2]
+    assert "100 GB of gguf weights -> 2 GPU(s) of 80 GB" in resolved.layout[0].reason
