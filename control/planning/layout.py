@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pydantic import ValidationError
+
 from control.config.client import GenerateClient
 from control.config.columns import LLMColumn
 from control.config.deployment import Deployment
@@ -325,10 +327,10 @@ def split_budget(slots: List[_Slot], aliases: Sequence[str], budget: int,
     used = sum(s.gpus * s.replicas for s in slots)
     if used > budget or not _placeable(slots, aliases, per_node, max_nodes):
         need = sum(s.gpus * s.replicas for s in slots)
-        raise LayoutError("resources.gpus", f"{budget} GPUs cannot hold one replica of "
-                          f"every deployment: they need {need} GPUs "
-                          f"({', '.join(f'{s.dep.alias} {s.gpus}' for s in slots)}) on "
-                          f"{per_node}-GPU nodes")
+        raise LayoutError("resources.gpus", f"{budget} GPUs cannot hold the deployments: "
+                          f"they need at least {need} GPUs ("
+                          + ", ".join(f"{s.dep.alias} {s.replicas} x {s.gpus}" for s in slots)
+                          + f") on {per_node}-GPU nodes")
     open_slots = [s for s in slots if s.auto]
     while open_slots:
         open_slots.sort(key=lambda s: (s.replicas * s.gpus / s.work, s.gpus))
@@ -431,6 +433,10 @@ def resolve_layout(run: RunConfig, gpu: Gpu, budget: Optional[int],
                               "hand")
         autos.append(auto)
     if not any(a.parallel or a.replicas for a in autos):
+        used = sum(d.gpus_per_replica * d.replicas for d in run.deployments)
+        if budget is not None and used > budget:
+            raise LayoutError("resources.gpus", f"the deployments as written use {used} "
+                              f"GPUs per allocation, more than the budget of {budget}")
         return run, []
     tokens = alias_tokens(run.client)
     for auto in autos:
@@ -445,7 +451,14 @@ def resolve_layout(run: RunConfig, gpu: Gpu, budget: Optional[int],
             continue
         data = auto.dep.model_dump(by_alias=True, exclude_unset=True)
         data.update(auto.chosen)
-        deployments.append(Deployment.model_validate(data))
+        try:
+            deployments.append(Deployment.model_validate(data))
+        except ValidationError as err:
+            problem = err.errors()[0]
+            field_name = ".".join(str(p) for p in problem["loc"]) or "gpus"
+            raise LayoutError(f"deployments[{auto.index}].{field_name}",
+                              f"{auto.dep.alias}: with the chosen {auto.chosen}: "
+                              f"{problem['msg'].removeprefix('Value error, ')}") from err
     filled = run.model_copy(update={"deployments": deployments})
     choices = [Choice(a.dep.alias, dict(a.chosen), "; ".join(a.why))
                for a in autos if a.chosen]

@@ -31,7 +31,7 @@ def apply_layout(run: RunConfig, profile: Profile, run_file: Path,
     file and field when a model cannot be read or nothing fits)."""
     budget = run.resources.gpus
     wanted = automatic(run, budget)
-    if not wanted:
+    if not wanted and budget is None:
         return run, []
     folder = run_file.resolve().parent
     facts: Dict[int, ModelFacts] = {}

@@ -93,7 +93,9 @@ def test_a_layout_over_one_node_spans_nodes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("edit,where", [
     (("Llama-3.1-70B-Instruct", "no-such-model"), "run.toml: deployments[0].model: writer:"),
-    (("gpus = 64", "gpus = 4"), "run.toml: resources.gpus: 4 GPUs cannot hold one replica"),
+    (("gpus = 64", "gpus = 4"), "run.toml: resources.gpus: 4 GPUs cannot hold the "
+                                "deployments: they need at least 5 GPUs (writer 1 x 4, judge "
+                                "1 x 1)"),
 ])
 def test_refusals_are_one_line_naming_the_field(tmp_path: Path, edit, where: str) -> None:
     text = EXAMPLE.read_text().replace(*edit)
@@ -142,7 +144,7 @@ def test_the_budget_is_split_by_work() -> None:
 
 def test_a_budget_below_one_replica_each_names_what_they_need() -> None:
     slots = [_slot("writer", 4, 1.0), _slot("judge", 1, 1.0)]
-    with pytest.raises(LayoutError, match="they need 5 GPUs"):
+    with pytest.raises(LayoutError, match="they need at least 5 GPUs"):
         split_budget(slots, ["writer", "judge"], 4, 8)
 
 
@@ -220,3 +222,28 @@ def test_a_gguf_gets_the_fewest_gpus_of_a_node_that_hold_it(tmp_path: Path) -> N
     resolved = resolve(run_file(tmp_path, text), str(profile(tmp_path)))
     assert [d.gpus_per_replica for d in resolved.plan.deployments] == [2]
     assert "100 GB of gguf weights -> 2 GPU(s) of 80 GB" in resolved.layout[0].reason
+
+
+@pytest.mark.parametrize("judge,message", [
+    ("tensor_parallel = 1\nreplicas = 8\nnodes = 1\n", "resources.gpus: 64 GPUs cannot hold "
+     "the deployments: they need at least 68 GPUs (writer 15 x 4, judge 8 x 1)"),
+    ("gpus = 1\nreplicas = 8\nnodes = 1\n", "resources.gpus: the deployments as written use "
+     "68 GPUs per allocation, more than the budget of 64"),
+])
+def test_a_written_layout_over_the_budget_is_refused(tmp_path: Path, judge: str,
+                                                     message: str) -> None:
+    text = EXAMPLE.read_text().replace('gpus = "auto"', "gpus = 4\ntensor_parallel = 4\n"
+                                       "replicas = 15\nnodes = 8").replace(
+        '# nothing written', judge + '#')
+    with pytest.raises(InvalidInput, match=message.replace("(", r"\(").replace(")", r"\)")):
+        resolve(run_file(tmp_path, text), str(profile(tmp_path)))
+
+
+def test_a_choice_the_written_fields_refuse_is_one_line(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text().replace('gpus = "auto"', 'gpus = "auto"\nnodes_per_replica = 3'
+                                       ).replace("Llama-3.1-70B-Instruct",
+                                                 "Llama-3.1-405B-Instruct")
+    with pytest.raises(InvalidInput) as err:
+        resolve(run_file(tmp_path, text), str(profile(tmp_path)))
+    assert "deployments[0]" in str(err.value) and "do not split evenly over 3 nodes" in \
+        str(err.value) and "\n" not in str(err.value)
