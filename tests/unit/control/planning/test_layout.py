@@ -211,3 +211,23 @@ def test_a_moe_without_experts_per_token_names_the_key() -> None:
         facts_from_config({"num_hidden_layers": 2, "num_attention_heads": 8,
                            "hidden_size": 64, "intermediate_size": 128,
                            "num_local_experts": 8}, 10**9, "x")
+
+
+def test_the_recipe_tokens_per_alias() -> None:
+    """max_tokens out; the prompt's text at 4 characters a token, a placeholder naming an
+    LLM column counting that column's max_tokens (the judge reads the writer's draft)."""
+    from control.config.client import GenerateClient
+    from control.planning.layout import alias_tokens
+
+    client = GenerateClient.model_validate({"columns": [
+        {"name": "topic", "type": "category", "values": ["a", "b"]},
+        {"name": "draft", "type": "llm-text", "model": "writer", "max_tokens": 100,
+         "prompt": "12345678{topic}"},
+        {"name": "verdict", "type": "llm-text", "model": "judge", "max_tokens": 10,
+         "prompt": "1234{draft}"}]})
+    got = alias_tokens(client)
+    assert got["writer"] == (2 + 4, 100, 106)  # 8 characters + a category column (4)
+    assert got["judge"] == (1 + 100, 10, 111)
+    template = GenerateClient.model_validate({"model": "m", "prompt_template": "x" * 40,
+                                              "max_tokens": 7})
+    assert alias_tokens(template) == {"m": (10.0, 7.0, 17)}
