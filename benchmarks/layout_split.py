@@ -15,6 +15,7 @@ above every split's capacity; ``benchmark analyze`` gives each case's records/s 
 generator's wall time, boot excluded). Goal: auto >= 0.9 x the best split.
 
     python benchmarks/layout_split.py [--records 300] [--token-latency 0.01]
+        [--writer-tokens 48] [--judge-tokens 32]
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ startup_timeout_s = 120
 """
 
 
-def files(root: Path, records: int, latency: float) -> Path:
+def files(root: Path, records: int, latency: float, tokens: tuple) -> Path:
     """The models, the base run, the benchmark file and a local profile under ``root``."""
     writer, judge = model(root / "models" / "writer", WRITER), model(root / "models" / "judge",
                                                                     JUDGE)
@@ -94,13 +95,13 @@ name = "draft"
 type = "llm-text"
 model = "writer"
 prompt = "Write a short paragraph about {{topic}}."
-max_tokens = 48
+max_tokens = {tokens[0]}
 [[client.columns]]
 name = "verdict"
 type = "llm-text"
 model = "judge"
 prompt = "Is this paragraph accurate? {{draft}}"
-max_tokens = 32
+max_tokens = {tokens[1]}
 """ + deployment("writer", writer, latency) + deployment("judge", judge, latency))
     cases = ['[[cases]]\nname = "auto"\n'] + [
         f'[[cases]]\nname = "w{k}"\ndeployments.writer = {{ replicas = {k} }}\n'
@@ -136,10 +137,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=300)
     parser.add_argument("--token-latency", type=float, default=0.01)
+    parser.add_argument("--writer-tokens", type=int, default=48)
+    parser.add_argument("--judge-tokens", type=int, default=32)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="layout-split-"))
-    bench = files(root, args.records, args.token_latency)
+    bench = files(root, args.records, args.token_latency,
+                  (args.writer_tokens, args.judge_tokens))
     profile = str(root / "profile.toml")
     plan = api.plan(root / "run.toml", profile)
     for line in plan.summary.splitlines():

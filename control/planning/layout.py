@@ -99,7 +99,7 @@ class _Auto:
     index: int
     dep: Deployment
     parallel: bool  # TP/PP/gpus are chosen
-    replicas: bool  # replicas (and nodes) are chosen
+    replicas: bool  # replicas are chosen (nodes too, with a budget, unless written)
     facts: Optional[ModelFacts] = None
     chosen: Dict[str, int] = field(default_factory=dict)
     why: List[str] = field(default_factory=list)
