@@ -37,11 +37,12 @@ def parse_times(text: str) -> Times:
 def job_times(scheduler: Scheduler, job_ids: Sequence[str]) -> Times:
     """Start and end of each job (array task ids ``123_4``); empty when sacct cannot say."""
     ids = sorted({j for j in job_ids if j})
-    if not ids:
+    query = getattr(scheduler, "query", None)  # the local backend keeps no accounting
+    if not ids or query is None:
         return {}
     try:
-        result = scheduler.query("sacct", "-n", "-P", "-X", "-j", ",".join(ids),
-                                 "--format=JobID,Start,End")
+        result = query("sacct", "-n", "-P", "-X", "-j", ",".join(ids),
+                       "--format=JobID,Start,End")
     except (SchedulerUnavailable, OSError):
         return {}
     return parse_times(result.stdout) if result.returncode == 0 else {}

@@ -117,4 +117,6 @@ def slurm_overrides(func: F) -> F:
                               (("-p", "--partition"), "partition", "Slurm partition.")):
         func = click.option(*names, dest, default=None,
                             help=f"{what} Overrides the profile.")(func)
-    return func
+    return click.option("--gpus", "gpus", type=int, default=None,
+                        help="GPU budget per allocation for the automatic layout; beats "
+                             "the run file's resources.gpus.")(func)

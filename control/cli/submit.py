@@ -20,8 +20,8 @@ from control.cli.wait import finish, wait_options, wait_until_over
 @common
 def submit_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
                qos: Optional[str], time_limit: Optional[str], reservation: Optional[str],
-               wait: bool, timeout_s: Optional[float], interval: float, quiet: bool,
-               profile: Optional[str], as_json: bool) -> Any:
+               gpus: Optional[int], wait: bool, timeout_s: Optional[float], interval: float,
+               quiet: bool, profile: Optional[str], as_json: bool) -> Any:
     """Submit RUN_FILE as one Slurm job array; print the run id.
 
     Refuses (exit 2, nothing submitted) what `synthbatch plan` calls a failed check;
@@ -34,7 +34,7 @@ def submit_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
     from control.cli.output import emit_text
 
     run = api.submit(run_file, profile, partition=partition, account=account, qos=qos,
-                     time_limit=time_limit, reservation=reservation)
+                     time_limit=time_limit, reservation=reservation, gpus=gpus)
     data = run.to_dict()
     for line in data["warnings"]:
         emit_text(f"synthbatch: warning: {line}", err=True)

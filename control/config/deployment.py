@@ -118,7 +118,8 @@ class Deployment(Strict):
     command: Optional[List[Text]] = None
     extra_args: List[Text] = []
     env: Dict[EnvName, EnvValue] = {}
-    gpus: Optional[int] = Field(default=None, ge=0, le=64)
+    # "auto": chosen by the automatic layout (control/planning/layout.py) before planning
+    gpus: Optional[Union[Literal["auto"], Annotated[int, Field(ge=0, le=64)]]] = None
     tensor_parallel: Optional[int] = Field(default=None, ge=1, le=64)
     pipeline_parallel: Optional[int] = Field(default=None, ge=1, le=64)
     replicas: int = Field(default=1, ge=1, le=64)
@@ -133,8 +134,9 @@ class Deployment(Strict):
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs of one replica: ``gpus``, else TP x PP for parallel engines, else 0."""
-        if self.gpus is not None:
+        """GPUs of one replica: ``gpus``, else TP x PP for parallel engines, else 0
+        (``gpus = "auto"`` counts as TP x PP until the layout fills it in)."""
+        if isinstance(self.gpus, int):
             return self.gpus
         if self.engine in PARALLEL:
             return (self.tensor_parallel or 1) * (self.pipeline_parallel or 1)
@@ -204,7 +206,7 @@ class Deployment(Strict):
                     raise ValueError(f"{field}: only for engines {', '.join(PARALLEL)}")
         else:
             tp, pp = self.tensor_parallel or 1, self.pipeline_parallel or 1
-            if self.gpus is not None and tp * pp != self.gpus:
+            if isinstance(self.gpus, int) and tp * pp != self.gpus:
                 raise ValueError(f"tensor_parallel: tensor_parallel x pipeline_parallel = "
                                  f"{tp} x {pp} = {tp * pp} but gpus = {self.gpus}")
         if self.nodes > self.replicas:
@@ -212,7 +214,7 @@ class Deployment(Strict):
                              f"nodes spreads whole replicas (a replica spanning nodes is "
                              f"nodes_per_replica)")
         spanning = self.nodes_per_replica or 1
-        if spanning > 1:
+        if spanning > 1 and self.gpus != "auto":
             gpus = self.gpus_per_replica
             if gpus == 0 or gpus % spanning:
                 raise ValueError(f"nodes_per_replica: {gpus} GPU(s) per replica do not split "

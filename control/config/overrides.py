@@ -1,8 +1,9 @@
 """Slurm-style overrides on the command line: the fields people change per run.
 
 ``plan`` and ``submit`` take ``-p/--partition``, ``-A/--account``, ``-q/--qos``,
-``-t/--time`` and ``--reservation``; each is checked with the profile field's own rule
-and beats the profile (``--time`` also beats the run file's ``resources.time_limit``).
+``-t/--time``, ``--reservation`` and ``--gpus``; each is checked with the field's own rule
+and beats the profile (``--time`` also beats the run file's ``resources.time_limit``,
+``--gpus`` is its ``resources.gpus``: the automatic layout's budget).
 The plan records the values in effect; ``run.json`` records which came from the command
 line.
 """
@@ -10,9 +11,9 @@ line.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Dict, Optional, Tuple
+from typing import Annotated, Dict, Optional, Tuple
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 from control.config.fields import Name, TimeLimit
 from control.config.profile import Profile
@@ -22,7 +23,9 @@ from control.errors import InvalidInput
 # field -> (option, the rule its value follows)
 OPTIONS = {"partition": ("--partition", Name), "account": ("--account", Name),
            "qos": ("--qos", Name), "time_limit": ("--time", TimeLimit),
-           "reservation": ("--reservation", Name)}
+           "reservation": ("--reservation", Name),
+           "gpus": ("--gpus", Annotated[int, Field(ge=1, le=4096)])}
+RUN_FIELDS = ("time_limit", "gpus")  # the run's [resources], not the profile
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class Overrides:
     qos: Optional[str] = None
     time_limit: Optional[str] = None
     reservation: Optional[str] = None
+    gpus: Optional[int] = None
 
     def __post_init__(self) -> None:
         for name, (option, rule) in OPTIONS.items():
@@ -41,14 +45,15 @@ class Overrides:
             if given is None:
                 continue
             try:
-                TypeAdapter(rule).validate_python(given)
+                value = TypeAdapter(rule).validate_python(given)
             except ValidationError as err:
                 why = err.errors()[0]["msg"].removeprefix("Value error, ")
                 raise InvalidInput(f"{option}: {why}") from err
+            object.__setattr__(self, name, value)  # run.json keeps "64"; the run, 64
 
     def to_dict(self) -> Dict[str, str]:
-        """The values given, by field name (what run.json records)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
+        """The values given, by field name, as text (what run.json records)."""
+        return {f.name: str(getattr(self, f.name)) for f in fields(self)
                 if getattr(self, f.name) is not None}
 
     @classmethod
@@ -63,11 +68,12 @@ class Overrides:
 
     def apply(self, profile: Profile, run: RunConfig) -> Tuple[Profile, RunConfig]:
         """The profile and run with the overrides in effect."""
-        given = self.to_dict()
-        time_limit = given.pop("time_limit", None)
+        given = {f.name: getattr(self, f.name) for f in fields(self)
+                 if getattr(self, f.name) is not None}
+        resources = {name: given.pop(name) for name in RUN_FIELDS if name in given}
         if given:
             profile = profile.model_copy(update=given)
-        if time_limit is not None:
-            resources = run.resources.model_copy(update={"time_limit": time_limit})
-            run = run.model_copy(update={"resources": resources})
+        if resources:
+            run = run.model_copy(update={"resources": run.resources.model_copy(
+                update=resources)})
         return profile, run

@@ -122,6 +122,9 @@ class Profile(Strict):
     reservation: Optional[Name] = None
     default_time_limit: TimeLimit = "01:00:00"
     gpus_per_node: int = Field(default=0, ge=0, le=64)
+    # memory of one GPU of the partition, in GB as the vendor states it (80, 141): what
+    # the automatic layout fits models into (docs/configuration.md "Automatic layout")
+    gpu_memory_gb: Optional[float] = Field(default=None, gt=0, le=4096)
     gpu_request: Literal["gres", "gpus"] = "gres"
     cpus_per_task: int = Field(default=4, ge=1, le=1024)
     mem_mb: int = Field(default=4096, ge=64)

@@ -31,6 +31,9 @@ class Resources(Strict):
     time_limit: Optional[TimeLimit] = None
     cpus: Optional[int] = Field(default=None, ge=1, le=1024)
     mem_mb: Optional[int] = Field(default=None, ge=64)
+    # a GPU budget per allocation: the automatic layout (docs/configuration.md) chooses
+    # TP/PP/replicas of the deployments that leave them out
+    gpus: Optional[int] = Field(default=None, ge=1, le=4096)
 
 
 class RunConfig(Strict):

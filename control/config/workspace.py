@@ -28,7 +28,8 @@ from control.secrets import redact
 
 # Every top-level field of Profile, in its order (tests assert they agree).
 FIELDS = ("schema_version", "backend", "workspace", "partition", "account", "qos",
-          "reservation", "default_time_limit", "gpus_per_node", "gpu_request", "cpus_per_task",
+          "reservation", "default_time_limit", "gpus_per_node", "gpu_memory_gb",
+          "gpu_request", "cpus_per_task",
           "mem_mb", "cpus_per_gpu", "mem_per_gpu_mb", "container", "python", "slurm_bin",
           "env_allow", "secrets", "port_base", "array_throttle", "signal_lead_s", "grace_s",
           "scheduler_timeout_s", "sbatch_options", "local")

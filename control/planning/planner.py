@@ -327,6 +327,10 @@ def _data_designer_spec(client: DataDesignerClient, profile: Profile, config_dir
 def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
           images: Mapping[str, ImageEntry], max_array_size: Optional[int],
           agent_sha256: str) -> Plan:
+    for index, dep in enumerate(run.deployments):
+        if dep.gpus == "auto":  # control.runs.plan.resolve fills it in from the model
+            raise PlanError(f"deployments[{index}].gpus",
+                            "'auto' is chosen by plan/submit from the model's files")
     placement = _placement(run, profile)
     resources = _resources(run, profile, placement)
     mounts = mounts_for(profile, str(run_dir(profile.workspace, run_id)))

@@ -41,6 +41,7 @@ from control.runs.checks import (
 )
 from control.runs.ddcheck import check_on_login_node
 from control.runs.fit import Origins
+from control.runs.layout import Choice, apply_layout, layout_memory
 from control.runs.seeds import check_seed_data
 from control.runs.store import new_run_id
 from control.slurm.renderer import BatchScript, render_batch_script
@@ -61,6 +62,7 @@ class Resolved:
     config: Optional[RunConfig] = None  # with the overrides in effect
     overrides: Overrides = field(default_factory=Overrides)
     client_config: Optional[Path] = None  # a Data Designer config file the run pinned
+    layout: Sequence[Choice] = ()  # what the automatic layout chose (control/runs/layout.py)
 
 
 def at_first_task(resolved: Resolved, first_task: int,
@@ -87,6 +89,7 @@ def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str]
     config = load_model(run_file, RunConfig)
     overrides = overrides or Overrides()
     prof, config = overrides.apply(prof, config)
+    config, layout = apply_layout(config, prof, run_file, profile_path)
     images = registry.load(Path(prof.workspace))
     plan = make_plan(config, prof, run_id or new_run_id(config.name),
                      run_file.resolve().parent, images=images, run_file=run_file,
@@ -100,7 +103,8 @@ def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str]
     payload = plan.to_json().encode("utf-8")
     return Resolved(plan, payload, sha256_bytes(payload), prof, profile_path, run_file,
                     config=config, overrides=overrides,
-                    client_config=client_config_file(config, run_file.resolve().parent))
+                    client_config=client_config_file(config, run_file.resolve().parent),
+                    layout=tuple(layout))
 
 
 def client_config_file(config: RunConfig, config_dir: Path) -> Optional[Path]:
@@ -176,6 +180,8 @@ def login_checks(resolved: Resolved, scheduler: Scheduler,
                              port_offsets(plan), "exclusive" in plan.resources.options))
     if prof.backend == "local":
         return found + local_fit(resolved)
+    if resolved.layout and unavailable is None:
+        found += layout_memory(prof, resolved.profile_path, scheduler)
     return found + check_request(resolved.plan.resources, scheduler, origins(resolved),
                                  unavailable)
 
@@ -228,6 +234,9 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
     plan = resolved.plan
     checks = login_checks(resolved, scheduler, unavailable) if scheduler is not None else []
     summary = plan_summary(plan, resolved.plan_sha256, resolved.profile.gpus_per_node)
+    if resolved.layout:
+        summary = summary.rstrip("\n") + "\n" + "".join(
+            f"layout: {c.alias}: {c.reason}\n" for c in resolved.layout)
     out = {
         "plan": plan.to_dict(),
         "plan_sha256": resolved.plan_sha256,
@@ -236,6 +245,7 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
         "records": plan.total_records,
         "checks": [c.to_dict() for c in checks],
         "overrides": resolved.overrides.to_dict(),
+        "layout": [c.to_dict() for c in resolved.layout],
     }
     if plan.client_data_designer is not None:
         check = check_on_login_node(plan, resolved.plan_bytes, run_file,

@@ -47,6 +47,7 @@ class PlanResult(Result):
     script: str = ""
     checks: Tuple[Check, ...] = ()
     overrides: Dict[str, str] = field(default_factory=dict)
+    layout: Tuple[Dict[str, Any], ...] = ()  # what the automatic layout chose, and why
 
     @property
     def errors(self) -> Tuple[Check, ...]:
@@ -73,7 +74,8 @@ class PlanResult(Result):
                    script=data.get("script", ""),
                    checks=tuple(Check(c["level"], c["field"], c["message"])
                                 for c in data.get("checks", [])),
-                   overrides=dict(data.get("overrides", {})))
+                   overrides=dict(data.get("overrides", {})),
+                   layout=tuple(data.get("layout", ())))
 
 
 @dataclass(frozen=True)

@@ -155,3 +155,13 @@ def test_sacct_lines_parse_and_unknown_times_are_none() -> None:
                       "1640_1|2026-12-01T13:24:07|Unknown\nbad line\n")
     assert got["1640_0"][1] - got["1640_0"][0] == 8.0 and got["1640_1"][1] is None
     assert set(got) == {"1640_0", "1640_1"}
+
+
+def test_job_times_on_the_local_backend_are_empty_not_a_crash(tmp_path) -> None:
+    """The local backend has no sacct (its scheduler has no ``query``): analyze then has
+    no job times, as on a cluster without accounting (it raised AttributeError)."""
+    from control.backends.local.scheduler import LocalScheduler
+    from control.benchmark.accounting import job_times
+
+    assert not hasattr(LocalScheduler, "query")
+    assert job_times(object(), ["12_0"]) == {}

@@ -126,7 +126,7 @@ def test_plan_json_is_one_object() -> None:
     data = json.loads(result.stdout)
     assert isinstance(data, dict)
     assert set(data) == {"plan", "plan_sha256", "script", "shards", "records", "summary",
-                         "checks", "overrides"}
+                         "checks", "overrides", "layout"}
     assert (data["shards"], data["records"]) == (3, 30)
     assert data["plan"]["name"] == "fake-server"
     assert data["plan"]["deployments"][0]["command"][1] == str(
