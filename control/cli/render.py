@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -15,6 +16,17 @@ GRID_WIDTH = 64
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 GLYPH = {"succeeded": "#", "running": ">", "cancelling": "x", "pending": ".",
          "created": " ", "failed": "F", "cancelled": "C", "lost": "L", "unknown": "?"}
+
+
+def state_cell(states: Sequence[str]) -> re.Pattern[str]:
+    """Where a line drawn here has its state column (groups ``lead`` and ``state``): the
+    headline (``run ID: STATE``), a shard row, a failure row, a watch bar, a ``runs``
+    row. A state word elsewhere (a reason, a note, a multi-line reason's next line that is
+    not shaped like a row) is not a state column."""
+    word = "(?P<state>" + "|".join(states) + ")"
+    return re.compile(r"^(?P<lead>run [^\s:]+: |  shard +\d+  "
+                      r"|  shard +\d+ \[[#.]*\] +\d+/\d+ +|[A-Za-z0-9][\w.-]*  +)"
+                      + word + r"(?= |$)", re.M)
 
 
 def duration(seconds: Optional[float]) -> str:

@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 import pytest
 
 from control.cli.output import paint, use_colour
-from control.cli.render import blocked_lines, frame
+from control.cli.render import blocked_lines, frame, runs_text, status_text
 from control.cli.status import Screen
 from control.runs.pending import blocked, explain
 from tests.fakes import NOW, Shard, fake_slurm_bin, invoke, make_run, profile_with_bin
@@ -188,10 +188,25 @@ def test_colour_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPa
     assert not use_colour()
 
 
-def test_paint_colours_whole_state_words_only() -> None:
-    text = paint("shard 1 failed; pre-failed failedX running")
-    assert text.count("\x1b[") == 4  # 'failed' and 'running', each opened and closed
-    assert "pre-failed" in ANSI.sub("", text) and "failedX" in text
+def test_paint_colours_the_state_column_only() -> None:
+    """A reason saying "squeue failed" turned red: only the state column is coloured."""
+    data = data_with(["failed", "running"])
+    data["failures"][0]["reason"] = "squeue failed; pending running cancelled"
+    data["shards"][0]["reason"] = data["failures"][0]["reason"]
+    data["notes"] = ["scheduler unavailable: squeue failed"]
+    text = paint(status_text(data))
+    painted = [line for line in text.splitlines() if ANSI.search(line)]
+    assert [ANSI.sub("", line).split()[:3] for line in painted] == [
+        ["run", f"{RUN}:", "running"], ["shard", "0", "failed"], ["shard", "1", "running"],
+        ["shard", "0", "failed"]]  # headline, two shard rows, the failure row
+    assert all(line.count("\x1b[") == 2 for line in painted)  # one word, opened and closed
+    assert "squeue failed; pending running cancelled" in text  # the reasons stay plain
+    assert not ANSI.search(paint("shard 1 failed; pre-failed failedX running"))
+    row = runs_text([{"run_id": RUN, "state": "failed", "problem": "squeue failed"}])
+    assert paint(row).count("\x1b[31mfailed\x1b[0m") == 1
+    bars = paint("\n".join(frame(data)))
+    bar_row = next(line for line in bars.splitlines() if "shard   1 [" in line)
+    assert bar_row.endswith("\x1b[36mrunning\x1b[0m")
 
 
 def test_piped_status_has_no_colour(workspace: Path, profile_file: Path) -> None:
