@@ -108,7 +108,7 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status:
         last = watch_loop(lambda: api.status(run_id, profile).to_dict(), show,
                           Backoff(base_s=interval))
     except KeyboardInterrupt:
-        return None
+        raise SystemExit(130) from None  # 128 + SIGINT, as a shell reports it
     if as_json:
         emit_json(last)
     error = outcome(last, waited=False) if exit_status else None

@@ -6,7 +6,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import pytest
 from click.testing import Result
@@ -388,6 +388,21 @@ def test_status_watch_plain_lines_until_the_run_ends(tmp_path: Path, profile_fil
     assert len(lines) == 2 and "\x1b[" not in result.stdout
     assert ": running " in lines[0] and ": failed " in lines[1]
     assert 1.0 <= time.monotonic() - started < 10
+
+
+def test_ctrl_c_on_status_watch_exits_130(workspace: Path, profile_file: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """It exited 0, as if the run had been watched to its end."""
+    import control.runs.watch
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    make_run(workspace, [Shard("running")])
+    monkeypatch.setattr(control.runs.watch, "watch", interrupted)
+    result = invoke("status", "obs-20240101-000000-abcdef", "--watch", "--profile",
+                    str(profile_file))
+    assert result.exit_code == 130, result.output
 
 
 def test_status_watch_json_prints_one_object_at_the_end(tmp_path: Path, profile_file: Path,
