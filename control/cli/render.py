@@ -25,7 +25,7 @@ def state_cell(states: Sequence[str]) -> re.Pattern[str]:
     not shaped like a row) is not a state column."""
     word = "(?P<state>" + "|".join(states) + ")"
     return re.compile(r"^(?P<lead>run [^\s:]+: |  shard +\d+  "
-                      r"|  shard +\d+ \[[#.]*\] +\d+/\d+ +|[A-Za-z0-9][\w.-]*  +)"
+                      r"|  shard +\d+ +(?:\[[#.]*\] +)?\d+/\d+ +|[A-Za-z0-9][\w.-]*  +)"
                       + word + r"(?= |$)", re.M)
 
 
@@ -183,13 +183,24 @@ def grid(shards: List[Dict[str, Any]], width: int = GRID_WIDTH) -> List[str]:
     return rows + [legend]
 
 
-def frame(data: Status) -> List[str]:
-    """The ``--watch`` screen: summary, a bar per shard or a grid, failures."""
+def bar_line(shard: Dict[str, Any], width: Optional[int] = None) -> str:
+    """One shard's watch row: its bar narrowed (or left out) so that the row, state word
+    last, fits in ``width`` columns."""
+    head = f"  shard {shard['index']:>3} "
+    tail = f" {shard['records_done']:>6}/{shard['records']:<6} {shard['state']}"
+    room = BAR_WIDTH if width is None else min(BAR_WIDTH, width - len(head) - len(tail) - 2)
+    if room < 4:
+        return head + tail[1:]
+    return head + bar(shard["records_done"], shard["records"], room) + tail
+
+
+def frame(data: Status, width: Optional[int] = None) -> List[str]:
+    """The ``--watch`` screen: summary, a bar per shard or a grid, failures (bars fit in
+    ``width`` columns when given)."""
     lines = [headline(data), metrics(data), *alias_lines(data), *_notes(data)]
     shards = data["shards"]
     if len(shards) <= BAR_LIMIT:
-        lines.extend(f"  shard {s['index']:>3} {bar(s['records_done'], s['records'])} "
-                     f"{s['records_done']:>6}/{s['records']:<6} {s['state']}" for s in shards)
+        lines.extend(bar_line(s, width) for s in shards)
     else:
         lines.extend(grid(shards))
     lines.extend(failure_lines(data))

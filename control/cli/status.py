@@ -47,7 +47,7 @@ class Screen:
             self.last = line
             return
         width = max(20, self.width()) - 1  # the last column would wrap on some terminals
-        lines: List[str] = [fit_width(visible(line, ""), width) for line in frame(data)]
+        lines: List[str] = [fit_width(visible(line, ""), width) for line in frame(data, width)]
         text = "\n".join(lines)
         # color=True: this screen is a terminal (click would strip escapes it cannot see)
         if self.drawn:

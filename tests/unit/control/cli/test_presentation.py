@@ -157,6 +157,20 @@ def test_watch_fits_every_line_to_a_narrow_terminal(capsys: pytest.CaptureFixtur
     assert second.startswith(f"\x1b[{len(lines)}F\x1b[J")  # up exactly the rows drawn
 
 
+def test_at_60_columns_the_bars_narrow_and_keep_the_state_word(
+        capsys: pytest.CaptureFixture) -> None:
+    """The bar row was 63 columns for a shard cancelling: cut, it lost its state word."""
+    states = ["cancelling", "succeeded", "running"]
+    for columns in (60, 45):
+        Screen(tty=True, width=lambda c=columns: c, colour=True).show(data_with(states))
+        rows = [ANSI.sub("", line) for line in capsys.readouterr().out.splitlines()
+                if "/10" in line]
+        assert [row.split()[-1] for row in rows] == states, rows
+        assert all(len(row) <= columns - 1 for row in rows), rows
+    coloured = paint("\n".join(frame(data_with(states), 45)))
+    assert coloured.count("\x1b[33mcancelling\x1b[0m") == 1  # still the state column
+
+
 def test_watch_colours_states_unless_told_not_to(capsys: pytest.CaptureFixture) -> None:
     Screen(tty=True, width=lambda: 200, colour=True).show(data_with(["failed"]))
     coloured = capsys.readouterr().out
