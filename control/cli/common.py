@@ -7,6 +7,7 @@ import functools
 import inspect
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, List
 
 import click
@@ -86,18 +87,19 @@ def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str
 
 
 def complete_run_id(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[Any]:
-    """Run ids of the workspace of the ``--profile`` typed so far (or the default one)."""
+    """Run ids of the workspace of the ``--profile`` typed so far (or the default one),
+    newest first (as ``runs`` lists them)."""
     from click.shell_completion import CompletionItem
 
     from control.config.workspace import load_workspace_profile
+    from control.runs.store import committed_run_ids
 
     try:
         workspace = load_workspace_profile(ctx.params.get("profile")).workspace
-        names = os.listdir(os.path.join(workspace, "runs"))
+        names = committed_run_ids(Path(workspace))
     except Exception:  # noqa: BLE001 - no profile, no workspace: nothing to offer
         return []
-    return [CompletionItem(n) for n in sorted(names, reverse=True) if n.startswith(incomplete)
-            and os.path.exists(os.path.join(workspace, "runs", n, "run.json"))]
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
 
 
 def run_id_argument(required: bool = True) -> Callable[[F], F]:

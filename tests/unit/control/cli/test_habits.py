@@ -14,7 +14,7 @@ import pytest
 
 from control.cli.main import COMMANDS, cli
 from tests.conftest import REPO
-from tests.fakes import Shard, invoke, make_run
+from tests.fakes import NOW, Shard, invoke, make_run
 
 FAKE = REPO / "examples" / "fake-server.toml"
 
@@ -237,6 +237,18 @@ def test_completion_offers_run_ids_of_the_profiles_workspace(workspace: Path,
         assert offered == ["alpha-20240101-000000-aaaaaa"], command
     assert completions(["status", "--profile", str(profile_file)], "") == [
         "beta-20240101-000000-bbbbbb", "alpha-20240101-000000-aaaaaa"]
+
+
+def test_completion_offers_the_newest_run_first(workspace: Path, profile_file: Path) -> None:
+    """They were offered by name, reversed: ``zeta`` (old) before ``alpha`` (new)."""
+    for age, run_id in ((300, "zeta-20240101-000000-aaaaaa"),
+                        (200, "alpha-20240101-000000-bbbbbb"),
+                        (100, "mid-20240101-000000-cccccc")):
+        layout = make_run(workspace, [Shard("winner")], run_id=run_id)
+        os.utime(layout.run_json, (NOW - age, NOW - age))
+    assert completions(["status", "--profile", str(profile_file)], "") == [
+        "mid-20240101-000000-cccccc", "alpha-20240101-000000-bbbbbb",
+        "zeta-20240101-000000-aaaaaa"]  # as `runs` lists them, and the latest run first
 
 
 def test_completion_of_run_ids_without_a_profile_offers_nothing() -> None:
