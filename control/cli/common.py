@@ -15,6 +15,19 @@ import click
 from control.cli.output import emit_error, emit_json, emit_text
 
 F = Callable[..., Any]
+JSON_META = "synthbatch.json"  # ctx.meta key: a group was given --json
+
+
+def group_json(func: F) -> F:
+    """``--json`` on a group, before its command: that command prints JSON as if it had
+    been given its own ``--json`` (a group given no command answers with a JSON error)."""
+    def remember(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        if value:
+            ctx.meta[JSON_META] = True
+        return value
+
+    return click.option("--json", "as_json", is_flag=True, expose_value=False,
+                        callback=remember, help="Print one JSON object.")(func)
 
 
 def common(func: F) -> F:
@@ -34,6 +47,7 @@ def common(func: F) -> F:
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
     @functools.wraps(func)
     def wrapper(*args: Any, as_json: bool, debug: bool, **kwargs: Any) -> None:
+        as_json = as_json or click.get_current_context().meta.get(JSON_META, False)
         if wants_json:
             kwargs["as_json"] = as_json
         try:

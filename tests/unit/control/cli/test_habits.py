@@ -217,6 +217,23 @@ def test_completion_prints_the_shells_script(shell: str, marker: str) -> None:
     assert marker in result.stdout and "_SYNTHBATCH_COMPLETE" in result.stdout
 
 
+def test_every_command_takes_json() -> None:
+    """README: every command takes --json; completion, benchmark and --version refused it."""
+    script = json.loads(invoke("completion", "bash", "--json").stdout)
+    assert script["shell"] == "bash" and "_SYNTHBATCH_COMPLETE" in script["script"]
+    assert json.loads(invoke("--json", "completion", "fish").stdout)["shell"] == "fish"
+    for argv in (["--version", "--json"], ["--json", "--version"]):
+        result = invoke(*argv)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["version"]
+    for group in ("benchmark", "profile", "image"):  # a group needs a command: said in JSON
+        result = invoke(group, "--json")
+        assert result.exit_code == 2
+        assert json.loads(result.stderr)["error"]["message"] == "Missing command."
+    result = invoke("benchmark", "--json", "analyze", "b-1", "--profile", "/nonexistent.toml")
+    assert result.exit_code == 3 and json.loads(result.stderr)["error"]["code"] == "not_found"
+
+
 def test_completion_refuses_an_unknown_shell() -> None:
     assert invoke("completion", "tcsh").exit_code == 2
 
