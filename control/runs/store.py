@@ -44,6 +44,12 @@ def new_run_id(name: str, now: Optional[float] = None) -> str:
     return f"{name}-{stamp}-{secrets.token_hex(3)}"
 
 
+def run_id_pattern(name: str) -> str:
+    """What :func:`new_run_id` makes of ``name``, as a pattern (``plan`` has no run id:
+    only ``submit`` makes one, so a dry run shows this in its place)."""
+    return f"{name}-YYYYMMDD-HHMMSS-xxxxxx"
+
+
 def run_layout(workspace: Path, run_id: str) -> RunLayout:
     """The layout of an existing run; NotFound if there is no such run directory."""
     if not RUN_ID.match(run_id):

@@ -135,6 +135,20 @@ def test_plan_json_is_one_object() -> None:
     assert data["plan"]["run_id"] in data["script"]
 
 
+def test_plan_shows_no_run_id_that_submit_would_not_use() -> None:
+    """plan printed a fresh id (name-time-random) that no submit ever used: it shows the
+    pattern submit's id follows instead, the same in the summary, script and JSON."""
+    from control.runs.store import RUN_ID
+
+    result = invoke("plan", str(QUICKSTART), "--profile", str(TESTBED), "--json")
+    data = json.loads(result.stdout)
+    assert data["plan"]["run_id"] == "fake-server-YYYYMMDD-HHMMSS-xxxxxx"
+    assert RUN_ID.match(data["plan"]["run_id"])
+    assert "run id: submit makes one, like fake-server-YYYYMMDD-HHMMSS-xxxxxx" in \
+        data["summary"]
+    assert "--job-name=synthbatch-fake-server-YYYYMMDD-HHMMSS-xxxxxx" in data["script"]
+
+
 def test_plan_bad_run_file(tmp_path: Path) -> None:
     bad = tmp_path / "run.toml"
     bad.write_text(QUICKSTART.read_text().replace("records = 30", 'records = "30"'))
