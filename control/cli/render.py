@@ -55,9 +55,9 @@ def metrics(data: Status) -> str:
         f"  dropped {dropped:,}" if dropped else "")
     if data.get("state") in FINAL_STATES and totals:
         return tokens + finished_numbers(totals) + failures
-    elapsed = f"  elapsed {duration(totals['elapsed_s'])}" if "elapsed_s" in totals else ""
+    so_far = finished_numbers(totals) if "elapsed_s" in totals else ""
     return (f"{tokens}  rate {data.get('rate', 0.0):.2f} records/s"
-            f"  ETA {duration(data.get('eta_s'))}{elapsed}{failures}")
+            f"  ETA {duration(data.get('eta_s'))}{so_far}{failures}")
 
 
 def alias_lines(data: Status) -> List[str]:
@@ -73,8 +73,13 @@ def alias_lines(data: Status) -> List[str]:
 
 
 def finished_numbers(totals: Dict[str, Any]) -> str:
-    """``  elapsed 0:05:00  1.20 records/s  35.2 tokens/s  GPU-hours 0.17``."""
+    """``  elapsed 0:05:00  1.20 records/s  35.2 tokens/s  GPU-hours 0.17`` (so far, while
+    the run goes on); ``(active 0:03:20)`` when idle time before a retry is left out of
+    the averages."""
     line = f"  elapsed {duration(totals.get('elapsed_s'))}"
+    active = totals.get("active_s")
+    if active is not None and duration(active) != duration(totals.get("elapsed_s")):
+        line += f" (active {duration(active)})"
     if totals.get("records_per_s") is not None:
         line += (f"  {totals['records_per_s']:.2f} records/s  "
                  f"{totals.get('tokens_per_s') or 0:.1f} tokens/s (average)")

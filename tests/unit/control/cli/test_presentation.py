@@ -88,7 +88,8 @@ def test_a_finished_run_keeps_its_numbers(tmp_path: Path, workspace: Path,
                                             "echo '500_1|50|billing=2,cpu=2,gres/gpu=2,mem=1G'")
     profile = profile_with_bin(profile_file, folder)
     totals = status_json(profile)["totals"]
-    assert totals == {"elapsed_s": 100.0, "records_per_s": 0.2, "tokens_per_s": 1.4,
+    assert totals == {"elapsed_s": 100.0, "active_s": 100.0, "records_per_s": 0.2,
+                      "tokens_per_s": 1.4,
                       "gpu_hours": round((40 * 2 + 50 * 2) / 3600, 4),
                       "gpu_hours_from": "accounting (sacct)"}
     assert "-D" in calls.read_text().split()  # every execution, requeues included
@@ -118,15 +119,21 @@ def test_without_accounting_gpu_hours_are_unknown(tmp_path: Path, workspace: Pat
     assert totals["gpu_hours_from"] == "no accounting on this cluster"
 
 
-def test_a_running_run_has_its_elapsed_time_and_averages_so_far(tmp_path: Path,
-                                                                workspace: Path,
-                                                                profile_file: Path) -> None:
+def test_a_running_run_has_its_numbers_so_far(tmp_path: Path, workspace: Path,
+                                              profile_file: Path) -> None:
+    """gpu_hours was null until the run ended, and the human line had no tokens/s."""
     make_run(workspace, [Shard("running", progress=4)])
     folder = fake_slurm_bin(tmp_path, squeue="echo '500_0|RUNNING|None'",
-                            sacct="echo unexpected >&2; exit 1")
-    totals = status_json(profile_with_bin(profile_file, folder))["totals"]
-    assert totals["elapsed_s"] > 0 and totals["gpu_hours"] is None
-    assert totals["gpu_hours_from"] == "counted once the run is over"
+                            sacct="echo '500_0|1800|gres/gpu=2'")
+    profile = profile_with_bin(profile_file, folder)
+    totals = status_json(profile)["totals"]
+    assert totals["elapsed_s"] > 0 and totals["gpu_hours"] == 1.0
+    assert totals["gpu_hours_from"] == "accounting (sacct)"
+    line = invoke("status", RUN, "--profile", profile).stdout.splitlines()[1]
+    assert " tokens/s (average)" in line and line.endswith("GPU-hours 1.00"), line
+    (folder / "sacct").write_text("#!/bin/sh\necho unexpected >&2; exit 1\n")
+    totals = status_json(profile)["totals"]  # status itself is not failed by it
+    assert totals["gpu_hours"] is None and "unexpected" in totals["gpu_hours_from"]
 
 
 # ----------------------------------------------------------------------------- watch screen
