@@ -127,15 +127,11 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
         return {}
     final = data.get("state") in FINAL
     done, tokens = data.get("records_done", 0), data.get("tokens", 0)
-    try:
-        submissions = submission_views(layout)
-    except StateError:  # a damaged submission record: status names it
-        submissions = []
     if job_ids is None:
-        job_ids = run_job_ids(submissions)
+        job_ids = run_job_ids(submission_views(layout))
     if not final:
         usage = gpu_hours(scheduler, job_ids, [])
-        return {**_numbers(layout, submissions, created, now, done, tokens),
+        return {**_numbers(layout, created, now, done, tokens),
                 "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
     cached = _cached(layout, job_ids)
     if cached is not None:
@@ -145,7 +141,7 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
     end = (ended if ended is not None else ended_at(layout, len(per_shard))) or now
     shard_jobs = [job for job in per_shard if job]
     usage = gpu_hours(scheduler, job_ids, shard_jobs)
-    found = {**_numbers(layout, submissions, created, last_moment(end, now), done, tokens),
+    found = {**_numbers(layout, created, last_moment(end, now), done, tokens),
              "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
     if usage["complete"]:
         try:
@@ -156,12 +152,15 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
     return found
 
 
-def _numbers(layout: RunLayout, submissions: Sequence[SubmissionView], created: float,
-             end: float, done: int, tokens: int) -> Dict[str, Any]:
+def _numbers(layout: RunLayout, created: float, end: float, done: int,
+             tokens: int) -> Dict[str, Any]:
     """Elapsed since submit, the time the run was in progress (``active_s``: without the
     idle time before a retry) and the averages over that time."""
     elapsed = max(0.0, end - created)
-    active = active_seconds(layout, submissions, end)
+    try:
+        active = active_seconds(layout, submission_views(layout), end)
+    except StateError:  # a damaged submission record: status names it
+        active = None
     active = elapsed if active is None else min(elapsed, active)
     return {"elapsed_s": round(elapsed, 1), "active_s": round(active, 1),
             **_rates(done, tokens, active)}
