@@ -7,7 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 import click
 import pytest
@@ -230,6 +230,14 @@ def test_every_command_takes_json() -> None:
         result = invoke(group, "--json")
         assert result.exit_code == 2
         assert json.loads(result.stderr)["error"]["message"] == "Missing command."
+    ctx = click.Context(cli)
+    todo: List[Any] = [("synthbatch", cli)]
+    while todo:  # the whole command tree, groups included
+        name, command = todo.pop()
+        assert "--json" in {o for p in command.params for o in getattr(p, "opts", [])}, name
+        if isinstance(command, click.Group):
+            todo += [(f"{name} {n}", command.get_command(ctx, n))
+                     for n in command.list_commands(ctx)]
     result = invoke("benchmark", "--json", "analyze", "b-1", "--profile", "/nonexistent.toml")
     assert result.exit_code == 3 and json.loads(result.stderr)["error"]["code"] == "not_found"
 
