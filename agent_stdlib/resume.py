@@ -89,15 +89,21 @@ def _count(usage: Any) -> int:
     return tokens
 
 
-def completion_tokens(record: Dict[str, Any]) -> int:
-    """The completion tokens a record reports: ``usage.completion_tokens`` (the prompt
-    template form), or the sum over ``_meta.columns.*.usage`` (a recipe's LLM columns);
-    0 when absent or not a count."""
+def request_cells(record: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """What a record says about its LLM requests, one dict per cell (``usage``,
+    ``latency_ms``, ...): each of ``_meta.columns`` (a recipe's LLM columns), or the record
+    itself (the prompt template form, whose one request's fields are top-level)."""
     meta = record.get("_meta")
     columns = meta.get("columns") if isinstance(meta, dict) else None
     if isinstance(columns, dict):
-        return sum(_count(c.get("usage")) for c in columns.values() if isinstance(c, dict))
-    return _count(record.get("usage"))
+        return [c for c in columns.values() if isinstance(c, dict)]
+    return [record]
+
+
+def completion_tokens(record: Dict[str, Any]) -> int:
+    """The completion tokens a record reports over its :func:`request_cells`; 0 when
+    absent or not a count."""
+    return sum(_count(c.get("usage")) for c in request_cells(record))
 
 
 def parse_record(line: bytes) -> Optional[Dict[str, Any]]:

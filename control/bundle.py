@@ -154,8 +154,8 @@ def _import_shiv() -> Tuple[object, object]:
     except ImportError as exc:
         raise BundleError(
             f"shiv=={SHIV_VERSION} is needed to build the agent bundle but is not importable "
-            f"({exc}); install the 'test' extra (pip install 'synthbatch[test]') or set "
-            f"{BUNDLE_ENV_VAR} to a prebuilt agent-<sha256>.pyz"
+            f"({exc}); it is a dependency of synthbatch: reinstall it (pip install "
+            f"shiv=={SHIV_VERSION}) or set {BUNDLE_ENV_VAR} to a prebuilt agent-<sha256>.pyz"
         ) from exc
     version = getattr(shiv, "__version__", None)
     if version != SHIV_VERSION:

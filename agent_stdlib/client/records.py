@@ -176,7 +176,8 @@ class Engine:
         record = {"index": index, "prompt": render(column.templates["prompt"], values.get),
                   "completion": values.get(LEGACY_COLUMN),
                   "finish_reason": cell.get("finish_reason"), "model": column.alias,
-                  "served_model": column.served, "usage": cell.get("usage", {})}
+                  "served_model": column.served, "usage": cell.get("usage", {}),
+                  "latency_ms": cell.get("latency_ms")}
         return (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
 
     # ---- one LLM cell -----------------------------------------------------------------

@@ -5,11 +5,14 @@ Pareto front; the recommendation for the targets.
 Per point (one shard of a case's run) the figures come from the winning (else the latest)
 attempt: ``progress.json`` (generator start = endpoints ready, first record, tokens,
 requests and errors per alias), ``result.json`` (records, when the shard ended) and the
-records' ``_meta`` (per-request latency). Throughput is over the generator's wall time,
+records' per-request ``latency_ms`` (in ``_meta``, or top-level in the prompt template
+form). Throughput is over the generator's wall time,
 from its start to its last progress write (written when the last record settles); boot is
 ready -> first record. GPU-hours are the allocation's GPUs x that wall time, or x the
 job's elapsed time when ``sacct`` knows the job (``accounting.py``; then ``job_boot_s`` is
-the job's start -> ready).
+the job's start -> ready: the model load). The recommendation sizes jobs with the boot it
+has: the job's start -> first record when ``sacct`` knows it, else ready -> first record
+(and says which).
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from agent_stdlib.contracts import Plan, ProgressRecord, ResultManifest
 from agent_stdlib.layout import RunLayout
+from agent_stdlib.resume import request_cells
 
 ERROR_KINDS_NOT_429 = ("503", "5xx", "4xx", "timeout", "connection", "invalid_output")
 
@@ -44,6 +48,7 @@ def percentile(values: List[float], q: float) -> Optional[float]:
 
 
 def _latencies(output: Path) -> Iterator[float]:
+    """Every request's ``latency_ms`` in the records, in either record shape."""
     for path in sorted(output.glob("records-*.jsonl")):
         try:
             lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -51,11 +56,11 @@ def _latencies(output: Path) -> Iterator[float]:
             continue
         for line in lines:
             try:
-                meta = json.loads(line).get("_meta", {})
-            except (ValueError, AttributeError):
+                record = json.loads(line)
+            except ValueError:
                 continue  # a torn last line of a stopped execution
-            for column in (meta.get("columns") or {}).values() if isinstance(meta, dict) else ():
-                value = column.get("latency_ms") if isinstance(column, dict) else None
+            for cell in request_cells(record) if isinstance(record, dict) else ():
+                value = cell.get("latency_ms")
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     yield float(value)
 
@@ -156,11 +161,29 @@ def pareto(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return sorted((r for r in done if not beaten(r)), key=lambda r: r["gpu_hours_per_1000"])
 
 
+BOOT_FROM = {"sacct": "job start -> first record, model load included (sacct)",
+             "generator": "endpoints ready -> first record; the model load is not "
+                          "measured without sacct"}
+
+
+def sizing_boot(row: Dict[str, Any]) -> Tuple[float, str]:
+    """The boot a job of this point pays before its records flow, and where it is from:
+    ``sacct`` (job start -> ready, plus ready -> first record) or ``generator`` (ready ->
+    first record only, when accounting does not know the job)."""
+    generator = row.get("boot_s") or 0.0
+    job = row.get("job_boot_s")
+    if isinstance(job, (int, float)):
+        return job + generator, "sacct"
+    return generator, "generator"
+
+
 def size(row: Dict[str, Any], targets: Dict[str, Any]) -> Dict[str, Any]:
     """Jobs, wall time and GPU-hours for ``targets`` at one point, feasible or not and why."""
     out = {"case": row["case"], "concurrency": row["concurrency"]}
     deadline = targets["deadline_hours"] * 3600.0
-    boot, rate = row.get("boot_s") or 0.0, row.get("records_per_s")
+    boot, boot_from = sizing_boot(row)
+    rate = row.get("records_per_s")
+    out.update(boot_s=boot, boot_from=boot_from)
     if not rate:
         return {**out, "feasible": False, "why": "no throughput measured"}
     if row.get("error_rate", 0.0) > 0.01:
@@ -178,7 +201,8 @@ def size(row: Dict[str, Any], targets: Dict[str, Any]) -> Dict[str, Any]:
                 "why": f"needs {jobs} jobs, more than max_jobs {limit}"}
     return {**out, "feasible": True,
             "why": f"{jobs} job(s) of {row['gpus']} GPU(s) at {rate:.2f} records/s each "
-                   f"finish in {wall / 3600.0:.2f} h of the {targets['deadline_hours']:g} h"}
+                   f"finish in {wall / 3600.0:.2f} h of the {targets['deadline_hours']:g} h "
+                   f"(boot {boot:.0f} s: {BOOT_FROM[boot_from]})"}
 
 
 def recommend(rows: List[Dict[str, Any]], targets: Optional[Dict[str, Any]]

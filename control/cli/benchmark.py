@@ -7,10 +7,11 @@ from typing import Any, Optional
 
 import click
 
-from control.cli.common import common
+from control.cli.common import common, group_json
 
 
 @click.group("benchmark")
+@group_json
 def benchmark_group() -> None:
     """Size a run before spending the GPU budget: sweeps, analysis, a report."""
 

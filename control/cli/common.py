@@ -7,6 +7,7 @@ import functools
 import inspect
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, List
 
 import click
@@ -14,6 +15,19 @@ import click
 from control.cli.output import emit_error, emit_json, emit_text
 
 F = Callable[..., Any]
+JSON_META = "synthbatch.json"  # ctx.meta key: a group was given --json
+
+
+def group_json(func: F) -> F:
+    """``--json`` on a group, before its command: that command prints JSON as if it had
+    been given its own ``--json`` (a group given no command answers with a JSON error)."""
+    def remember(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        if value:
+            ctx.meta[JSON_META] = True
+        return value
+
+    return click.option("--json", "as_json", is_flag=True, expose_value=False,
+                        callback=remember, help="Print one JSON object.")(func)
 
 
 def common(func: F) -> F:
@@ -33,6 +47,7 @@ def common(func: F) -> F:
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
     @functools.wraps(func)
     def wrapper(*args: Any, as_json: bool, debug: bool, **kwargs: Any) -> None:
+        as_json = as_json or click.get_current_context().meta.get(JSON_META, False)
         if wants_json:
             kwargs["as_json"] = as_json
         try:
@@ -86,18 +101,19 @@ def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str
 
 
 def complete_run_id(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[Any]:
-    """Run ids of the workspace of the ``--profile`` typed so far (or the default one)."""
+    """Run ids of the workspace of the ``--profile`` typed so far (or the default one),
+    newest first (as ``runs`` lists them)."""
     from click.shell_completion import CompletionItem
 
     from control.config.workspace import load_workspace_profile
+    from control.runs.store import committed_run_ids
 
     try:
         workspace = load_workspace_profile(ctx.params.get("profile")).workspace
-        names = os.listdir(os.path.join(workspace, "runs"))
+        names = committed_run_ids(Path(workspace))
     except Exception:  # noqa: BLE001 - no profile, no workspace: nothing to offer
         return []
-    return [CompletionItem(n) for n in sorted(names, reverse=True) if n.startswith(incomplete)
-            and os.path.exists(os.path.join(workspace, "runs", n, "run.json"))]
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
 
 
 def run_id_argument(required: bool = True) -> Callable[[F], F]:

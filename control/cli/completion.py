@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import click
 
+from control.cli.common import JSON_META
+from control.cli.output import emit_json
+
 PROG = "synthbatch"  # the console script the shell completes (pyproject.toml)
 COMPLETE_VAR = "_SYNTHBATCH_COMPLETE"
 SHELLS = ("bash", "zsh", "fish")
@@ -11,7 +14,9 @@ SHELLS = ("bash", "zsh", "fish")
 
 @click.command("completion")
 @click.argument("shell", type=click.Choice(SHELLS))
-def completion_cmd(shell: str) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help='Print one JSON object: {"shell": ..., "script": ...}.')
+def completion_cmd(shell: str, as_json: bool) -> None:
     """Print the completion script of SHELL: commands, options, run ids, profile names.
 
     \b
@@ -24,4 +29,8 @@ def completion_cmd(shell: str) -> None:
     root = click.get_current_context().find_root()
     completer = get_completion_class(shell)
     assert completer is not None  # every name in SHELLS has one
-    click.echo(completer(root.command, {}, PROG, COMPLETE_VAR).source())
+    script = completer(root.command, {}, PROG, COMPLETE_VAR).source()
+    if as_json or click.get_current_context().meta.get(JSON_META):
+        emit_json({"shell": shell, "script": script})
+        return
+    click.echo(script)

@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 
 import click
 
-from control.cli.common import SuggestingGroup, common
+from control.cli.common import SuggestingGroup, common, group_json
 
 
 def _profile(profile: Optional[str]) -> Any:
@@ -52,6 +52,7 @@ def _text(entry: Any, data: Dict[str, Any]) -> str:
 
 
 @click.group("image", cls=SuggestingGroup)
+@group_json
 def image_group() -> None:
     """Register sealed container images (sha256 pinned at add)."""
 

@@ -12,8 +12,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
-from control.cli.common import SuggestingGroup
-from control.cli.output import emit_error
+from control.cli.common import SuggestingGroup, group_json
+from control.cli.output import emit_error, emit_json
 from control.errors import InvalidInput
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}  # inherited by every subcommand
@@ -69,6 +69,11 @@ class LazyGroup(SuggestingGroup):
         argv = list(sys.argv[1:] if args is None else args)
         if "--json" not in argv:
             return super().main(args=argv, **extra)
+        if "--version" in argv and set(argv) <= {"--version", "--json"}:
+            from importlib.metadata import version
+
+            emit_json({"version": version("synthbatch")})
+            sys.exit(0)
         extra.pop("standalone_mode", None)
         try:
             return super().main(args=argv, standalone_mode=False, **extra)
@@ -82,6 +87,7 @@ class LazyGroup(SuggestingGroup):
 
 @click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.version_option(package_name="synthbatch")
+@group_json
 def cli() -> None:
     """Run large LLM synthetic-data generation jobs on Slurm."""
 

@@ -20,6 +20,7 @@ import click
 
 from agent_stdlib.statefile import StateError
 from agent_stdlib.text import visible
+from control.cli.render import state_cell
 from control.errors import MAX_MESSAGE, DamagedState, SynthbatchError, one_line
 
 KEEP = "\n\t"
@@ -68,7 +69,7 @@ def emit_text(text: str, err: bool = False, colour: bool = False) -> None:
 # States as status, runs and wait print them -> their colour on a terminal.
 COLOURS = {"succeeded": "green", "running": "cyan", "pending": "yellow", "cancelling": "yellow",
            "failed": "red", "lost": "red", "cancelled": "magenta", "unknown": "yellow"}
-STATE_WORD = re.compile(r"(?<![\w-])(" + "|".join(COLOURS) + r")(?![\w-])")
+STATE_CELL = state_cell(COLOURS)
 
 
 def use_colour(err: bool = False) -> bool:
@@ -79,8 +80,10 @@ def use_colour(err: bool = False) -> bool:
 
 
 def paint(text: str) -> str:
-    """``text`` (already made visible) with every state word in its colour."""
-    return STATE_WORD.sub(lambda m: click.style(m.group(1), fg=COLOURS[m.group(1)]), text)
+    """``text`` (already made visible) with the state column of each line in its colour
+    (``render.state_cell``); a state word anywhere else (a reason, a note) stays plain."""
+    return STATE_CELL.sub(lambda m: m.group("lead") + click.style(
+        m.group("state"), fg=COLOURS[m.group("state")]), text)
 
 
 def fit_width(line: str, width: int) -> str:

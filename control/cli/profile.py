@@ -7,13 +7,14 @@ from typing import Any, Dict, Optional
 
 import click
 
-from control.cli.common import SuggestingGroup, common
+from control.cli.common import SuggestingGroup, common, group_json
 from control.cli.output import emit_json, emit_text
 
 MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 
 
 @click.group("profile", cls=SuggestingGroup)
+@group_json
 def profile_group() -> None:
     """Create, check and show cluster profiles."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -16,6 +17,17 @@ GRID_WIDTH = 64
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 GLYPH = {"succeeded": "#", "running": ">", "cancelling": "x", "pending": ".",
          "created": " ", "failed": "F", "cancelled": "C", "lost": "L", "unknown": "?"}
+
+
+def state_cell(states: Sequence[str]) -> re.Pattern[str]:
+    """Where a line drawn here has its state column (groups ``lead`` and ``state``): the
+    headline (``run ID: STATE``), a shard row, a failure row, a watch bar, a ``runs``
+    row. A state word elsewhere (a reason, a note, a multi-line reason's next line that is
+    not shaped like a row) is not a state column."""
+    word = "(?P<state>" + "|".join(states) + ")"
+    return re.compile(r"^(?P<lead>run [^\s:]+: |  shard +\d+  "
+                      r"|  shard +\d+ +(?:\[[#.]*\] +)?\d+/\d+ +|[A-Za-z0-9][\w.-]*  +)"
+                      + word + r"(?= |$)", re.M)
 
 
 def duration(seconds: Optional[float]) -> str:
@@ -44,9 +56,9 @@ def metrics(data: Status) -> str:
         f"  dropped {dropped:,}" if dropped else "")
     if data.get("state") in FINAL_STATES and totals:
         return tokens + finished_numbers(totals) + failures
-    elapsed = f"  elapsed {duration(totals['elapsed_s'])}" if "elapsed_s" in totals else ""
+    so_far = finished_numbers(totals) if "elapsed_s" in totals else ""
     return (f"{tokens}  rate {data.get('rate', 0.0):.2f} records/s"
-            f"  ETA {duration(data.get('eta_s'))}{elapsed}{failures}")
+            f"  ETA {duration(data.get('eta_s'))}{so_far}{failures}")
 
 
 def alias_lines(data: Status) -> List[str]:
@@ -62,8 +74,13 @@ def alias_lines(data: Status) -> List[str]:
 
 
 def finished_numbers(totals: Dict[str, Any]) -> str:
-    """``  elapsed 0:05:00  1.20 records/s  35.2 tokens/s  GPU-hours 0.17``."""
+    """``  elapsed 0:05:00  1.20 records/s  35.2 tokens/s  GPU-hours 0.17`` (so far, while
+    the run goes on); ``(active 0:03:20)`` when idle time before a retry is left out of
+    the averages."""
     line = f"  elapsed {duration(totals.get('elapsed_s'))}"
+    active = totals.get("active_s")
+    if active is not None and duration(active) != duration(totals.get("elapsed_s")):
+        line += f" (active {duration(active)})"
     if totals.get("records_per_s") is not None:
         line += (f"  {totals['records_per_s']:.2f} records/s  "
                  f"{totals.get('tokens_per_s') or 0:.1f} tokens/s (average)")
@@ -199,13 +216,24 @@ def grid(shards: List[Dict[str, Any]], width: int = GRID_WIDTH) -> List[str]:
     return rows + [legend]
 
 
-def frame(data: Status) -> List[str]:
-    """The ``--watch`` screen: summary, a bar per shard or a grid, failures."""
+def bar_line(shard: Dict[str, Any], width: Optional[int] = None) -> str:
+    """One shard's watch row: its bar narrowed (or left out) so that the row, state word
+    last, fits in ``width`` columns."""
+    head = f"  shard {shard['index']:>3} "
+    tail = f" {shard['records_done']:>6}/{shard['records']:<6} {shard['state']}"
+    room = BAR_WIDTH if width is None else min(BAR_WIDTH, width - len(head) - len(tail) - 2)
+    if room < 4:
+        return head + tail[1:]
+    return head + bar(shard["records_done"], shard["records"], room) + tail
+
+
+def frame(data: Status, width: Optional[int] = None) -> List[str]:
+    """The ``--watch`` screen: summary, a bar per shard or a grid, failures (bars fit in
+    ``width`` columns when given)."""
     lines = [headline(data), metrics(data), *alias_lines(data), *_notes(data)]
     shards = data["shards"]
     if len(shards) <= BAR_LIMIT:
-        lines.extend(f"  shard {s['index']:>3} {bar(s['records_done'], s['records'])} "
-                     f"{s['records_done']:>6}/{s['records']:<6} {s['state']}" for s in shards)
+        lines.extend(bar_line(s, width) for s in shards)
     else:
         lines.extend(grid(shards))
     lines.extend(failure_lines(data))

@@ -48,7 +48,7 @@ class Screen:
             self.last = line
             return
         width = max(20, self.width()) - 1  # the last column would wrap on some terminals
-        lines: List[str] = [fit_width(visible(line, ""), width) for line in frame(data)]
+        lines: List[str] = [fit_width(visible(line, ""), width) for line in frame(data, width)]
         text = "\n".join(lines)
         # color=True: this screen is a terminal (click would strip escapes it cannot see)
         if self.drawn:
@@ -119,7 +119,7 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status:
         last = watch_loop(lambda: api.status(run_id, profile).to_dict(), show,
                           Backoff(base_s=interval))
     except KeyboardInterrupt:
-        return None
+        raise SystemExit(130) from None  # 128 + SIGINT, as a shell reports it
     if as_json:
         emit_json(last)
     error = outcome(last, waited=False) if exit_status else None

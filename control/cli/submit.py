@@ -42,6 +42,6 @@ def submit_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
         return {"data": data, "text": data["run_id"]}
     if not as_json:
         click.echo(data["run_id"])  # first, so a script has it while the run goes on
-    final = wait_until_over(run.run_id, profile, timeout_s, interval, quiet)
+    final = wait_until_over(run.run_id, profile, timeout_s, interval, quiet or as_json)
     finish(final, as_json, extra=data)
     return None

@@ -77,10 +77,11 @@ def wait_cmd(run_id: Optional[str], timeout_s: Optional[float], interval: float,
     \b
     Exit status: 0 succeeded, 6 a shard failed (or was lost), 7 cancelled (no failure),
     8 still running at --timeout (5 if Slurm could not be asked then).
-    Progress goes to stderr; the final status to stdout (one JSON object with --json).
+    Progress goes to stderr (none with --json); the final status to stdout (one JSON
+    object with --json).
     """
     from control import api
 
-    run_id = run_id or api.latest_run(profile)
-    finish(wait_until_over(run_id, profile, timeout_s, interval, quiet), as_json)
+    run_id = run_id or api.latest_run(profile)  # --json: stderr holds only a JSON error
+    finish(wait_until_over(run_id, profile, timeout_s, interval, quiet or as_json), as_json)
     return None

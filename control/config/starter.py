@@ -10,6 +10,7 @@ from typing import Optional
 
 from pydantic import ValidationError
 
+from agent_stdlib.statefile import ensure_dir
 from control.config.loader import first_error, tomllib
 from control.config.profile import Profile
 from control.errors import Conflict, InvalidInput
@@ -149,8 +150,9 @@ def _validated(text: str) -> str:
 
 
 def write_starter(path: Path, text: str) -> Path:
-    """Create ``path`` (0600; parents 0700) with ``text``; Conflict if it exists."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create ``path`` (0600; every missing parent 0700) with ``text``; Conflict if it
+    exists."""
+    ensure_dir(path.parent)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError as err:

@@ -171,8 +171,9 @@ def plan_summary(plan: Plan, plan_sha256: str, gpus_per_node: Optional[int] = No
     lines = [
         f"run {plan.name}: {plan.total_records} records in {len(plan.shards)} shards "
         f"({max(sizes)} per shard at most)",
-        f"run id {plan.run_id}; records per shard {min(sizes)}-{max(sizes)} (contiguous "
-        f"ranges); {arrays}; throttle {plan.array_throttle or 'none'}",
+        f"run id: submit makes one, like {plan.run_id}; records per shard "
+        f"{min(sizes)}-{max(sizes)} (contiguous ranges); {arrays}; throttle "
+        f"{plan.array_throttle or 'none'}",
         f"retries: {plan.max_attempts} attempts per shard, resume {plan.resume}; output "
         f"{plan.output_format}",
         *_resources(plan.resources),

@@ -43,7 +43,7 @@ from control.runs.ddcheck import check_on_login_node
 from control.runs.fit import Origins
 from control.runs.layout import Choice, apply_layout, layout_memory
 from control.runs.seeds import check_seed_data
-from control.runs.store import new_run_id
+from control.runs.store import new_run_id, run_id_pattern
 from control.slurm.renderer import BatchScript, render_batch_script
 from control.slurm.runner import Runner, run_command
 from control.slurm.scheduler import Scheduler
@@ -81,17 +81,18 @@ def at_first_task(resolved: Resolved, first_task: int,
 def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str] = None,
             max_array_size: Optional[int] = None, agent_sha256: str = "",
             overrides: Optional[Overrides] = None,
-            shards: Optional[Sequence[ShardSpec]] = None) -> Resolved:
+            shards: Optional[Sequence[ShardSpec]] = None, dry: bool = False) -> Resolved:
     """Load the profile, the run config and the image registry; apply the command line's
     overrides; make the plan (with ``shards`` in place of the planner's split: a
-    benchmark's sized points)."""
+    benchmark's sized points). A ``dry`` plan has the run id's pattern for its id."""
     prof, profile_path = load_profile(profile)
     config = load_model(run_file, RunConfig)
     overrides = overrides or Overrides()
     prof, config = overrides.apply(prof, config)
     config, layout = apply_layout(config, prof, run_file, profile_path)
     images = registry.load(Path(prof.workspace))
-    plan = make_plan(config, prof, run_id or new_run_id(config.name),
+    run_id = run_id or (run_id_pattern if dry else new_run_id)(config.name)
+    plan = make_plan(config, prof, run_id,
                      run_file.resolve().parent, images=images, run_file=run_file,
                      profile_file=profile_path, max_array_size=max_array_size,
                      agent_sha256=agent_sha256)
@@ -230,7 +231,8 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
     ``checks`` are the login-node checks (``login_checks``), run when a ``scheduler`` is
     given.
     """
-    resolved = resolve(run_file, profile, max_array_size=max_array_size, overrides=overrides)
+    resolved = resolve(run_file, profile, max_array_size=max_array_size, overrides=overrides,
+                       dry=True)
     plan = resolved.plan
     checks = login_checks(resolved, scheduler, unavailable) if scheduler is not None else []
     summary = plan_summary(plan, resolved.plan_sha256, resolved.profile.gpus_per_node)

@@ -44,6 +44,12 @@ def new_run_id(name: str, now: Optional[float] = None) -> str:
     return f"{name}-{stamp}-{secrets.token_hex(3)}"
 
 
+def run_id_pattern(name: str) -> str:
+    """What :func:`new_run_id` makes of ``name``, as a pattern (``plan`` has no run id:
+    only ``submit`` makes one, so a dry run shows this in its place)."""
+    return f"{name}-YYYYMMDD-HHMMSS-xxxxxx"
+
+
 def run_layout(workspace: Path, run_id: str) -> RunLayout:
     """The layout of an existing run; NotFound if there is no such run directory."""
     if not RUN_ID.match(run_id):
@@ -54,24 +60,32 @@ def run_layout(workspace: Path, run_id: str) -> RunLayout:
     return RunLayout(root)
 
 
-def latest_run_id(workspace: Path) -> str:
-    """The run of ``workspace`` committed last (by its ``run.json``); NotFound if none."""
+def committed_run_ids(workspace: Path) -> List[str]:
+    """The committed runs of ``workspace`` (those with a ``run.json``), newest first by
+    when their ``run.json`` was written (then by id); empty when there are none."""
     root = runs_root(workspace)
-    newest: Tuple[float, str] = (-1.0, "")
+    found: List[Tuple[float, str]] = []
     try:
         names = os.listdir(root)
-    except FileNotFoundError:
+    except OSError:
         names = []
     for name in names:
         try:
             stamp = os.stat(f"{root}/{name}/run.json").st_mtime
         except OSError:
             continue  # not committed (or not a run)
-        if RUN_ID.match(name) and (stamp, name) > newest:
-            newest = (stamp, name)
-    if not newest[1]:
-        raise NotFound(f"no runs in {root}", hint="submit one with 'synthbatch submit RUN.toml'")
-    return newest[1]
+        if RUN_ID.match(name):
+            found.append((stamp, name))
+    return [name for _, name in sorted(found, reverse=True)]
+
+
+def latest_run_id(workspace: Path) -> str:
+    """The run of ``workspace`` committed last (by its ``run.json``); NotFound if none."""
+    ids = committed_run_ids(workspace)
+    if not ids:
+        raise NotFound(f"no runs in {runs_root(workspace)}",
+                       hint="submit one with 'synthbatch submit RUN.toml'")
+    return ids[0]
 
 
 def last_moment(ended: float, now: float) -> float:

@@ -1,8 +1,10 @@
 """A run's numbers: elapsed time, average records/s and tokens/s, GPU-hours used.
 
-While the run goes on: the time since submit and the averages so far (the current rate is
-status's ``rate``). Once it is over they stop: elapsed runs until its last shard was
-recorded, and GPU-hours come from Slurm accounting: every execution of every job of the
+While the run goes on: the time since submit, the averages and GPU-hours so far (the
+current rate is status's ``rate``). Averages are over the time the run was in progress
+(``active_s``: the idle time between a failure and its retry is left out). Once it is
+over they stop: elapsed runs until its last shard was recorded, and GPU-hours come from
+Slurm accounting: every execution of every job of the
 run (requeues and retries included, ``sacct -D``), ``ElapsedRaw`` x the ``gres/gpu`` of
 ``AllocTRES``. Without accounting (or while Slurm cannot be asked) ``gpu_hours`` is None
 and ``gpu_hours_from`` says why. The numbers of a finished run are kept in
@@ -13,13 +15,15 @@ calls ask Slurm nothing; a retry (new job ids) makes them be counted again.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError, read_json, write_json_atomic
+from agent_stdlib.states import TERMINAL
 from control.errors import SchedulerUnavailable
 from control.runs.normalize import FINAL
 from control.runs.store import (
+    SubmissionView,
     last_moment,
     run_job_ids,
     shard_scanner,
@@ -72,6 +76,37 @@ def gpu_hours(scheduler: Scheduler, job_ids: List[str],
             "complete": all(job in seen for job in shard_jobs)}
 
 
+def active_seconds(layout: RunLayout, submissions: Sequence[SubmissionView],
+                   end: float) -> Optional[float]:
+    """How long the run was in progress up to ``end``: the union over its submissions of
+    [submitted, the last record of that submission's attempts] (an attempt not over yet
+    counts until ``end``), so the idle time between a failure and its retry is left out.
+    None with one submission (then it is the whole elapsed time)."""
+    if len(submissions) < 2:
+        return None
+    windows: List[Tuple[float, float]] = []
+    for sub in submissions:
+        stop = sub.submitted_at
+        for shard, attempt in sub.attempts.items():
+            try:
+                record = read_json(layout.attempt_json_path(int(shard), attempt))
+            except (StateError, OSError, ValueError):
+                continue  # damaged or unreadable: status names it; nothing to count here
+            state = record.get("state") if record else None
+            updated = record.get("updated_at") if record else None
+            if state is not None and state not in TERMINAL:
+                stop = end
+            elif isinstance(updated, (int, float)) and not isinstance(updated, bool):
+                stop = max(stop, float(updated))
+        windows.append((sub.submitted_at, min(stop, end)))
+    total, reach = 0.0, float("-inf")
+    for start, stop in sorted(windows):
+        start = max(start, reach)
+        if stop > start:
+            total, reach = total + stop - start, stop
+    return total
+
+
 def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
            now: Optional[float] = None,
            jobs: Optional[Callable[[], List[Optional[str]]]] = None,
@@ -83,6 +118,8 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
     (called only for a finished run not yet counted); ``ended``, when given, is when the
     last shard was recorded, else it is read from every shard's attempt; ``job_ids``,
     when given, are ``run_job_ids`` of the submission records (else they are read).
+    While the run goes on, the numbers so far: GPU-hours of the executions until now
+    (never kept).
     """
     now = time.time() if now is None else now
     created = created_at(layout)
@@ -90,22 +127,21 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
         return {}
     final = data.get("state") in FINAL
     done, tokens = data.get("records_done", 0), data.get("tokens", 0)
-    if not final:
-        elapsed = max(0.0, now - created)
-        return {"elapsed_s": round(elapsed, 1), **_rates(done, tokens, elapsed),
-                "gpu_hours": None, "gpu_hours_from": "counted once the run is over"}
     if job_ids is None:
         job_ids = run_job_ids(submission_views(layout))
+    if not final:
+        usage = gpu_hours(scheduler, job_ids, [])
+        return {**_numbers(layout, created, now, done, tokens),
+                "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
     cached = _cached(layout, job_ids)
     if cached is not None:
         return cached
     per_shard = jobs() if jobs is not None else [row.get("job_id")
                                                  for row in data.get("shards", [])]
     end = (ended if ended is not None else ended_at(layout, len(per_shard))) or now
-    elapsed = max(0.0, last_moment(end, now) - created)
     shard_jobs = [job for job in per_shard if job]
     usage = gpu_hours(scheduler, job_ids, shard_jobs)
-    found = {"elapsed_s": round(elapsed, 1), **_rates(done, tokens, elapsed),
+    found = {**_numbers(layout, created, last_moment(end, now), done, tokens),
              "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
     if usage["complete"]:
         try:
@@ -114,6 +150,20 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
         except OSError:
             pass  # a read-only run directory: counted again next time
     return found
+
+
+def _numbers(layout: RunLayout, created: float, end: float, done: int,
+             tokens: int) -> Dict[str, Any]:
+    """Elapsed since submit, the time the run was in progress (``active_s``: without the
+    idle time before a retry) and the averages over that time."""
+    elapsed = max(0.0, end - created)
+    try:
+        active = active_seconds(layout, submission_views(layout), end)
+    except StateError:  # a damaged submission record: status names it
+        active = None
+    active = elapsed if active is None else min(elapsed, active)
+    return {"elapsed_s": round(elapsed, 1), "active_s": round(active, 1),
+            **_rates(done, tokens, active)}
 
 
 def created_at(layout: RunLayout) -> Optional[float]:

@@ -166,6 +166,14 @@ def test_data_designer_with_the_real_llamacpp_model_writes_real_text(slurm_clust
             pytest.fail("no llamacpp serving environment: run scripts/serving-env llamacpp")
         pytest.skip("no llamacpp serving environment: run scripts/serving-env llamacpp")
     write_dd_run(tmp_path, records=4, shards=2, writer_tokens=24, buffer_size=2)
+    config = tmp_path / "dataset.yaml"  # greedy and seeded: the answers do not vary by luck
+    text = config.read_text()
+    for tokens, temperature in ((24, "0.7"), (5, "0.0")):
+        old = f"{{max_tokens: {tokens}, temperature: {temperature}}}"
+        assert old in text
+        text = text.replace(old, f"{{max_tokens: {tokens}, temperature: 0.0, "
+                                 "extra_body: {seed: 7}}")
+    config.write_text(text)
     run = tmp_path / "run.toml"
     head = run.read_text().split("[[deployments]]")[0]
     run.write_text(
@@ -182,12 +190,20 @@ def test_data_designer_with_the_real_llamacpp_model_writes_real_text(slurm_clust
     out = tmp_path / "merged.jsonl"
     cli_json("merge", run_id, "--output", str(out), "--profile", str(profile))
     records = [json.loads(line) for line in out.read_text().splitlines()]
+    # what the pipeline guarantees, never the small model's prose: every record in its
+    # place with its own seed row and sampler value, and text from the model in both
+    # LLM columns (a served model, not the fake server; not an echo of the prompt)
     assert [r["index"] for r in records] == [0, 1, 2, 3]
     for record in records:
+        assert set(record) == {"index", "topic", "tone", "sentence", "critique"}, record
         assert record["topic"] == TOPICS[record["index"]] and record["tone"] in TONES
-        assert len(record["sentence"].split()) >= 3, record  # real model text
-        assert record["critique"].strip(), record
-    assert len({r["sentence"] for r in records}) > 1
+        for column in ("sentence", "critique"):
+            assert isinstance(record[column], str) and record[column].strip(), record
+        assert record["sentence"] != f"Write one {record['tone']} sentence about " \
+                                     f"{record['topic']}.", record
+    logs = "".join(p.read_text(errors="replace") for p in
+                   (tmp_path / "workspace" / "runs" / run_id).rglob("server-*.log"))
+    assert "serve-llamacpp: listening" in logs
 
 
 def preflight_failure(tmp_path: Path, python_exe: str) -> str:

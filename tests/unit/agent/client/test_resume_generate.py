@@ -236,4 +236,5 @@ def test_records_carry_the_alias_and_the_served_model(tmp_path: Path, server) ->
     assert [(r["model"], r["served_model"]) for r in records] == [("tiny", "fake-model")] * 2
     assert {json.loads(x)["model"] for x in log.read_text().splitlines()} == {"fake-model"}
     assert set(records[0]) == {"index", "prompt", "completion", "finish_reason", "model",
-                               "served_model", "usage"}  # the prompt-template form's shape
+                               "served_model", "usage", "latency_ms"}  # the form's shape
+    assert all(isinstance(r["latency_ms"], float) for r in records)  # for benchmark analyze

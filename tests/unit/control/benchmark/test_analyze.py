@@ -8,6 +8,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Dict, List
 
+import pytest
+
 from agent_stdlib.contracts import AliasProgress, ProgressRecord, ResultManifest
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import write_json_atomic
@@ -19,8 +21,20 @@ from tests.fakes import NOW, RUN_ID, Shard, make_run
 SVG = "{http://www.w3.org/2000/svg}"
 
 
+def meta_line(index: int, ms: float) -> Dict[str, Any]:
+    """A recipe's record: per-request figures under ``_meta.columns``."""
+    return {"index": index, "_meta": {"columns": {"text": {"latency_ms": ms}}}}
+
+
+def template_line(index: int, ms: float) -> Dict[str, Any]:
+    """A prompt template form's record: its one request's figures are top-level."""
+    return {"index": index, "prompt": "p", "completion": "c", "finish_reason": "stop",
+            "model": "tiny", "served_model": "m", "usage": {"completion_tokens": 3},
+            "latency_ms": ms}
+
+
 def fill(layout: RunLayout, shard: int, records: int, seconds: float, latencies: List[float],
-         done: bool = True, errors: Dict[str, int] = None) -> None:
+         done: bool = True, errors: Dict[str, int] = None, shape=meta_line) -> None:
     """A point's progress, result and records as the generator and agent write them."""
     paths = layout.attempt(shard, 1)
     write_json_atomic(paths.progress_json, ProgressRecord(
@@ -33,8 +47,7 @@ def fill(layout: RunLayout, shard: int, records: int, seconds: float, latencies:
             shard=shard, attempt=1, records=records, files=(), created_at=NOW + seconds + 1)
             .to_dict())
     paths.output.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"index": i, "_meta": {"columns": {"text": {"latency_ms": ms}}}})
-             for i, ms in enumerate(latencies)]
+    lines = [json.dumps(shape(i, ms)) for i, ms in enumerate(latencies)]
     (paths.output / "records-000000000000.jsonl").write_text("\n".join(lines) + "\n{torn")
 
 
@@ -165,3 +178,38 @@ def test_job_times_on_the_local_backend_are_empty_not_a_crash(tmp_path) -> None:
 
     assert not hasattr(LocalScheduler, "query")
     assert job_times(object(), ["12_0"]) == {}
+
+
+def test_a_prompt_template_sweep_reports_latency(tmp_path) -> None:
+    """The prompt template form keeps its request's ``latency_ms`` top-level (was: only
+    ``_meta.columns`` was read, so such a sweep had null percentiles and an empty chart)."""
+    layout = make_run(tmp_path / "ws", [Shard("winner")])
+    fill(layout, 0, 4, 2.0, [100.0, 200.0, 300.0, 400.0], shape=template_line)
+    manifest = {**MANIFEST, "cases": [{**MANIFEST["cases"][0],
+                                       "points": MANIFEST["cases"][0]["points"][:1]}]}
+    row = analyze(manifest, {RUN_ID: layout})["points"][0]
+    assert row["latency_ms"] == {"p50": 250.0, "p95": 385.0, "p99": 397.0, "requests": 4}
+    latency = ET.fromstring(charts(analyze(manifest, {RUN_ID: layout}))["latency.svg"])
+    line = next(g for g in latency.iter(f"{SVG}g") if g.get("data-series", "").startswith("one"))
+    assert line.findall(f"{SVG}circle")
+
+
+def test_the_recommendation_sizes_jobs_with_the_measured_model_load(tmp_path) -> None:
+    """sacct saw 44 s from the job's start to ready (the model load): a job pays it before
+    its first record, so 300 records at 1 record/s within 180 s need 3 jobs, not 2."""
+    layout = make_run(tmp_path / "ws", [Shard("winner")])
+    fill(layout, 0, 10, 10.0, [100.0])  # 1 record/s, 0.5 s ready -> first record
+    manifest = {**MANIFEST, "targets": {"records": 300, "deadline_hours": 0.05,
+                                        "max_jobs": None},
+                "cases": [{**MANIFEST["cases"][0],
+                           "points": MANIFEST["cases"][0]["points"][:1]}]}
+    data = analyze(manifest, {RUN_ID: layout}, lambda ids: {"500_0": (NOW - 44.0, NOW + 10.0)})
+    best = data["recommendation"]["best"]
+    assert (best["jobs"], best["boot_s"], best["boot_from"]) == (3, 44.5, "sacct")
+    assert best["wall_hours"] * 3600 == pytest.approx(44.5 + 100.0)
+    assert "boot 44 s: job start -> first record" in best["why"]
+    assert "model load included (sacct)" in text(data)
+    unknown = analyze(manifest, {RUN_ID: layout}, lambda ids: {})
+    best = unknown["recommendation"]["best"]
+    assert (best["jobs"], best["boot_s"], best["boot_from"]) == (2, 0.5, "generator")
+    assert "model load is not measured" in best["why"]

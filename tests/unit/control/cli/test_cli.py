@@ -6,7 +6,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import pytest
 from click.testing import Result
@@ -133,6 +133,20 @@ def test_plan_json_is_one_object() -> None:
         REPO / "fixtures" / "fake_openai_server.py")
     assert data["script"].startswith("#!/bin/bash\n")
     assert data["plan"]["run_id"] in data["script"]
+
+
+def test_plan_shows_no_run_id_that_submit_would_not_use() -> None:
+    """plan printed a fresh id (name-time-random) that no submit ever used: it shows the
+    pattern submit's id follows instead, the same in the summary, script and JSON."""
+    from control.runs.store import RUN_ID
+
+    result = invoke("plan", str(QUICKSTART), "--profile", str(TESTBED), "--json")
+    data = json.loads(result.stdout)
+    assert data["plan"]["run_id"] == "fake-server-YYYYMMDD-HHMMSS-xxxxxx"
+    assert RUN_ID.match(data["plan"]["run_id"])
+    assert "run id: submit makes one, like fake-server-YYYYMMDD-HHMMSS-xxxxxx" in \
+        data["summary"]
+    assert "--job-name=synthbatch-fake-server-YYYYMMDD-HHMMSS-xxxxxx" in data["script"]
 
 
 def test_plan_bad_run_file(tmp_path: Path) -> None:
@@ -388,6 +402,21 @@ def test_status_watch_plain_lines_until_the_run_ends(tmp_path: Path, profile_fil
     assert len(lines) == 2 and "\x1b[" not in result.stdout
     assert ": running " in lines[0] and ": failed " in lines[1]
     assert 1.0 <= time.monotonic() - started < 10
+
+
+def test_ctrl_c_on_status_watch_exits_130(workspace: Path, profile_file: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """It exited 0, as if the run had been watched to its end."""
+    import control.runs.watch
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    make_run(workspace, [Shard("running")])
+    monkeypatch.setattr(control.runs.watch, "watch", interrupted)
+    result = invoke("status", "obs-20240101-000000-abcdef", "--watch", "--profile",
+                    str(profile_file))
+    assert result.exit_code == 130, result.output
 
 
 def test_status_watch_json_prints_one_object_at_the_end(tmp_path: Path, profile_file: Path,

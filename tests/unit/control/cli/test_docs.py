@@ -91,3 +91,19 @@ def test_the_python_api_table_names_real_functions() -> None:
     text = PYTHON_API.read_text()
     for name in re.findall(r"`api\.([a-z_]+)\(", text):
         assert callable(getattr(api, name)), name
+
+
+def test_the_python_api_page_names_every_option_of_status_and_wait() -> None:
+    """``api.status(auto_retry=)`` was undocumented."""
+    import inspect
+
+    from control import api
+
+    text = PYTHON_API.read_text()
+    for function in (api.status, api.wait):
+        row = next(line for line in text.splitlines()
+                   if line.startswith(f"| `api.{function.__name__}("))
+        for name in inspect.signature(function).parameters:
+            if name != "scheduler":  # the tests' and the local backend's, not a user's
+                assert f"{name}=" in row, (function.__name__, name)
+    assert "`api.status(..., auto_retry=True)`" in text and '`.data["retried"]`' in text

@@ -7,14 +7,14 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 import click
 import pytest
 
 from control.cli.main import COMMANDS, cli
 from tests.conftest import REPO
-from tests.fakes import Shard, invoke, make_run
+from tests.fakes import NOW, Shard, invoke, make_run
 
 FAKE = REPO / "examples" / "fake-server.toml"
 
@@ -217,6 +217,31 @@ def test_completion_prints_the_shells_script(shell: str, marker: str) -> None:
     assert marker in result.stdout and "_SYNTHBATCH_COMPLETE" in result.stdout
 
 
+def test_every_command_takes_json() -> None:
+    """README: every command takes --json; completion, benchmark and --version refused it."""
+    script = json.loads(invoke("completion", "bash", "--json").stdout)
+    assert script["shell"] == "bash" and "_SYNTHBATCH_COMPLETE" in script["script"]
+    assert json.loads(invoke("--json", "completion", "fish").stdout)["shell"] == "fish"
+    for argv in (["--version", "--json"], ["--json", "--version"]):
+        result = invoke(*argv)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["version"]
+    for group in ("benchmark", "profile", "image"):  # a group needs a command: said in JSON
+        result = invoke(group, "--json")
+        assert result.exit_code == 2
+        assert json.loads(result.stderr)["error"]["message"] == "Missing command."
+    ctx = click.Context(cli)
+    todo: List[Any] = [("synthbatch", cli)]
+    while todo:  # the whole command tree, groups included
+        name, command = todo.pop()
+        assert "--json" in {o for p in command.params for o in getattr(p, "opts", [])}, name
+        if isinstance(command, click.Group):
+            todo += [(f"{name} {n}", command.get_command(ctx, n))
+                     for n in command.list_commands(ctx)]
+    result = invoke("benchmark", "--json", "analyze", "b-1", "--profile", "/nonexistent.toml")
+    assert result.exit_code == 3 and json.loads(result.stderr)["error"]["code"] == "not_found"
+
+
 def test_completion_refuses_an_unknown_shell() -> None:
     assert invoke("completion", "tcsh").exit_code == 2
 
@@ -237,6 +262,18 @@ def test_completion_offers_run_ids_of_the_profiles_workspace(workspace: Path,
         assert offered == ["alpha-20240101-000000-aaaaaa"], command
     assert completions(["status", "--profile", str(profile_file)], "") == [
         "beta-20240101-000000-bbbbbb", "alpha-20240101-000000-aaaaaa"]
+
+
+def test_completion_offers_the_newest_run_first(workspace: Path, profile_file: Path) -> None:
+    """They were offered by name, reversed: ``zeta`` (old) before ``alpha`` (new)."""
+    for age, run_id in ((300, "zeta-20240101-000000-aaaaaa"),
+                        (200, "alpha-20240101-000000-bbbbbb"),
+                        (100, "mid-20240101-000000-cccccc")):
+        layout = make_run(workspace, [Shard("winner")], run_id=run_id)
+        os.utime(layout.run_json, (NOW - age, NOW - age))
+    assert completions(["status", "--profile", str(profile_file)], "") == [
+        "mid-20240101-000000-cccccc", "alpha-20240101-000000-bbbbbb",
+        "zeta-20240101-000000-aaaaaa"]  # as `runs` lists them, and the latest run first
 
 
 def test_completion_of_run_ids_without_a_profile_offers_nothing() -> None:

@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 import pytest
 
 from control.cli.output import paint, use_colour
-from control.cli.render import blocked_lines, frame
+from control.cli.render import blocked_lines, frame, runs_text, status_text
 from control.cli.status import Screen
 from control.runs.pending import blocked, explain
 from tests.fakes import NOW, Shard, fake_slurm_bin, invoke, make_run, profile_with_bin
@@ -88,7 +88,8 @@ def test_a_finished_run_keeps_its_numbers(tmp_path: Path, workspace: Path,
                                             "echo '500_1|50|billing=2,cpu=2,gres/gpu=2,mem=1G'")
     profile = profile_with_bin(profile_file, folder)
     totals = status_json(profile)["totals"]
-    assert totals == {"elapsed_s": 100.0, "records_per_s": 0.2, "tokens_per_s": 1.4,
+    assert totals == {"elapsed_s": 100.0, "active_s": 100.0, "records_per_s": 0.2,
+                      "tokens_per_s": 1.4,
                       "gpu_hours": round((40 * 2 + 50 * 2) / 3600, 4),
                       "gpu_hours_from": "accounting (sacct)"}
     assert "-D" in calls.read_text().split()  # every execution, requeues included
@@ -118,15 +119,21 @@ def test_without_accounting_gpu_hours_are_unknown(tmp_path: Path, workspace: Pat
     assert totals["gpu_hours_from"] == "no accounting on this cluster"
 
 
-def test_a_running_run_has_its_elapsed_time_and_averages_so_far(tmp_path: Path,
-                                                                workspace: Path,
-                                                                profile_file: Path) -> None:
+def test_a_running_run_has_its_numbers_so_far(tmp_path: Path, workspace: Path,
+                                              profile_file: Path) -> None:
+    """gpu_hours was null until the run ended, and the human line had no tokens/s."""
     make_run(workspace, [Shard("running", progress=4)])
     folder = fake_slurm_bin(tmp_path, squeue="echo '500_0|RUNNING|None'",
-                            sacct="echo unexpected >&2; exit 1")
-    totals = status_json(profile_with_bin(profile_file, folder))["totals"]
-    assert totals["elapsed_s"] > 0 and totals["gpu_hours"] is None
-    assert totals["gpu_hours_from"] == "counted once the run is over"
+                            sacct="echo '500_0|1800|gres/gpu=2'")
+    profile = profile_with_bin(profile_file, folder)
+    totals = status_json(profile)["totals"]
+    assert totals["elapsed_s"] > 0 and totals["gpu_hours"] == 1.0
+    assert totals["gpu_hours_from"] == "accounting (sacct)"
+    line = invoke("status", RUN, "--profile", profile).stdout.splitlines()[1]
+    assert " tokens/s (average)" in line and line.endswith("GPU-hours 1.00"), line
+    (folder / "sacct").write_text("#!/bin/sh\necho unexpected >&2; exit 1\n")
+    totals = status_json(profile)["totals"]  # status itself is not failed by it
+    assert totals["gpu_hours"] is None and "unexpected" in totals["gpu_hours_from"]
 
 
 # ----------------------------------------------------------------------------- watch screen
@@ -155,6 +162,20 @@ def test_watch_fits_every_line_to_a_narrow_terminal(capsys: pytest.CaptureFixtur
     screen.show(data_with(["running", "failed"]))
     second = capsys.readouterr().out
     assert second.startswith(f"\x1b[{len(lines)}F\x1b[J")  # up exactly the rows drawn
+
+
+def test_at_60_columns_the_bars_narrow_and_keep_the_state_word(
+        capsys: pytest.CaptureFixture) -> None:
+    """The bar row was 63 columns for a shard cancelling: cut, it lost its state word."""
+    states = ["cancelling", "succeeded", "running"]
+    for columns in (60, 45):
+        Screen(tty=True, width=lambda c=columns: c, colour=True).show(data_with(states))
+        rows = [ANSI.sub("", line) for line in capsys.readouterr().out.splitlines()
+                if "/10" in line]
+        assert [row.split()[-1] for row in rows] == states, rows
+        assert all(len(row) <= columns - 1 for row in rows), rows
+    coloured = paint("\n".join(frame(data_with(states), 45)))
+    assert coloured.count("\x1b[33mcancelling\x1b[0m") == 1  # still the state column
 
 
 def test_watch_colours_states_unless_told_not_to(capsys: pytest.CaptureFixture) -> None:
@@ -188,10 +209,25 @@ def test_colour_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPa
     assert not use_colour()
 
 
-def test_paint_colours_whole_state_words_only() -> None:
-    text = paint("shard 1 failed; pre-failed failedX running")
-    assert text.count("\x1b[") == 4  # 'failed' and 'running', each opened and closed
-    assert "pre-failed" in ANSI.sub("", text) and "failedX" in text
+def test_paint_colours_the_state_column_only() -> None:
+    """A reason saying "squeue failed" turned red: only the state column is coloured."""
+    data = data_with(["failed", "running"])
+    data["failures"][0]["reason"] = "squeue failed; pending running cancelled"
+    data["shards"][0]["reason"] = data["failures"][0]["reason"]
+    data["notes"] = ["scheduler unavailable: squeue failed"]
+    text = paint(status_text(data))
+    painted = [line for line in text.splitlines() if ANSI.search(line)]
+    assert [ANSI.sub("", line).split()[:3] for line in painted] == [
+        ["run", f"{RUN}:", "running"], ["shard", "0", "failed"], ["shard", "1", "running"],
+        ["shard", "0", "failed"]]  # headline, two shard rows, the failure row
+    assert all(line.count("\x1b[") == 2 for line in painted)  # one word, opened and closed
+    assert "squeue failed; pending running cancelled" in text  # the reasons stay plain
+    assert not ANSI.search(paint("shard 1 failed; pre-failed failedX running"))
+    row = runs_text([{"run_id": RUN, "state": "failed", "problem": "squeue failed"}])
+    assert paint(row).count("\x1b[31mfailed\x1b[0m") == 1
+    bars = paint("\n".join(frame(data)))
+    bar_row = next(line for line in bars.splitlines() if "shard   1 [" in line)
+    assert bar_row.endswith("\x1b[36mrunning\x1b[0m")
 
 
 def test_piped_status_has_no_colour(workspace: Path, profile_file: Path) -> None:

@@ -42,8 +42,14 @@ def test_init_writes_a_commented_valid_profile(tmp_path: Path) -> None:
 
 
 def test_init_default_location_and_name(home: Path) -> None:
-    assert invoke("profile", "init", "--workspace", "/ws").exit_code == 0
+    previous = os.umask(0o022)  # the usual umask: mkdir's parents got 0755 under it
+    try:
+        assert invoke("profile", "init", "--workspace", "/ws").exit_code == 0
+    finally:
+        os.umask(previous)
     assert (home / ".config/synthbatch/profiles/default.toml").is_file()
+    for folder in (".config", ".config/synthbatch", ".config/synthbatch/profiles"):
+        assert stat.S_IMODE((home / folder).stat().st_mode) == 0o700, folder  # was 0755
     assert invoke("profile", "init", "--workspace", "/ws", "--profile", "big").exit_code == 0
     assert (home / ".config/synthbatch/profiles/big.toml").is_file()
 

@@ -92,6 +92,17 @@ def test_wait_json_is_the_final_status_and_the_error(workspace: Path,
     assert error["code"] == "run_failed" and "preflight: model missing" in error["message"]
 
 
+def test_wait_json_writes_nothing_but_its_json_error_to_stderr(workspace: Path,
+                                                               profile_file: Path) -> None:
+    """Progress lines went to stderr before the JSON error: stderr did not parse."""
+    make_run(workspace, [Shard("failed", reason="preflight: model missing")])
+    for argv in (["wait", RUN, "--json"], ["--json", "wait", RUN]):
+        result = invoke(*argv, "--profile", str(profile_file))
+        assert result.exit_code == 6, result.output
+        assert json.loads(result.stderr)["error"]["code"] == "run_failed", result.stderr
+        assert json.loads(result.stdout)["state"] == "failed"
+
+
 def test_wait_timeout_while_running_exits_8(tmp_path: Path, workspace: Path,
                                             profile_file: Path) -> None:
     make_run(workspace, [Shard("running")])
