@@ -1,0 +1,273 @@
+"""Winners' JSONL -> a folder of Parquet files, streamed, with one schema for every shard.
+
+Two passes over the verified sources, each in bounded chunks (``CHUNK`` bytes of JSONL,
+cut at a line end): the first infers each chunk's schema and unifies them all with what
+the plan knows (``dataschema``), refusing a true conflict with the shard, record and
+field; the second parses each chunk with that schema, hashes the bytes it reads against
+their winner's digest, and writes row groups of about ``CHUNK`` bytes of input (at most
+``ROW_GROUP_ROWS`` rows) into files of about ``FILE_BYTES`` each:
+``train-00000-of-00003.parquet``, the names the Hugging Face Hub and ``datasets`` read as
+one ``train`` split. Memory holds one chunk's tables and one row group being encoded,
+whatever the number of records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
+
+import pyarrow as pa
+import pyarrow.json as pa_json
+import pyarrow.parquet as pq
+
+from control.errors import Conflict
+from control.runs.dataschema import SchemaConflict, describe, ordered, unify_schemas
+
+CHUNK = 16 << 20  # bytes of JSONL parsed at once; also about one row group's input
+ROW_GROUP_ROWS = 100_000
+FILE_BYTES = 256 << 20  # a new file once this many bytes of Parquet are written
+READ = pa_json.ReadOptions(block_size=4 << 20)
+
+
+class Source(Protocol):
+    """What the writer needs of one winner file (``merge.Source``)."""
+
+    shard: int
+    path: Path
+    sha256: str
+    size: int
+
+
+def chunks(path: Path, digest: Optional[Any] = None) -> Iterator[bytes]:
+    """The file in pieces of about ``CHUNK`` bytes, each ending at a line end (a last line
+    without one gets it); ``digest`` is updated with the file's bytes as read."""
+    rest = b""
+    with open(path, "rb") as handle:
+        while True:
+            block = handle.read(CHUNK)
+            if digest is not None and block:
+                digest.update(block)
+            if not block:
+                if rest.strip():
+                    yield rest if rest.endswith(b"\n") else rest + b"\n"
+                return
+            data = rest + block
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            if cut and data[:cut].strip():
+                yield data[:cut]
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _at(record: Any, path: str) -> Any:
+    for part in path.replace("[]", "").split("."):
+        if isinstance(record, list):
+            record = next((item for item in record if item is not None), None)
+        record = record.get(part) if isinstance(record, dict) else None
+    return record
+
+
+def locate(chunk: bytes, path: str, want: Optional[str]) -> Tuple[Optional[int], str]:
+    """The ``index`` of the first record of ``chunk`` whose ``path`` is not of kind
+    ``want`` (None: not of the kind the first non-null value had), and that kind."""
+    for line in chunk.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        kind = _kind(_at(record, path))
+        if kind == "null":
+            continue
+        if want is None:
+            want = kind
+        elif kind != want:
+            index = record.get("index") if isinstance(record, dict) else None
+            return (index if isinstance(index, int) else None), kind
+    return None, "?"
+
+
+def _where(source: Source, index: Optional[int]) -> str:
+    record = f"record {index}" if index is not None else "a record"
+    return f"shard {source.shard}: {source.path}: {record}"
+
+
+def _refuse(source: Source, chunk: bytes, err: Exception) -> Conflict:
+    """The one-line refusal of a chunk that cannot be converted, naming shard, record and
+    field."""
+    if isinstance(err, SchemaConflict):
+        want = describe(err.left)
+        index, kind = locate(chunk, err.path, want)
+        text = f"field {err.path}: {kind if index is not None else describe(err.right)} " \
+               f"here, {want} in the shards before"
+    else:
+        found = re.search(r"Column\(/([^)]*)\)", str(err))
+        path = found.group(1).replace("/", ".") if found else ""
+        index, _ = locate(chunk, path, None) if path else (None, "")
+        text = f"field {path}: {str(err).splitlines()[0]}" if path else \
+            str(err).splitlines()[0]
+    return Conflict(f"{_where(source, index)}: cannot be converted to parquet: {text}",
+                    hint="make the field's type the same in every record, or merge as "
+                         "jsonl")
+
+
+def _read(chunk: bytes, schema: Optional[pa.Schema] = None) -> pa.Table:
+    options = pa_json.ParseOptions(explicit_schema=schema,
+                                   unexpected_field_behavior="error") \
+        if schema is not None else None
+    return pa_json.read_json(pa.BufferReader(chunk), read_options=READ,
+                             parse_options=options)
+
+
+def infer(files: List[Source], known: Optional[pa.Schema]) -> pa.Schema:
+    """The schema every shard's records fit: the plan's and each chunk's unified
+    (Conflict naming shard, record and field when none does)."""
+    schema, first = known, None
+    for source in files:
+        for chunk in chunks(source.path):
+            try:
+                seen = _read(chunk).schema
+                first = first or seen
+                schema = unify_schemas(schema, seen)
+            except (pa.ArrowInvalid, SchemaConflict) as err:
+                raise _refuse(source, chunk, err) from err
+    if schema is None:
+        return pa.schema([])
+    return ordered(schema, first)
+
+
+class _Hashed:
+    """A file wrapper hashing and counting what pyarrow writes through it."""
+
+    closed = False
+
+    def __init__(self, handle: Any) -> None:
+        self.handle, self.digest, self.size = handle, hashlib.sha256(), 0
+
+    def write(self, data: Any) -> int:
+        """Hash, count and write ``data``."""
+        self.digest.update(data)
+        self.size += len(data)
+        return self.handle.write(data)
+
+    def tell(self) -> int:
+        """Bytes written so far."""
+        return self.size
+
+    def flush(self) -> None:
+        """Flush the file."""
+        self.handle.flush()
+
+
+class Files:
+    """The output folder's Parquet files, opened one after the other."""
+
+    def __init__(self, folder: Path, schema: pa.Schema) -> None:
+        self.folder, self.schema = folder, schema
+        self.done: List[Dict[str, Any]] = []
+        self.writer: Optional[pq.ParquetWriter] = None
+        self.out: Optional[_Hashed] = None
+        self.handle: Any = None
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table`` as row groups; start a new file past ``FILE_BYTES``."""
+        if self.writer is None:
+            self.handle = open(self.folder / f"part-{len(self.done):05d}", "xb")
+            self.out = _Hashed(self.handle)
+            self.writer = pq.ParquetWriter(pa.PythonFile(self.out, mode="w"), self.schema)
+        self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.rows += table.num_rows
+        if self.out is not None and self.out.size >= FILE_BYTES:
+            self.close()
+
+    def close(self) -> None:
+        """Finish the open file (footer, fsync)."""
+        if self.writer is None or self.out is None:
+            return
+        self.writer.close()
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+        self.handle.close()
+        self.done.append({"sha256": self.out.digest.hexdigest(), "bytes": self.out.size,
+                          "records": self.rows})
+        self.writer, self.out, self.rows = None, None, 0
+
+    def finish(self) -> List[Dict[str, Any]]:
+        """Close the last file (an empty run gets one file with no rows, so the folder
+        still has the schema) and give every file its final name; the file list."""
+        if not self.done and self.writer is None:
+            self.write(self.schema.empty_table())
+        self.close()
+        total = len(self.done)
+        for number, entry in enumerate(self.done):
+            name = f"train-{number:05d}-of-{total:05d}.parquet"
+            os.rename(self.folder / f"part-{number:05d}", self.folder / name)
+            entry["path"] = name
+        return self.done
+
+
+Mismatch = Callable[[Source], str]
+
+
+def convert(files: List[Source], folder: Path, schema: pa.Schema,
+            observe: Callable[[pa.Table], None], mismatch: Mismatch
+            ) -> Tuple[List[Dict[str, Any]], Dict[int, str]]:
+    """Write every source into ``folder`` with ``schema``; the files written and the
+    shards whose bytes did not match their digest (shard -> why). ``observe`` sees each
+    table (the card's statistics)."""
+    out = Files(folder, schema)
+    pending: List[pa.Table] = []
+    bad: Dict[int, str] = {}
+
+    def flush() -> None:
+        if pending:
+            table = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
+            observe(table)
+            out.write(table)
+            pending.clear()
+
+    for source in files:
+        digest, tables = hashlib.sha256(), []
+        for chunk in chunks(source.path, digest):
+            try:
+                tables.append(_read(chunk, schema))
+            except pa.ArrowInvalid as err:
+                raise _refuse(source, chunk, err) from err
+            if sum(t.nbytes for t in tables) >= CHUNK:  # a file larger than a row group:
+                pending.extend(tables)  # a mismatch found later discards the whole output
+                tables = []
+                flush()
+        if digest.hexdigest() != source.sha256 or os.path.getsize(source.path) != source.size:
+            bad[source.shard] = mismatch(source)
+            continue
+        pending.extend(tables)
+        if sum(t.nbytes for t in pending) >= CHUNK:
+            flush()
+    flush()
+    return out.finish(), bad
+
+
+def observe_jsonl(path: Path, observe: Callable[[pa.Table], None]) -> Optional[str]:
+    """Feed a merged JSONL file to ``observe`` chunk by chunk (each chunk's own inferred
+    types); None, or why the statistics stop short (a chunk pyarrow cannot read)."""
+    for chunk in chunks(path):
+        try:
+            observe(_read(chunk))
+        except pa.ArrowInvalid as err:
+            return f"column statistics stop short: {str(err).splitlines()[0]}"
+    return None
