@@ -43,7 +43,9 @@ def feature(kind: pa.DataType) -> Dict[str, Any]:
         return {"struct": [{"name": f.name, **feature(f.type)} for f in kind]}
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         inner = feature(kind.value_type)
-        return {"list": inner["dtype"] if set(inner) == {"dtype"} else inner}
+        if set(inner) == {"dtype"}:
+            return {"list": inner["dtype"]}
+        return {"list": inner["struct"] if set(inner) == {"struct"} else inner}
     names = {"double": "float64", "float": "float32", "bool": "bool", "null": "null",
              "large_string": "large_string"}
     return {"dtype": names.get(str(kind), str(kind))}
