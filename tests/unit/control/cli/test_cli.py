@@ -285,7 +285,8 @@ def test_merge_complete(profile_file: Path, workspace: Path, tmp_path: Path) -> 
     target = tmp_path / "all.jsonl"
     result = invoke("merge", RUN_ID, "--output", str(target), "--profile", str(profile_file))
     assert result.exit_code == 0, result.stderr
-    assert result.stdout == f"merged 30 records into {target}\n"
+    assert result.stdout == (f"merged 30 records into {target}\n  dataset card: "
+                             f"{layout.merged / 'README.md'} (and card.json)\n")
     assert [json.loads(x)["index"] for x in target.read_text().splitlines()] == list(range(30))
     assert (layout.merged / "manifest.json").is_file()
 

@@ -268,8 +268,8 @@ def test_merge_in_shard_order(tmp_path: Path) -> None:
     on_disk = json.loads((layout.merged / "manifest.json").read_text())
     assert on_disk == {k: v for k, v in manifest.items() if k not in ("manifest", "card")}
     assert manifest["manifest"] == str(layout.merged / "manifest.json")
-    assert sorted(p.name for p in layout.merged.iterdir()) == ["README.md", "card.json", "manifest.json",
-                                                              "records.jsonl"]
+    assert sorted(p.name for p in layout.merged.iterdir()) == [
+        "README.md", "card.json", "manifest.json", "records.jsonl"]
 
 
 def test_merge_is_idempotent(tmp_path: Path) -> None:
