@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
-from agent_stdlib.candidate import DROPPED
+from agent_stdlib.candidate import DD_PROFILE, DROPPED
 from agent_stdlib.contracts import WinnerRecord
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import load_winner
@@ -54,8 +54,6 @@ from agent_stdlib.statefile import (
 )
 from control.errors import Conflict, InvalidInput, SynthbatchError
 from control.runs.store import load_plan, load_plan_view
-
-DD_PROFILE = ".dd-profile-"  # the Data Designer adapter's profile of its shard, in output/
 
 CHUNK = 1 << 20
 MANIFEST_VERSION = 2  # 2: a jsonl merge names its files' digest (files_sha256), not its own
@@ -296,7 +294,7 @@ def dd_profiles(layout: RunLayout, manifest: Dict[str, Any]) -> Dict[int, Any]:
     for entry in manifest["shards"]:
         base = layout.attempt(entry["shard"], entry["attempt"]).output
         try:
-            names = sorted(n for n in os.listdir(base) if n.startswith(DD_PROFILE))
+            names = sorted(n for n in os.listdir(base) if DD_PROFILE.fullmatch(n))
         except OSError:
             continue
         for name in names[:1]:
