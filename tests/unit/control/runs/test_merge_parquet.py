@@ -269,3 +269,17 @@ def test_datasets_loads_the_merged_folder_offline(tmp_path: Path) -> None:
     assert [r["q"] for r in got["one"]] == [None, None, "t", "u"]
     assert [r["extra"] for r in got["one"]] == [None, None, [1], None]
     assert "'x': Value('float64')" in got["features"]
+
+
+def test_data_designer_profiles_go_into_the_card(tmp_path: Path) -> None:
+    layout = build(tmp_path / "run", command_plan(4, 2), [
+        [{"index": 0}, {"index": 1}], [{"index": 2}, {"index": 3}]])
+    (layout.attempt(0, 1).output / ".dd-profile-000000000000.json").write_text(
+        json.dumps({"passes": [{"pass": 1, "records": 2, "profile": {"num_records": 2}}]}))
+    (layout.attempt(1, 1).output / ".dd-profile-000000000002.json").write_text("{")
+    merge_run(layout, None, False)  # the profiles are not records: the merge is unchanged
+    card = json.loads((layout.merged / "card.json").read_text())
+    profiles = card["data_designer_profiles"]
+    assert profiles["0"]["passes"][0]["profile"] == {"num_records": 2}
+    assert ".dd-profile-000000000002.json" in profiles["1"]["error"]
+    assert card["records"] == 4
