@@ -49,8 +49,11 @@ class _Column:
             self._range("length", lengths)
         if pa.types.is_integer(kind) or pa.types.is_floating(kind):
             self._range("number", array)
-        if pa.types.is_string(kind) or pa.types.is_integer(kind) or pa.types.is_boolean(kind):
-            self._distribution(_count_values(array))
+        if self.values is not None and (pa.types.is_string(kind) or
+                                        pa.types.is_integer(kind) or
+                                        pa.types.is_boolean(kind)):
+            head = _count_values(array.slice(0, 4 * MAX_DISTINCT))  # free text: stop early
+            self._distribution(head if len(head) > MAX_DISTINCT else _count_values(array))
         elif not pa.types.is_null(kind):
             self.values = None
         if judge and pa.types.is_struct(kind):

@@ -171,11 +171,10 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
             else:
                 from control.runs.colstats import ColumnStats
 
-                schema = parquet.infer(files, known)
-                observed = ColumnStats(judges) if stats else None
-                digest, size, parts = _publish_folder(target, functools.partial(
-                    _write_parquet, parquet, files, schema,
-                    observed.add if observed is not None else None))
+                digest, size, (parts, schema, observed) = _publish_folder(
+                    target, functools.partial(
+                        _write_parquet, parquet, files, known,
+                        lambda: ColumnStats(judges) if stats else None))
             break
         except Mismatches as err:
             bad.update(err.shards)
@@ -228,16 +227,16 @@ def _known(layout: RunLayout) -> Tuple[Any, List[str]]:
     return known_schema(plan), judges
 
 
-def _write_parquet(parquet: Any, files: List[Source], schema: Any,
-                   observe: Optional[Callable[[Any], None]], folder: Path
-                   ) -> Tuple[str, int, List[Dict[str, Any]]]:
-    """The parquet files of ``files`` in ``folder``: their ``files_sha256``, total bytes
-    and list; Mismatches when a source's bytes fail their digest."""
-    parts, bad = parquet.convert(files, folder, schema, observe, _mismatch)
+def _write_parquet(parquet: Any, files: List[Source], known: Any, stats: Callable[[], Any],
+                   folder: Path) -> Tuple[str, int, Tuple[List[Dict[str, Any]], Any, Any]]:
+    """The parquet files of ``files`` in ``folder``: their ``files_sha256``, total bytes,
+    and (the files, the schema, the statistics); Mismatches when a source's bytes fail
+    their digest."""
+    parts, bad, schema, observed = parquet.write(files, folder, known, stats, _mismatch)
     if bad:
         raise Mismatches(bad)
     return (files_sha256([(p["sha256"], p["bytes"]) for p in parts]),
-            sum(p["bytes"] for p in parts), parts)
+            sum(p["bytes"] for p in parts), (parts, schema, observed))
 
 
 def dropped_files(layout: RunLayout, found: List[WinnerRecord]) -> List[Dict[str, Any]]:

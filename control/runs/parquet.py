@@ -222,10 +222,113 @@ class Files:
 
 
 Mismatch = Callable[[Source], str]
+Observe = Optional[Callable[[pa.Table], None]]
+
+
+class _Widened(Exception):
+    """A chunk needs a wider schema than the files already written have."""
+
+
+class _Reparse(Exception):
+    """A chunk's inferred column cannot be made the schema's type without the text."""
+
+
+def conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
+    """``array`` (a chunk's inferred column) as ``kind``, a type it unifies into: null
+    columns and missing struct fields filled, ints widened; _Reparse where only the JSON
+    text can say (a timestamp the reader recognised in text)."""
+    if array.type == kind:
+        return array
+    if pa.types.is_null(array.type):
+        return pa.nulls(len(array), kind)
+    if pa.types.is_struct(kind) and pa.types.is_struct(array.type):
+        have = {array.type.field(i).name: i for i in range(array.type.num_fields)}
+        children = [conform(array.field(have[f.name]), f.type) if f.name in have
+                    else pa.nulls(len(array), f.type) for f in kind]
+        return pa.StructArray.from_arrays(children, fields=list(kind),
+                                          mask=array.is_null() if array.null_count else None)
+    if pa.types.is_list(kind) and pa.types.is_list(array.type) and array.offset == 0:
+        return pa.ListArray.from_arrays(array.offsets, conform(array.values, kind.value_type),
+                                        mask=array.is_null() if array.null_count else None)
+    if pa.types.is_floating(kind) and pa.types.is_integer(array.type):
+        return array.cast(kind)
+    raise _Reparse()
+
+
+def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    columns = []
+    for field in schema:
+        index = table.schema.get_field_index(field.name)
+        columns.append(conform(table.column(index).combine_chunks(), field.type)
+                       if index >= 0 else pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def write(files: List[Source], folder: Path, known: Optional[pa.Schema],
+          stats: Callable[[], Any], mismatch: Mismatch
+          ) -> Tuple[List[Dict[str, Any]], Dict[int, str], pa.Schema, Any]:
+    """Every source into ``folder`` with one schema: the files written, the shards whose
+    bytes failed their digest, the schema, and the statistics object (``stats()`` makes
+    one, with ``add``, or None).
+
+    One pass when it can: each chunk is parsed once, its types inferred and unified with
+    the plan's and the chunks' before; while that schema does not widen, the chunk is
+    conformed to it (nulls filled, ints widened) and written. A chunk that widens it (a
+    field first seen, an int column that turns float) means the files written so far
+    have the wrong schema: they are dropped and the slow path runs (:func:`infer` over
+    everything, then :func:`convert` with that schema).
+    """
+    observer = stats()
+    try:
+        parts, bad, schema = _one_pass(files, folder, known,
+                                       observer.add if observer is not None else None,
+                                       mismatch)
+        return parts, bad, schema, observer
+    except (_Widened, _Reparse):
+        for leftover in folder.iterdir():
+            leftover.unlink()
+    schema = infer(files, known)
+    observer = stats()
+    parts, bad = convert(files, folder, schema, observer.add if observer is not None
+                         else None, mismatch)
+    return parts, bad, schema, observer
+
+
+def _one_pass(files: List[Source], folder: Path, known: Optional[pa.Schema],
+              observe: Observe, mismatch: Mismatch
+              ) -> Tuple[List[Dict[str, Any]], Dict[int, str], pa.Schema]:
+    schema: Optional[pa.Schema] = None
+    out: Optional[Files] = None
+    bad: Dict[int, str] = {}
+    for source in files:
+        digest = hashlib.sha256()
+        for chunk in chunks(source.path, digest):
+            try:
+                table = _read(chunk)
+                wider = unify_schemas(schema if schema is not None else known,
+                                      table.schema)
+            except (pa.ArrowInvalid, SchemaConflict) as err:
+                raise _refuse(source, chunk, err) from err
+            if schema is None:
+                schema = ordered(wider, table.schema)
+                out = Files(folder, schema)
+            elif not wider.equals(schema):
+                raise _Widened()
+            table = _conformed(table, schema)
+            if observe is not None:
+                observe(table)
+            assert out is not None
+            out.write(table)
+        if digest.hexdigest() != source.sha256 or os.path.getsize(source.path) != source.size:
+            bad[source.shard] = mismatch(source)
+    if out is None:
+        schema = known if known is not None else pa.schema([])
+        out = Files(folder, schema)
+    return out.finish(), bad, schema
 
 
 def convert(files: List[Source], folder: Path, schema: pa.Schema,
-            observe: Callable[[pa.Table], None], mismatch: Mismatch
+            observe: Observe, mismatch: Mismatch
             ) -> Tuple[List[Dict[str, Any]], Dict[int, str]]:
     """Write every source into ``folder`` with ``schema``; the files written and the
     shards whose bytes did not match their digest (shard -> why). ``observe`` sees each
@@ -237,7 +340,8 @@ def convert(files: List[Source], folder: Path, schema: pa.Schema,
     def flush() -> None:
         if pending:
             table = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
-            observe(table)
+            if observe is not None:
+                observe(table)
             out.write(table)
             pending.clear()
 

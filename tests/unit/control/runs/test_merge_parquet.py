@@ -283,3 +283,25 @@ def test_data_designer_profiles_go_into_the_card(tmp_path: Path) -> None:
     assert profiles["0"]["passes"][0]["profile"] == {"num_records": 2}
     assert ".dd-profile-000000000002.json" in profiles["1"]["error"]
     assert card["records"] == 4
+
+
+def test_records_that_fit_the_first_chunk_s_schema_are_parsed_once(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """No widening after the first chunk (later nulls, ints where floats were, missing
+    struct fields): one pass, no schema pass; a widening later falls back to two."""
+    from control.runs import parquet
+
+    def no_second_pass(*_: Any) -> None:
+        raise AssertionError("the schema pass ran")
+
+    monkeypatch.setattr(parquet, "infer", no_second_pass)
+    layout = build(tmp_path / "run", command_plan(4, 2), [
+        [{"index": 0, "x": 1.5, "s": {"a": 1, "b": "t"}, "l": [{"k": 1}]},
+         {"index": 1, "x": 2.5, "s": None, "l": []}],
+        [{"index": 2, "x": 3, "s": {"a": 2}, "l": None}, {"index": 3, "x": None}]])
+    merge_run(layout, None, False, fmt="parquet")
+    got = table(layout)
+    assert got.column("x").to_pylist() == [1.5, 2.5, 3.0, None]
+    assert got.column("s").to_pylist() == [{"a": 1, "b": "t"}, None, {"a": 2, "b": None},
+                                           None]
+    assert got.column("l").to_pylist() == [[{"k": 1}], [], None, None]
