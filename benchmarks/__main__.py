@@ -59,6 +59,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
               "first server step <= 1 s; RSS <= 40 MB; stop <= grace + 1 s", lambda: None),
     "generator": ("generator.py", [], ["--runs", "1"],
                   "generator >= 0.95 of the engine alone", lambda: None),
+    "merge_parquet": ("merge_parquet.py", [], ["--records", "20000", "--rounds", "1"],
+                      "merge to parquet >= 0.5 of pyarrow directly; working memory at 2x "
+                      "the records <= 1.15x", lambda: None),
 }
 
 

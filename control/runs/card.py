@@ -259,8 +259,8 @@ def render(card: Dict[str, Any]) -> str:
         else:
             out.append(f"NeMo Data Designer, config `{_line(client['config'])}` (sha256 "
                        f"`{client.get('config_sha256') or 'unknown'}`).")
-    out += ["", "## Columns", "", "| column | type | nulls | empty | length min/mean/max "
-            "| values |", "|---|---|---|---|---|---|"]
+    out += ["", "## Columns", "", "| column | type | nulls | empty | min / mean / max (text: "
+            "length) | values |", "|---|---|---|---|---|---|"]
     for name, s in card["statistics"].items():
         length = s.get("length") or s.get("range")
         spread = f"{length['min']} / {length['mean']} / {length['max']}" if length else ""
