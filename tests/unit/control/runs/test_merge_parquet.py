@@ -305,3 +305,16 @@ def test_records_that_fit_the_first_chunk_s_schema_are_parsed_once(tmp_path: Pat
     assert got.column("s").to_pylist() == [{"a": 1, "b": "t"}, None, {"a": 2, "b": None},
                                            None]
     assert got.column("l").to_pylist() == [[{"k": 1}], [], None, None]
+
+
+def test_text_that_looks_like_a_timestamp_stays_the_text_it_was(tmp_path: Path) -> None:
+    """pyarrow's JSON reader infers ISO dates as timestamps: the record had text, and the
+    parquet column keeps exactly that text (the two-pass path parses it as a string)."""
+    layout = build(tmp_path / "run", command_plan(3, 1), [
+        [{"index": 0, "day": "2024-01-03"}, {"index": 1, "day": "2024-02-29T10:00:00"},
+         {"index": 2, "day": None}]])
+    merge_run(layout, None, False, fmt="parquet")
+    got = table(layout)
+    assert got.schema.field("day").type == pa.string()
+    assert got.column("day").to_pylist() == ["2024-01-03", "2024-02-29T10:00:00", None]
+
