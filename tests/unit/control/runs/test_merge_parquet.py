@@ -243,14 +243,18 @@ LOAD = textwrap.dedent("""
     folder = sys.argv[1]
     one = load_dataset("parquet", data_dir=folder + "/data", split="train")
     two = load_dataset(folder, split="train")
+    import pandas
+    frame = pandas.read_parquet(folder + "/data")
     print(json.dumps({"one": one.to_list(), "two": two.to_list(),
+                      "pandas": frame["x"].tolist(),
                       "features": str(two.features), "cols": one.column_names}))
 """)
 
 
 def test_datasets_loads_the_merged_folder_offline(tmp_path: Path) -> None:
     """Both ``load_dataset("parquet", data_dir=...)`` and ``load_dataset(<merged>)`` (the
-    card's YAML) give the records with their types, with no network at all."""
+    card's YAML) give the records with their types, with no network at all; pandas reads
+    the folder too."""
     pytest.importorskip("datasets")
     layout = build(tmp_path / "run", command_plan(4, 2), [
         [{"index": 0, "x": 1, "q": None}, {"index": 1, "x": 2, "q": None}],
@@ -269,6 +273,7 @@ def test_datasets_loads_the_merged_folder_offline(tmp_path: Path) -> None:
     assert [r["q"] for r in got["one"]] == [None, None, "t", "u"]
     assert [r["extra"] for r in got["one"]] == [None, None, [1], None]
     assert "'x': Value('float64')" in got["features"]
+    assert got["pandas"] == [1.0, 2.0, 2.5, 3.0]
 
 
 def test_data_designer_profiles_go_into_the_card(tmp_path: Path) -> None:
