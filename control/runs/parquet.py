@@ -1,14 +1,16 @@
 """Winners' JSONL -> a folder of Parquet files, streamed, with one schema for every shard.
 
-Two passes over the verified sources, each in bounded chunks (``CHUNK`` bytes of JSONL,
-cut at a line end): the first infers each chunk's schema and unifies them all with what
-the plan knows (``dataschema``), refusing a true conflict with the shard, record and
-field; the second parses each chunk with that schema, hashes the bytes it reads against
-their winner's digest, and writes row groups of about ``CHUNK`` bytes of input (at most
-``ROW_GROUP_ROWS`` rows) into files of about ``FILE_BYTES`` each:
-``train-00000-of-00003.parquet``, the names the Hugging Face Hub and ``datasets`` read as
-one ``train`` split. Memory holds one chunk's tables and one row group being encoded,
-whatever the number of records.
+The sources are read in bounded chunks (``CHUNK`` bytes of JSONL, cut at a line end), each
+source's bytes hashed as read against its winner's digest. One pass when it can
+(:func:`write`): each chunk is parsed once, its types unified with what the plan knows
+(``dataschema``) and the chunks before; while that schema does not widen, the chunk is
+conformed to it and written. When a later chunk widens it, the two-pass path runs:
+:func:`infer` (every chunk's schema unified, a true conflict refused with the shard, record
+and field), then :func:`convert` (every chunk parsed with that schema). Row groups hold
+about ``CHUNK`` bytes of input (small shard files share one; at most ``ROW_GROUP_ROWS``
+rows) in files of about ``FILE_BYTES`` each: ``train-00000-of-00003.parquet``, the names
+the Hugging Face Hub and ``datasets`` read as one ``train`` split. Memory holds a row
+group's tables and the one being encoded, whatever the number of records.
 """
 
 from __future__ import annotations
@@ -298,7 +300,7 @@ def _one_pass(files: List[Source], folder: Path, known: Optional[pa.Schema],
               observe: Observe, mismatch: Mismatch
               ) -> Tuple[List[Dict[str, Any]], Dict[int, str], pa.Schema]:
     schema: Optional[pa.Schema] = None
-    out: Optional[Files] = None
+    groups: Optional[_RowGroups] = None
     bad: Dict[int, str] = {}
     for source in files:
         digest = hashlib.sha256()
@@ -311,20 +313,17 @@ def _one_pass(files: List[Source], folder: Path, known: Optional[pa.Schema],
                 raise _refuse(source, chunk, err) from err
             if schema is None:
                 schema = ordered(wider, table.schema)
-                out = Files(folder, schema)
+                groups = _RowGroups(Files(folder, schema), observe)
             elif not wider.equals(schema):
                 raise _Widened()
-            table = _conformed(table, schema)
-            if observe is not None:
-                observe(table)
-            assert out is not None
-            out.write(table)
+            assert groups is not None
+            groups.add(_conformed(table, schema), len(chunk))
         if digest.hexdigest() != source.sha256 or os.path.getsize(source.path) != source.size:
             bad[source.shard] = mismatch(source)
-    if out is None:
+    if groups is None or schema is None:
         schema = known if known is not None else pa.schema([])
-        out = Files(folder, schema)
-    return out.finish(), bad, schema
+        return Files(folder, schema).finish(), bad, schema
+    return groups.finish(), bad, schema
 
 
 def convert(files: List[Source], folder: Path, schema: pa.Schema,
@@ -332,38 +331,50 @@ def convert(files: List[Source], folder: Path, schema: pa.Schema,
             ) -> Tuple[List[Dict[str, Any]], Dict[int, str]]:
     """Write every source into ``folder`` with ``schema``; the files written and the
     shards whose bytes did not match their digest (shard -> why). ``observe`` sees each
-    table (the card's statistics)."""
-    out = Files(folder, schema)
-    pending: List[pa.Table] = []
+    row group (the card's statistics)."""
+    groups = _RowGroups(Files(folder, schema), observe)
     bad: Dict[int, str] = {}
-
-    def flush() -> None:
-        if pending:
-            table = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
-            if observe is not None:
-                observe(table)
-            out.write(table)
-            pending.clear()
-
     for source in files:
-        digest, tables = hashlib.sha256(), []
+        digest = hashlib.sha256()
         for chunk in chunks(source.path, digest):
             try:
-                tables.append(_read(chunk, schema))
+                groups.add(_read(chunk, schema), len(chunk))
             except pa.ArrowInvalid as err:
                 raise _refuse(source, chunk, err) from err
-            if sum(t.nbytes for t in tables) >= CHUNK:  # a file larger than a row group:
-                pending.extend(tables)  # a mismatch found later discards the whole output
-                tables = []
-                flush()
         if digest.hexdigest() != source.sha256 or os.path.getsize(source.path) != source.size:
-            bad[source.shard] = mismatch(source)
-            continue
-        pending.extend(tables)
-        if sum(t.nbytes for t in pending) >= CHUNK:
-            flush()
-    flush()
-    return out.finish(), bad
+            bad[source.shard] = mismatch(source)  # the caller discards the whole output
+    return groups.finish(), bad
+
+
+class _RowGroups:
+    """Chunks' tables gathered into row groups of about ``CHUNK`` bytes of JSONL (small
+    shard files share one), each seen by ``observe`` and written."""
+
+    def __init__(self, out: Files, observe: Observe) -> None:
+        self.out, self.observe = out, observe
+        self.tables: List[pa.Table] = []
+        self.size = 0
+
+    def add(self, table: pa.Table, size: int) -> None:
+        """Hold ``table`` (parsed from ``size`` bytes); write once ``CHUNK`` are held."""
+        self.tables.append(table)
+        self.size += size
+        if self.size >= CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is held as one row group (or more, past ``ROW_GROUP_ROWS``)."""
+        if self.tables:
+            table = pa.concat_tables(self.tables) if len(self.tables) > 1 else self.tables[0]
+            if self.observe is not None:
+                self.observe(table)
+            self.out.write(table)
+            self.tables, self.size = [], 0
+
+    def finish(self) -> List[Dict[str, Any]]:
+        """Write the rest; the files (``Files.finish``)."""
+        self.flush()
+        return self.out.finish()
 
 
 def observe_jsonl(path: Path, observe: Callable[[pa.Table], None]) -> Optional[str]:

@@ -323,3 +323,12 @@ def test_text_that_looks_like_a_timestamp_stays_the_text_it_was(tmp_path: Path) 
     assert got.schema.field("day").type == pa.string()
     assert got.column("day").to_pylist() == ["2024-01-03", "2024-02-29T10:00:00", None]
 
+
+
+def test_small_shards_share_a_row_group(tmp_path: Path) -> None:
+    layout = build(tmp_path / "run", command_plan(50, 10),
+                   [[{"index": s * 5 + i, "v": i} for i in range(5)] for s in range(10)])
+    manifest = merge_run(layout, None, False, fmt="parquet")
+    [part] = manifest["parquet_files"]
+    meta = pq.ParquetFile(layout.merged / "data" / part["path"]).metadata
+    assert (meta.num_row_groups, meta.num_rows) == (1, 50)
