@@ -161,11 +161,16 @@ def card_data(layout: RunLayout, manifest: Dict[str, Any], stats: Dict[str, Any]
                        "dropped": entry["dropped"]})
     shards_count = len(manifest["shards"]) + len(manifest["missing_shards"])
     records = manifest["records"]
+    try:
+        ended = ended_at(layout, shards_count)
+    except (StateError, OSError) as err:
+        ended = None
+        notes.append(f"when the last shard ended could not be read: {err}")
     card.update(records=records, dropped=manifest["dropped"],
                 dropped_files=manifest.get("dropped_files", []),
                 complete=manifest["complete"], missing_shards=manifest["missing_shards"],
                 created_at=_iso(created_at(layout)),
-                ended_at=_iso(ended_at(layout, shards_count)),
+                ended_at=_iso(ended),
                 shards=shards, cost=_totals(layout, records),
                 tokens=stats.get("tokens", {}), statistics=stats.get("columns", {}),
                 features=[{"name": f.name, **feature(f.type)} for f in schema]

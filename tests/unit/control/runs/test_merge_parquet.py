@@ -332,3 +332,15 @@ def test_small_shards_share_a_row_group(tmp_path: Path) -> None:
     [part] = manifest["parquet_files"]
     meta = pq.ParquetFile(layout.merged / "data" / part["path"]).metadata
     assert (meta.num_row_groups, meta.num_rows) == (1, 50)
+
+
+def test_the_card_shows_record_values_as_untrusted_text(tmp_path: Path) -> None:
+    evil = "\x1b[2Jred|x"
+    layout = build(tmp_path / "run", command_plan(8, 1), [
+        [{"index": i, "tag": evil if i % 2 else "ok"} for i in range(8)]])
+    merge_run(layout, None, False)
+    readme = (layout.merged / "README.md").read_text()
+    assert "\x1b" not in readme
+    assert "\\x1b[2Jred\\|x: 4" in readme
+    assert json.loads((layout.merged / "card.json").read_text())["statistics"]["tag"][
+        "values"] == {"ok": 4, evil: 4}
