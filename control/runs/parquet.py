@@ -54,14 +54,15 @@ def chunks(path: Path, digest: Optional[Any] = None) -> Iterator[bytes]:
             if digest is not None and block:
                 digest.update(block)
             if not block:
-                if rest.strip():
+                if rest and not rest.isspace():
                     yield rest if rest.endswith(b"\n") else rest + b"\n"
                 return
-            data = rest + block
+            data = rest + block if rest else block
             cut = data.rfind(b"\n") + 1
             rest = data[cut:]
-            if cut and data[:cut].strip():
-                yield data[:cut]
+            piece = data[:cut]  # the same object when the block ends at a line end
+            if piece and not piece.isspace():
+                yield piece
 
 
 def _kind(value: Any) -> str:
