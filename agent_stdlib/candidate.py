@@ -33,6 +33,16 @@ def dropped_name(stem: str) -> str:
     return name
 
 
+# Data Designer's own profile of a shard (the ``dd`` role writes it; merge puts it in the
+# dataset card). A dot file: not a record file, not part of the verified result.
+DD_PROFILE = re.compile(r"\.dd-profile-[0-9]+\.json")
+
+
+def dd_profile_name(offset: int) -> str:
+    """The file name under ``output/`` of the profile of the shard at ``offset``."""
+    return f".dd-profile-{offset:012d}.json"
+
+
 class CandidateError(AgentError):
     """The client's output is not an acceptable result for the shard."""
 

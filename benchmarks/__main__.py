@@ -62,6 +62,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
     "layout": ("layout_split.py", [], ["--records", "60"],
                "automatic writer/judge split >= 0.9 of the best split's records/s",
                lambda: None),
+    "merge_parquet": ("merge_parquet.py", [], ["--records", "20000", "--rounds", "1"],
+                      "merge to parquet >= 0.5 of pyarrow directly; working memory at 2x "
+                      "the records <= 1.15x", lambda: None),
 }
 
 

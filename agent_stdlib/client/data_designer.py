@@ -67,6 +67,7 @@ from typing import (
     Tuple,
 )
 
+from agent_stdlib.candidate import dd_profile_name
 from agent_stdlib.client import ddshard
 from agent_stdlib.client.generate import EXIT_PARTIAL
 from agent_stdlib.contracts import DataDesignerSpec, Plan, ProgressRecord, split_dd_config
@@ -466,6 +467,7 @@ class ShardFile:
         resume_count(self.path)  # cuts a torn last line
         self.present: Set[int] = set(scan_kept(output, offset, count).spans)
         self.kept = len(self.present)
+        self.profiles: List[Dict[str, Any]] = []  # Data Designer's, one per pass
         self.handle: BinaryIO = open(self.path, "ab")
 
     def adopt(self, kept: KeptRecords) -> int:
@@ -589,13 +591,29 @@ def run_pass(session: Session, seed: Seed, targets: Sequence[int], shard: ShardF
     session.builder.with_seed_dataset(DataFrameSeedSource(df=seed.for_indices(targets)),
                                       sampling_strategy=seed.sampling)
     try:
-        session.designer.create(session.builder, num_records=len(targets),
-                                dataset_name=f"pass-{number}", artifact_path=artifacts,
-                                on_batch_complete=written)
+        results = session.designer.create(session.builder, num_records=len(targets),
+                                          dataset_name=f"pass-{number}",
+                                          artifact_path=artifacts, on_batch_complete=written)
     except DataDesignerProfilingError as err:  # the records are written; stats are extra
         print(f"dd: Data Designer's profile failed (records kept): {one_line(err)}",
               file=sys.stderr, flush=True)
+    else:
+        keep_profile(shard, number, added[0], results)
     return added[0]
+
+
+def keep_profile(shard: ShardFile, number: int, added: int, results: Any) -> None:
+    """Add Data Designer's profile of pass ``number`` to ``output/.dd-profile-<offset>.json``
+    (``{"passes": [{"pass", "records", "profile"}]}``, written atomically): merge puts it
+    in the dataset card. A profile that cannot be read or written is only reported."""
+    try:
+        profile = results.load_analysis().model_dump(mode="json")
+        shard.profiles.append({"pass": number, "records": added, "profile": profile})
+        write_json_atomic(shard.output / dd_profile_name(shard.offset),
+                          {"passes": shard.profiles})
+    except Exception as err:  # noqa: BLE001 - the records are written; the profile is extra
+        print(f"dd: Data Designer's profile was not kept (records kept): {one_line(err)}",
+              file=sys.stderr, flush=True)
 
 
 PassFn = Callable[[List[int], int], int]  # (record indices to generate, pass number) -> added

@@ -13,9 +13,10 @@ from control.cli.common import common, run_id_argument
 @click.command("merge")
 @run_id_argument()
 @click.option("--output", type=click.Path(path_type=Path), default=None,
-              help="Output file (default: <run>/merged/records.<format>).")
+              help="Output file (jsonl, default <run>/merged/records.jsonl) or folder (parquet, "
+                   "default <run>/merged/data).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "parquet"]), default="jsonl",
-              show_default=True, help="parquet needs the optional pyarrow extra.")
+              show_default=True, help="parquet: a folder of Parquet files.")
 @click.option("--allow-partial", is_flag=True,
               help="Merge the shards with a sound winner; name the others (and why) in the "
                    "manifest.")
@@ -27,6 +28,13 @@ def merge_cmd(run_id: str, output: Optional[Path], fmt: str, allow_partial: bool
 
     data = api.merge(run_id, output, allow_partial, profile, fmt=fmt).to_dict()
     text = f"merged {data['records']} records into {data['output']}"
+    if data.get("dropped"):
+        where = data.get("dropped_files", [])
+        text += (f"\n  dropped: {data['dropped']} record(s) the client gave up on, in shard(s) "
+                 f"{', '.join(str(d['shard']) for d in where[:20])} (listed in their "
+                 "output/.dropped-*.jsonl; manifest: dropped_files)")
+    if data.get("card"):
+        text += f"\n  dataset card: {data['card']} (and card.json)"
     if data["missing_shards"]:
         text += (f"\n  partial: {len(data['missing_shards'])} shard(s) were left out: "
                  f"{', '.join(map(str, data['missing_shards'][:20]))}")

@@ -32,12 +32,14 @@ import hashlib
 import mmap
 import os
 import secrets
+import shutil
 import stat
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
+from agent_stdlib.candidate import DD_PROFILE, DROPPED
 from agent_stdlib.contracts import WinnerRecord
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.publish import load_winner
@@ -45,18 +47,20 @@ from agent_stdlib.statefile import (
     StateError,
     ensure_dir,
     read_bytes,
+    read_json,
     refusal,
+    write_bytes_atomic,
     write_json_atomic,
 )
-from control.errors import Conflict, InvalidInput
-from control.runs.store import load_plan_view
+from control.errors import Conflict, InvalidInput, SynthbatchError
+from control.runs.store import load_plan, load_plan_view
 
 CHUNK = 1 << 20
 MANIFEST_VERSION = 2  # 2: a jsonl merge names its files' digest (files_sha256), not its own
 # What the manifest's digest of the output is: for jsonl, ``files_sha256`` (each byte of a
 # merge is hashed once, against its winner's digest; the output is those files in order,
 # see ``files_sha256``); parquet is converted, so the output's own sha256.
-DIGEST_FIELD = {"jsonl": "files_sha256", "parquet": "sha256"}
+DIGEST_FIELD = {"jsonl": "files_sha256", "parquet": "files_sha256"}
 DEPTH = 4  # read buffers in flight while their blocks are hashed
 FORMATS = ("jsonl", "parquet")
 PARTIAL_HINT = ("wait, retry them (synthbatch retry), or pass --allow-partial to merge the "
@@ -134,11 +138,17 @@ def left_out(run_id: str, missing: List[int], bad: Dict[int, str]) -> str:
 
 
 def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
-              fmt: str = "jsonl") -> Dict[str, Any]:
-    """Verify and concatenate every winner in shard order; return the merge manifest."""
+              fmt: str = "jsonl", stats: bool = True) -> Dict[str, Any]:
+    """Verify and merge every winner in shard order; write the manifest and the dataset
+    card (``card.json``, ``README.md``) in ``merged/``; return the manifest.
+
+    jsonl: one file, the winners' bytes. parquet: a folder of Parquet files with one
+    schema (``control.runs.parquet``). ``stats=False`` leaves the card's column
+    statistics out (a jsonl merge then reads no record: a pure copy).
+    """
     if fmt not in FORMATS:
         raise InvalidInput(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    writer: Writer = _parquet_writer() if fmt == "parquet" else _write_jsonl
+    parquet = _parquet() if fmt == "parquet" else None
     plan = load_plan_view(layout)
     plan_bytes = read_bytes(layout.plan_json) or b""
     found, missing, bad = winners(layout, len(plan.shard_records))
@@ -146,13 +156,25 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
     bad.update(unusable)
     if (missing or bad) and not allow_partial:
         raise Conflict(left_out(plan.run_id, missing, bad), hint=PARTIAL_HINT)
-    target = output or layout.merged / f"records.{fmt}"
+    target = output or layout.merged / DEFAULT_OUTPUT[fmt]
     ensure_dir(layout.merged)
     if not target.parent.is_dir():
         raise InvalidInput(f"--output {target}: {target.parent} is not a directory")
+    known, judges = _known(layout) if parquet is not None or stats else (None, [])
+    observed: Any = None
+    parts: Optional[List[Dict[str, Any]]] = None
+    schema = None
     while True:  # a shard whose content fails its digest is left out, and the rest redone
         try:
-            digest, size = _publish(target, functools.partial(writer, files))
+            if parquet is None:
+                digest, size = _publish(target, functools.partial(_write_jsonl, files))
+            else:
+                from control.runs.colstats import ColumnStats
+
+                digest, size, (parts, schema, observed) = _publish_folder(
+                    target, functools.partial(
+                        _write_parquet, parquet, files, known,
+                        lambda: ColumnStats(judges) if stats else None))
             break
         except Mismatches as err:
             bad.update(err.shards)
@@ -171,6 +193,7 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
         "bytes": size,
         "records": sum(w.records for w in found),
         "dropped": sum(w.dropped for w in found),  # given up on by the client (on_error)
+        "dropped_files": dropped_files(layout, found),
         "complete": not missing and not bad,
         "missing_shards": sorted(missing + list(bad)),  # every shard left out
         "bad_shards": [{"shard": index, "reason": bad[index]} for index in sorted(bad)],
@@ -179,9 +202,106 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
                     "files": [{"path": f.path, "sha256": f.sha256, "bytes": f.bytes,
                                "records": f.records} for f in w.files]} for w in found],
     }
+    if parts is not None:
+        manifest["parquet_files"] = parts
     where = layout.merged / "manifest.json"
     write_json_atomic(where, manifest)
-    return {**manifest, "manifest": str(where)}
+    card = _write_card(layout, manifest, target, schema, observed, judges, stats)
+    return {**manifest, "manifest": str(where), "card": card}
+
+
+DEFAULT_OUTPUT = {"jsonl": "records.jsonl", "parquet": "data"}
+
+
+def _known(layout: RunLayout) -> Tuple[Any, List[str]]:
+    """The plan's record schema (built-in generator; None otherwise, or when the plan
+    cannot be read in full) and its judge columns."""
+    try:
+        from control.runs.dataschema import known_schema
+
+        plan = load_plan(layout)
+    except (SynthbatchError, StateError, ImportError):
+        return None, []
+    judges = [c.name for c in plan.client.columns if c.type == "llm-judge"] \
+        if plan.client is not None else []
+    return known_schema(plan), judges
+
+
+def _write_parquet(parquet: Any, files: List[Source], known: Any, stats: Callable[[], Any],
+                   folder: Path) -> Tuple[str, int, Tuple[List[Dict[str, Any]], Any, Any]]:
+    """The parquet files of ``files`` in ``folder``: their ``files_sha256``, total bytes,
+    and (the files, the schema, the statistics); Mismatches when a source's bytes fail
+    their digest."""
+    parts, bad, schema, observed = parquet.write(files, folder, known, stats, _mismatch)
+    if bad:
+        raise Mismatches(bad)
+    return (files_sha256([(p["sha256"], p["bytes"]) for p in parts]),
+            sum(p["bytes"] for p in parts), (parts, schema, observed))
+
+
+def dropped_files(layout: RunLayout, found: List[WinnerRecord]) -> List[Dict[str, Any]]:
+    """Where each merged shard's dropped records are listed: ``{"shard", "records",
+    "path"}`` per ``output/.dropped-*.jsonl`` of its winning attempt."""
+    out = []
+    for winner in found:
+        if not winner.dropped:
+            continue
+        base = layout.attempt(winner.shard, winner.attempt).output
+        try:
+            names = sorted(n for n in os.listdir(base) if DROPPED.fullmatch(n))
+        except OSError:
+            names = []
+        out.append({"shard": winner.shard, "records": winner.dropped,
+                    "path": [str(base / n) for n in names]})
+    return out
+
+
+def _write_card(layout: RunLayout, manifest: Dict[str, Any], target: Path, schema: Any,
+                observed: Any, judges: List[str], stats: bool) -> Optional[str]:
+    """``card.json`` and ``README.md`` in ``merged/`` (None when pyarrow is missing: the
+    card's statistics and features need it)."""
+    try:
+        from control.runs import card as cards
+        from control.runs.colstats import ColumnStats
+        from control.runs.parquet import observe_jsonl
+    except ImportError:
+        return None
+    summary: Dict[str, Any] = {}
+    if observed is not None:
+        summary = observed.summary()
+    elif stats and manifest["format"] == "jsonl":
+        counter = ColumnStats(judges)
+        summary = {"note": observe_jsonl(target, counter.add), **counter.summary()}
+    try:
+        relative = target.relative_to(layout.merged).as_posix()
+    except ValueError:
+        relative = str(target)
+    data_files = f"{relative}/*.parquet" if manifest["format"] == "parquet" else relative
+    data = cards.card_data(layout, manifest, summary, schema, data_files,
+                           dd_profiles(layout, manifest))
+    write_json_atomic(layout.merged / "card.json", data)
+    text = cards.render(data).encode("utf-8")
+    write_bytes_atomic(layout.merged / "README.md", text)
+    return str(layout.merged / "README.md")
+
+
+def dd_profiles(layout: RunLayout, manifest: Dict[str, Any]) -> Dict[int, Any]:
+    """Data Designer's own profile of each merged shard (``output/.dd-profile-*.json``,
+    written by the adapter; not part of the verified result): shard -> the profile, or
+    ``{"error": why}`` when it is there but unreadable."""
+    found: Dict[int, Any] = {}
+    for entry in manifest["shards"]:
+        base = layout.attempt(entry["shard"], entry["attempt"]).output
+        try:
+            names = sorted(n for n in os.listdir(base) if DD_PROFILE.fullmatch(n))
+        except OSError:
+            continue
+        for name in names[:1]:
+            try:
+                found[entry["shard"]] = read_json(base / name)
+            except (StateError, OSError, ValueError) as err:
+                found[entry["shard"]] = {"error": f"{base / name}: {err}"}
+    return found
 
 
 def files_sha256(files: List[Tuple[str, int]]) -> str:
@@ -225,31 +345,6 @@ def verify_jsonl(output: Path, manifest: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-class _Hashing:
-    """A binary file wrapper that hashes and counts everything written through it."""
-
-    closed = False
-
-    def __init__(self, handle: BinaryIO) -> None:
-        self.handle = handle
-        self.digest = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: Any) -> int:
-        """Hash, count and write ``data``."""
-        self.digest.update(data)
-        self.size += len(data)
-        return self.handle.write(data)
-
-    def tell(self) -> int:
-        """Bytes written so far (file-like, for pyarrow)."""
-        return self.size
-
-    def flush(self) -> None:
-        """Flush the underlying file."""
-        self.handle.flush()
-
-
 Writer = Callable[[List[Source], BinaryIO], Tuple[str, int]]
 
 
@@ -265,11 +360,7 @@ def _publish(target: Path, write: Callable[[BinaryIO], Tuple[str, int]]) -> Tupl
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync_dir(target.parent)
     return digest, size
 
 
@@ -417,56 +508,50 @@ def _stream_jsonl(files: List[Source], out: BinaryIO) -> Tuple[str, int]:
         return _verdict(checks), size
 
 
-def _verified_bytes(source: Source) -> Optional[bytes]:
-    """The file's bytes, or None when they do not match its winner's digest."""
-    with open(source.path, "rb") as handle:
-        data = handle.read()
-    if len(data) != source.size or hashlib.sha256(data).hexdigest() != source.sha256:
-        return None
-    return data
-
-
-def _parquet_writer() -> Writer:
-    """The parquet writer; InvalidInput with the install hint when pyarrow is missing."""
+def _parquet() -> Any:
+    """The parquet writer's module; InvalidInput with the install hint when pyarrow is
+    missing (it is a dependency of the control plane: only a broken install lacks it)."""
     try:
-        import pyarrow as pa
-        import pyarrow.json as pa_json
-        import pyarrow.parquet as pq
+        import pyarrow  # noqa: F401 - the one import that can be missing
+
+        from control.runs import parquet
     except ImportError as err:
-        raise InvalidInput("--format parquet needs pyarrow, which is not installed",
-                           hint="pip install 'synthbatch[parquet]' (or pip install "
-                                "'pyarrow>=14'), or merge as jsonl") from err
+        raise InvalidInput(f"--format parquet needs pyarrow, which cannot be imported "
+                           f"({err})", hint="pip install 'pyarrow>=14' into synthbatch's "
+                                            "environment (a dependency of synthbatch), or "
+                                            "merge as jsonl") from err
+    return parquet
 
-    def write(files: List[Source], handle: BinaryIO) -> Tuple[str, int]:
-        out = _Hashing(handle)
-        writer = None
-        schema = None
-        bad: Dict[int, str] = {}
-        try:
-            for source in files:
-                data = _verified_bytes(source)
-                if data is None:
-                    bad[source.shard] = _mismatch(source)
-                    continue
-                if not data.strip():
-                    continue
-                options = pa_json.ParseOptions(explicit_schema=schema,
-                                               unexpected_field_behavior="error") \
-                    if schema is not None else None
-                try:
-                    table = pa_json.read_json(pa.BufferReader(data), parse_options=options)
-                except pa.ArrowInvalid as err:
-                    raise Conflict(f"shard {source.shard}: {source.path}: cannot be "
-                                   f"converted to parquet: {err}") from err
-                if writer is None:
-                    schema = table.schema
-                    writer = pq.ParquetWriter(pa.PythonFile(out, mode="w"), schema)
-                writer.write_table(table.cast(schema))
-        finally:
-            if writer is not None:
-                writer.close()
-        if bad:
-            raise Mismatches(bad)
-        return out.digest.hexdigest(), out.size
 
-    return write
+def _publish_folder(target: Path, write: Callable[[Path], Tuple[str, int, Any]]
+                    ) -> Tuple[str, int, Any]:
+    """Run ``write`` into a private temp folder beside ``target``, then put it in
+    ``target``'s place (an earlier folder there is moved aside first, then removed)."""
+    temp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+    os.mkdir(temp, 0o700)
+    try:
+        result = write(temp)
+        _fsync_dir(temp)
+        if target.exists() or target.is_symlink():
+            if target.is_symlink() or not target.is_dir():
+                raise InvalidInput(f"--output {target}: a parquet merge writes a folder; "
+                                   "this is a file")
+            old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
+            os.rename(target, old)
+            os.rename(temp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(temp, target)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    _fsync_dir(target.parent)
+    return result
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

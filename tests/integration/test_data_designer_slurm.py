@@ -115,6 +115,16 @@ def test_three_shard_data_designer_run_merges_exactly(slurm_cluster, tmp_path, p
     for record in records:
         check_record(record, served, writer_tokens=6)
     layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
+    card = json.loads((layout.merged / "card.json").read_text())  # DD's profile of each shard
+    assert sorted(card["data_designer_profiles"]) == ["0", "1", "2"]
+    for shard, count in enumerate((8, 8, 7)):
+        [one] = card["data_designer_profiles"][str(shard)]["passes"]
+        assert (one["pass"], one["records"]) == (1, count)
+        assert one["profile"]["num_records"] == count
+        assert {c["column_name"] for c in one["profile"]["column_statistics"]} >= {
+            "sentence", "critique"}
+    assert card["client"]["kind"] == "data-designer" and card["records"] == 23
+    assert "Data Designer's own profile of each shard" in (layout.merged / "README.md").read_text()
     for shard, count in enumerate((8, 8, 7)):
         progress = read_json(layout.attempt(shard, 1).progress_json)
         assert progress is not None

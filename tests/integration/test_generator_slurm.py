@@ -80,6 +80,31 @@ def test_a_recipe_over_two_deployments_in_three_shards(slurm_cluster, tmp_path, 
     assert "gen 32 in flight, adaptive up to 256; judge 32 in flight, adaptive up to 256" \
         in client_logs
     assert "generate: wrote 10 records" in client_logs
+    _parquet_and_card(tmp_path, run_id, profile, records)
+
+
+def _parquet_and_card(tmp_path: Path, run_id: str, profile: Path,
+                      records: List[Dict[str, Any]]) -> None:
+    """merge --format parquet of the same run: the plan's types, the same records, and a
+    card naming the run's plan digest, models and judge histogram."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import hashlib
+
+    manifest = cli_json("merge", run_id, "--format", "parquet", "--profile", str(profile))
+    merged = tmp_path / "workspace" / "runs" / run_id / "merged"
+    table = pq.read_table(merged / "data")
+    assert str(table.schema.field("minutes").type) == "int64"
+    assert str(table.schema.field("grade").type) == \
+        "struct<correct: struct<score: int64, reasoning: string>>"
+    assert table.to_pylist() == [{**r, "answer": {"steps": None, **r["answer"]}}
+                                 for r in records]
+    card = json.loads((merged / "card.json").read_text())
+    plan = (tmp_path / "workspace" / "runs" / run_id / "plan.json").read_bytes()
+    assert card["plan_sha256"] == manifest["plan_sha256"] == hashlib.sha256(plan).hexdigest()
+    assert [m["alias"] for m in card["models"]] == ["gen", "judge"]
+    scores = card["statistics"]["grade"]["scores"]["correct"]
+    assert sum(scores.values()) == 30
+    assert all(s["attempts"] == 1 for s in card["shards"])
 
 
 def test_the_qa_recipe_on_the_real_llamacpp_model(slurm_cluster, tmp_path, python_exe):

@@ -189,3 +189,41 @@ def test_a_config_edited_after_submit_fails_the_shard_naming_both_digests(tmp_pa
     assert pinned in problem
     config.unlink()
     assert "cannot be read" in (changed_config(spec) or "")
+
+
+class _Analysis:
+    def __init__(self, records: int) -> None:
+        self.records = records
+
+    def model_dump(self, mode: str) -> dict:
+        assert mode == "json"
+        return {"num_records": self.records, "column_statistics": []}
+
+
+class _Results:
+    def __init__(self, records: int) -> None:
+        self.records = records
+
+    def load_analysis(self) -> _Analysis:
+        if self.records < 0:
+            raise RuntimeError("no analysis")
+        return _Analysis(self.records)
+
+
+def test_each_pass_s_profile_is_kept_beside_the_records(tmp_path: Path, capsys) -> None:
+    from agent_stdlib.candidate import DD_PROFILE
+    from agent_stdlib.client.data_designer import keep_profile
+
+    out = tmp_path / "output"
+    out.mkdir()
+    shard = ShardFile(out, 10, 4)
+    keep_profile(shard, 1, 3, _Results(3))
+    keep_profile(shard, 2, 1, _Results(1))
+    keep_profile(shard, 3, 0, _Results(-1))  # an unreadable profile: reported, records kept
+    [name] = [p.name for p in out.iterdir() if p.name.startswith(".dd")]
+    assert name == ".dd-profile-000000000010.json" and DD_PROFILE.fullmatch(name)
+    kept = json.loads((out / name).read_text())
+    assert [(p["pass"], p["records"], p["profile"]["num_records"]) for p in kept["passes"]] \
+        == [(1, 3, 3), (2, 1, 1)]
+    assert "profile was not kept (records kept): no analysis" in \
+        capsys.readouterr().err

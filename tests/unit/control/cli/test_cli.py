@@ -299,9 +299,29 @@ def test_merge_complete(profile_file: Path, workspace: Path, tmp_path: Path) -> 
     target = tmp_path / "all.jsonl"
     result = invoke("merge", RUN_ID, "--output", str(target), "--profile", str(profile_file))
     assert result.exit_code == 0, result.stderr
-    assert result.stdout == f"merged 30 records into {target}\n"
+    assert result.stdout == (f"merged 30 records into {target}\n  dataset card: "
+                             f"{layout.merged / 'README.md'} (and card.json)\n")
     assert [json.loads(x)["index"] for x in target.read_text().splitlines()] == list(range(30))
     assert (layout.merged / "manifest.json").is_file()
+
+
+def test_merge_prints_the_dropped_records_and_where(profile_file: Path, workspace: Path,
+                                                   tmp_path: Path) -> None:
+    layout = build_run(workspace, winners=[0, 2])
+    out = ensure_dir(layout.attempt(1, 1).output)  # shard 1: 8 records, 2 dropped
+    (out / "records.jsonl").write_text("".join(json.dumps({"index": i}) + "\n"
+                                               for i in range(10, 18)))
+    (out / ".dropped-10.jsonl").write_text('{"index": 18}\n{"index": 19}\n')
+    manifest = build_manifest(out, 1, 1, 10)
+    winner = WinnerRecord(shard=1, attempt=1, records=manifest.records, dropped=2,
+                          result_sha256=sha256_bytes(manifest.to_json().encode()),
+                          files=manifest.files, created_at=time.time())
+    publish_json_immutable(layout.winner_json(1), winner.to_dict())
+    result = invoke("merge", RUN_ID, "--profile", str(profile_file))
+    assert result.exit_code == 0, result.stderr
+    assert "merged 28 records" in result.stdout
+    assert "dropped: 2 record(s) the client gave up on, in shard(s) 1 (listed in their " \
+        "output/.dropped-*.jsonl; manifest: dropped_files)" in result.stdout
 
 
 def test_merge_corrupt_plan_is_a_damaged_state_conflict(profile_file: Path,

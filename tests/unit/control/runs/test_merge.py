@@ -266,9 +266,10 @@ def test_merge_in_shard_order(tmp_path: Path) -> None:
     assert [(s["shard"], s["attempt"]) for s in manifest["shards"]] == [(0, 1), (1, 3), (2, 1),
                                                                         (3, 2)]
     on_disk = json.loads((layout.merged / "manifest.json").read_text())
-    assert on_disk == {k: v for k, v in manifest.items() if k != "manifest"}
+    assert on_disk == {k: v for k, v in manifest.items() if k not in ("manifest", "card")}
     assert manifest["manifest"] == str(layout.merged / "manifest.json")
-    assert sorted(p.name for p in layout.merged.iterdir()) == ["manifest.json", "records.jsonl"]
+    assert sorted(p.name for p in layout.merged.iterdir()) == [
+        "README.md", "card.json", "manifest.json", "records.jsonl"]
 
 
 def test_merge_is_idempotent(tmp_path: Path) -> None:
@@ -483,7 +484,7 @@ def test_merge_parquet_without_pyarrow_says_how_to_install(tmp_path: Path,
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(InvalidInput, match="needs pyarrow") as info:
         merge_run(layout, None, False, fmt="parquet")
-    assert "synthbatch[parquet]" in (info.value.hint or "")
+    assert "pip install 'pyarrow>=14'" in (info.value.hint or "")
     with pytest.raises(InvalidInput, match="--format 'csv'"):
         merge_run(layout, None, False, fmt="csv")
 
@@ -492,13 +493,17 @@ def test_merge_parquet(tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     layout = build_run(tmp_path / "run", records=9, count=3, winners={0: 1, 2: 1})
     manifest = merge_run(layout, None, True, fmt="parquet")
-    target = layout.merged / "records.parquet"
+    target = layout.merged / "data"
     assert manifest["output"] == str(target) and manifest["format"] == "parquet"
     assert pq.read_table(target).column("i").to_pylist() == [0, 1, 2, 6, 7, 8]
-    data = target.read_bytes()
-    assert manifest["sha256"] == hashlib.sha256(data).hexdigest()
-    merge_run(layout, None, True, fmt="parquet")
-    assert target.read_bytes() == data
+    [part] = manifest["parquet_files"]
+    assert part["path"] == "train-00000-of-00001.parquet" and part["records"] == 6
+    data = (target / part["path"]).read_bytes()
+    assert part["sha256"] == hashlib.sha256(data).hexdigest()
+    assert manifest["files_sha256"] == files_sha256([(part["sha256"], len(data))])
+    merge_run(layout, None, True, fmt="parquet")  # a rerun replaces the folder: same bytes
+    assert sorted(p.name for p in target.iterdir()) == [part["path"]]
+    assert (target / part["path"]).read_bytes() == data
 
 
 def test_the_copy_is_made_in_the_kernel_and_hashed_in_the_output(
