@@ -109,7 +109,8 @@ def dumps(data: Dict[str, Any]) -> bytes:
     return (canonical(data) + "\n").encode("utf-8")
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync the directory ``path`` (what makes a rename or a new entry in it durable)."""
     fd = os.open(str(path), os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -139,7 +140,7 @@ def write_bytes_atomic(path: Path, payload: bytes, mode: int = FILE_MODE) -> Non
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
@@ -211,7 +212,7 @@ def publish_immutable(path: Path, payload: bytes, mode: int = FILE_MODE) -> bool
         won = False
     finally:
         temp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return won
 
 

@@ -46,6 +46,7 @@ from agent_stdlib.publish import load_winner
 from agent_stdlib.statefile import (
     StateError,
     ensure_dir,
+    fsync_dir,
     read_bytes,
     read_json,
     refusal,
@@ -360,7 +361,7 @@ def _publish(target: Path, write: Callable[[BinaryIO], Tuple[str, int]]) -> Tupl
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     return digest, size
 
 
@@ -531,7 +532,7 @@ def _publish_folder(target: Path, write: Callable[[Path], Tuple[str, int, Any]]
     os.mkdir(temp, 0o700)
     try:
         result = write(temp)
-        _fsync_dir(temp)
+        fsync_dir(temp)
         if target.exists() or target.is_symlink():
             if target.is_symlink() or not target.is_dir():
                 raise InvalidInput(f"--output {target}: a parquet merge writes a folder; "
@@ -545,13 +546,5 @@ def _publish_folder(target: Path, write: Callable[[Path], Tuple[str, int, Any]]
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     return result
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
