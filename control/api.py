@@ -401,13 +401,14 @@ def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileR
 
 
 def merge(run_id: str, output: Optional[PathLike] = None, allow_partial: bool = False,
-          profile: ProfileRef = None, fmt: str = "jsonl") -> MergeResult:
-    """Verify and concatenate the winners of a run in shard order; return the manifest."""
+          profile: ProfileRef = None, fmt: str = "jsonl", stats: bool = True) -> MergeResult:
+    """Verify and concatenate the winners of a run in shard order; return the manifest.
+    ``stats=False`` leaves the column statistics out of the dataset card."""
     from control.runs.merge import merge_run
 
     _, layout = _run(run_id, profile)
     target = Path(output).resolve() if output is not None else None
-    return MergeResult.from_dict(merge_run(layout, target, allow_partial, fmt))
+    return MergeResult.from_dict(merge_run(layout, target, allow_partial, fmt, stats))
 
 
 def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
@@ -523,9 +524,9 @@ class Run:
                      scheduler=self.scheduler)
 
     def merge(self, output: Optional[PathLike] = None, allow_partial: bool = False,
-              fmt: str = "jsonl") -> MergeResult:
+              fmt: str = "jsonl", stats: bool = True) -> MergeResult:
         """Verify and concatenate the winners into ``output`` (``api.merge``)."""
-        return merge(self.run_id, output, allow_partial, self.profile, fmt)
+        return merge(self.run_id, output, allow_partial, self.profile, fmt, stats)
 
     def logs(self, shard: Optional[int] = None, step: Optional[str] = None) -> str:
         """The text of a shard's log (as ``synthbatch logs``; the last 64 KiB)."""

@@ -20,13 +20,16 @@ from control.cli.common import common, run_id_argument
 @click.option("--allow-partial", is_flag=True,
               help="Merge the shards with a sound winner; name the others (and why) in the "
                    "manifest.")
+@click.option("--no-stats", is_flag=True,
+              help="Leave the column statistics out of the dataset card (a jsonl merge then "
+                   "reads no record: a plain copy, for very large runs).")
 @common
 def merge_cmd(run_id: str, output: Optional[Path], fmt: str, allow_partial: bool,
-              profile: Optional[str]) -> Any:
+              no_stats: bool, profile: Optional[str]) -> Any:
     """Concatenate the verified winners of RUN_ID in shard order; write a manifest."""
     from control import api
 
-    data = api.merge(run_id, output, allow_partial, profile, fmt=fmt).to_dict()
+    data = api.merge(run_id, output, allow_partial, profile, fmt=fmt, stats=not no_stats).to_dict()
     text = f"merged {data['records']} records into {data['output']}"
     if data.get("dropped"):
         where = data.get("dropped_files", [])

@@ -649,3 +649,17 @@ def test_cancel_with_no_scheduler_exits_5_and_records_no_cancel(
     assert "scancel: fatal: Could not establish a configuration source (hint: is SLURM_CONF " \
            "set?" in one_error_line(result)
     assert not list((layout.root / "cancels").glob("*.json"))  # status shows no "cancelling"
+
+
+def test_merge_no_stats_leaves_the_card_without_column_statistics(
+        profile_file: Path, workspace: Path, tmp_path: Path) -> None:
+    layout = build_run(workspace, winners=[0, 1, 2])
+    with_stats = invoke("merge", RUN_ID, "--output", str(tmp_path / "a.jsonl"), "--profile",
+                        str(profile_file))
+    assert with_stats.exit_code == 0, with_stats.stderr
+    assert json.loads((layout.merged / "card.json").read_text())["statistics"]
+    result = invoke("merge", RUN_ID, "--output", str(tmp_path / "b.jsonl"), "--no-stats",
+                    "--profile", str(profile_file))
+    assert result.exit_code == 0, result.stderr
+    assert json.loads((layout.merged / "card.json").read_text())["statistics"] == {}
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
