@@ -289,13 +289,15 @@ def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Refr
 
 def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
     """The refresh with what is said about it: pending reasons that block shards
-    (``blocked``: from the rows read this time, as a settled shard is never pending) and
+    (``blocked``: from the rows read this time, as a settled shard is never pending; and
+    ``pending_reasons``, how many pending shards wait for each of Slurm's reasons) and
     the run's numbers (``totals``: from the index's columns, no settled row is built)."""
-    from control.runs.pending import blocked
+    from control.runs.pending import blocked, reasons
     from control.runs.totals import totals
 
     summary = fresh.summary
     summary["blocked"] = blocked(fresh.fresh)
+    summary["pending_reasons"] = reasons(fresh.fresh)
     summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
                                ended=fresh.ended_at, job_ids=fresh.job_ids)
     return fresh

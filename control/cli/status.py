@@ -63,7 +63,8 @@ class Screen:
 @click.option("--interval", type=click.FloatRange(1.0, 600.0), default=2.0, show_default=True,
               help="First refresh interval of --watch, seconds.")
 @click.option("--exit-status", is_flag=True,
-              help="Exit 6 if the run ended with a failed shard, 7 if cancelled (as `wait`).")
+              help="Exit 6 if the run ended with a failed shard, 7 if cancelled, 9 if it can "
+                   "never end (as `wait`).")
 @common
 def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status: bool,
                profile: Optional[str], as_json: bool) -> Any:
@@ -73,7 +74,8 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status:
     Exits 5 (after printing what the records say) when Slurm could not be asked about a
     run that is not over; --watch shows that as a note and keeps refreshing. With --json
     --watch, one JSON object is printed when the run ends. With --exit-status, a run that
-    ended failed exits 6 and cancelled 7 (`synthbatch wait` also waits for it to end).
+    ended failed exits 6, cancelled 7, and one that can never end 9 (`synthbatch wait` also
+    waits for it to end).
     """
     from control import api
     from control.runs.status import unreachable

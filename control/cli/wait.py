@@ -1,7 +1,8 @@
 """``synthbatch wait``: block until a run ends; the exit status says how it ended.
 
 0 every shard succeeded, 6 a shard failed (or was lost), 7 shards were cancelled (none
-failed), 8 ``--timeout`` passed first (5 if Slurm could not be asked then); the codes are
+failed), 8 ``--timeout`` passed first (5 if Slurm could not be asked then), 9 the run can
+never end (its open shards pend with a reason Slurm keeps); the codes are
 ``control.errors``'s. ``submit --wait`` uses the same loop.
 """
 
@@ -76,7 +77,8 @@ def wait_cmd(run_id: Optional[str], timeout_s: Optional[float], interval: float,
 
     \b
     Exit status: 0 succeeded, 6 a shard failed (or was lost), 7 cancelled (no failure),
-    8 still running at --timeout (5 if Slurm could not be asked then).
+    8 still running at --timeout (5 if Slurm could not be asked then), 9 it can never end
+    (every open shard pends with a reason Slurm keeps, e.g. PartitionTimeLimit).
     Progress goes to stderr; the final status to stdout (one JSON object with --json).
     """
     from control import api
