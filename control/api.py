@@ -167,6 +167,7 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     warnings are kept in ``run.json`` and on the handle. ``checks=False`` skips the
     login-node checks (submits what Slurm accepts, e.g. for a partition about to grow).
     ``run_id`` and ``shards``: a benchmark case's deterministic id and sized points.
+    A run Slurm refuses (SchedulerRejected, exit 2) is not kept: no run is left behind.
     """
     from control.runs import submit as submitting
 
@@ -176,7 +177,8 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
     staged = _staged(ready, prof)
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
-                                    {s.index: 1 for s in staged.plan.shards}, implied=True)
+                                    {s.index: 1 for s in staged.plan.shards}, implied=True,
+                                    withdraw=True)
     return _submitted(ready, staged, records, scheduler)
 
 
