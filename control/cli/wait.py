@@ -9,7 +9,7 @@ never end (its open shards pend with a reason Slurm keeps); the codes are
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 import click
 
@@ -19,14 +19,20 @@ from control.cli.render import plain_line, status_text
 
 
 def progress_printer(quiet: bool) -> Any:
-    """A ``show`` callback: a line on stderr whenever the refresh's line changes."""
+    """A ``show`` callback: a line on stderr whenever the refresh's line changes, and each
+    note once (e.g. a cancel carried out now that Slurm answers again)."""
     last: List[Optional[str]] = [None]
+    noted: Set[str] = set()
 
     def show(data: Dict[str, Any]) -> None:
         line = plain_line(data)
         if not quiet and line != last[0]:
             emit_text(f"{time.strftime('%H:%M:%S')} {line}", err=True)
         last[0] = line
+        for note in data.get("notes") or []:
+            if not quiet and note not in noted:
+                emit_text(f"{time.strftime('%H:%M:%S')} note: {note}", err=True)
+            noted.add(note)
 
     return show
 
