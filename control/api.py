@@ -338,7 +338,8 @@ def _observed(layout: RunLayout, profile: ProfileRef, sched: Scheduler, auto_ret
 def wait(run_id: Optional[str] = None, profile: ProfileRef = None,
          timeout_s: Optional[float] = None, interval_s: float = 5.0,
          show: Optional[Show] = None, scheduler: Optional[Scheduler] = None) -> RunStatus:
-    """Refresh the run's status until it ends (or ``timeout_s`` passes); return the last.
+    """Refresh the run's status until it ends, can never end (``watch.stuck``), or
+    ``timeout_s`` passes; return the last.
 
     Each refresh is one ``status`` (backing off from ``interval_s`` to 30 s while nothing
     changes, never stopping on a Slurm outage); ``show`` is called with each refresh's
