@@ -169,6 +169,7 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     warnings are kept in ``run.json`` and on the handle. ``checks=False`` skips the
     login-node checks (submits what Slurm accepts, e.g. for a partition about to grow).
     ``run_id`` and ``shards``: a benchmark case's deterministic id and sized points.
+    A run Slurm refuses (SchedulerRejected, exit 2) is not kept: no run is left behind.
     """
     from control.runs import submit as submitting
 
@@ -178,7 +179,8 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
     staged = _staged(ready, prof)
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
-                                    {s.index: 1 for s in staged.plan.shards}, implied=True)
+                                    {s.index: 1 for s in staged.plan.shards}, implied=True,
+                                    withdraw=True)
     return _submitted(ready, staged, records, scheduler)
 
 
@@ -291,13 +293,15 @@ def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Refr
 
 def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
     """The refresh with what is said about it: pending reasons that block shards
-    (``blocked``: from the rows read this time, as a settled shard is never pending) and
+    (``blocked``: from the rows read this time, as a settled shard is never pending; and
+    ``pending_reasons``, how many pending shards wait for each of Slurm's reasons) and
     the run's numbers (``totals``: from the index's columns, no settled row is built)."""
-    from control.runs.pending import blocked
+    from control.runs.pending import blocked, reasons
     from control.runs.totals import totals
 
     summary = fresh.summary
     summary["blocked"] = blocked(fresh.fresh)
+    summary["pending_reasons"] = reasons(fresh.fresh)
     summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
                                ended=fresh.ended_at, job_ids=fresh.job_ids)
     return fresh
@@ -336,7 +340,8 @@ def _observed(layout: RunLayout, profile: ProfileRef, sched: Scheduler, auto_ret
 def wait(run_id: Optional[str] = None, profile: ProfileRef = None,
          timeout_s: Optional[float] = None, interval_s: float = 5.0,
          show: Optional[Show] = None, scheduler: Optional[Scheduler] = None) -> RunStatus:
-    """Refresh the run's status until it ends (or ``timeout_s`` passes); return the last.
+    """Refresh the run's status until it ends, can never end (``watch.stuck``), or
+    ``timeout_s`` passes; return the last.
 
     Each refresh is one ``status`` (backing off from ``interval_s`` to 30 s while nothing
     changes, never stopping on a Slurm outage); ``show`` is called with each refresh's

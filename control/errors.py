@@ -21,6 +21,7 @@ SCHEDULER_UNAVAILABLE = 5
 RUN_FAILED = 6  # the run ended and a shard failed (or was lost)
 RUN_CANCELLED = 7  # the run ended, no shard failed, at least one was cancelled
 STILL_RUNNING = 8  # ``wait --timeout`` passed before the run ended
+RUN_STUCK = 9  # the run cannot end: every open shard pends with a reason Slurm keeps
 
 MAX_MESSAGE = 500
 # a failure reason read from a record: kept whole (the agent's are a few KB, cause first);
@@ -125,6 +126,14 @@ class RunCancelled(SynthbatchError):
 
     exit_code = RUN_CANCELLED
     code = "run_cancelled"
+
+
+class RunStuck(SynthbatchError):
+    """The run being waited for cannot end by itself: every shard that is not over pends
+    with a reason Slurm calls permanent (``control.runs.pending``)."""
+
+    exit_code = RUN_STUCK
+    code = "run_stuck"
 
 
 class StillRunning(SynthbatchError):

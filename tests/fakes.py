@@ -179,7 +179,8 @@ class FakeSlurm:
 
 
 class SbatchRecorder:
-    """sbatch answers increasing ids (or refuses); sbatch/release calls are recorded."""
+    """sbatch answers increasing ids (or refuses); sbatch/release/scancel calls are
+    recorded."""
 
     def __init__(self, refuse: bool = False, delay_s: float = 0.0, next_id: int = 900,
                  fail_on: Optional[int] = None) -> None:
@@ -201,7 +202,7 @@ class SbatchRecorder:
             with self.lock:
                 self.next_id += 1
                 return CommandResult(argv, 0, f"{self.next_id}\n", "")
-        assert name == "scontrol" and argv[1] == "release", argv
+        assert (name == "scontrol" and argv[1] == "release") or name == "scancel", argv
         return CommandResult(argv, 0, "", "")
 
     def sbatch(self) -> List[List[str]]:

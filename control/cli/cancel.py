@@ -33,4 +33,5 @@ def cancel_cmd(run_id: str, shards: Tuple[int, ...], wait_s: float,
     for state in data["states"].values():
         counts[state] = counts.get(state, 0) + 1
     text += "\n  shards: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    text += "".join(f"\n  note: {note}" for note in data.get("notes", []))
     return {"data": data, "text": text}

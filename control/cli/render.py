@@ -240,11 +240,20 @@ def frame(data: Status, width: Optional[int] = None) -> List[str]:
     return lines
 
 
+def pending_part(data: Status) -> str:
+    """``  pending: 2 BadConstraints (can never start), 1 Resources``: Slurm's reasons."""
+    never = {g["reason"] for g in data.get("blocked") or [] if g.get("never")}
+    found = data.get("pending_reasons") or {}
+    return "  pending: " + ", ".join(
+        f"{n} {reason}" + (" (can never start)" if reason in never else "")
+        for reason, n in found.items()) if found else ""
+
+
 def plain_line(data: Status) -> str:
     """The one-line form of a refresh, for output that is not a terminal."""
     down = f"  scheduler unavailable: {data['scheduler_error']}" \
         if data.get("scheduler_error") else ""
-    return f"{headline(data)}{metrics(data)}{down}"
+    return f"{headline(data)}{metrics(data)}{pending_part(data)}{down}"
 
 
 RUNS_HEADER = ("RUN", "STATE", "RECORDS", "SHARDS", "SUBMITTED", "ELAPSED")

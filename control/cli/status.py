@@ -64,7 +64,8 @@ class Screen:
 @click.option("--interval", type=click.FloatRange(1.0, 600.0), default=2.0, show_default=True,
               help="First refresh interval of --watch, seconds.")
 @click.option("--exit-status", is_flag=True,
-              help="Exit 6 if the run ended with a failed shard, 7 if cancelled (as `wait`).")
+              help="Exit 6 if the run ended with a failed shard, 7 if cancelled, 9 if it can "
+                   "never end (as `wait`).")
 @click.option("--shard", type=click.IntRange(min=0), default=None,
               help="Show this shard only: its whole reason and the last lines of the log "
                    "it names (else its client or Slurm log).")
@@ -77,8 +78,9 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status:
     Exits 5 (after printing what the records say) when Slurm could not be asked about a
     run that is not over; --watch shows that as a note and keeps refreshing. With --json
     --watch, one JSON object is printed when the run ends. With --exit-status, a run that
-    ended failed exits 6 and cancelled 7 (`synthbatch wait` also waits for it to end).
-    With --shard N: that shard's whole reason and the last lines of its failing step's log.
+    ended failed exits 6, cancelled 7, and one that can never end 9 (`synthbatch wait` also
+    waits for it to end). With --shard N: that shard's whole reason and the last lines of
+    its failing step's log.
     """
     from control import api
     from control.runs.status import unreachable

@@ -24,11 +24,12 @@ def submit_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
                quiet: bool, profile: Optional[str], as_json: bool) -> Any:
     """Submit RUN_FILE as one Slurm job array; print the run id.
 
-    Refuses (exit 2, nothing submitted) what `synthbatch plan` calls a failed check;
+    Refuses (exit 2, nothing submitted) what `synthbatch plan` calls a failed check, and
+    keeps no run when Slurm refuses the sbatch (exit 2, Slurm's message);
     warnings go to stderr and into the run's run.json. -p/-A/-q/-t/--reservation override
     the profile for this run (recorded in run.json and the plan). With --wait: the run
     id, then progress on stderr until the run ends, then its status; exit 0 only if every
-    shard succeeded (6 failed, 7 cancelled, 8 --timeout).
+    shard succeeded (6 failed, 7 cancelled, 8 --timeout, 9 it can never end).
     """
     from control import api
     from control.cli.output import emit_text

@@ -1,14 +1,15 @@
 """``synthbatch wait``: block until a run ends; the exit status says how it ended.
 
 0 every shard succeeded, 6 a shard failed (or was lost), 7 shards were cancelled (none
-failed), 8 ``--timeout`` passed first (5 if Slurm could not be asked then); the codes are
+failed), 8 ``--timeout`` passed first (5 if Slurm could not be asked then), 9 the run can
+never end (its open shards pend with a reason Slurm keeps); the codes are
 ``control.errors``'s. ``submit --wait`` uses the same loop.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 import click
 
@@ -18,14 +19,20 @@ from control.cli.render import plain_line, status_text
 
 
 def progress_printer(quiet: bool) -> Any:
-    """A ``show`` callback: a line on stderr whenever the refresh's line changes."""
+    """A ``show`` callback: a line on stderr whenever the refresh's line changes, and each
+    note once (e.g. a cancel carried out now that Slurm answers again)."""
     last: List[Optional[str]] = [None]
+    noted: Set[str] = set()
 
     def show(data: Dict[str, Any]) -> None:
         line = plain_line(data)
         if not quiet and line != last[0]:
             emit_text(f"{time.strftime('%H:%M:%S')} {line}", err=True)
         last[0] = line
+        for note in data.get("notes") or []:
+            if not quiet and note not in noted:
+                emit_text(f"{time.strftime('%H:%M:%S')} note: {note}", err=True)
+            noted.add(note)
 
     return show
 
@@ -76,7 +83,8 @@ def wait_cmd(run_id: Optional[str], timeout_s: Optional[float], interval: float,
 
     \b
     Exit status: 0 succeeded, 6 a shard failed (or was lost), 7 cancelled (no failure),
-    8 still running at --timeout (5 if Slurm could not be asked then).
+    8 still running at --timeout (5 if Slurm could not be asked then), 9 it can never end
+    (every open shard pends with a reason Slurm keeps, e.g. PartitionTimeLimit).
     Progress goes to stderr (none with --json); the final status to stdout (one JSON
     object with --json).
     """

@@ -1,7 +1,9 @@
 """Cancel: scancel only the jobs this run recorded, then converge the records.
 
 Idempotent: shards with a winner or a terminal attempt are left alone, ids Slurm no longer
-knows are fine, and a second call finds nothing left to do. Attempts that never ran
+knows are fine, and a second call finds nothing left to do. A cancel Slurm did not answer
+(an outage) stays pending in its record and is carried out by the next ``status``,
+``wait`` or ``cancel`` that reaches Slurm (``carry_out_pending``). Attempts that never ran
 (``created``) are cancelled at once; the others once Slurm confirms their job ended (no
 agent can write them any more), unless the agent recorded its own outcome first.
 """
@@ -9,6 +11,7 @@ agent can write them any more), unless the agent recorded its own outcome first.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from agent_stdlib import states
@@ -22,7 +25,7 @@ from control.errors import (
     SchedulerUncertain,
 )
 from control.runs import settled
-from control.runs.ledger import record_cancel
+from control.runs.ledger import carried_out, pending_cancels, record_cancel
 from control.runs.store import (
     ShardView,
     load_plan_view,
@@ -106,6 +109,9 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
         if record is not None and not isinstance(err, SchedulerUncertain):
             record.unlink(missing_ok=True)  # definitely nothing was cancelled
         raise
+    if record is not None:
+        _carried(record)
+    notes = carry_out_pending(layout, scheduler)  # an earlier cancel Slurm did not answer
     for view in views:
         if view.attempt and not view.attempt.job_id:
             _settle(layout, plan.run_id, view, f"{BY_CANCEL} before submission")
@@ -119,7 +125,32 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
     after = [scan(i) for i in selected]
     return {"run_id": plan.run_id, "shards": selected, "scancelled": targets,
             "converged": ended >= jobs, "waiting_for": sorted(jobs - ended, key=_task_key),
-            "states": {str(v.index): _state(v) for v in after}}
+            "states": {str(v.index): _state(v) for v in after}, "notes": notes}
+
+
+def _carried(record: Path) -> None:
+    try:
+        carried_out(record)
+    except (StateError, OSError):
+        pass  # left pending: the next status scancels the same ids again, which is harmless
+
+
+def carry_out_pending(layout: RunLayout, scheduler: Scheduler) -> List[str]:
+    """scancel what earlier cancel requests asked for and Slurm never answered (a cancel
+    during a slurmctld outage, exit 5); one note per request carried out. Called by
+    ``status`` (so ``wait`` too) once squeue answered, and by ``cancel``. Stops at the
+    first scancel that fails: the requests stay pending for the next caller."""
+    notes = []
+    for path, requested, job_ids in pending_cancels(layout):
+        try:
+            scheduler.cancel(job_ids)
+        except (SchedulerRejected, SchedulerUnavailable):
+            break
+        _carried(path)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(requested))
+        notes.append(f"the cancel requested at {when}, when Slurm could not be reached, "
+                     f"was carried out now: scancel {' '.join(job_ids) or '(no jobs)'}")
+    return notes
 
 
 def _wait(scheduler: Scheduler, name: str, jobs: Set[str], wait_s: float,

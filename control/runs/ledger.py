@@ -4,14 +4,16 @@
   sacct. The deadline after which such a job is ``lost`` is persisted here, so every
   fresh ``status`` process agrees on it.
 * ``cancels/NNNN.json``: one record per ``synthbatch cancel`` call (which shards, which job
-  ids were scancelled), so a cancelled job can be told apart from one killed by hand.
+  ids were scancelled), so a cancelled job can be told apart from one killed by hand;
+  ``carried_out`` says whether scancel answered (a cancel during an outage is carried out
+  by the next status, wait or cancel that reaches Slurm).
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Set
+from typing import Any, Dict, Iterable, List, Set, Tuple
 
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
@@ -70,25 +72,51 @@ def expired_missing(layout: RunLayout, missing: Iterable[str], present: Iterable
 
 
 def record_cancel(layout: RunLayout, shards: List[int], job_ids: List[str]) -> Path:
-    """Write the next ``cancels/NNNN.json`` (before scancel runs)."""
+    """Write the next ``cancels/NNNN.json`` (before scancel runs), ``carried_out`` false
+    until ``carried_out`` records that scancel answered."""
     folder = ensure_dir(cancels_dir(layout))
     number = len(list(folder.glob("[0-9][0-9][0-9][0-9].json"))) + 1
     path = folder / f"{number:04d}.json"
     write_json_atomic(path, {"schema_version": 1, "requested_at": time.time(),
-                             "shards": sorted(shards), "job_ids": sorted(job_ids)})
+                             "shards": sorted(shards), "job_ids": sorted(job_ids),
+                             "carried_out": False})
     return path
 
 
-def cancel_requested(layout: RunLayout) -> Set[int]:
-    """Shards that any ``synthbatch cancel`` call asked to cancel."""
+def _cancel_records(layout: RunLayout) -> List[Tuple[Path, Dict[str, Any]]]:
+    """Every readable ``cancels/NNNN.json``, in order (a damaged one is skipped)."""
     folder = cancels_dir(layout)
     if not folder.is_dir():
-        return set()
-    shards: Set[int] = set()
-    for path in folder.glob("[0-9][0-9][0-9][0-9].json"):
+        return []
+    found = []
+    for path in sorted(folder.glob("[0-9][0-9][0-9][0-9].json")):
         try:
             data = read_json(path) or {}
         except StateError:
             continue
+        if isinstance(data, dict):
+            found.append((path, data))
+    return found
+
+
+def carried_out(path: Path) -> None:
+    """Record that scancel answered for the cancel request at ``path``."""
+    data = read_json(path) or {}
+    write_json_atomic(path, {**data, "carried_out": True, "carried_out_at": time.time()})
+
+
+def pending_cancels(layout: RunLayout) -> List[Tuple[Path, float, List[str]]]:
+    """Cancel requests whose scancel never answered (Slurm unreachable, or the cancel died
+    before it): (record, requested at, job ids). A record without ``carried_out`` (written
+    before it existed) counts as carried out."""
+    return [(path, float(data.get("requested_at") or 0.0),
+             [j for j in data.get("job_ids", []) if isinstance(j, str)])
+            for path, data in _cancel_records(layout) if data.get("carried_out") is False]
+
+
+def cancel_requested(layout: RunLayout) -> Set[int]:
+    """Shards that any ``synthbatch cancel`` call asked to cancel."""
+    shards: Set[int] = set()
+    for _, data in _cancel_records(layout):
         shards.update(s for s in data.get("shards", []) if isinstance(s, int))
     return shards

@@ -68,3 +68,14 @@ def blocked(shards: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                                                   "hint": known[0], "never": known[1]})
         group["shards"].append(row["index"])
     return sorted(groups.values(), key=lambda g: (not g["never"], g["shards"][0]))
+
+
+def reasons(shards: List[Dict[str, Any]]) -> Dict[str, int]:
+    """How many pending shards wait for each of Slurm's reasons (``None`` and ``"None"``:
+    no reason given yet), most first: what the progress lines of ``wait`` show."""
+    counts: Dict[str, int] = {}
+    for row in shards:
+        reason = row.get("reason")
+        if row.get("state") == "pending" and reason and reason != "None":
+            counts[reason] = counts.get(reason, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))

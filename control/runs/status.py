@@ -390,6 +390,11 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
             expected = expected_lookup(submissions, plan.arrays,
                                        None if damaged else commit_time)
             shards = _rescan(layout, shards, expected)
+    if sched.rows is not None and any(v.attempt and v.attempt.state in SCHEDULED
+                                      for v in shards):
+        from control.runs.cancel import carry_out_pending  # a cancel Slurm did not answer
+
+        notes.extend(carry_out_pending(layout, scheduler))
     verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
     if _reconcile(layout, plan.run_id, shards, verdicts, sched):
         shards = _rescan(layout, shards, expected)

@@ -31,7 +31,7 @@ from agent_stdlib.statefile import (
     write_json_atomic,
     write_many,
 )
-from control.errors import SchedulerUncertain
+from control.errors import SchedulerRejected, SchedulerUncertain, SynthbatchError
 from control.runs.store import (
     RECOVERY_GRACE_S,
     load_plan,
@@ -113,7 +113,8 @@ def array_groups(plan: Plan, shards: List[int]) -> List[Tuple[Optional[int], Dic
 
 
 def submit_all(staged: Staged, profile: Profile, scheduler: Scheduler,
-               attempts: Dict[int, int], implied: bool = False) -> List[SubmissionRecord]:
+               attempts: Dict[int, int], implied: bool = False,
+               withdraw: bool = False) -> List[SubmissionRecord]:
     """Submit ``attempts`` (shard -> attempt) as one held array per array of the plan.
 
     Three phases, so that a run of many arrays makes its attempts durable once: every
@@ -124,6 +125,11 @@ def submit_all(staged: Staged, profile: Profile, scheduler: Scheduler,
     Each submission record still goes ``job id`` -> ``released`` in that order, which
     recovery relies on. When an sbatch fails, the attempts it did not submit are left
     ``created`` (written now if they had no record), as a retry's are.
+
+    With ``withdraw`` (a new run's submit), a run Slurm refused is not kept: when an sbatch
+    is rejected (``SchedulerRejected``: Slurm answered no), the arrays held so far (never
+    released, so never started) are scancelled and the run directory is removed, ``run.json``
+    first; the error says so. Only if that scancel fails are they released as above.
     """
     existing = load_submissions(staged.layout)
     recorded = [r.job_id for r in existing if r.job_id]
@@ -141,11 +147,30 @@ def submit_all(staged: Staged, profile: Profile, scheduler: Scheduler,
         held.append((record, mine, tasks))
         recorded.append(record.job_id or "")
         number += 1
+    if withdraw and isinstance(failure, SchedulerRejected) \
+            and _withdrawn(staged.layout, scheduler, [r.job_id or "" for r, _, _ in held]):
+        raise SchedulerRejected(f"{failure.message} (nothing was submitted: run "
+                                f"{staged.plan.run_id} was not kept)",
+                                hint="fix the profile or the flags Slurm refused, then "
+                                     "submit again")
     _release_held(staged.layout, staged.plan.run_id, scheduler, held, implied)
     if failure is not None:
         _leave_created(staged, attempts, {shard for _, mine, _ in held for shard in mine})
         raise failure
     return [record.replace(released=True) for record, _, _ in held]
+
+
+def _withdrawn(layout: RunLayout, scheduler: Scheduler, held: List[str]) -> bool:
+    """scancel the held (never released) arrays of a run Slurm refused and remove the run:
+    ``run.json`` first (from then on observers call it uncommitted), then its directory.
+    False (nothing removed) when the scancel failed: the arrays may still be queued."""
+    try:
+        scheduler.cancel(held)
+    except SynthbatchError:
+        return False
+    layout.run_json.unlink(missing_ok=True)
+    remove_uncommitted(layout)
+    return True
 
 
 def _leave_created(staged: Staged, attempts: Dict[int, int], done: Set[int]) -> None:

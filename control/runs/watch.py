@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from control.errors import (
     Conflict,
     RunCancelled,
     RunFailed,
+    RunStuck,
     SchedulerUnavailable,
     StillRunning,
     SynthbatchError,
@@ -66,9 +67,25 @@ def fingerprint(snapshot: Snapshot) -> tuple:
             snapshot.get("records_done"), snapshot.get("scheduler_error"))
 
 
+def stuck(snapshot: Snapshot) -> List[Dict[str, Any]]:
+    """The ``blocked`` groups that keep a run from ever ending (empty: none do): the run is
+    not over and every shard that is not final pends with a reason Slurm calls permanent
+    (``never``: the job cannot start as submitted; ``control.runs.pending``)."""
+    if snapshot.get("state") in FINAL:
+        return []
+    counts = snapshot.get("counts", {})
+    open_shards = sum(n for state, n in counts.items() if state not in FINAL)
+    never = [g for g in snapshot.get("blocked") or [] if g.get("never")]
+    if not open_shards or sum(len(g["shards"]) for g in never) != open_shards:
+        return []
+    return never
+
+
 def finished(snapshot: Snapshot) -> bool:
-    """True once the run can no longer change by itself."""
-    return snapshot.get("state") in FINAL or snapshot.get("state") == "uncommitted"
+    """True once the run can no longer change by itself (over, never committed, or
+    ``stuck``)."""
+    return snapshot.get("state") in FINAL or snapshot.get("state") == "uncommitted" \
+        or bool(stuck(snapshot))
 
 
 def watch(fetch: Callable[[], Snapshot], show: Callable[[Snapshot], None],
@@ -101,7 +118,8 @@ def outcome(snapshot: Snapshot, waited: bool = True) -> Optional[SynthbatchError
     """The error a script's exit status reports for a refresh (None: exit 0).
 
     A run that ended with a failed (or lost) shard is RunFailed (6), with cancelled shards
-    and no failure RunCancelled (7); every shard succeeded is None. A run that is not over
+    and no failure RunCancelled (7); every shard succeeded is None. A run that is ``stuck``
+    (its open shards can never start) is RunStuck (9), waited for or not. A run that is not over
     is StillRunning (8) when ``waited`` (the wait's time ran out; SchedulerUnavailable, 5,
     when the last refresh could not ask Slurm), else None.
     """
@@ -122,6 +140,14 @@ def outcome(snapshot: Snapshot, waited: bool = True) -> Optional[SynthbatchError
     if state == CANCELLED:
         return RunCancelled(f"run {run} was cancelled: {counts.get(CANCELLED, 0)} of {total} "
                             f"shard(s) cancelled", hint=hint)
+    never = stuck(snapshot)
+    if never:
+        first = never[0]
+        shards = sum(len(g["shards"]) for g in never)
+        return RunStuck(f"run {run} can never finish: {shards} of {total} shard(s) pending "
+                        f"with a reason Slurm keeps (shard {first['shards'][0]}: "
+                        f"{first['reason']}: {first['hint']})",
+                        hint=f"synthbatch cancel {run}")
     if not waited:
         return None
     if snapshot.get("scheduler_error"):

@@ -3,12 +3,14 @@ as JSON, waiting."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import pytest
 from click.testing import CliRunner, Result
@@ -152,3 +154,24 @@ def crash_wrapper(tmp_path: Path) -> Path:
     wrapper.write_text(CRASH_WRAPPER.replace("FAKE_SERVER", repr(str(FAKE_SERVER))))
     return wrapper
 
+
+
+TESTBED = REPO / "scripts" / "slurm-testbed"
+
+
+def run_testbed(cluster: Any, command: str, *args: str) -> None:
+    """``scripts/slurm-testbed COMMAND DIR ARGS`` for ``cluster`` (a ``SlurmCluster``: its
+    recorded knobs)."""
+    env = {k: v for k, v in cluster.env().items() if not k.startswith("SYNTHBATCH_TESTBED_")}
+    subprocess.run([str(TESTBED), command, cluster.dir, *args], env=env, check=True,
+                   capture_output=True, text=True, timeout=180)
+
+
+@contextlib.contextmanager
+def outage(cluster: Any, daemon: str, kill: bool = False) -> Iterator[None]:
+    """``daemon`` stopped (SIGKILL with ``kill``) for the block, started again after it."""
+    run_testbed(cluster, "stop", daemon, *(["--kill"] if kill else []))
+    try:
+        yield
+    finally:
+        run_testbed(cluster, "up")

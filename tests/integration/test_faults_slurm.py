@@ -10,7 +10,6 @@ daemons are stopped and started again with ``scripts/slurm-testbed stop DIR DAEM
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -27,11 +26,10 @@ import pytest
 from agent_stdlib.attempts import load_attempt, load_readiness
 from agent_stdlib.layout import RunLayout
 from control.runs import normalize as norm
-from tests.conftest import REPO
-from tests.integration.conftest import SlurmCluster
 from tests.integration.runs import (
     cli_json,
     invoke,
+    outage,
     wait_final,
     wait_until,
     write_profile,
@@ -40,25 +38,6 @@ from tests.integration.runs import (
 from tests.processes import agent_of, processes_mentioning
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-
-TESTBED = REPO / "scripts" / "slurm-testbed"
-
-
-def run_testbed(cluster: SlurmCluster, command: str, *args: str) -> None:
-    """``scripts/slurm-testbed COMMAND DIR ARGS`` for this cluster (its recorded knobs)."""
-    env = {k: v for k, v in cluster.env().items() if not k.startswith("SYNTHBATCH_TESTBED_")}
-    subprocess.run([str(TESTBED), command, cluster.dir, *args], env=env, check=True,
-                   capture_output=True, text=True, timeout=180)
-
-
-@contextlib.contextmanager
-def outage(cluster: SlurmCluster, daemon: str, kill: bool = False) -> Iterator[None]:
-    """``daemon`` stopped (SIGKILL with ``kill``) for the block, started again after it."""
-    run_testbed(cluster, "stop", daemon, *(["--kill"] if kill else []))
-    try:
-        yield
-    finally:
-        run_testbed(cluster, "up")
 
 
 class Run:

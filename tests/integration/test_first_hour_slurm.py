@@ -64,9 +64,14 @@ def test_a_run_that_can_never_start_says_so_and_wait_says_how_it_ended(
         text = invoke("status", run.run_id, "--profile", str(profile)).stdout
         assert "can never start: shard(s) 0-1 pending BadConstraints: no node of the " \
                "partition has the CPUs, memory, GPUs or features asked for" in text
-        late = synthbatch("wait", run.run_id, "--timeout", "2", "--profile", str(profile))
-        assert late.returncode == 8, late.stderr
-        assert "after the wait's time limit" in late.stderr
+        # wait ends at once (before: "1 pending" lines until --timeout, exit 8)
+        stuck = synthbatch("wait", run.run_id, "--timeout", "120", "--profile", str(profile))
+        assert stuck.returncode == 9, stuck.stderr
+        assert "pending: 2 BadConstraints (can never start)" in stuck.stderr.splitlines()[0]
+        assert f"run {run.run_id} can never finish: 2 of 2 shard(s) pending with a reason " \
+               "Slurm keeps (shard 0: BadConstraints: no node of the partition" in stuck.stderr
+        assert synthbatch("status", run.run_id, "--exit-status", "--profile",
+                          str(profile)).returncode == 9
     finally:
         run.cancel()
     done = synthbatch("wait", run.run_id, "--interval", "1", "--profile", str(profile))

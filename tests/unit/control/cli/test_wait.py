@@ -13,6 +13,7 @@ import pytest
 from control.errors import (
     RUN_CANCELLED,
     RUN_FAILED,
+    RUN_STUCK,
     SCHEDULER_UNAVAILABLE,
     STILL_RUNNING,
     Conflict,
@@ -158,3 +159,46 @@ def test_status_json_of_a_settled_run_is_the_api_status(workspace: Path,
     assert {"backend", "blocked", "totals", "record_failures"} <= set(data)
     assert data["totals"]["elapsed_s"] is not None
     assert (workspace / "runs" / RUN / "observer" / "settled.json").exists()
+
+
+def test_outcome_of_a_run_whose_open_shards_can_never_start() -> None:
+    never = {"reason": "PartitionTimeLimit", "shards": [1], "never": True,
+             "hint": "the time limit is above the partition's MaxTime"}
+    waiting = {"reason": "ReqNodeNotAvail", "shards": [2], "never": False, "hint": "x"}
+    stuck = outcome({**snapshot("running", succeeded=1, pending=1), "blocked": [never]},
+                    waited=False)
+    assert stuck.exit_code == RUN_STUCK == 9 and stuck.code == "run_stuck"
+    assert stuck.message.startswith(f"run {RUN} can never finish: 1 of 2 shard(s) pending "
+                                    "with a reason Slurm keeps (shard 1: PartitionTimeLimit")
+    assert stuck.hint == f"synthbatch cancel {RUN}"
+    # a shard still running, or one waiting for something outside the run: not stuck
+    assert isinstance(outcome({**snapshot("running", running=1, pending=1),
+                               "blocked": [never]}), StillRunning)
+    assert isinstance(outcome({**snapshot("running", pending=2),
+                               "blocked": [never, waiting]}), StillRunning)
+
+
+def test_wait_on_a_run_that_can_never_start_shows_why_and_exits_9(
+        tmp_path: Path, workspace: Path, profile_file: Path) -> None:
+    """Before: ``1 pending`` progress lines until ``--timeout`` (exit 8), or forever."""
+    make_run(workspace, [Shard("submitted")])
+    folder = fake_slurm_bin(tmp_path, squeue="echo '500_0|PENDING|PartitionTimeLimit'")
+    result = invoke("wait", RUN, "--profile", profile_with_bin(profile_file, folder))
+    assert result.exit_code == 9, result.output
+    progress = result.stderr.splitlines()[0]
+    assert "shards: 1 pending" in progress
+    assert progress.endswith("pending: 1 PartitionTimeLimit (can never start)")
+    assert f"synthbatch: error: run {RUN} can never finish: 1 of 1 shard(s) pending with " \
+           "a reason Slurm keeps (shard 0: PartitionTimeLimit: the time limit is above " \
+           "the partition's MaxTime" in result.stderr
+
+
+def test_wait_progress_lines_name_pending_reasons(tmp_path: Path, workspace: Path,
+                                                  profile_file: Path) -> None:
+    make_run(workspace, [Shard("submitted"), Shard("submitted")])
+    folder = fake_slurm_bin(tmp_path, squeue="echo '500_0|PENDING|Resources'; "
+                                             "echo '500_1|PENDING|Resources'")
+    result = invoke("wait", RUN, "--timeout", "0", "--profile",
+                    profile_with_bin(profile_file, folder))
+    assert result.exit_code == 8, result.output
+    assert result.stderr.splitlines()[0].endswith("pending: 2 Resources")

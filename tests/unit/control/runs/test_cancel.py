@@ -141,3 +141,68 @@ def test_a_first_attempt_without_a_record_yet_is_cancelled_with_its_first_record
     assert (record["state"], record["revision"], record["reason"], record["shard"]) == (
         "cancelled", 2, f"{BY_CANCEL} before submission", 1)
     assert attempt(layout, 0)["state"] == "created"
+
+
+DOWN = "scancel: error: Unable to contact slurm controller (connect failure)\n"
+
+
+def _cancel_during_outage(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """``cancel`` of a running run while slurmctld is down: exit 5, the request kept."""
+    from control.errors import SchedulerUncertain
+
+    layout = make_run(tmp_path, [Shard("running"), Shard("running")])
+    fake, clock = FakeSlurm(), Clock()
+    fake.on("scancel", code=1, stderr=DOWN)
+    with pytest.raises(SchedulerUncertain):
+        cancel_run(layout, Scheduler(runner=fake), [], 30, clock, clock.sleep)
+    (record,) = (layout.root / "cancels").iterdir()
+    assert json.loads(record.read_text())["carried_out"] is False
+    return layout, record
+
+
+def test_a_cancel_slurm_did_not_answer_is_carried_out_by_the_next_status(
+        tmp_path: Path) -> None:
+    """Before: status said "cancel requested; squeue says RUNNING" for good, and the job
+    ran on until someone cancelled again."""
+    from control.runs.status import observe
+
+    layout, record = _cancel_during_outage(tmp_path)
+    fake = FakeSlurm()  # slurmctld is back
+    fake.on("squeue", stdout="500_0|RUNNING|None\n500_1|RUNNING|None\n")
+    fake.on("scancel")
+    data = observe(layout, Scheduler(runner=fake))
+    assert [c for c in fake.calls if c[0] == "scancel"] == [["scancel", "500"]]
+    (note,) = data["notes"]
+    assert note.startswith("the cancel requested at ") and note.endswith(
+        ", when Slurm could not be reached, was carried out now: scancel 500")
+    assert json.loads(record.read_text())["carried_out"] is True
+    assert {r["state"] for r in data["shards"]} == {"cancelling"}
+    again = observe(layout, Scheduler(runner=fake))  # done once: not again
+    assert [c for c in fake.calls if c[0] == "scancel"] == [["scancel", "500"]]
+    assert again["notes"] == []
+
+
+def test_a_status_during_the_outage_leaves_the_cancel_pending(tmp_path: Path) -> None:
+    from control.runs.status import observe
+
+    layout, record = _cancel_during_outage(tmp_path)
+    fake = FakeSlurm()
+    fake.on("squeue", code=1, stderr="slurm_load_jobs error: Unable to contact slurm "
+                                     "controller (connect failure)\n")
+    data = observe(layout, Scheduler(runner=fake))
+    assert data["scheduler_error"] and not [c for c in fake.calls if c[0] == "scancel"]
+    assert json.loads(record.read_text())["carried_out"] is False
+
+
+def test_a_cancel_slurm_did_not_answer_is_carried_out_by_the_next_cancel(
+        tmp_path: Path) -> None:
+    layout, first = _cancel_during_outage(tmp_path)
+    fake, clock = FakeSlurm(), Clock()
+    fake.on("scancel")
+    fake.on("squeue", stdout="500_0|RUNNING|None\n500_1|CANCELLED|None\n")
+    data = cancel_run(layout, Scheduler(runner=fake), [1], 0, clock, clock.sleep)
+    assert [c for c in fake.calls if c[0] == "scancel"] == [["scancel", "500_1"],
+                                                             ["scancel", "500"]]
+    assert data["notes"][0].endswith("was carried out now: scancel 500")
+    assert all(json.loads(p.read_text())["carried_out"]
+               for p in (layout.root / "cancels").iterdir())

@@ -43,6 +43,14 @@ def _plan(tmp_path: Path, max_array_size: int):
                      max_array_size=max_array_size), profile
 
 
+def _committed(tmp_path: Path, agent_pyz: Path, max_array_size: int):
+    """A staged and committed run of 5 shards, before any sbatch; and its profile."""
+    plan, profile = _plan(tmp_path, max_array_size)
+    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
+    commit_run(staged, "slurm")
+    return staged, profile
+
+
 def test_array_groups_map_shards_to_task_ids(tmp_path: Path) -> None:
     plan, _ = _plan(tmp_path, 2)
     assert array_groups(plan, [0, 1, 2, 3, 4]) == [(0, {0: 0, 1: 1}), (1, {2: 0, 3: 1}),
@@ -51,9 +59,7 @@ def test_array_groups_map_shards_to_task_ids(tmp_path: Path) -> None:
 
 
 def test_submit_all_sends_one_held_array_per_chunk(tmp_path: Path, agent_pyz: Path) -> None:
-    plan, profile = _plan(tmp_path, 2)
-    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
-    commit_run(staged, "slurm")
+    staged, profile = _committed(tmp_path, agent_pyz, 2)
     runner = SbatchRecorder(next_id=700)
     records = _first(staged, profile, runner)
     sbatch = [c for c in runner.calls if c[0].endswith("sbatch")]
@@ -76,9 +82,7 @@ def test_recovery_of_a_crashed_submit_releases_every_array(
     from control.runs import submit
     from control.slurm.parsers import JobRow
 
-    plan, profile = _plan(tmp_path, 2)
-    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
-    commit_run(staged, "slurm")
+    staged, profile = _committed(tmp_path, agent_pyz, 2)
     real = submit._release_held  # dies after every array's sbatch, before any release
     monkeypatch.setattr(submit, "_release_held", crash_on_call(real, 1))
     runner = SbatchRecorder(next_id=700)
@@ -108,9 +112,7 @@ def test_arrays_held_before_a_failed_sbatch_are_released_and_the_error_raised(
     from control.errors import SchedulerRejected
     from control.runs import submit
 
-    plan, profile = _plan(tmp_path, 2)
-    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
-    commit_run(staged, "slurm")
+    staged, profile = _committed(tmp_path, agent_pyz, 2)
     runner = SbatchRecorder(next_id=700, fail_on=3)
     with pytest.raises(SchedulerRejected):
         _first(staged, profile, runner)
@@ -129,13 +131,11 @@ def test_cancel_folds_the_tasks_of_a_split_array_into_its_job_id(
         tmp_path: Path, agent_pyz: Path) -> None:
     from control.runs.cancel import scancel_targets
 
-    plan, profile = _plan(tmp_path, 2)
-    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
-    commit_run(staged, "slurm")
+    staged, profile = _committed(tmp_path, agent_pyz, 2)
     _first(staged, profile, SbatchRecorder(next_id=700))
     every = {"701_0", "701_1", "702_0", "702_1", "703_0"}
-    assert scancel_targets(staged.layout, plan.arrays, every) == ["701", "702", "703"]
-    assert scancel_targets(staged.layout, plan.arrays, every - {"702_1"}) == \
+    assert scancel_targets(staged.layout, staged.plan.arrays, every) == ["701", "702", "703"]
+    assert scancel_targets(staged.layout, staged.plan.arrays, every - {"702_1"}) == \
         ["701", "703", "702_0"]
 
 
@@ -144,9 +144,7 @@ def test_first_attempts_have_no_record_and_are_as_their_submission_implies(
     from control.runs import submit
     from control.runs.store import UNSUBMITTED, shard_scanner
 
-    plan, profile = _plan(tmp_path, 2)
-    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
-    commit_run(staged, "slurm")
+    staged, profile = _committed(tmp_path, agent_pyz, 2)
     layout = staged.layout
     assert list((layout.root / "shards").iterdir()) == []
     assert _shown(layout) == [("created", None)] * 5  # committed, no submission record yet
@@ -176,9 +174,7 @@ def test_a_release_that_fails_leaves_the_arrays_released_before_it_recorded(
     from control.runs import submit
     from control.slurm.runner import CommandResult
 
-    plan, profile = _plan(tmp_path, 2)
-    staged = stage_run(Path(profile.workspace), plan, {}, agent_pyz, "0" * 64)
-    commit_run(staged, "slurm")
+    staged, profile = _committed(tmp_path, agent_pyz, 2)
     sbatch = SbatchRecorder(next_id=700)
 
     def runner(argv, timeout):  # noqa: ANN001 - the Runner protocol
@@ -191,3 +187,61 @@ def test_a_release_that_fails_leaves_the_arrays_released_before_it_recorded(
     records = submit.load_submissions(staged.layout)
     assert [(r.job_id, r.released) for r in records] == [("701", True), ("702", False),
                                                           ("703", False)]
+
+
+def _withdrawing(staged, profile, runner, count: int = 5):
+    """A new run's submit (``api.submit``): a run Slurm refuses is not kept."""
+    return submit_all(staged, profile, Scheduler(runner=runner), {i: 1 for i in range(count)},
+                      implied=True, withdraw=True)
+
+
+def test_a_run_whose_sbatch_slurm_refused_is_not_kept(tmp_path: Path, agent_pyz: Path) -> None:
+    """Before: run.json stayed, the run read ``running`` forever with its shards "created
+    ... not submitted", and as the latest run a bare ``wait`` never ended."""
+    from control.errors import SchedulerRejected
+
+    staged, profile = _committed(tmp_path, agent_pyz, 100)
+    runner = SbatchRecorder(refuse=True)
+    with pytest.raises(SchedulerRejected) as raised:
+        _withdrawing(staged, profile, runner)
+    assert raised.value.message == ("sbatch failed: sbatch: error: invalid partition "
+                                    "(nothing was submitted: run arr-1 was not kept)")
+    assert raised.value.hint == "fix the profile or the flags Slurm refused, then submit again"
+    assert not staged.layout.root.exists()
+    assert list((Path(profile.workspace) / "runs").iterdir()) == []
+    assert [c[0].rsplit("/", 1)[-1] for c in runner.calls] == ["sbatch"]  # nothing to cancel
+
+
+def test_a_refused_chunk_cancels_the_held_arrays_before_it_and_keeps_no_run(
+        tmp_path: Path, agent_pyz: Path) -> None:
+    from control.errors import SchedulerRejected
+
+    staged, profile = _committed(tmp_path, agent_pyz, 2)
+    runner = SbatchRecorder(next_id=700, fail_on=3)
+    with pytest.raises(SchedulerRejected, match="run arr-1 was not kept"):
+        _withdrawing(staged, profile, runner)
+    assert [c[0].rsplit("/", 1)[-1] for c in runner.calls] == ["sbatch"] * 3 + ["scancel"]
+    assert runner.calls[-1][1:] == ["701", "702"]  # held, never released
+    assert not staged.layout.root.exists()
+
+
+def test_a_refused_run_is_kept_when_its_held_arrays_cannot_be_cancelled(
+        tmp_path: Path, agent_pyz: Path) -> None:
+    from control.errors import SchedulerRejected
+    from control.slurm.runner import CommandResult
+
+    staged, profile = _committed(tmp_path, agent_pyz, 2)
+    sbatch = SbatchRecorder(next_id=700, fail_on=3)
+
+    def runner(argv, timeout):  # noqa: ANN001 - the Runner protocol
+        if argv[0].endswith("scancel"):
+            return CommandResult(argv, 1, "", "scancel: error: Unable to contact slurm "
+                                              "controller (connect failure)\n")
+        return sbatch(argv, timeout)
+
+    with pytest.raises(SchedulerRejected) as raised:
+        _withdrawing(staged, profile, runner)
+    assert "not kept" not in raised.value.message
+    assert staged.layout.run_json.exists()  # as before: the held arrays are released
+    assert _shown(staged.layout)[:4] == [("submitted", j) for j in
+                                         ("701_0", "701_1", "702_0", "702_1")]
