@@ -3,11 +3,11 @@ optional targets (``docs/benchmark.md``)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Optional
 
 from pydantic import Field, model_validator
 
-from control.config.fields import Name, Strict
+from control.config.fields import Name, SchemaVersion, Strict
 
 
 class Records(Strict):
@@ -46,7 +46,7 @@ class Case(Strict):
 class BenchmarkConfig(Strict):
     """A whole benchmark as the user wrote it."""
 
-    schema_version: Literal[1]
+    schema_version: SchemaVersion
     name: Name
     run: str = Field(min_length=1)  # the base run file, relative to the benchmark file
     concurrency: List[int] = Field(min_length=1, max_length=64)

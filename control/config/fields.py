@@ -6,13 +6,14 @@ import re
 from pathlib import PurePosixPath
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
 from control.config.rules import CONTROL as CONTROL  # re-exported
 from control.config.rules import SAFE_PATH as SAFE_PATH  # re-exported
 from control.config.rules import check_abs_path as _abs_path
 from control.config.rules import check_safe_path as _safe_path
 from control.config.rules import check_text as _text
+from control.config.rules import check_version as _version
 from control.secrets import credential
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -111,6 +112,8 @@ def _env_name(value: str) -> str:
     return value
 
 
+# ``schema_version``: exactly the integer 1 (a Literal[1] would take 1.0 and true).
+SchemaVersion = Annotated[int, BeforeValidator(_version)]
 Text = Annotated[str, AfterValidator(_text)]
 Prompt = Annotated[str, AfterValidator(_prompt)]  # text that may span lines
 Name = Annotated[str, AfterValidator(_name)]

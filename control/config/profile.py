@@ -13,6 +13,7 @@ from control.config.fields import (
     EnvName,
     Name,
     SafePath,
+    SchemaVersion,
     Strict,
     TimeLimit,
     _text,
@@ -113,7 +114,7 @@ class Local(Strict):
 class Profile(Strict):
     """One cluster: backend, workspace, scheduler defaults and runtime settings."""
 
-    schema_version: Literal[1]
+    schema_version: SchemaVersion
     backend: Literal["slurm", "local"] = "slurm"
     workspace: SafePath
     partition: Optional[Name] = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import PurePosixPath
-from typing import Iterable
+from typing import Iterable, Tuple
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Paths that end up in #SBATCH lines and scripts: no spaces, quotes, '%' or shell syntax.
@@ -20,6 +20,15 @@ def check_text(value: str) -> str:
     """``value`` unless it holds control characters (ValueError)."""
     if CONTROL.search(value):
         raise ValueError("control characters are not allowed")
+    return value
+
+
+def check_version(value: object, known: Tuple[int, ...] = (1,)) -> int:
+    """``value`` if it is one of the ``known`` integers, else ValueError. Exactly an
+    integer: ``1.0`` and ``true`` are refused, although Python finds them equal to 1
+    (which is why a ``Literal[1]`` field would take them)."""
+    if type(value) is not int or value not in known:
+        raise ValueError("Input should be " + " or ".join(map(str, known)))
     return value
 
 

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from control.config.client import Client, DataDesignerClient, GenerateClient
 from control.config.deployment import Deployment
-from control.config.fields import Name, Strict, TimeLimit
+from control.config.fields import Name, SchemaVersion, Strict, TimeLimit
 
 
 class Shards(Strict):
@@ -36,7 +36,7 @@ class Resources(Strict):
 class RunConfig(Strict):
     """A whole run as the user wrote it."""
 
-    schema_version: Literal[1]
+    schema_version: SchemaVersion
     name: Name
     records: int = Field(ge=1, le=10**10)
     shards: Shards
