@@ -59,6 +59,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
               "first server step <= 1 s; RSS <= 40 MB; stop <= grace + 1 s", lambda: None),
     "generator": ("generator.py", [], ["--runs", "1"],
                   "generator >= 0.95 of the engine alone", lambda: None),
+    "rejection": ("rejection.py", [], ["--repeat", "1"],
+                  "each rejection of a hostile file and each redaction < 0.5 s CPU",
+                  lambda: None),
 }
 
 

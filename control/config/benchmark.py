@@ -3,10 +3,12 @@ optional targets (``docs/benchmark.md``)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Dict, List, Optional
 
 from pydantic import Field, model_validator
 
+from agent_stdlib.text import quoted
 from control.config.fields import Name, SchemaVersion, Strict
 
 
@@ -62,7 +64,7 @@ class BenchmarkConfig(Strict):
         if len(set(self.concurrency)) != len(self.concurrency):
             raise ValueError("concurrency: a value is given twice")
         names = [c.name for c in self.cases]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = sorted(n for n, count in Counter(names).items() if count > 1)
         if dupes:
-            raise ValueError(f"cases: name {dupes[0]!r} is used twice")
+            raise ValueError(f"cases: name {quoted(dupes[0])} is used twice")
         return self

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from agent_stdlib.text import QUOTE_LIMIT, quoted
+from control.config.rules import key_text
 from control.errors import InvalidInput
 from control.secrets import redact
 
@@ -39,7 +39,6 @@ def _no_duplicates(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
     return out
 
 
-FIELD = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a key shown bare in a message
 HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\"' -]+?)\s*\]\]?\s*(#.*)?$")
 
 
@@ -68,8 +67,7 @@ def _describe_parse_error(message: str, text: str) -> str:
         number = int(match.group(1))
         if 0 < number <= len(lines) and "=" in lines[number - 1]:
             key = lines[number - 1].split("=", 1)[0].strip()
-            shown = key if len(key) <= QUOTE_LIMIT else quoted(key)
-            return f"{_table_of(lines, number)}{shown}: duplicate key (at line {number})"
+            return f"{_table_of(lines, number)}{key_text(key)}: duplicate key (at line {number})"
     return " ".join(message.split())
 
 
@@ -118,6 +116,5 @@ def read_document(path: Path) -> Dict[str, Any]:
         raise InvalidInput(f"{path}: the top level must be a table/object")
     top = too_deep(data)
     if top is not None:
-        where = top if FIELD.fullmatch(top) else quoted(top)
-        raise InvalidInput(f"{path}: {where}: nested deeper than {MAX_DEPTH} levels")
+        raise InvalidInput(f"{path}: {key_text(top)}: nested deeper than {MAX_DEPTH} levels")
     return data

@@ -154,3 +154,76 @@ def test_a_benchmark_file_with_schema_version_true_is_refused(tmp_path: Path) ->
     line = _one_line(_invoke(["benchmark", "run", str(bench), "--profile",
                               str(_profile(tmp_path))]), bench)
     assert "schema_version: Input should be 1" in line
+
+
+QA = REPO / "examples" / "qa-fake.toml"
+
+
+def _thirteen_columns(long: str) -> Dict[str, Any]:
+    """qa-fake with 13 columns, the 13th a judge whose first score is named ``long``."""
+    data = tomllib.loads(QA.read_text(encoding="utf-8"))
+    columns = data["client"]["columns"]
+    judge = columns.pop()
+    while len(columns) < 12:
+        columns.append({"name": f"n{len(columns)}", "type": "integer", "low": 1, "high": 2})
+    judge["scores"][0]["name"] = long
+    columns.append(judge)
+    return data
+
+
+def _excerpt_only(line: str, long: str) -> None:
+    """``line`` quotes at most a marked excerpt of ``long``, and stays short."""
+    assert len(line) < 1000, len(line)
+    assert long[:200] not in line
+    assert f"(excerpt: first 60 of {len(long)} characters)" in line, line
+
+
+@pytest.mark.parametrize("long", ["a!" * 15_000, "x" * 300_000, "é" * 100_000])
+def test_a_long_invalid_value_is_quoted_as_a_short_marked_excerpt(tmp_path: Path,
+                                                                   long: str) -> None:
+    run = tmp_path / "examples" / "run.json"
+    run.parent.mkdir()
+    (tmp_path / "examples" / "data").symlink_to(REPO / "examples" / "data")
+    profile = _profile(tmp_path)
+    data = tomllib.loads(RUN.read_text(encoding="utf-8"))
+    data["name"] = long
+    run.write_text(json.dumps(data))
+    line = _one_line(_invoke(["plan", str(run), "--profile", str(profile)]), run)
+    assert f"{run}: name: " in line
+    _excerpt_only(line, long)
+    run.write_text(json.dumps(_thirteen_columns(long)))
+    line = _one_line(_invoke(["plan", str(run), "--profile", str(profile)]), run)
+    assert f"{run}: client.columns[12].scores[0].name: " in line
+    _excerpt_only(line, long)
+
+
+def test_a_long_unknown_key_is_named_by_a_marked_excerpt(tmp_path: Path) -> None:
+    run = tmp_path / "run.json"
+    data = tomllib.loads(RUN.read_text(encoding="utf-8"))
+    key = "k" * 300_000
+    data["client"][key] = 1
+    run.write_text(json.dumps(data))
+    line = _one_line(_invoke(["plan", str(run), "--profile", str(_profile(tmp_path))]), run)
+    assert "unknown field" in line
+    _excerpt_only(line, key)
+
+
+@pytest.mark.parametrize("where", ["model", "command1", "seed", "hub"])
+def test_a_path_longer_than_linux_allows_is_refused_not_a_crash(tmp_path: Path,
+                                                                where: str) -> None:
+    """``stat`` of such a path raises ENAMETOOLONG: plan crashed with exit 1 on it."""
+    data = tomllib.loads(QA.read_text(encoding="utf-8"))
+    deployment = data["deployments"][1]
+    if where == "model":
+        deployment["model"] = "/" + "m" * 300
+    elif where == "hub":
+        deployment["model"] = "org/" + "m" * 300
+    elif where == "command1":
+        deployment["command"][1] = "/x" * 3000
+    else:
+        data["client"]["seed_data"]["path"] = "{config_dir}/" + "s" * 300
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(data))
+    line = _one_line(_invoke(["plan", str(run), "--profile", str(_profile(tmp_path))]), run)
+    assert ("at most 200 characters" if where == "hub" else "is longer than a path can be") \
+        in line, line
