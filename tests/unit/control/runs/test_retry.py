@@ -127,9 +127,9 @@ def test_named_refusals_use_the_words_of_status(tmp_path: Path, agent_pyz: Path)
     staged, _ = _run(tmp_path, agent_pyz, shards=3)
     for shard in (0, 1):
         _start(staged, shard)
-    verdicts = {0: ("running", norm.COMPLETING_REASON),
-                1: ("cancelling", "cancel requested; squeue says RUNNING"),
-                2: ("pending", "Priority")}
+    verdicts = {0: ("running", norm.COMPLETING_REASON, 1),
+                1: ("cancelling", "cancel requested; squeue says RUNNING", 1),
+                2: ("pending", "Priority", 1)}
     selection = select(staged.layout, staged.plan, [0, 1, 2], verdicts=verdicts)
     assert selection.refused == {
         0: "shard 0: its job is still completing in Slurm (COMPLETING); retry in a few "
@@ -265,6 +265,41 @@ def test_concurrent_retries_converge_on_one_submission(failed_run) -> None:
     assert sorted(p.name for p in staged.layout.submissions.glob("*.json")) == \
         ["0001.json", "0002.json"]
     assert not staged.layout.attempt(1, 3).root.exists()
+
+
+def test_retries_that_refreshed_status_together_leave_the_second_nothing_to_do(
+        failed_run) -> None:
+    """Two ``retry --yes`` at the same moment (issue 28 item 7): both status refreshes saw
+    attempt 1 failed; the second retry gets the lock after the first submitted attempt 2
+    and must find nothing to do, not report attempt 2 "still recorded submitted" as damage
+    (which made the CLI exit 4 with a repair hint)."""
+    staged, profile = failed_run
+    verdicts = {1: ("failed", "test failed", 1), 4: ("failed", "test failed", 1)}
+    slurm = SbatchRecorder(delay_s=0.3)  # the second waits on the lock meanwhile
+    results, errors = [], []
+    both_refreshed = threading.Barrier(2)
+
+    def one() -> None:
+        try:
+            both_refreshed.wait(timeout=10)
+            results.append(retry_run(staged.layout, profile, Scheduler(runner=slurm),
+                                     verdicts=verdicts))
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors
+    assert sorted(len(r.submitted) for r in results) == [0, 2]
+    assert [r.selection.skipped for r in results] == [{}, {}]
+    assert len(slurm.sbatch()) == 1
+    # a verdict on the attempt the record names still counts: status could not record it
+    still = select(staged.layout, staged.plan, verdicts={1: ("failed", "gone", 2)})
+    assert still.skipped == {1: "shard 1: status shows it failed but attempt 2 is still "
+                                "recorded submitted"}
 
 
 def test_lock_wait_is_bounded(failed_run) -> None:
