@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, TypeVar
 
 import pytest
 from click.testing import CliRunner
@@ -27,6 +27,8 @@ from control.runs.submit import Staged, commit_run, stage_run, submit_all
 from control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import SbatchRecorder, first_record
+
+T = TypeVar("T")
 
 
 def _run(tmp_path: Path, agent_pyz: Path, shards: int = 6, max_array_size: Optional[int] = None,
@@ -243,23 +245,33 @@ def test_retry_splits_by_plan_array(tmp_path: Path, agent_pyz: Path) -> None:
     assert load_attempt(staged.layout.attempt(4, 2).attempt_json).job_id.endswith("_0")
 
 
-def test_concurrent_retries_converge_on_one_submission(failed_run) -> None:
-    staged, profile = failed_run
-    slurm = SbatchRecorder(delay_s=0.3)  # sbatch is slow: the others must wait on the lock
-    results, errors = [], []
+def _concurrently(count: int, call: Callable[[], T]) -> List[T]:
+    """``call()`` in ``count`` threads that start together; their results (none raised)."""
+    results: List[T] = []
+    errors: List[BaseException] = []
+    start = threading.Barrier(count)
 
     def one() -> None:
         try:
-            results.append(retry_run(staged.layout, profile, Scheduler(runner=slurm)))
+            start.wait(timeout=10)
+            results.append(call())
         except BaseException as err:  # noqa: BLE001 - reported below
             errors.append(err)
 
-    threads = [threading.Thread(target=one) for _ in range(4)]
+    threads = [threading.Thread(target=one) for _ in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=30)
     assert not errors
+    return results
+
+
+def test_concurrent_retries_converge_on_one_submission(failed_run) -> None:
+    staged, profile = failed_run
+    slurm = SbatchRecorder(delay_s=0.3)  # sbatch is slow: the others must wait on the lock
+    results = _concurrently(4, lambda: retry_run(staged.layout, profile,
+                                                 Scheduler(runner=slurm)))
     assert sorted(len(r.submitted) for r in results) == [0, 0, 0, 2]
     assert len(slurm.sbatch()) == 1
     assert sorted(p.name for p in staged.layout.submissions.glob("*.json")) == \
@@ -276,23 +288,8 @@ def test_retries_that_refreshed_status_together_leave_the_second_nothing_to_do(
     staged, profile = failed_run
     verdicts = {1: ("failed", "test failed", 1), 4: ("failed", "test failed", 1)}
     slurm = SbatchRecorder(delay_s=0.3)  # the second waits on the lock meanwhile
-    results, errors = [], []
-    both_refreshed = threading.Barrier(2)
-
-    def one() -> None:
-        try:
-            both_refreshed.wait(timeout=10)
-            results.append(retry_run(staged.layout, profile, Scheduler(runner=slurm),
-                                     verdicts=verdicts))
-        except BaseException as err:  # noqa: BLE001 - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=one) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert not errors
+    results = _concurrently(2, lambda: retry_run(staged.layout, profile,
+                                                 Scheduler(runner=slurm), verdicts=verdicts))
     assert sorted(len(r.submitted) for r in results) == [0, 2]
     assert [r.selection.skipped for r in results] == [{}, {}]
     assert len(slurm.sbatch()) == 1
