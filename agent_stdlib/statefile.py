@@ -301,6 +301,8 @@ def read_json(path: Union[str, Path]) -> Optional[Dict[str, Any]]:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise StateError(f"{path}: not valid JSON ({err})") from err
+    except RecursionError:  # a damaged or hostile record, nested thousands deep
+        raise StateError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise StateError(f"{path}: expected a JSON object")
     return data

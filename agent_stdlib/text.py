@@ -11,6 +11,10 @@ sequence (``[2J``) stays as it is: harmless text once its ESC is shown.
 
 The agent applies it to the log tails it quotes in a failure reason; the control plane
 applies it again to everything it prints (it does not trust files to be clean).
+
+:func:`quoted` is how a message quotes a value it refuses: ``repr`` of the value, and of a
+long one only a marked excerpt (its first ``QUOTE_LIMIT`` characters and its length), so
+that a message stays short and building it costs nothing however long the value is.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import re
 
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+QUOTE_LIMIT = 60  # characters of a value a message quotes
 
 
 def visible(text: str, keep: str = "") -> str:
@@ -33,3 +38,16 @@ def visible(text: str, keep: str = "") -> str:
         return SHORT.get(char) or f"\\x{ord(char):02x}"
 
     return CONTROL.sub(escape, text)
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for a message; longer than ``limit`` characters, a marked excerpt:
+    ``'aaaa'... (excerpt: first 60 of 30000 characters)``."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... (excerpt: first {limit} of {len(value)} characters)"
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... (excerpt: first {limit} of {len(text)} characters)"

@@ -65,6 +65,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
     "merge_parquet": ("merge_parquet.py", [], ["--records", "20000", "--rounds", "1"],
                       "merge to parquet >= 0.5 of pyarrow directly; working memory at 2x "
                       "the records <= 1.15x", lambda: None),
+    "rejection": ("rejection.py", [], ["--repeat", "1"],
+                  "each rejection of a hostile file and each redaction < 0.5 s CPU",
+                  lambda: None),
 }
 
 

@@ -440,7 +440,8 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
     error = unreachable(seen)
     if error is not None:  # the records alone cannot say which shards ended
         raise error
-    verdicts = {row["index"]: (row["state"], row["reason"]) for row in seen["shards"]}
+    verdicts = {row["index"]: (row["state"], row["reason"], row["attempt"])
+                for row in seen["shards"]}
     done = retry_run(layout, prof, sched, list(shards), resume, dry_run, auto, lock_wait_s,
                      verdicts=verdicts)
     selection = done.selection

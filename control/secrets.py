@@ -21,6 +21,8 @@ import re
 from collections import Counter
 from typing import Iterable, Optional, Pattern, Tuple
 
+from agent_stdlib.text import quoted
+
 SECRET_WORDS = frozenset({"TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
                           "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY"})
 SECRET_PAIRS = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("PRIVATE", "KEY"),
@@ -37,7 +39,8 @@ CREDENTIALS: Tuple[Tuple[str, Pattern[str]], ...] = tuple(
         ("a GitLab token", r"(?<![A-Za-z0-9])(?P<prefix>glpat-)[A-Za-z0-9_-]{20,}"),
         ("a Slack token", r"(?<![A-Za-z0-9])(?P<prefix>xox[abprs]-)[A-Za-z0-9-]{10,}"),
         ("an AWS access key id", r"(?<![A-Za-z0-9])(?P<prefix>AKIA)[0-9A-Z]{16}"),
-        ("a JSON Web Token", r"(?P<prefix>eyJ)[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}"
+        ("a JSON Web Token", r"(?<![A-Za-z0-9_-])(?P<prefix>eyJ)[A-Za-z0-9_-]{10,}"
+                             r"\.eyJ[A-Za-z0-9_-]{10,}"
                              r"(?:\.[A-Za-z0-9_-]*)?"),
         ("a PEM private key", r"(?P<prefix>-----BEGIN [A-Z ]*PRIVATE KEY)-----[^-]*"
                               r"(?:-----END [A-Z ]*PRIVATE KEY-----)?"),
@@ -174,13 +177,15 @@ def check_args(args: Iterable[str]) -> None:
 # Where a message may carry a secret value next to its name: ``--token=VALUE``,
 # ``--api-key VALUE`` (not a lowercase word: "--api-key is set by synthbatch" is prose),
 # ``HF_TOKEN=VALUE`` (no spaces: ``secret = "NAME"`` in a sentence is prose),
-# ``"api_key": "VALUE"``, and URL userinfo.
+# ``"api_key": "VALUE"``, and URL userinfo. Every pattern starts only where its token
+# starts (a lookbehind), so a long run of letters is scanned once, not once per letter:
+# redaction stays linear in the length of the text.
 FLAG_VALUE = re.compile(r"(?<![A-Za-z0-9_-])(" + "|".join(map(re.escape, SECRET_FLAGS))
                         + r")(=|\s+)([^\s\"',;&]+)", re.I)
 ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_.-])([A-Za-z_][A-Za-z0-9_.-]*)(=|[\"']\s*:\s*[\"'])"
                         r"([^\s\"',;&]+)")
 WORD = re.compile(r"[a-z]+")
-USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+USERINFO = re.compile(r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
 
 
 def redact_text(text: str, marker: str) -> str:
@@ -218,7 +223,7 @@ def redact(message: str, value: object = None, name: str = "") -> str:
     literal secret stored under ``name``: its quoted form always, the bare value when it
     is credential-shaped (a plain word is never replaced inside a sentence)."""
     if isinstance(value, str) and value and literal_secret(name, value):
-        message = message.replace(repr(value), REDACTED)
+        message = message.replace(repr(value), REDACTED).replace(quoted(value), REDACTED)
         if credential(value):
             message = message.replace(value, REDACTED)
     return redact_text(message, REDACTED)

@@ -3,11 +3,13 @@ optional targets (``docs/benchmark.md``)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional
+from collections import Counter
+from typing import Any, Dict, List, Optional
 
 from pydantic import Field, model_validator
 
-from control.config.fields import Name, Strict
+from agent_stdlib.text import quoted
+from control.config.fields import Name, SchemaVersion, Strict
 
 
 class Records(Strict):
@@ -46,7 +48,7 @@ class Case(Strict):
 class BenchmarkConfig(Strict):
     """A whole benchmark as the user wrote it."""
 
-    schema_version: Literal[1]
+    schema_version: SchemaVersion
     name: Name
     run: str = Field(min_length=1)  # the base run file, relative to the benchmark file
     concurrency: List[int] = Field(min_length=1, max_length=64)
@@ -62,7 +64,7 @@ class BenchmarkConfig(Strict):
         if len(set(self.concurrency)) != len(self.concurrency):
             raise ValueError("concurrency: a value is given twice")
         names = [c.name for c in self.cases]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = sorted(n for n, count in Counter(names).items() if count > 1)
         if dupes:
-            raise ValueError(f"cases: name {dupes[0]!r} is used twice")
+            raise ValueError(f"cases: name {quoted(dupes[0])} is used twice")
         return self

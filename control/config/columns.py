@@ -16,7 +16,9 @@ from pydantic import AfterValidator, Discriminator, Field, Tag, model_validator
 from agent_stdlib.recipe.columns import KINDS, Node
 from agent_stdlib.recipe.schema import SchemaError, check
 from agent_stdlib.recipe.template import show
+from agent_stdlib.text import quoted
 from control.config.fields import Name, Prompt, Strict, Text
+from control.config.rules import key_text
 
 COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -27,7 +29,7 @@ Decimals = Optional[Annotated[int, Field(ge=0, le=15)]]
 
 def _column_name(value: str) -> str:
     if not COLUMN_NAME.fullmatch(value):
-        raise ValueError(f"{value!r} is not a column name (a letter, then letters, digits "
+        raise ValueError(f"{quoted(value)} is not a column name (a letter, then letters, digits "
                          f"or '_'; max 64)")
     return value
 
@@ -76,7 +78,7 @@ class Subcategory(ColumnBase):
     def _non_empty(self) -> Subcategory:
         for key, choices in self.values.items():
             if not choices:
-                raise ValueError(f"values.{key}: no values")
+                raise ValueError(f"values.{key_text(key)}: no values")
         return self
 
 
@@ -142,7 +144,7 @@ def _moment(value: When, name: str) -> dt.datetime:
     try:
         return dt.datetime.fromisoformat(value)
     except ValueError as err:
-        raise ValueError(f"{name}: {value!r} is not an ISO 8601 date or date-time") from err
+        raise ValueError(f"{name}: {quoted(value)} is not an ISO 8601 date or date-time") from err
 
 
 class Datetime(ColumnBase):
@@ -239,10 +241,11 @@ class LLMJudge(LLMColumn):
 
     @model_validator(mode="after")
     def _unique(self) -> LLMJudge:
-        names = [s.name for s in self.scores]
-        for i, name in enumerate(names):
-            if name in names[:i]:
-                raise ValueError(f"scores[{i}].name: {name!r} is given twice")
+        seen = set()
+        for i, name in enumerate(s.name for s in self.scores):
+            if name in seen:
+                raise ValueError(f"scores[{i}].name: {quoted(name)} is given twice")
+            seen.add(name)
         return self
 
 
@@ -256,7 +259,7 @@ class Unknown(Strict):
     @classmethod
     def _reject(cls, data: Any) -> Any:
         kind = data.get("type") if isinstance(data, dict) else None
-        what = "missing" if kind is None else f"unknown column type {show(kind)!r}"
+        what = "missing" if kind is None else f"unknown column type {quoted(show(kind))}"
         raise ValueError(f"type: {what} (have: {', '.join(KINDS)})")
 
 
@@ -293,5 +296,5 @@ def category_problem(columns: List[Any]) -> Optional[str]:
         for value in parent.values:
             if show(value) not in column.values:
                 return (f"columns[{i}].values: no values for {column.category} = "
-                        f"{show(value)!r}")
+                        f"{quoted(show(value))}")
     return None

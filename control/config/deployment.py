@@ -22,6 +22,7 @@ from control.config.fields import (
     UrlPath,
     under,
 )
+from control.config.rules import check_path_length
 from control.secrets import check_args, literal_secret
 
 COMMAND_PLACEHOLDERS = frozenset({"host", "port", "model", "served_name", "python", "config_dir",
@@ -64,6 +65,11 @@ def check_path_value(name: str, arg: str) -> None:
     value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
     if value.startswith(("./", "../")) or value in (".", ".."):
         raise ValueError(f"{name}: relative path; use an absolute path or {{config_dir}}/...")
+    if value.startswith(("/", "{config_dir}/")):
+        try:
+            check_path_length(value)
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
     if value.startswith("/"):
         if ".." in PurePosixPath(value).parts:
             raise ValueError(f"{name}: path must not contain '..'")

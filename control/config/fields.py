@@ -6,19 +6,23 @@ import re
 from pathlib import PurePosixPath
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
+from agent_stdlib.text import quoted
 from control.config.rules import CONTROL as CONTROL  # re-exported
 from control.config.rules import SAFE_PATH as SAFE_PATH  # re-exported
 from control.config.rules import check_abs_path as _abs_path
+from control.config.rules import check_path_length
 from control.config.rules import check_safe_path as _safe_path
 from control.config.rules import check_text as _text
+from control.config.rules import check_version as _version
 from control.secrets import credential
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TIME_LIMIT = re.compile(r"([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}|[0-9]+")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A model on a hub: "name" or "org/name".
+MAX_HUB_ID = 200  # the hub allows 96 characters per part
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 # An absolute URL path and an optional query (RFC 3986 characters, %XX escapes), no fragment.
 URL_PATH = re.compile(r"/(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*"
@@ -38,7 +42,7 @@ class Strict(BaseModel):
 def _name(value: str) -> str:
     _text(value)
     if not NAME.fullmatch(value):
-        raise ValueError(f"{value!r} is not a name (letters, digits, '.', '_', '-'; max 64)")
+        raise ValueError(f"{quoted(value)} is not a name (letters, digits, '.', '_', '-'; max 64)")
     return value
 
 
@@ -50,8 +54,9 @@ def _config_path(value: str) -> str:
     """An absolute safe path, or ``{config_dir}/...`` resolved against the run file."""
     _text(value)
     if value.startswith(CONFIG_DIR):
+        check_path_length(value)
         if not RELATIVE_PART.fullmatch(value[len(CONFIG_DIR):]):
-            raise ValueError(f"{value!r} may only contain letters, digits and ._/+@,=- "
+            raise ValueError(f"{quoted(value)} may only contain letters, digits and ._/+@,=- "
                              f"after {{config_dir}}/")
         return value
     return _safe_path(value)
@@ -61,8 +66,9 @@ def _model(value: str) -> str:
     _text(value)
     if value.startswith(("/", CONFIG_DIR)):
         return _config_path(value)
-    if not HUB_ID.fullmatch(value):
-        raise ValueError("must be an absolute path or a hub id like 'org/name'")
+    if not HUB_ID.fullmatch(value) or len(value) > MAX_HUB_ID:
+        raise ValueError(f"must be an absolute path or a hub id like 'org/name' (at most "
+                         f"{MAX_HUB_ID} characters)")
     return value
 
 
@@ -76,7 +82,7 @@ def _served_name(value: str) -> str:
 def _url_path(value: str) -> str:
     _text(value)
     if not URL_PATH.fullmatch(value):
-        raise ValueError(f"{value!r} is not a URL path: it starts with '/', has no spaces "
+        raise ValueError(f"{quoted(value)} is not a URL path: it starts with '/', has no spaces "
                          f"and no '#', and may end in a ?query (other characters as %XX)")
     return value
 
@@ -90,7 +96,7 @@ def under(path: str, root: str) -> bool:
 def _time_limit(value: str) -> str:
     _text(value)
     if not TIME_LIMIT.fullmatch(value):
-        raise ValueError(f"{value!r} is not a Slurm time limit ([D-]HH:MM:SS or minutes)")
+        raise ValueError(f"{quoted(value)} is not a Slurm time limit ([D-]HH:MM:SS or minutes)")
     return value
 
 
@@ -107,10 +113,12 @@ def _env_name(value: str) -> str:
         raise ValueError(f"looks like a secret value, not a variable name: it {rule} "
                          f"(value not shown)")
     if not ENV_NAME.fullmatch(value):
-        raise ValueError(f"{value!r} is not an environment variable name")
+        raise ValueError(f"{quoted(value)} is not an environment variable name")
     return value
 
 
+# ``schema_version``: exactly the integer 1 (a Literal[1] would take 1.0 and true).
+SchemaVersion = Annotated[int, BeforeValidator(_version)]
 Text = Annotated[str, AfterValidator(_text)]
 Prompt = Annotated[str, AfterValidator(_prompt)]  # text that may span lines
 Name = Annotated[str, AfterValidator(_name)]

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from control.config.document import read_document as read_document  # re-exported
 from control.config.document import tomllib as tomllib  # re-exported (starter)
-from control.config.rules import CONTROL, unknown_field
+from control.config.rules import key_text, unknown_field
 from control.errors import InvalidInput
 from control.secrets import redact
 
@@ -30,7 +30,7 @@ def _location(loc: Tuple[Any, ...]) -> str:
         elif str(item) == "[key]" or (str(item).startswith("<") and str(item).endswith(">")):
             continue  # a dict-key marker or a union tag (see deployment.EnvValue)
         else:
-            text = repr(str(item)) if CONTROL.search(str(item)) else str(item)
+            text = key_text(str(item))
             parts.append(("." if parts else "") + text)
     return "".join(parts)
 

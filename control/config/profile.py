@@ -9,10 +9,12 @@ from typing import Annotated, Dict, List, Literal, Optional, Tuple
 from pydantic import AfterValidator, Field, model_validator
 
 from agent_stdlib.containers import RESERVED_MOUNT
+from agent_stdlib.text import quoted
 from control.config.fields import (
     EnvName,
     Name,
     SafePath,
+    SchemaVersion,
     Strict,
     TimeLimit,
     _text,
@@ -37,7 +39,7 @@ FLAG_OPTIONS = ("exclusive",)  # may be given as "" (a bare flag)
 def _sbatch_key(value: str) -> str:
     _text(value)
     if value not in SBATCH_ALLOWED:
-        raise ValueError(f"{value!r} is not an allowed #SBATCH option (allowed: "
+        raise ValueError(f"{quoted(value)} is not an allowed #SBATCH option (allowed: "
                          + ", ".join(SBATCH_ALLOWED) + ")")
     return value
 
@@ -113,7 +115,7 @@ class Local(Strict):
 class Profile(Strict):
     """One cluster: backend, workspace, scheduler defaults and runtime settings."""
 
-    schema_version: Literal[1]
+    schema_version: SchemaVersion
     backend: Literal["slurm", "local"] = "slurm"
     workspace: SafePath
     partition: Optional[Name] = None

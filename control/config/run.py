@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import List, Literal, Optional
 
 from pydantic import Field, model_validator
 
+from agent_stdlib.text import quoted
 from control.config.client import Client, DataDesignerClient, GenerateClient
 from control.config.deployment import Deployment
-from control.config.fields import Name, Strict, TimeLimit
+from control.config.fields import Name, SchemaVersion, Strict, TimeLimit
+from control.config.rules import key_text
 
 
 class Shards(Strict):
@@ -39,7 +42,7 @@ class Resources(Strict):
 class RunConfig(Strict):
     """A whole run as the user wrote it."""
 
-    schema_version: Literal[1]
+    schema_version: SchemaVersion
     name: Name
     records: int = Field(ge=1, le=10**10)
     shards: Shards
@@ -53,24 +56,24 @@ class RunConfig(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
         aliases = [d.alias for d in self.deployments]
-        dupes = sorted({a for a in aliases if aliases.count(a) > 1})
+        dupes = sorted(a for a, n in Counter(aliases).items() if n > 1)
         if dupes:
-            raise ValueError(f"deployments: alias {dupes[0]!r} is defined twice")
+            raise ValueError(f"deployments: alias {quoted(dupes[0])} is defined twice")
         for index, dep in enumerate(self.deployments):
             if dep.shared_node is not None and dep.shared_node not in aliases[:index]:
-                raise ValueError(f"deployments[{index}].shared_node: {dep.shared_node!r} is "
+                raise ValueError(f"deployments[{index}].shared_node: {quoted(dep.shared_node)} is "
                                  f"not an earlier deployment (have before it: "
                                  f"{', '.join(aliases[:index]) or 'none'})")
         for where, alias in (self.client.aliases() if isinstance(self.client, GenerateClient)
                              else ()):
             if alias not in aliases:
-                raise ValueError(f"client.{where}: {alias!r} is not a deployment alias "
+                raise ValueError(f"client.{where}: {quoted(alias)} is not a deployment alias "
                                  f"(have: {', '.join(aliases)})")
         if isinstance(self.client, DataDesignerClient):
             for dd_alias, alias in sorted(self.client.models.items()):
                 if alias not in aliases:
-                    raise ValueError(f"client.models.{dd_alias}: {alias!r} is not a deployment "
-                                     f"alias (have: {', '.join(aliases)})")
+                    raise ValueError(f"client.models.{key_text(dd_alias)}: {quoted(alias)} "
+                                     f"is not a deployment alias (have: {', '.join(aliases)})")
         if self.shards.count is not None and self.shards.count > self.records:
             raise ValueError(f"shards.count: {self.shards.count} shards for "
                              f"{self.records} records")

@@ -22,7 +22,7 @@ from stat import S_ISDIR, S_ISVTX
 from typing import Any, Dict, NamedTuple, Optional
 
 from control.config.document import read_document
-from control.config.rules import check_safe_path, unknown_field
+from control.config.rules import check_safe_path, check_version, unknown_field
 from control.errors import InvalidInput, NotFound
 from control.secrets import redact
 
@@ -109,8 +109,10 @@ def _check(data: Dict[str, Any], path: Path) -> WorkspaceProfile:
     version = data.get("schema_version")
     if "schema_version" not in data:
         raise _Bad("schema_version", "Field required")
-    if version != 1:  # as Literal[1] compares (1.0 and true pass there too)
-        raise _Bad("schema_version", "Input should be 1", version)
+    try:
+        check_version(version)
+    except ValueError as err:
+        raise _Bad("schema_version", str(err), version) from None
     backend = data.get("backend", BACKENDS[0])
     if backend not in BACKENDS or not isinstance(backend, str):
         raise _Bad("backend", "Input should be " + " or ".join(repr(b) for b in BACKENDS),

@@ -24,7 +24,9 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from agent_stdlib.imagedigest import DigestError, Progress, image_digest
 from agent_stdlib.statefile import StateError, read_json, write_json_atomic
+from agent_stdlib.text import quoted
 from control.config.fields import NAME, SAFE_PATH
+from control.config.rules import check_version
 from control.errors import Conflict, InvalidInput, NotFound
 
 REGISTRY_FILE = "images.json"
@@ -127,8 +129,11 @@ def load(workspace: Path) -> Dict[str, ImageEntry]:
     if data is None:
         return {}
     try:
-        if data.get("schema_version") not in (1, SCHEMA_VERSION):
-            raise ValueError(f"unsupported schema_version {data.get('schema_version')!r}")
+        try:
+            check_version(data.get("schema_version"), (1, SCHEMA_VERSION))
+        except ValueError:
+            raise ValueError(f"unsupported schema_version "
+                             f"{quoted(data.get('schema_version'))}") from None
         return {alias: _entry(alias, entry) for alias, entry in data["images"].items()}
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise InvalidInput(f"{path}: not a valid image registry ({err})") from err

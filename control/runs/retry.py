@@ -95,13 +95,14 @@ class Selection:
     skipped: Dict[int, str] = field(default_factory=dict)  # damaged records: not considered
 
 
-Verdicts = Mapping[int, Tuple[str, Optional[str]]]  # shard -> (state, reason) as status says
+# shard -> (state, reason, attempt number) as the status refresh before the lock said
+Verdicts = Mapping[int, Tuple[str, Optional[str], Optional[int]]]
 
 
 def _not_over(shard: int, number: int, state: str,
-              verdict: Optional[Tuple[str, Optional[str]]]) -> str:
+              verdict: Optional[Tuple[str, Optional[str], Optional[int]]]) -> str:
     """Why a named shard whose latest attempt has not ended is refused, in status's words."""
-    shown, reason = verdict or (state, None)
+    shown, reason = verdict[:2] if verdict else (state, None)
     if reason == norm.COMPLETING_REASON:
         return f"shard {shard}: {reason}; retry in a few seconds"
     return f"shard {shard} is {shown} (attempt {number})" + (f": {reason}" if reason else "")
@@ -203,6 +204,10 @@ def _decide(layout: RunLayout, plan: Plan, shard: int, named: bool, policy: str,
     state = latest.state if latest else "unrecorded"
     if state not in states.TERMINAL:
         verdict = verdicts.get(shard)
+        if verdict is not None and verdict[2] != number:
+            # status judged an earlier attempt: another retry made this one since (while
+            # this one waited for the lock), so it says nothing about it
+            verdict = None
         if named:
             selection.refused[shard] = _not_over(shard, number, state, verdict)
         elif verdict is not None and verdict[0] in norm.FINAL:  # status could not record it

@@ -43,6 +43,7 @@ from control.runs.store import (
     ShardView,
     SubmissionView,
     committed_at,
+    damaged_beside_winner,
     expected_lookup,
     load_plan_view,
     needs_recovery,
@@ -202,7 +203,7 @@ def _shard_row(layout: RunLayout, shard: ShardView, size: int,
         reason = one_line(shard.progress_problem, MAX_REASON)  # advisory: only shown, never decides
     row: Dict[str, Any] = {
         "index": shard.index, "state": verdict.state, "reason": reason,
-        "attempt": attempt.number if attempt else None,
+        "attempt": attempt.number if attempt else shard.winner_attempt,
         "job_id": attempt.job_id if attempt else None,
         "records": size, "records_done": min(done, size),
         "records_dropped": progress.dropped if progress else 0,
@@ -400,6 +401,7 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
         shards = _rescan(layout, shards, expected)
         verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
     accounting_down(sched, verdicts, notes)
+    notes.extend(one_line(note) for note in damaged_beside_winner(shards))
     verdicts = full_disk(layout, verdicts)
     fresh = [_shard_row(layout, s, plan.shard_records[s.index], v)
              for s, v in zip(shards, verdicts)]

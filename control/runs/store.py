@@ -210,6 +210,15 @@ class ShardView(NamedTuple):
     problem: Optional[str] = None
     winner_problem: Optional[str] = None
     progress_problem: Optional[str] = None
+    winner_attempt: Optional[int] = None  # the attempt the verified winner names
+
+
+def damaged_beside_winner(shards: Iterable[ShardView]) -> List[str]:
+    """A note per shard whose verified winner decides (``succeeded``) while its attempt
+    record is damaged: the verdict stands, the damage is still reported."""
+    return [f"shard {s.index}: succeeded (its winner, attempt {s.winner_attempt}, decides), "
+            f"but its attempt record is damaged: {s.problem}"
+            for s in shards if s.winner and s.problem]
 
 
 class SubmissionView(NamedTuple):
@@ -543,19 +552,22 @@ def _exists(path: str) -> bool:
     return True
 
 
-def _winner(folder: str, shard: int, present: bool) -> Tuple[bool, Optional[str]]:
-    """(verified, problem) of the ``winner.json`` in shard ``folder``; ``present``: there is
-    one. Verified as everywhere else (``publish.verify_winner``): only a shard that has one
-    costs the contract classes' import and a full record check (~30 us).
+def _winner(folder: str, shard: int, present: bool
+            ) -> Tuple[bool, Optional[str], Optional[int]]:
+    """(verified, problem, the attempt it names) of the ``winner.json`` in shard ``folder``;
+    ``present``: there is one. Verified as everywhere else (``publish.verify_winner``):
+    only a shard that has one costs the contract classes' import and a full record check
+    (~30 us).
     """
     if not present:
-        return False, None
+        return False, None, None
     from agent_stdlib.publish import verify_winner
 
     try:
-        return verify_winner(f"{folder}/winner.json", shard) is not None, None
+        winner = verify_winner(f"{folder}/winner.json", shard)
     except StateError as err:
-        return False, str(err)
+        return False, str(err), None
+    return winner is not None, None, winner.attempt if winner is not None else None
 
 
 def _progress(base: str, running: bool) -> Tuple[Optional[ProgressView], Optional[str]]:
@@ -595,8 +607,9 @@ def _scan_expected(layout: RunLayout, shard: int, expected: Expected) -> Optiona
         return None
     progress, progress_problem = (None, None) if attempt.state in NOT_STARTED else \
         _progress(base, attempt.state == "running")
-    winner, winner_problem = _winner(folder, shard, present)
-    return ShardView(shard, winner, attempt, progress, None, winner_problem, progress_problem)
+    winner, winner_problem, won = _winner(folder, shard, present)
+    return ShardView(shard, winner, attempt, progress, None, winner_problem, progress_problem,
+                     won)
 
 
 def scan_shard(layout: RunLayout, shard: int, expected: Optional[Expected] = None
@@ -617,7 +630,8 @@ def scan_shard(layout: RunLayout, shard: int, expected: Optional[Expected] = Non
         present, folder = latest_attempt_dir(layout, shard)
     except OSError as err:
         return ShardView(shard, False, None, None, problem=str(err))
-    winner, winner_problem = _winner(f"{layout.root}/shards/{shard_name(shard)}", shard, present)
+    winner, winner_problem, won = _winner(f"{layout.root}/shards/{shard_name(shard)}", shard,
+                                          present)
     attempt, problem = None, None
     progress, progress_problem = None, None
     if folder:
@@ -630,7 +644,7 @@ def scan_shard(layout: RunLayout, shard: int, expected: Optional[Expected] = Non
     elif expected is not None and expected.attempt == FIRST_ATTEMPT:
         attempt = implied_view(expected)
     return ShardView(shard, winner, attempt, progress, problem, winner_problem,
-                     progress_problem)
+                     progress_problem, won)
 
 
 def shard_scanner(layout: RunLayout, arrays: Optional[Sequence[Any]] = None

@@ -42,7 +42,6 @@ def write(tmp_path: Path, data: Dict[str, Any]) -> Path:
 
 @pytest.mark.parametrize("changes", [{}, {"slurm_bin": "/opt/slurm/bin"},
                                      {"scheduler_timeout_s": 5}, {"slurm_bin": None},
-                                     {"schema_version": 1.0}, {"schema_version": True},
                                      {"backend": "local", "local": {"max_concurrent": 2}}])
 def test_valid_profiles_read_the_same_values(tmp_path: Path, changes: Dict[str, Any]) -> None:
     data = {**profile_data(), **changes}
@@ -57,6 +56,7 @@ def test_valid_profiles_read_the_same_values(tmp_path: Path, changes: Dict[str, 
 
 DROP = object()
 BAD = [("schema_version", DROP), ("schema_version", 2), ("schema_version", "1"),
+       ("schema_version", 1.0), ("schema_version", True),  # equal to 1, not the integer 1
        ("backend", "pbs"), ("backend", 1), ("workspace", DROP),
        ("workspace", 3), ("workspace", "rel"), ("workspace", "/a/../b"), ("workspace", "/a b"),
        ("workspace", "/a\x01"), ("slurm_bin", 5), ("slurm_bin", "bin"),

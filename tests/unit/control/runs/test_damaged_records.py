@@ -251,6 +251,42 @@ def test_the_damaged_run_through_status_merge_retry_and_logs(cli_run, tmp_path: 
     assert "shard 1 attempt 1 execution 1: client" in logs.stderr
 
 
+def test_a_truncated_attempt_record_beside_a_winner_keeps_the_verdict_and_is_reported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28 item 7: it showed ``succeeded`` with ``attempt: null`` and no note. The
+    winner decides (succeeded, its attempt named); the damaged record is reported in
+    ``status``, ``status --json`` and ``api.status``."""
+    from control import api
+
+    workspace = tmp_path / "ws"
+    layout = make_run(workspace, [Shard("succeeded"), Shard("succeeded")])
+    for shard in (0, 1):
+        publish_json_immutable(layout.winner_json(shard),
+                               real_winner(layout, shard, 10 * shard).to_dict())
+    truncate(layout.attempt(1, 1).attempt_json)
+    profile = tmp_path / "profile.toml"
+    profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                   json.dumps(str(workspace))))
+    from tests.fakes import FakeSlurm
+
+    slurm = FakeSlurm()
+    slurm.on("sacct")  # the usage of the ended run: nothing known
+    monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    damaged = f"{layout.attempt(1, 1).attempt_json}: not valid JSON"
+
+    data = json.loads(run_cli("status", RUN_ID, "--profile", str(profile), "--json").stdout)
+    assert [(s["state"], s["attempt"]) for s in data["shards"]] == [("succeeded", 1),
+                                                                   ("succeeded", 1)]
+    notes = [n for n in data["notes"] if n.startswith("shard 1: ")]
+    assert len(notes) == 1 and "its winner, attempt 1, decides" in notes[0] \
+        and damaged in notes[0], data["notes"]
+    human = run_cli("status", RUN_ID, "--profile", str(profile))
+    assert human.exit_code == 0 and f"note: {notes[0]}" in human.stdout, human.output
+    assert notes[0] in api.status(RUN_ID, str(profile)).notes
+    assert not any(n.startswith("shard 0: ") for n in data["notes"])
+
+
 # ----------------------------------------------------------------------------- settled index
 
 

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, TypeVar
 
 import pytest
 from click.testing import CliRunner
@@ -27,6 +27,8 @@ from control.runs.submit import Staged, commit_run, stage_run, submit_all
 from control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import SbatchRecorder, first_record
+
+T = TypeVar("T")
 
 
 def _run(tmp_path: Path, agent_pyz: Path, shards: int = 6, max_array_size: Optional[int] = None,
@@ -127,9 +129,9 @@ def test_named_refusals_use_the_words_of_status(tmp_path: Path, agent_pyz: Path)
     staged, _ = _run(tmp_path, agent_pyz, shards=3)
     for shard in (0, 1):
         _start(staged, shard)
-    verdicts = {0: ("running", norm.COMPLETING_REASON),
-                1: ("cancelling", "cancel requested; squeue says RUNNING"),
-                2: ("pending", "Priority")}
+    verdicts = {0: ("running", norm.COMPLETING_REASON, 1),
+                1: ("cancelling", "cancel requested; squeue says RUNNING", 1),
+                2: ("pending", "Priority", 1)}
     selection = select(staged.layout, staged.plan, [0, 1, 2], verdicts=verdicts)
     assert selection.refused == {
         0: "shard 0: its job is still completing in Slurm (COMPLETING); retry in a few "
@@ -243,28 +245,58 @@ def test_retry_splits_by_plan_array(tmp_path: Path, agent_pyz: Path) -> None:
     assert load_attempt(staged.layout.attempt(4, 2).attempt_json).job_id.endswith("_0")
 
 
-def test_concurrent_retries_converge_on_one_submission(failed_run) -> None:
-    staged, profile = failed_run
-    slurm = SbatchRecorder(delay_s=0.3)  # sbatch is slow: the others must wait on the lock
-    results, errors = [], []
+def _concurrently(count: int, call: Callable[[], T]) -> List[T]:
+    """``call()`` in ``count`` threads that start together; their results (none raised)."""
+    results: List[T] = []
+    errors: List[BaseException] = []
+    start = threading.Barrier(count)
 
     def one() -> None:
         try:
-            results.append(retry_run(staged.layout, profile, Scheduler(runner=slurm)))
+            start.wait(timeout=10)
+            results.append(call())
         except BaseException as err:  # noqa: BLE001 - reported below
             errors.append(err)
 
-    threads = [threading.Thread(target=one) for _ in range(4)]
+    threads = [threading.Thread(target=one) for _ in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=30)
     assert not errors
+    return results
+
+
+def test_concurrent_retries_converge_on_one_submission(failed_run) -> None:
+    staged, profile = failed_run
+    slurm = SbatchRecorder(delay_s=0.3)  # sbatch is slow: the others must wait on the lock
+    results = _concurrently(4, lambda: retry_run(staged.layout, profile,
+                                                 Scheduler(runner=slurm)))
     assert sorted(len(r.submitted) for r in results) == [0, 0, 0, 2]
     assert len(slurm.sbatch()) == 1
     assert sorted(p.name for p in staged.layout.submissions.glob("*.json")) == \
         ["0001.json", "0002.json"]
     assert not staged.layout.attempt(1, 3).root.exists()
+
+
+def test_retries_that_refreshed_status_together_leave_the_second_nothing_to_do(
+        failed_run) -> None:
+    """Two ``retry --yes`` at the same moment (issue 28 item 7): both status refreshes saw
+    attempt 1 failed; the second retry gets the lock after the first submitted attempt 2
+    and must find nothing to do, not report attempt 2 "still recorded submitted" as damage
+    (which made the CLI exit 4 with a repair hint)."""
+    staged, profile = failed_run
+    verdicts = {1: ("failed", "test failed", 1), 4: ("failed", "test failed", 1)}
+    slurm = SbatchRecorder(delay_s=0.3)  # the second waits on the lock meanwhile
+    results = _concurrently(2, lambda: retry_run(staged.layout, profile,
+                                                 Scheduler(runner=slurm), verdicts=verdicts))
+    assert sorted(len(r.submitted) for r in results) == [0, 2]
+    assert [r.selection.skipped for r in results] == [{}, {}]
+    assert len(slurm.sbatch()) == 1
+    # a verdict on the attempt the record names still counts: status could not record it
+    still = select(staged.layout, staged.plan, verdicts={1: ("failed", "gone", 2)})
+    assert still.skipped == {1: "shard 1: status shows it failed but attempt 2 is still "
+                                "recorded submitted"}
 
 
 def test_lock_wait_is_bounded(failed_run) -> None:
