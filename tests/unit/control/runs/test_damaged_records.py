@@ -29,6 +29,7 @@ from control.runs.merge import merge_run
 from control.runs.retry import select
 from control.runs.status import observe
 from control.runs.store import Expected, load_plan, scan_shard
+from control.slurm.runner import CommandResult
 from control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import RUN_ID, SbatchRecorder, Shard, make_run
@@ -208,7 +209,13 @@ def cli_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dict[str, object
     profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
                                                    json.dumps(str(workspace))))
     slurm = SbatchRecorder()  # answers sbatch and scontrol release, fails on anything else
-    monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
+
+    def runner(argv, timeout):  # noqa: ANN001 - the Runner protocol
+        if argv[0].rsplit("/", 1)[-1] == "sacct":  # a running run's GPU-hours so far
+            return CommandResult(list(argv), 0, "", "")
+        return slurm(argv, timeout)
+
+    monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=runner))
     monkeypatch.setenv("HOME", str(tmp_path))
     return {"layout": layout, "profile": str(profile), "slurm": slurm}
 
@@ -396,6 +403,8 @@ def test_status_printed_while_slurm_is_unreachable_is_made_visible(
     fake = QueueFake()
     fake.on("squeue", code=1, stderr="squeue: error: Unable to contact slurm controller "
                                      "(connect failure)\n")
+    fake.on("sacct", code=1, stderr="sacct: error: Problem talking to the database: "
+                                   "Connection refused\n")
     monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=fake))
     profile = tmp_path / "profile.toml"
     profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
