@@ -9,6 +9,7 @@ refuses it with exit 2 and one line naming the file, never a traceback or exit 1
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, List, Tuple, Union
@@ -44,6 +45,26 @@ values = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(texts, inner, max_size=4)), max_leaves=8)
 
 
+def _nest(depth: int, table: bool) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"k": value} if table else [value]
+    return value
+
+
+DEEP = "\x00deep-json:"  # a value written by _write as that many nested JSON arrays
+
+
+# what crashed plan or made it quadratic (issue 28 item 7): arrays and tables nested
+# hundreds deep, JSON nested up to 100,000 deep (more than json.dumps can write), values
+# of tens of thousands of characters
+hostile = st.one_of(st.builds(_nest, st.integers(30, 700), st.booleans()),
+                    st.integers(1_000, 100_000).map(lambda depth: f"{DEEP}{depth}"),
+                    st.sampled_from(["x" * 30_000, "é" * 50_000, "hf_" + "A" * 40_000]))
+# schema_version is exactly the integer 1: none of these may be coerced to it
+NOT_VERSION_1 = [1.0, True, "1", 1.5, 2, 0, None, [1]]
+
+
 def _paths(data: Any, prefix: Path_ = ()) -> List[Path_]:
     """Every path into ``data`` (keys and list indices), the root excluded."""
     found: List[Path_] = []
@@ -72,9 +93,12 @@ def mutated(draw: st.DrawFn, source: Path) -> Any:
             break
         path = draw(st.sampled_from(paths))
         parent, key = _at(data, path[:-1]), path[-1]
-        action = draw(st.sampled_from(["replace", "replace", "delete", "add", "wrap"]))
+        action = draw(st.sampled_from(["replace", "replace", "delete", "add", "wrap",
+                                       "hostile"]))
         if action == "replace":
             parent[key] = draw(values)
+        elif action == "hostile":
+            parent[key] = draw(hostile)
         elif action == "delete":
             del parent[key]
         elif action == "add" and isinstance(parent, dict):
@@ -86,20 +110,27 @@ def mutated(draw: st.DrawFn, source: Path) -> Any:
 
 def _write(tmp: Path, name: str, data: Any) -> Path:
     path = tmp / name
-    path.write_text(json.dumps(data), encoding="utf-8")
+    text = json.dumps(data)
+    for depth in re.findall(re.escape(json.dumps(DEEP)[:-1]) + r'(\d+)"', text):
+        text = text.replace(json.dumps(f"{DEEP}{depth}"),
+                            "[" * int(depth) + "1" + "]" * int(depth))
+    path.write_text(text, encoding="utf-8")
     return path
 
 
-def _plan(run: Path, profile: Path) -> None:
-    """``synthbatch plan``: exit 0, or exit 2 with one line naming a file; never exit 1."""
+def _plan(run: Path, profile: Path, refused: bool = False) -> None:
+    """``synthbatch plan``: exit 0, or exit 2 with one short line naming a file; never exit
+    1. ``refused``: it must be exit 2."""
     result = CliRunner().invoke(cli, ["plan", str(run), "--profile", str(profile)])
-    assert result.exit_code in (0, 2), (result.exit_code, result.output, result.exception)
+    assert result.exit_code in ((2,) if refused else (0, 2)), \
+        (result.exit_code, result.output[-2000:], result.exception)
     assert "Traceback" not in result.output
     if result.exit_code == 2:
         lines = result.stderr.splitlines()
         assert len(lines) == 1, result.stderr
         assert lines[0].startswith("synthbatch: error: "), lines
         assert str(run) in lines[0] or str(profile) in lines[0], lines
+        assert len(lines[0]) <= 2_000, lines[0][:300]  # a long value is quoted as an excerpt
 
 
 @pytest.fixture
@@ -130,8 +161,13 @@ def _example(source: Path) -> Path:
 @given(data=st.data())
 def test_mutated_examples_are_refused_in_one_line(fuzz_dir: Path, data: st.DataObject) -> None:
     source = data.draw(st.sampled_from(RUNS), label="example")
-    run = _write(fuzz_dir / "examples", "run.json", data.draw(mutated(source), label="run"))
-    _plan(run, _profile(fuzz_dir, _example(source)))
+    run_data = data.draw(mutated(source), label="run")
+    version = data.draw(st.sampled_from([1] * 8 + NOT_VERSION_1), label="schema_version")
+    if version != 1 or type(version) is not int:
+        run_data["schema_version"] = version
+    run = _write(fuzz_dir / "examples", "run.json", run_data)
+    _plan(run, _profile(fuzz_dir, _example(source)),
+          refused=version != 1 or type(version) is not int)
 
 
 @fuzz(ci=150, long=5_000)
@@ -139,8 +175,12 @@ def test_mutated_examples_are_refused_in_one_line(fuzz_dir: Path, data: st.DataO
 def test_mutated_profiles_are_refused_in_one_line(fuzz_dir: Path, data: st.DataObject) -> None:
     source = data.draw(st.sampled_from(PROFILES), label="profile")
     profile_data = data.draw(mutated(source), label="profile data")
+    version = data.draw(st.sampled_from([1] * 8 + NOT_VERSION_1), label="schema_version")
+    if version != 1 or type(version) is not int:
+        profile_data["schema_version"] = version
     profile = _write(fuzz_dir, "profile.json", profile_data)
-    _plan(REPO / "examples" / "fake-server.toml", profile)
+    _plan(REPO / "examples" / "fake-server.toml", profile,
+          refused=version != 1 or type(version) is not int)
 
 
 @fuzz(ci=150, long=5_000)
