@@ -437,12 +437,17 @@ def _replica_gpus(dep: Deployment, chosen: Mapping[str, int]) -> int:
     return dep.gpus_per_replica
 
 
+Measured = Mapping[str, Tuple[float, str]]  # alias -> (work per record, where it is from)
+
+
 def resolve_layout(run: RunConfig, gpu: Gpu, budget: Optional[int],
-                   facts: Mapping[int, ModelFacts]) -> Tuple[RunConfig, List[Choice]]:
+                   facts: Mapping[int, ModelFacts], measured: Optional[Measured] = None
+                   ) -> Tuple[RunConfig, List[Choice]]:
     """The run with every automatic field filled in, and what was chosen and why.
 
     ``facts`` holds the model facts of the deployments ``automatic`` names (by index);
-    LayoutError names the field to write by hand when one is missing.
+    LayoutError names the field to write by hand when one is missing. ``measured`` (a
+    pilot, ``control/planning/pilot.py``) replaces the estimated work per record.
     """
     autos = []
     for index, dep in enumerate(run.deployments):
@@ -466,7 +471,7 @@ def resolve_layout(run: RunConfig, gpu: Gpu, budget: Optional[int],
         if auto.parallel:
             _parallel(auto, gpu, tokens.get(auto.dep.alias))
     if budget is not None:
-        _replicas(run, autos, gpu, budget, tokens)
+        _replicas(run, autos, gpu, budget, tokens, measured or {})
     deployments = []
     for auto in autos:
         if not auto.chosen:
@@ -489,7 +494,7 @@ def resolve_layout(run: RunConfig, gpu: Gpu, budget: Optional[int],
 
 
 def _replicas(run: RunConfig, autos: List[_Auto], gpu: Gpu, budget: int,
-              tokens: Mapping[str, Tuple[float, float, int]]) -> None:
+              tokens: Mapping[str, Tuple[float, float, int]], measured: Measured) -> None:
     aliases = [d.alias for d in run.deployments]
     per_node = gpu.per_node
     if per_node <= 0:
@@ -506,7 +511,9 @@ def _replicas(run: RunConfig, autos: List[_Auto], gpu: Gpu, budget: int,
         npr = auto.chosen.get("nodes_per_replica", dep.nodes_per_replica or _span(gpus,
                                                                                  per_node))
         work = 1.0
-        if auto.facts is not None:
+        if dep.alias in measured:
+            work = measured[dep.alias][0]
+        elif auto.facts is not None:
             work = work_per_record(auto.facts, tokens.get(dep.alias, (0.0, 1.0, 0)))
         slots.append(_Slot(dep, gpus, npr, dep.replicas, dep.nodes, auto.replicas,
                            max(work, 1e-9), "nodes" not in dep.model_fields_set))
@@ -522,9 +529,14 @@ def _replicas(run: RunConfig, autos: List[_Auto], gpu: Gpu, budget: int,
         if not auto.replicas:
             continue
         auto.chosen["replicas"] = slot.replicas
-        share = (f"; work share {slot.work / share_total:.2f} of the recipe's "
-                 f"(tokens per record x {auto.facts.active_params / 1e9:.1f} B active "
-                 f"parameters)" if len(slots) > 1 and auto.facts is not None else "")
+        share = ""
+        if len(slots) > 1 and auto.dep.alias in measured:
+            share = (f"; work share {slot.work / share_total:.2f}, "
+                     f"{measured[auto.dep.alias][1]}")
+        elif len(slots) > 1 and auto.facts is not None:
+            share = (f"; work share {slot.work / share_total:.2f} of the recipe's "
+                     f"(tokens per record x {auto.facts.active_params / 1e9:.1f} B active "
+                     f"parameters)")
         auto.why.append(f"{slot.replicas} replica(s) of {slot.gpus} GPU(s) "
                         f"({slot.replicas * slot.gpus} of the {budget}-GPU budget, "
                         f"{total} used){share}")
