@@ -122,10 +122,12 @@ class DeadlineShards:
 
 def shards_for_deadline(records: int, deadline_hours: float, rate: float, gpus: int,
                         boot_s: float, error_rate: float, shards: int,
-                        throttle: Optional[int], source: str) -> DeadlineShards:
+                        throttle: Optional[int], source: str,
+                        time_limit_s: Optional[float] = None) -> DeadlineShards:
     """Shards (one job of ``gpus`` GPUs each, all at once) that make ``records`` within the
-    deadline at ``rate`` records/s a job; never fewer than ``shards`` (the run's). A
-    deadline that cannot be met is a LayoutError saying how many GPUs it would need."""
+    deadline at ``rate`` records/s a job; never fewer than ``shards`` (the run's), nor
+    than fit each in the jobs' ``time_limit_s``. A deadline that cannot be met is a
+    LayoutError saying how many GPUs it would need."""
     row = {"case": "run", "concurrency": 0, "records_per_s": rate, "boot_s": boot_s,
            "gpus": gpus, "error_rate": error_rate}
     sized = size(row, {"deadline_hours": deadline_hours, "records": records})
@@ -133,6 +135,11 @@ def shards_for_deadline(records: int, deadline_hours: float, rate: float, gpus: 
     if not sized["feasible"]:
         raise LayoutError(where, f"{deadline_hours:g} h cannot be met: {sized['why']}")
     jobs = sized["jobs"]
+    if time_limit_s is not None and time_limit_s < deadline_hours * 3600:
+        if time_limit_s <= boot_s:
+            raise LayoutError(where, f"the time limit ({time_limit_s:.0f} s) is not longer "
+                              f"than the boot ({boot_s:.0f} s)")
+        jobs = max(jobs, math.ceil(records / (rate * (time_limit_s - boot_s))))
     need = (f"{records} records in {deadline_hours:g} h need {jobs} job(s) of {gpus} GPU(s) "
             f"at once ({jobs * gpus} GPUs) at {rate:.3g} records/s a job ({source})")
     if jobs > records:

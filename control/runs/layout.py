@@ -24,6 +24,7 @@ from control.planning.planner import config_path
 from control.runs.checks import WARNING, Finding
 from control.runs.modelinfo import ModelUnreadable, read_facts
 from control.runs.pilot import read_pilot
+from control.slurm.directives import time_limit_seconds
 from control.slurm.scheduler import Scheduler
 
 
@@ -85,7 +86,8 @@ def _deadline(run: RunConfig, profile: Profile, pilot: Optional[Pilot]
                               pilot.error_rate, current, throttle,
                               f"pilot {pilot.benchmark_id}: {pilot.records_per_s:.3g} "
                               f"records/s on {sum(pilot.gpus.values())} GPUs, scaled to this "
-                              "layout")
+                              "layout", time_limit_seconds(run.resources.time_limit
+                                                           or profile.default_time_limit))
     if got.count != current:
         shards = shards.model_copy(update={"count": got.count, "records_per_shard": None})
     return (run.model_copy(update={"shards": shards}),

@@ -69,6 +69,10 @@ def test_the_deadline_gives_the_shards_and_refuses_with_the_gpus_needed() -> Non
     with pytest.raises(LayoutError, match=r"need 6 job\(s\) of 4 GPU\(s\) at once \(24 GPUs\)"
                        r".*at most 2 at once"):
         shards_for_deadline(36_000, 2.0, 1.0, 4, 0.5, 0.0, 3, 2, "p")
+    # jobs of 30 minutes: each shard must fit one, 20 of them (the deadline needs only 6)
+    assert shards_for_deadline(36_000, 2.0, 1.0, 4, 0.5, 0.0, 3, None, "p", 1800).count == 21
+    with pytest.raises(LayoutError, match="time limit .60 s. is not longer than the boot"):
+        shards_for_deadline(36_000, 2.0, 1.0, 4, 60.0, 0.0, 3, None, "p", 60)
     with pytest.raises(LayoutError, match="boot .* exceeds the deadline"):
         shards_for_deadline(10, 0.001, 1.0, 4, 60.0, 0.0, 1, None, "p")
     with pytest.raises(LayoutError, match="more jobs than records"):
@@ -118,6 +122,7 @@ def run_file(tmp_path: Path, records: int = 36_000, extra: str = "",
     text = QUICKSTART.read_text().replace("records = 30", f"records = {records}").replace(
         'model = "fake-model"', f'model = "{model}"').replace(
         "[resources]", "[resources]\n" + extra).replace(
+        'time_limit = "00:10:00"', 'time_limit = "04:00:00"').replace(
         "{config_dir}/../fixtures", str(REPO / "fixtures"))
     path = tmp_path / "run.toml"
     path.write_text(text)
