@@ -59,8 +59,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
               "first server step <= 1 s; RSS <= 40 MB; stop <= grace + 1 s", lambda: None),
     "generator": ("generator.py", [], ["--runs", "1"],
                   "generator >= 0.95 of the engine alone", lambda: None),
-    "layout": ("layout_split.py", [], ["--records", "60"],
-               "automatic writer/judge split >= 0.9 of the best split's records/s",
+    "layout": ("layout_split.py", [], ["--records", "60", "--pilot-records", "40"],
+               "automatic and pilot writer/judge splits >= 0.9 of the best split's "
+               "records/s",
                lambda: None),
     "merge_parquet": ("merge_parquet.py", [], ["--records", "20000", "--rounds", "1"],
                       "merge to parquet >= 0.5 of pyarrow directly; working memory at 2x "

@@ -106,11 +106,13 @@ def run_dir(run_id: Optional[str] = None, profile: ProfileRef = None) -> RunLayo
 
 def _overrides(partition: Optional[str], account: Optional[str], qos: Optional[str],
                time_limit: Optional[str], reservation: Optional[str],
-               gpus: Optional[int] = None) -> Overrides:
+               gpus: Optional[int] = None, deadline_hours: Optional[float] = None,
+               pilot: Optional[str] = None) -> Overrides:
     from control.config.overrides import Overrides
 
     return Overrides(partition=partition, account=account, qos=qos, time_limit=time_limit,
-                     reservation=reservation, gpus=gpus)
+                     reservation=reservation, gpus=gpus, deadline_hours=deadline_hours,
+                     pilot=pilot)
 
 
 def _max_array_size(sched: Scheduler) -> tuple[Optional[int], Optional[SchedulerUnavailable]]:
@@ -123,17 +125,20 @@ def _max_array_size(sched: Scheduler) -> tuple[Optional[int], Optional[Scheduler
 def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Scheduler] = None,
          *, partition: Optional[str] = None, account: Optional[str] = None,
          qos: Optional[str] = None, time_limit: Optional[str] = None,
-         reservation: Optional[str] = None, gpus: Optional[int] = None) -> PlanResult:
+         reservation: Optional[str] = None, gpus: Optional[int] = None,
+         deadline_hours: Optional[float] = None, pilot: Optional[str] = None) -> PlanResult:
     """Dry run: validate and resolve the run, check what this login node can see (paths,
     programs, images, secrets, the partition's nodes), render the batch script; submit
     nothing. ``partition`` ... ``reservation`` override the profile (``time_limit`` the
     run's too), as ``-p/-A/-q/-t/--reservation`` do; ``gpus`` is the automatic layout's
-    budget (``--gpus``, the run's ``resources.gpus``)."""
+    budget (``--gpus``, the run's ``resources.gpus``), ``deadline_hours`` and ``pilot`` its
+    deadline and measured pilot (``--deadline``, ``--pilot``)."""
     from control.runs.plan import dry_run
 
     sched = scheduler or scheduler_for(_profile(profile))
     size, unavailable = _max_array_size(sched)
-    over = _overrides(partition, account, qos, time_limit, reservation, gpus)
+    over = _overrides(partition, account, qos, time_limit, reservation, gpus,
+                      deadline_hours, pilot)
     return PlanResult.from_dict(dry_run(Path(run_file), profile_ref(profile),
                                         max_array_size=size, overrides=over, scheduler=sched,
                                         unavailable=unavailable))
@@ -161,7 +166,8 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
            scheduler: Optional[Scheduler] = None, *, partition: Optional[str] = None,
            account: Optional[str] = None, qos: Optional[str] = None,
            time_limit: Optional[str] = None, reservation: Optional[str] = None,
-           gpus: Optional[int] = None, checks: bool = True, run_id: Optional[str] = None,
+           gpus: Optional[int] = None, deadline_hours: Optional[float] = None,
+           pilot: Optional[str] = None, checks: bool = True, run_id: Optional[str] = None,
            shards: Optional[Sequence[ShardSpec]] = None) -> Run:
     """Plan, check, stage, commit and submit a run; return its :class:`Run` handle.
 
@@ -175,7 +181,8 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
 
     prof = _profile(profile)
     sched = scheduler or scheduler_for(prof)
-    over = _overrides(partition, account, qos, time_limit, reservation, gpus)
+    over = _overrides(partition, account, qos, time_limit, reservation, gpus,
+                      deadline_hours, pilot)
     ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
     staged = _staged(ready, prof)
     records = submitting.submit_all(staged, ready.resolved.profile, sched,

@@ -47,8 +47,9 @@ def percentile(values: List[float], q: float) -> Optional[float]:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def _latencies(output: Path) -> Iterator[float]:
-    """Every request's ``latency_ms`` in the records, in either record shape."""
+def record_cells(output: Path) -> Iterator[Dict[str, Any]]:
+    """Every request cell (``request_cells``) of the records in ``output``, in either
+    record shape; a torn last line is skipped."""
     for path in sorted(output.glob("records-*.jsonl")):
         try:
             lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -59,13 +60,19 @@ def _latencies(output: Path) -> Iterator[float]:
                 record = json.loads(line)
             except ValueError:
                 continue  # a torn last line of a stopped execution
-            for cell in request_cells(record) if isinstance(record, dict) else ():
-                value = cell.get("latency_ms")
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    yield float(value)
+            yield from request_cells(record) if isinstance(record, dict) else ()
 
 
-def _attempt_dir(layout: RunLayout, shard: int) -> Optional[Path]:
+def _latencies(output: Path) -> Iterator[float]:
+    """Every request's ``latency_ms`` in the records, in either record shape."""
+    for cell in record_cells(output):
+        value = cell.get("latency_ms")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield float(value)
+
+
+def attempt_dir(layout: RunLayout, shard: int) -> Optional[Path]:
+    """The winning attempt's folder of ``shard``, else its latest one's (None: none)."""
     winner = _json(layout.winner_json(shard))
     if winner and isinstance(winner.get("attempt"), int):
         return layout.attempt(shard, winner["attempt"]).root
@@ -76,7 +83,7 @@ def _attempt_dir(layout: RunLayout, shard: int) -> Optional[Path]:
 def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[str, Any]:
     """The figures of one point; ``state`` is ``done``, ``partial`` or ``missing``."""
     row: Dict[str, Any] = {"concurrency": concurrency, "shard": shard, "gpus": gpus}
-    folder = _attempt_dir(layout, shard)
+    folder = attempt_dir(layout, shard)
     raw = _json(folder / "progress.json") if folder else None
     if raw is None:
         return {**row, "state": "missing"}

@@ -133,6 +133,14 @@ def slurm_overrides(func: F) -> F:
                               (("-p", "--partition"), "partition", "Slurm partition.")):
         func = click.option(*names, dest, default=None,
                             help=f"{what} Overrides the profile.")(func)
+    func = click.option("--pilot", "pilot", default=None, metavar="BENCHMARK_ID",
+                        help="A finished `synthbatch benchmark` of the same models: the "
+                             "automatic layout's split and the deadline's throughput from "
+                             "its measurements; beats resources.pilot.")(func)
+    func = click.option("--deadline", "deadline_hours", type=float, default=None,
+                        metavar="HOURS",
+                        help="Hours the whole run may take: shards from the pilot's "
+                             "throughput; beats resources.deadline_hours.")(func)
     return click.option("--gpus", "gpus", type=int, default=None,
                         help="GPU budget per allocation for the automatic layout; beats "
                              "the run file's resources.gpus.")(func)

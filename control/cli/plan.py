@@ -45,7 +45,8 @@ def refusal(checks: List[Dict[str, str]], what: str) -> Optional[Exception]:
 @common
 def plan_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
              qos: Optional[str], time_limit: Optional[str], reservation: Optional[str],
-             gpus: Optional[int], profile: Optional[str], as_json: bool) -> Any:
+             gpus: Optional[int], deadline_hours: Optional[float], pilot: Optional[str],
+             profile: Optional[str], as_json: bool) -> Any:
     """Validate and resolve RUN_FILE; check what this login node can see (paths, serving
     environments, images, secrets, whether the request fits the partition's nodes); print
     the plan summary, the checks and the batch script. Exits 2 when a check failed."""
@@ -53,7 +54,8 @@ def plan_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
     from control.cli.output import emit_json, emit_text
 
     data = api.plan(run_file, profile, partition=partition, account=account, qos=qos,
-                    time_limit=time_limit, reservation=reservation, gpus=gpus).to_dict()
+                    time_limit=time_limit, reservation=reservation, gpus=gpus,
+                    deadline_hours=deadline_hours, pilot=pilot).to_dict()
     text = "\n".join([data["summary"].rstrip(), *checks_text(data["checks"]),
                       "--- batch script ---", data["script"].rstrip("\n")])
     error = refusal(data["checks"], "check failed")

@@ -20,7 +20,8 @@ from control.cli.wait import finish, wait_options, wait_until_over
 @common
 def submit_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
                qos: Optional[str], time_limit: Optional[str], reservation: Optional[str],
-               gpus: Optional[int], wait: bool, timeout_s: Optional[float], interval: float,
+               gpus: Optional[int], deadline_hours: Optional[float], pilot: Optional[str],
+               wait: bool, timeout_s: Optional[float], interval: float,
                quiet: bool, profile: Optional[str], as_json: bool) -> Any:
     """Submit RUN_FILE as one Slurm job array; print the run id.
 
@@ -35,7 +36,8 @@ def submit_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
     from control.cli.output import emit_text
 
     run = api.submit(run_file, profile, partition=partition, account=account, qos=qos,
-                     time_limit=time_limit, reservation=reservation, gpus=gpus)
+                     time_limit=time_limit, reservation=reservation, gpus=gpus,
+                    deadline_hours=deadline_hours, pilot=pilot)
     data = run.to_dict()
     for line in data["warnings"]:
         emit_text(f"synthbatch: warning: {line}", err=True)

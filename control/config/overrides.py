@@ -1,9 +1,11 @@
 """Slurm-style overrides on the command line: the fields people change per run.
 
 ``plan`` and ``submit`` take ``-p/--partition``, ``-A/--account``, ``-q/--qos``,
-``-t/--time``, ``--reservation`` and ``--gpus``; each is checked with the field's own rule
-and beats the profile (``--time`` also beats the run file's ``resources.time_limit``,
-``--gpus`` is its ``resources.gpus``: the automatic layout's budget).
+``-t/--time``, ``--reservation``, ``--gpus``, ``--deadline`` and ``--pilot``; each is checked
+with the field's own rule and beats the profile (``--time`` also beats the run file's
+``resources.time_limit``; ``--gpus``, ``--deadline``, ``--pilot`` are its
+``resources.gpus``, ``deadline_hours``, ``pilot``: the automatic layout's budget, deadline
+and measured pilot).
 The plan records the values in effect; ``run.json`` records which came from the command
 line.
 """
@@ -17,15 +19,18 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from control.config.fields import Name, TimeLimit
 from control.config.profile import Profile
-from control.config.run import RunConfig
+from control.config.run import BenchmarkId, RunConfig
 from control.errors import InvalidInput
 
 # field -> (option, the rule its value follows)
 OPTIONS = {"partition": ("--partition", Name), "account": ("--account", Name),
            "qos": ("--qos", Name), "time_limit": ("--time", TimeLimit),
            "reservation": ("--reservation", Name),
-           "gpus": ("--gpus", Annotated[int, Field(ge=1, le=4096)])}
-RUN_FIELDS = ("time_limit", "gpus")  # the run's [resources], not the profile
+           "gpus": ("--gpus", Annotated[int, Field(ge=1, le=4096)]),
+           "deadline_hours": ("--deadline", Annotated[float, Field(gt=0, le=8760)]),
+           "pilot": ("--pilot", BenchmarkId)}
+# the run's [resources], not the profile
+RUN_FIELDS = ("time_limit", "gpus", "deadline_hours", "pilot")
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,8 @@ class Overrides:
     time_limit: Optional[str] = None
     reservation: Optional[str] = None
     gpus: Optional[int] = None
+    deadline_hours: Optional[float] = None
+    pilot: Optional[str] = None
 
     def __post_init__(self) -> None:
         for name, (option, rule) in OPTIONS.items():

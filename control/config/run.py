@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import List, Literal, Optional
+from typing import Annotated, List, Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from agent_stdlib.text import quoted
 from control.config.client import Client, DataDesignerClient, GenerateClient
@@ -28,6 +28,9 @@ class Shards(Strict):
         return self
 
 
+BenchmarkId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+
+
 class Resources(Strict):
     """Per-allocation overrides of the profile's defaults."""
 
@@ -37,6 +40,11 @@ class Resources(Strict):
     # a GPU budget per allocation: the automatic layout (docs/configuration.md) chooses
     # TP/PP/replicas of the deployments that leave them out
     gpus: Optional[int] = Field(default=None, ge=1, le=4096)
+    # the hours the whole run may take: turned into shards with a pilot's throughput
+    deadline_hours: Optional[float] = Field(default=None, gt=0, le=8760)
+    # a finished `synthbatch benchmark` of the same models: the measured work per record
+    # (the split between deployments, the deadline's throughput) instead of the estimate
+    pilot: Optional[BenchmarkId] = None
 
 
 class RunConfig(Strict):

@@ -43,6 +43,7 @@ UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
 RESERVE_GB = 2.0  # per GPU, inside the utilisation: activations, CUDA graphs, NCCL
 KV_SEQUENCES = 16  # sequences of full context the KV cache must hold at least
 MIN_CONTEXT = 4096  # tokens
+LLAMACPP_CONTEXT = 4096  # llama-server's default --ctx-size
 PREFILL_WEIGHT = 0.1  # a prompt token's cost against a generated one (prefill batches)
 CHARS_PER_TOKEN = 4  # prompt text -> tokens, for the work estimate only
 MAX_REPLICAS = 64  # Deployment.replicas' bound
@@ -213,15 +214,34 @@ def _span(gpus: int, per_node: int) -> int:
     return 1 if gpus <= per_node else -(-gpus // per_node)
 
 
-def llamacpp_gpus(facts: ModelFacts, memory_gb: float, per_node: int) -> int:
+def llamacpp_context(facts: ModelFacts, extra_args: Sequence[str]) -> int:
+    """The context llama-server allocates its KV cache for: ``-c``/``--ctx-size`` in the
+    deployment's ``extra_args`` (0: the model's trained context), else llama-server's
+    default ``LLAMACPP_CONTEXT``; never more than the model's trained context."""
+    context = LLAMACPP_CONTEXT
+    for index, arg in enumerate(extra_args):
+        value = None
+        if arg in ("-c", "--ctx-size") and index + 1 < len(extra_args):
+            value = extra_args[index + 1]
+        elif arg.startswith("--ctx-size="):
+            value = arg.split("=", 1)[1]
+        if value is not None and value.strip().isdigit():
+            context = int(value) or (facts.context or LLAMACPP_CONTEXT)
+    return min(context, facts.context) if facts.context else context
+
+
+def llamacpp_gpus(facts: ModelFacts, memory_gb: float, per_node: int,
+                  context: int = LLAMACPP_CONTEXT) -> int:
     """GPUs of one llama.cpp server (layers split over the GPUs of one node): the fewest
-    whose usable memory holds the file and its reserve (the KV cache is not known without
-    reading the GGUF header, and llama.cpp's default context is small)."""
+    whose usable memory holds the file, the KV cache of ``context`` tokens (from the GGUF
+    header) and the reserve."""
+    need = facts.weight_bytes + context * facts.kv_bytes_per_token
     for gpus in range(1, per_node + 1):
-        if facts.weight_bytes / gpus + RESERVE_GB * GB <= usable_bytes(memory_gb):
+        if need / gpus + RESERVE_GB * GB <= usable_bytes(memory_gb):
             return gpus
-    raise LayoutError("gpus", f"{facts.describe()} do not fit on one node of {per_node} "
-                      f"GPUs of {memory_gb:g} GB (a llama.cpp server runs on one node)")
+    raise LayoutError("gpus", f"{facts.describe()} + KV for {context} tokens do not fit on "
+                      f"one node of {per_node} GPUs of {memory_gb:g} GB (a llama.cpp server "
+                      "runs on one node)")
 
 
 # ------------------------------------------------------------------------------------------
@@ -374,13 +394,16 @@ def _parallel(auto: _Auto, gpu: Gpu, tokens: Optional[Tuple[float, float, int]])
         raise LayoutError("gpus_per_node", "the automatic layout needs the GPUs per node",
                           source="profile")
     if dep.engine == "llamacpp":
+        context = llamacpp_context(facts, dep.extra_args)
         try:
-            count = llamacpp_gpus(facts, gpu.memory_gb, gpu.per_node)
+            count = llamacpp_gpus(facts, gpu.memory_gb, gpu.per_node, context)
         except LayoutError as err:
             raise LayoutError(f"{where}.{err.where}", f"{dep.alias}: {err}") from err
         auto.chosen["gpus"] = count
-        auto.why.append(f"{facts.describe()} -> {count} GPU(s) of {gpu.memory_gb:g} GB hold "
-                        "the file")
+        kv_gb = context * facts.kv_bytes_per_token / GB
+        auto.why.append(f"{facts.describe()} + KV for {context} tokens ({kv_gb:.1f} GB, "
+                        f"{facts.layers} layers x {facts.kv_heads} KV heads from the GGUF "
+                        f"header) -> {count} GPU(s) of {gpu.memory_gb:g} GB hold them")
         return
     context = _context(tokens)
     kv_tokens = KV_SEQUENCES * context
@@ -414,12 +437,17 @@ def _replica_gpus(dep: Deployment, chosen: Mapping[str, int]) -> int:
     return dep.gpus_per_replica
 
 
+Measured = Mapping[str, Tuple[float, str]]  # alias -> (work per record, where it is from)
+
+
 def resolve_layout(run: RunConfig, gpu: Gpu, budget: Optional[int],
-                   facts: Mapping[int, ModelFacts]) -> Tuple[RunConfig, List[Choice]]:
+                   facts: Mapping[int, ModelFacts], measured: Optional[Measured] = None
+                   ) -> Tuple[RunConfig, List[Choice]]:
     """The run with every automatic field filled in, and what was chosen and why.
 
     ``facts`` holds the model facts of the deployments ``automatic`` names (by index);
-    LayoutError names the field to write by hand when one is missing.
+    LayoutError names the field to write by hand when one is missing. ``measured`` (a
+    pilot, ``control/planning/pilot.py``) replaces the estimated work per record.
     """
     autos = []
     for index, dep in enumerate(run.deployments):
@@ -443,7 +471,7 @@ def resolve_layout(run: RunConfig, gpu: Gpu, budget: Optional[int],
         if auto.parallel:
             _parallel(auto, gpu, tokens.get(auto.dep.alias))
     if budget is not None:
-        _replicas(run, autos, gpu, budget, tokens)
+        _replicas(run, autos, gpu, budget, tokens, measured or {})
     deployments = []
     for auto in autos:
         if not auto.chosen:
@@ -466,7 +494,7 @@ def resolve_layout(run: RunConfig, gpu: Gpu, budget: Optional[int],
 
 
 def _replicas(run: RunConfig, autos: List[_Auto], gpu: Gpu, budget: int,
-              tokens: Mapping[str, Tuple[float, float, int]]) -> None:
+              tokens: Mapping[str, Tuple[float, float, int]], measured: Measured) -> None:
     aliases = [d.alias for d in run.deployments]
     per_node = gpu.per_node
     if per_node <= 0:
@@ -483,7 +511,9 @@ def _replicas(run: RunConfig, autos: List[_Auto], gpu: Gpu, budget: int,
         npr = auto.chosen.get("nodes_per_replica", dep.nodes_per_replica or _span(gpus,
                                                                                  per_node))
         work = 1.0
-        if auto.facts is not None:
+        if dep.alias in measured:
+            work = measured[dep.alias][0]
+        elif auto.facts is not None:
             work = work_per_record(auto.facts, tokens.get(dep.alias, (0.0, 1.0, 0)))
         slots.append(_Slot(dep, gpus, npr, dep.replicas, dep.nodes, auto.replicas,
                            max(work, 1e-9), "nodes" not in dep.model_fields_set))
@@ -499,9 +529,14 @@ def _replicas(run: RunConfig, autos: List[_Auto], gpu: Gpu, budget: int,
         if not auto.replicas:
             continue
         auto.chosen["replicas"] = slot.replicas
-        share = (f"; work share {slot.work / share_total:.2f} of the recipe's "
-                 f"(tokens per record x {auto.facts.active_params / 1e9:.1f} B active "
-                 f"parameters)" if len(slots) > 1 and auto.facts is not None else "")
+        share = ""
+        if len(slots) > 1 and auto.dep.alias in measured:
+            share = (f"; work share {slot.work / share_total:.2f}, "
+                     f"{measured[auto.dep.alias][1]}")
+        elif len(slots) > 1 and auto.facts is not None:
+            share = (f"; work share {slot.work / share_total:.2f} of the recipe's "
+                     f"(tokens per record x {auto.facts.active_params / 1e9:.1f} B active "
+                     f"parameters)")
         auto.why.append(f"{slot.replicas} replica(s) of {slot.gpus} GPU(s) "
                         f"({slot.replicas * slot.gpus} of the {budget}-GPU budget, "
                         f"{total} used){share}")

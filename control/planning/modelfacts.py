@@ -36,6 +36,7 @@ class ModelFacts:
     dtype: str
     quantization: Optional[str] = None
     experts: int = 0
+    context: Optional[int] = None  # the model's trained context (GGUF)
 
     def describe(self) -> str:
         """``141 GB of bf16 weights`` and the like."""
@@ -149,10 +150,47 @@ def facts_from_config(config: Mapping[str, Any], weight_bytes: int, name: str) -
                       quantization=_quantization(config), experts=_experts(config)[0])
 
 
-def gguf_facts(size: int, name: str) -> ModelFacts:
-    """A GGUF file for llama.cpp: only its size is known (one replica, one GPU when it fits)."""
+# llama.cpp's ``general.file_type`` (enum llama_ftype) -> a name for the plan's line
+GGUF_FILE_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 7: "q8_0", 8: "q5_0",
+                   9: "q5_1", 10: "q2_k", 11: "q3_k_s", 12: "q3_k_m", 13: "q3_k_l",
+                   14: "q4_k_s", 15: "q4_k_m", 16: "q5_k_s", 17: "q5_k_m", 18: "q6_k",
+                   19: "iq2_xxs", 20: "iq2_xs", 24: "iq1_s", 25: "iq4_nl", 26: "iq3_s",
+                   28: "iq4_xs", 32: "bf16", 36: "tq1_0", 37: "tq2_0", 38: "mxfp4"}
+
+
+def _gguf_int(metadata: Mapping[str, Any], key: str, default: Optional[int] = None) -> int:
+    value = metadata.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if value is None:
+            raise FactsError(f"{key}: missing from the GGUF header")
+        raise FactsError(f"{key}: expected a whole number > 0 in the GGUF header")
+    return value
+
+
+def gguf_facts(size: int, name: str, metadata: Mapping[str, Any]) -> ModelFacts:
+    """A GGUF file for llama.cpp: its size (the weights) and its header's metadata
+    (``general.architecture``, ``<arch>.block_count``, ``<arch>.attention.head_count``,
+    ``<arch>.attention.head_count_kv``, ``<arch>.embedding_length``,
+    ``<arch>.attention.key_length``/``value_length``, ``<arch>.context_length``,
+    ``general.file_type``); FactsError naming the key it lacks. The KV cache per token is
+    llama.cpp's default f16 cache: (key + value length) x KV heads x layers x 2 bytes."""
     if size <= 0:
         raise FactsError("model: empty GGUF file")
-    return ModelFacts(name=name, weight_bytes=size, layers=1, heads=1, kv_heads=1,
-                      kv_bytes_per_token=0, params=float(size), active_params=float(size),
-                      dtype="gguf", quantization="gguf")
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise FactsError("general.architecture: missing from the GGUF header")
+    layers = _gguf_int(metadata, f"{arch}.block_count")
+    heads = _gguf_int(metadata, f"{arch}.attention.head_count")
+    kv_heads = _gguf_int(metadata, f"{arch}.attention.head_count_kv", heads)
+    hidden = _gguf_int(metadata, f"{arch}.embedding_length")
+    key = _gguf_int(metadata, f"{arch}.attention.key_length", max(1, hidden // heads))
+    value = _gguf_int(metadata, f"{arch}.attention.value_length", key)
+    context = metadata.get(f"{arch}.context_length")
+    kind = metadata.get("general.file_type")
+    quant = GGUF_FILE_TYPES.get(kind, f"type {kind}") if isinstance(kind, int) else "gguf"
+    return ModelFacts(name=name, weight_bytes=size, layers=layers, heads=heads,
+                      kv_heads=kv_heads,
+                      kv_bytes_per_token=layers * kv_heads * (key + value) * KV_CACHE_BYTES,
+                      params=float(size), active_params=float(size), dtype="gguf",
+                      quantization=f"gguf {quant}",
+                      context=context if isinstance(context, int) and context > 0 else None)

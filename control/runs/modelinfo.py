@@ -1,6 +1,7 @@
 """Read a model's layout facts on the login node: ``config.json`` and the weight bytes of a
 Hugging Face snapshot folder (the safetensors index's ``metadata.total_size``, else the
-``*.safetensors`` files' sizes: no weight is ever read), or a GGUF file's size.
+``*.safetensors`` files' sizes: no weight is ever read), or a GGUF file's size and header
+(``control/runs/gguf.py``).
 
 ``read_facts`` turns every problem into one ``ModelUnreadable`` line; the caller names the
 deployment and asks for the layout by hand.
@@ -13,6 +14,7 @@ import os
 from pathlib import Path
 
 from control.planning.modelfacts import FactsError, ModelFacts, facts_from_config, gguf_facts
+from control.runs.gguf import GgufError, read_header
 
 MAX_JSON_BYTES = 16 * 1024 * 1024  # a config.json or an index is far smaller
 
@@ -63,10 +65,11 @@ def read_facts(path: str) -> ModelFacts:
         raise ModelUnreadable(f"{path!r} is not a path on this node (a hub id is not read)")
     if model.suffix == ".gguf":
         try:
-            return gguf_facts(model.stat().st_size, model.name)
+            header, size = read_header(str(model))
+            return gguf_facts(size, model.name, header.metadata)
         except OSError as err:
             raise ModelUnreadable(f"cannot read {model}: {err.strerror or err}") from err
-        except FactsError as err:
+        except (GgufError, FactsError) as err:
             raise ModelUnreadable(f"{model}: {err}") from err
     if not model.is_dir():
         raise ModelUnreadable(f"{model} is not a folder this node can read")

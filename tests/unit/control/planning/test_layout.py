@@ -200,9 +200,9 @@ def test_a_hub_id_is_not_read() -> None:
 
 
 def test_a_gguf_is_its_size(tmp_path) -> None:
-    gguf = tmp_path / "m.gguf"
-    with open(gguf, "wb") as handle:
-        handle.truncate(7 * 10**9)
+    from tests.gguf import write_gguf
+
+    gguf = write_gguf(tmp_path / "m.gguf", size=7 * 10**9)
     assert read_facts(str(gguf)).weight_bytes == 7 * 10**9
 
 

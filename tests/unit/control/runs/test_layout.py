@@ -211,9 +211,10 @@ def test_one_command_deployment_fills_the_budget_without_reading_a_model(
 
 
 def test_a_gguf_gets_the_fewest_gpus_of_a_node_that_hold_it(tmp_path: Path) -> None:
-    gguf = tmp_path / "big.gguf"
-    with open(gguf, "wb") as handle:
-        handle.truncate(100 * 10**9)  # 100 GB: two 80 GB GPUs (72 usable each)
+    from tests.gguf import write_gguf
+
+    # 100 GB + KV of the example's -c 2048 (0.3 GB): two 80 GB GPUs (72 usable each)
+    gguf = write_gguf(tmp_path / "big.gguf", size=100 * 10**9)
     text = (REPO / "examples" / "quickstart.toml").read_text()
     import re
 
@@ -221,7 +222,8 @@ def test_a_gguf_gets_the_fewest_gpus_of_a_node_that_hold_it(tmp_path: Path) -> N
     text = text.replace('engine = "llamacpp"', 'engine = "llamacpp"\ngpus = "auto"')
     resolved = resolve(run_file(tmp_path, text), str(profile(tmp_path)))
     assert [d.gpus_per_replica for d in resolved.plan.deployments] == [2]
-    assert "100 GB of gguf weights -> 2 GPU(s) of 80 GB" in resolved.layout[0].reason
+    assert "100 GB of gguf q4_k_m weights + KV for 2048 tokens (0.3 GB, 32 layers x 8 KV " \
+        "heads from the GGUF header) -> 2 GPU(s) of 80 GB" in resolved.layout[0].reason
 
 
 @pytest.mark.parametrize("judge,message", [
