@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import http.client
 import logging
+import math
+import re
 import threading
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional
 
+from agent_stdlib.contracts import AFFINITY_HEADER
 from agent_stdlib.proxy.config import ProxyConfig, parse_backend_url
 from agent_stdlib.proxy.http import parse_queue_metric
 
@@ -22,6 +26,28 @@ LOG = logging.getLogger("synthbatch.proxy")
 MAX_METRICS_BYTES = 8 * 1024 * 1024
 
 OVER_LIMIT = 1 << 48  # added to the sort key of a backend over its queue limit
+# Affinity (consistent hashing with bounded loads): a key's home is the first backend of
+# its rendezvous order that is up and untried; it keeps the key while its in-flight count
+# stays within LOAD_BOUND x the mean over healthy backends (counting the new request).
+LOAD_BOUND = 1.25
+AFFINITY_MEMO = 65536  # keys whose rendezvous order is kept (emptied when full)
+_AFFINITY = re.compile(
+    rb"\r\n(?i:" + re.escape(AFFINITY_HEADER.encode()) + rb"):[ \t]*([\x21-\x7e]{1,128})[ \t]*"
+    rb"(?=\r\n|$)")
+
+
+def affinity_key(block: bytes) -> Optional[bytes]:
+    """The affinity header's value in a request's header block (None: absent or invalid)."""
+    if b"ffinity:" not in block and b"FFINITY:" not in block:
+        return None  # the usual case without the header: one C-level scan
+    match = _AFFINITY.search(block)
+    return match.group(1) if match else None
+
+
+def rendezvous(key: bytes, n: int) -> List[int]:
+    """Backend indexes in ``key``'s preference order (highest random weight first): the
+    same for every proxy, and removing a backend moves only the keys it held."""
+    return sorted(range(n), key=lambda i: zlib.crc32(b"%d\0%s" % (i, key)), reverse=True)
 
 
 class Backend:
@@ -55,6 +81,8 @@ class Stats:
     errors_total: Dict[int, int] = field(default_factory=dict)
     bytes_in: int = 0
     bytes_out: int = 0
+    affinity_hits_total: int = 0  # keyed requests sent to their key's home
+    affinity_fallbacks_total: int = 0  # keyed requests whose home was over the load bound
 
 
 class Router:
@@ -66,6 +94,7 @@ class Router:
         self.max_queued = config.max_queued
         self.stale_after = max(1.0, 10 * config.metrics_interval)
         self.rr = 0
+        self.orders: Dict[bytes, List[int]] = {}  # memo of rendezvous()
 
     # ---- queue limits ---------------------------------------------------------------
 
@@ -124,6 +153,34 @@ class Router:
             best.in_flight += 1
             best.requests += 1
         return best
+
+    def pick_affine(self, key: bytes, tried: int, now: float, stats: Stats) -> Optional[Backend]:
+        """Choose a backend for a request with affinity ``key``: the key's home (see
+        LOAD_BOUND) when it is within the bound and under its queue limit, else
+        :meth:`pick` (least outstanding requests), counted as a load-bound fallback."""
+        backends = self.backends
+        order = self.orders.get(key)
+        if order is None:
+            if len(self.orders) >= AFFINITY_MEMO:
+                self.orders.clear()
+            order = self.orders[key] = rendezvous(key, len(backends))
+        home: Optional[Backend] = None
+        for i in order:
+            b = backends[i]
+            if not tried >> i & 1 and now >= b.down_until:
+                home = b
+                break
+        if home is not None:
+            up = [b for b in backends if now >= b.down_until]
+            bound = math.ceil(LOAD_BOUND * (sum(b.in_flight for b in up) + 1) / len(up))
+            queued = self.queued(home, now) if self.max_queued is not None else None
+            if home.in_flight + 1 <= bound and (queued is None or queued <= self.max_queued):
+                stats.affinity_hits_total += 1
+                home.in_flight += 1
+                home.requests += 1
+                return home
+        stats.affinity_fallbacks_total += 1
+        return self.pick(tried, now)
 
     # ---- passive health -------------------------------------------------------------
 
@@ -190,6 +247,9 @@ class Router:
             f"{p}bytes_out_total {s.bytes_out}",
             f"# TYPE {p}client_connections gauge",
             f"{p}client_connections {clients}",
+            f"# TYPE {p}affinity_total counter",
+            f'{p}affinity_total{{result="hit"}} {s.affinity_hits_total}',
+            f'{p}affinity_total{{result="fallback"}} {s.affinity_fallbacks_total}',
         ]
         for name, kind, fn in (
             ("in_flight", "gauge", lambda b: b.in_flight),

@@ -1,0 +1,101 @@
+"""Affinity routing: consistent hashing with bounded loads on X-Synthbatch-Affinity."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from agent_stdlib.contracts import AFFINITY_HEADER
+from agent_stdlib.proxy.config import ProxyConfig
+from agent_stdlib.proxy.route import LOAD_BOUND, Router, Stats, affinity_key, rendezvous
+from tests.unit.agent.proxy.harness import request
+
+NOW = 100.0
+
+
+def router(n: int = 4) -> Router:
+    return Router(ProxyConfig(backends=[f"http://127.0.0.1:{i + 1}" for i in range(n)]))
+
+
+def test_affinity_key_is_read_from_the_header_block_in_any_case() -> None:
+    assert affinity_key(b"\r\nX-Synthbatch-Affinity: rec-7\r\nAccept: */*") == b"rec-7"
+    assert affinity_key(b"\r\nx-synthbatch-affinity:abc") == b"abc"
+    assert affinity_key(b"\r\nAccept: */*") is None
+    assert affinity_key(b"\r\nX-Synthbatch-Affinity: two words") is None  # not a token
+    assert affinity_key(b"\r\nX-Synthbatch-Affinity: " + b"k" * 129) is None
+
+
+def test_rendezvous_order_is_stable_and_moves_only_a_removed_backends_keys() -> None:
+    keys = [b"key-%d" % i for i in range(400)]
+    four = {k: rendezvous(k, 4) for k in keys}
+    assert all(rendezvous(k, 4) == four[k] for k in keys)
+    homes = [four[k][0] for k in keys]
+    assert all(homes.count(i) > 60 for i in range(4))  # spread over every backend
+
+
+def test_same_key_sticks_to_one_backend_while_loads_are_even() -> None:
+    r, stats = router(), Stats()
+    chosen = set()
+    for i in range(200):  # every other request done: loads stay low and even
+        key = b"record-%d" % (i % 20)
+        b = r.pick_affine(key, 0, NOW, stats)
+        chosen.add((key, b.index))
+        b.in_flight -= 1
+    assert len(chosen) == 20  # each key always on one backend
+    assert stats.affinity_hits_total == 200 and stats.affinity_fallbacks_total == 0
+
+
+def test_the_load_bound_holds_with_one_hot_key() -> None:
+    r, stats = router(), Stats()
+    for _ in range(400):  # nothing finishes: one key would otherwise take everything
+        r.pick_affine(b"one-system-prompt", 0, NOW, stats)
+        loads = [b.in_flight for b in r.backends]
+        assert max(loads) <= math.ceil(LOAD_BOUND * sum(loads) / len(loads))
+    assert stats.affinity_fallbacks_total > 0
+    home = r.backends[rendezvous(b"one-system-prompt", 4)[0]]
+    assert home.in_flight == 125  # its bound: 1.25 x the mean of 100; the rest spread
+
+
+def test_the_load_bound_holds_under_random_keys_and_completions() -> None:
+    r, stats, rng = router(), Stats(), random.Random(1)
+    live = []
+    for _ in range(5000):
+        live.append(r.pick_affine(b"k%d" % rng.randrange(50), 0, NOW, stats))
+        loads = [b.in_flight for b in r.backends]
+        assert max(loads) <= math.ceil(LOAD_BOUND * sum(loads) / len(loads))
+        if len(live) > 64:
+            live.pop(rng.randrange(len(live))).in_flight -= 1
+
+
+def test_fallback_is_least_connections_when_the_home_is_over_the_bound() -> None:
+    r, stats = router(), Stats()
+    home = r.backends[rendezvous(b"k", 4)[0]]
+    home.in_flight = 10
+    got = r.pick_affine(b"k", 0, NOW, stats)
+    assert got is not home and got.in_flight == 1
+    assert (stats.affinity_hits_total, stats.affinity_fallbacks_total) == (0, 1)
+
+
+def test_a_down_or_tried_home_passes_the_key_to_its_next_backend() -> None:
+    r, stats = router(), Stats()
+    order = rendezvous(b"k", 4)
+    r.backends[order[0]].down_until = NOW + 5
+    assert r.pick_affine(b"k", 0, NOW, stats).index == order[1]
+    r.backends[order[0]].down_until = 0.0
+    r.backends[order[1]].in_flight = 0
+    assert r.pick_affine(b"k", 1 << order[0], NOW, stats).index == order[1]
+    assert stats.affinity_fallbacks_total == 0
+
+
+def test_proxy_routes_keyed_requests_to_one_backend_and_counts_them(backends, proxy) -> None:
+    bes = [backends() for _ in range(3)]
+    p = proxy([be.url for be in bes])
+    for _ in range(9):
+        assert request(p, headers={AFFINITY_HEADER: "record-1"})[0] == 200
+    assert sorted(be.count for be in bes) == [0, 0, 9]
+    for _ in range(6):  # no key: today's least-connections, round-robin on ties
+        assert request(p)[0] == 200
+    assert sorted(be.count for be in bes) == [2, 2, 11]
+    status, _, body = request(p, method="GET", path="/metrics")
+    assert 'synthbatch_proxy_affinity_total{result="hit"} 9' in body.decode()
+    assert 'synthbatch_proxy_affinity_total{result="fallback"} 0' in body.decode()
