@@ -330,6 +330,7 @@ class GenerateSpec:
     columns: Tuple[ColumnSpec, ...] = ()
     seed_data: Optional[SeedDataSpec] = None
     container: Optional[ContainerSpec] = None  # a client image the generator runs in
+    context: Optional[str] = None  # recipe-level context template, first in LLM requests
 
 
 @dataclass(frozen=True)
