@@ -65,7 +65,7 @@ class Open:
     """What the LLM cells of one record share: its affinity key, its rank in the dispatch
     order, and the conversations other columns continue (messages and answer)."""
 
-    key: str
+    key: Optional[str]  # None until the first LLM cell; "" for no affinity
     rank: int
     conversations: Dict[str, List[Dict[str, str]]]
 
@@ -73,11 +73,14 @@ class Open:
 def affinity(recipe: Recipe, index: int, values: Dict[str, Any]) -> str:
     """A record's affinity key: records whose recipe-level context differs by record share
     a key when their context is the same text (the same seed document); otherwise one key
-    per record. A context that is the same for every record needs none (every replica
-    caches it once)."""
+    per record, or none ("": today's routing) when a record makes a single request (it
+    shares nothing with itself). A context that is the same for every record needs no
+    shared key (every replica caches it once)."""
     if recipe.context is not None and recipe.context_inputs:
         text = render(recipe.context, values.get)
         return "ctx-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+    if sum(c.llm for c in recipe.order) < 2:
+        return ""
     return f"rec-{index}"
 
 
@@ -130,7 +133,7 @@ class Engine:
         values: Dict[str, Any] = dict(row)
         values["index"] = index
         meta: Dict[str, Dict[str, Any]] = {}
-        rec = Open("", self.order.rank(index), {})
+        rec = Open(None, self.order.rank(index), {})
         failure = await self._columns(index, values, meta, rec)
         if failure is not None and self.on_error == "fail":
             raise GenerateError(f"record {index}: column {failure.column}: {failure.message}")
@@ -156,7 +159,8 @@ class Engine:
                 elif all(n in values or n not in self._names for n in column.inputs):
                     todo.remove(column)
                     if column.llm:
-                        rec.key = rec.key or affinity(self.recipe, index, values)
+                        if rec.key is None:
+                            rec.key = affinity(self.recipe, index, values)
                         running[asyncio.ensure_future(self._cell(column, index, values,
                                                                  rec))] = column
                     else:
@@ -258,7 +262,7 @@ class Engine:
         ``invalid_output``) with its message."""
         sent_at = await alias.limiter.acquire(rec.rank)
         try:
-            reply = await asyncio.wait_for(alias.endpoint.post(CHAT, payload, rec.key),
+            reply = await asyncio.wait_for(alias.endpoint.post(CHAT, payload, rec.key or ""),
                                            self.timeout_s)
         except asyncio.TimeoutError:
             alias.limiter.congested(sent_at)

@@ -134,3 +134,10 @@ def test_without_seed_rows_the_order_is_the_index() -> None:
     order = DispatchOrder(8, None)
     assert [order.rank(i) for i in range(5)] == [0, 1, 2, 3, 4]
     assert rank(9, 8, 8) == 8 * 8 + 1
+
+
+def test_a_record_of_one_request_carries_no_key(tmp_path: Path, sent) -> None:
+    plan = recipe_plan(COLUMNS[:1], records=3)
+    with serve_in_thread(model="fake-model") as server:
+        produce(plan, {"gen": server.url, "judge": server.url}, tmp_path / "out")
+    assert [r["key"] for r in sent] == ["", "", ""]  # routed as requests without a key
