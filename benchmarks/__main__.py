@@ -59,6 +59,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
               "first server step <= 1 s; RSS <= 40 MB; stop <= grace + 1 s", lambda: None),
     "generator": ("generator.py", [], ["--runs", "1"],
                   "generator >= 0.95 of the engine alone", lambda: None),
+    "prefix_cache": ("prefix_cache.py", [], ["--only", "grounded"],
+                     "grounded >= 1.5x main and >= 0.9 of the limit; independent >= 0.98x; "
+                     "shared system prompt: replicas' busy time within 10%", lambda: None),
 }
 
 
