@@ -14,6 +14,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 QUEUE_METRICS = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs")
+PREFIX_CACHE_METRICS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
 # Headers that never cross the proxy (hop-by-hop, or set by the proxy itself).
 HOP_BY_HOP = frozenset(
     {
@@ -333,16 +334,32 @@ def parse_queue_metric(text: str) -> Optional[float]:
 
     Returns None when the exposition contains no such metric.
     """
-    total: Optional[float] = None
+    sums = _sums(text, QUEUE_METRICS)
+    return sum(sums.values()) if sums else None
+
+
+def parse_prefix_cache(text: str) -> Optional[Tuple[float, float]]:
+    """(queries, hits) of an engine's prefix cache, in tokens (vLLM's
+    ``vllm:prefix_cache_queries_total`` and ``_hits_total``, summed over labels); None
+    when the exposition has no such counters."""
+    sums = _sums(text, PREFIX_CACHE_METRICS)
+    if PREFIX_CACHE_METRICS[0] not in sums:
+        return None
+    return sums[PREFIX_CACHE_METRICS[0]], sums.get(PREFIX_CACHE_METRICS[1], 0.0)
+
+
+def _sums(text: str, names: Tuple[str, ...]) -> Dict[str, float]:
+    """Each of ``names`` that the exposition has, summed over its labels."""
+    out: Dict[str, float] = {}
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         sample = _split_sample(line)
-        if sample is None or sample[0] not in QUEUE_METRICS:
+        if sample is None or sample[0] not in names:
             continue
-        total = (total or 0.0) + sample[1]
-    return total
+        out[sample[0]] = out.get(sample[0], 0.0) + sample[1]
+    return out
 
 
 def _split_sample(line: str) -> Optional[Tuple[str, float]]:

@@ -16,11 +16,11 @@ import time
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from agent_stdlib.contracts import AFFINITY_HEADER
 from agent_stdlib.proxy.config import ProxyConfig, parse_backend_url
-from agent_stdlib.proxy.http import parse_queue_metric
+from agent_stdlib.proxy.http import parse_prefix_cache, parse_queue_metric
 
 LOG = logging.getLogger("synthbatch.proxy")
 MAX_METRICS_BYTES = 8 * 1024 * 1024
@@ -67,6 +67,7 @@ class Backend:
         self.marked_down = False
         self.sample_ok_at = 0.0
         self.sampled_waiting: Optional[float] = None
+        self.prefix_cache: Optional[Tuple[float, float]] = None  # (queries, hits) sampled
         self.pool: List[Any] = []  # idle upstream connections, most recently used last
 
 
@@ -256,6 +257,7 @@ class Router:
             ("backend_requests_total", "counter", lambda b: b.requests),
             ("backend_healthy", "gauge", lambda b: int(now >= b.down_until)),
             ("backend_queued", "gauge", lambda b: self.queued(b, now)),
+            ("backend_prefix_cache_hit_ratio", "gauge", _hit_ratio),
         ):
             out.append(f"# TYPE {p}{name} {kind}")
             for b in self.backends:
@@ -335,4 +337,13 @@ class Sampler:
             conn.close()
         if response.status != 200:
             return None
-        return parse_queue_metric(body.decode("utf-8", "replace"))
+        text = body.decode("utf-8", "replace")
+        b.prefix_cache = parse_prefix_cache(text)
+        return parse_queue_metric(text)
+
+
+def _hit_ratio(b: Backend) -> Optional[float]:
+    """The share of prompt tokens a backend found in its prefix cache (None: unknown)."""
+    if b.prefix_cache is None or b.prefix_cache[0] <= 0:
+        return None
+    return round(b.prefix_cache[1] / b.prefix_cache[0], 4)

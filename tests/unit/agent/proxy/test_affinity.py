@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
 from agent_stdlib.contracts import AFFINITY_HEADER
 from agent_stdlib.proxy.config import ProxyConfig
+from agent_stdlib.proxy.http import parse_prefix_cache
 from agent_stdlib.proxy.route import LOAD_BOUND, Router, Stats, affinity_key, rendezvous
-from tests.unit.agent.proxy.harness import request
+from tests.unit.agent.proxy.harness import request, wait_for
 
 NOW = 100.0
 
@@ -99,3 +101,23 @@ def test_proxy_routes_keyed_requests_to_one_backend_and_counts_them(backends, pr
     status, _, body = request(p, method="GET", path="/metrics")
     assert 'synthbatch_proxy_affinity_total{result="hit"} 9' in body.decode()
     assert 'synthbatch_proxy_affinity_total{result="fallback"} 0' in body.decode()
+
+
+def test_parse_prefix_cache_sums_vllms_counters() -> None:
+    text = ('vllm:prefix_cache_queries_total{engine="0"} 100.0\n'
+            'vllm:prefix_cache_queries_total{engine="1"} 60\n'
+            'vllm:prefix_cache_hits_total{engine="0"} 40\n')
+    assert parse_prefix_cache(text) == (160.0, 40.0)
+    assert parse_prefix_cache("vllm:num_requests_waiting 1\n") is None
+
+
+def test_proxy_shows_each_backends_prefix_cache_hit_ratio(fake_servers, proxy) -> None:
+    server = fake_servers(cache_blocks=100, block_tokens=4)
+    p = proxy([server.url], metrics_interval=0.05, max_queued=64)  # sampled with a limit
+    body = json.dumps({"model": "fake-model", "max_tokens": 1, "messages": [
+        {"role": "user", "content": "one two three four five six seven"}]}).encode()
+    for _ in range(2):  # 8 tokens each ("<user>" and 7 words); the second hits 8
+        assert request(p, path="/v1/chat/completions", body=body)[0] == 200
+    wanted = f'synthbatch_proxy_backend_prefix_cache_hit_ratio{{backend="{server.url}"}} 0.5'
+    wait_for(lambda: wanted in request(p, method="GET", path="/metrics")[2].decode(),
+             what="a metrics sample with the hit ratio")
