@@ -28,8 +28,7 @@ MAX_METRICS_BYTES = 8 * 1024 * 1024
 OVER_LIMIT = 1 << 48  # added to the sort key of a backend over its queue limit
 # Affinity (consistent hashing with bounded loads): a key's home is the first backend of
 # its rendezvous order that is up and untried; it keeps the key while its in-flight count
-# stays within LOAD_BOUND x the mean over healthy backends (counting the new request),
-# else the next one of that order within the bound takes it.
+# stays within LOAD_BOUND x the mean over healthy backends (counting the new request).
 LOAD_BOUND = 1.25
 AFFINITY_MEMO = 65536  # keys whose rendezvous order is kept (emptied when full)
 _AFFINITY = re.compile(
@@ -157,37 +156,30 @@ class Router:
         return best
 
     def pick_affine(self, key: bytes, tried: int, now: float, stats: Stats) -> Optional[Backend]:
-        """Choose a backend for a request with affinity ``key`` (consistent hashing with
-        bounded loads): the first backend of the key's rendezvous order that is up,
-        untried, under its queue limit and within LOAD_BOUND; the first one that is up and
-        untried is the key's home (a hit), a later one a load-bound fallback (the same
-        for every request of the key while the home stays full, so they still share a
-        cache). None within the bound: :meth:`pick` (least outstanding requests)."""
+        """Choose a backend for a request with affinity ``key``: the key's home (see
+        LOAD_BOUND) when it is within the bound and under its queue limit, else
+        :meth:`pick` (least outstanding requests), counted as a load-bound fallback."""
         backends = self.backends
         order = self.orders.get(key)
         if order is None:
             if len(self.orders) >= AFFINITY_MEMO:
                 self.orders.clear()
             order = self.orders[key] = rendezvous(key, len(backends))
-        up = [b for b in backends if now >= b.down_until]
-        if up:
+        home: Optional[Backend] = None
+        for i in order:
+            b = backends[i]
+            if not tried >> i & 1 and now >= b.down_until:
+                home = b
+                break
+        if home is not None:
+            up = [b for b in backends if now >= b.down_until]
             bound = math.ceil(LOAD_BOUND * (sum(b.in_flight for b in up) + 1) / len(up))
-            limit = self.max_queued
-            home = True
-            for i in order:
-                b = backends[i]
-                if tried >> i & 1 or now < b.down_until:
-                    continue
-                queued = self.queued(b, now) if limit is not None else None
-                if b.in_flight + 1 <= bound and (queued is None or queued <= limit):
-                    if home:
-                        stats.affinity_hits_total += 1
-                    else:
-                        stats.affinity_fallbacks_total += 1
-                    b.in_flight += 1
-                    b.requests += 1
-                    return b
-                home = False
+            queued = self.queued(home, now) if self.max_queued is not None else None
+            if home.in_flight + 1 <= bound and (queued is None or queued <= self.max_queued):
+                stats.affinity_hits_total += 1
+                home.in_flight += 1
+                home.requests += 1
+                return home
         stats.affinity_fallbacks_total += 1
         return self.pick(tried, now)
 

@@ -69,27 +69,13 @@ def test_the_load_bound_holds_under_random_keys_and_completions() -> None:
             live.pop(rng.randrange(len(live))).in_flight -= 1
 
 
-def test_fallback_is_the_keys_next_backend_within_the_bound() -> None:
+def test_fallback_is_least_connections_when_the_home_is_over_the_bound() -> None:
     r, stats = router(), Stats()
-    order = rendezvous(b"k", 4)
-    home, second = r.backends[order[0]], r.backends[order[1]]
+    home = r.backends[rendezvous(b"k", 4)[0]]
     home.in_flight = 10
-    assert r.pick_affine(b"k", 0, NOW, stats) is second
-    assert r.pick_affine(b"k", 0, NOW, stats) is not home  # the bound is ceil(1.25 x 13/4)
-    assert (stats.affinity_hits_total, stats.affinity_fallbacks_total) == (0, 2)
-    home.in_flight = 0
-    assert r.pick_affine(b"k", 0, NOW, stats) is home  # the key comes back home
-    assert stats.affinity_hits_total == 1
-
-
-def test_least_connections_when_no_backend_is_under_its_queue_limit() -> None:
-    r = Router(ProxyConfig(backends=["http://127.0.0.1:1", "http://127.0.0.1:2"],
-                           max_queued=2))
-    stats = Stats()
-    for b, waiting in zip(r.backends, (5.0, 3.0)):
-        b.sample_ok_at, b.sampled_waiting = NOW, waiting
-    assert r.pick_affine(b"k", 0, NOW, stats) is None  # shed with 429, as without a key
-    assert stats.affinity_fallbacks_total == 1
+    got = r.pick_affine(b"k", 0, NOW, stats)
+    assert got is not home and got.in_flight == 1
+    assert (stats.affinity_hits_total, stats.affinity_fallbacks_total) == (0, 1)
 
 
 def test_a_down_or_tried_home_passes_the_key_to_its_next_backend() -> None:
