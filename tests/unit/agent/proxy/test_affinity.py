@@ -121,3 +121,13 @@ def test_proxy_shows_each_backends_prefix_cache_hit_ratio(fake_servers, proxy) -
     wanted = f'synthbatch_proxy_backend_prefix_cache_hit_ratio{{backend="{server.url}"}} 0.5'
     wait_for(lambda: wanted in request(p, method="GET", path="/metrics")[2].decode(),
              what="a metrics sample with the hit ratio")
+
+
+def test_a_key_is_shed_like_any_request_when_every_backend_is_over_its_queue_limit() -> None:
+    r = Router(ProxyConfig(backends=["http://127.0.0.1:1", "http://127.0.0.1:2"],
+                           max_queued=2))
+    stats = Stats()
+    for b, waiting in zip(r.backends, (5.0, 3.0)):
+        b.sample_ok_at, b.sampled_waiting = NOW, waiting
+    assert r.pick_affine(b"k", 0, NOW, stats) is None  # 429, as without a key
+    assert stats.affinity_fallbacks_total == 1
