@@ -121,7 +121,8 @@ class Core:
             return
         key = ex.affinity
         if key is None:
-            key = ex.affinity = affinity_key(ex.head.block) or b""
+            value = ex.head.affinity
+            key = ex.affinity = (affinity_key(value) or b"") if value else b""
         if key:
             b = self.router.pick_affine(key, ex.tried, self.loop.now, self.stats)
         else:

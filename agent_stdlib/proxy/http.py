@@ -30,6 +30,7 @@ HOP_BY_HOP = frozenset(
         b"content-length",
         b"expect",
         b"host",
+        b"x-synthbatch-affinity",  # read by the proxy (route.py), not for the engines
     }
 )
 REASONS = {
@@ -67,7 +68,8 @@ class Head:
     (no framing header at all).
     """
 
-    __slots__ = ("start", "block", "framing", "length", "conn_tokens", "expect", "bad_framing")
+    __slots__ = ("start", "block", "framing", "length", "conn_tokens", "expect", "bad_framing",
+                 "affinity")
 
     def __init__(self, start: bytes, block: bytes) -> None:
         self.start = start
@@ -77,6 +79,7 @@ class Head:
         self.conn_tokens: Tuple[bytes, ...] = ()
         self.expect = False
         self.bad_framing = ""
+        self.affinity = b""  # the affinity header's value (taken out of ``block``)
 
 
 # One C-level pass validates the header lines; another finds the hop-by-hop ones. Only the
@@ -93,10 +96,12 @@ _VALID_BLOCK = re.compile(
 )
 _HOP_LINE = re.compile(
     rb"\r\n((?i:c(?:onnection|ontent-length)|keep-alive|proxy-(?:connection|authenticate"
-    rb"|authorization)|te|trailer|transfer-encoding|upgrade|expect|host)):(" + _VALUE + rb"*)"
+    rb"|authorization)|te|trailer|transfer-encoding|upgrade|expect|host|x-synthbatch-affinity))"
+    rb":(" + _VALUE + rb"*)"
 )
-_CONTENT_LENGTH, _CONNECTION, _TRANSFER_ENCODING, _EXPECT = (
-    b"content-length", b"connection", b"transfer-encoding", b"expect")
+_CONTENT_LENGTH, _CONNECTION, _TRANSFER_ENCODING, _EXPECT, _AFFINITY = (
+    b"content-length", b"connection", b"transfer-encoding", b"expect",
+    b"x-synthbatch-affinity")  # the last: contracts.AFFINITY_HEADER, for the proxy only
 _PLAIN_TOKENS = frozenset({b"close", b"keep-alive", b""})
 
 
@@ -136,6 +141,8 @@ def parse_head(block: bytes) -> Head:
             te = parts[i + 1].strip()
         elif lname == _EXPECT:
             head.expect = parts[i + 1].strip().lower() == b"100-continue"
+        elif lname == _AFFINITY:
+            head.affinity = parts[i + 1].strip()
     if conn:
         head.conn_tokens = conn
         if named:

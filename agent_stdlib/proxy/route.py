@@ -18,7 +18,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from agent_stdlib.contracts import AFFINITY_HEADER
 from agent_stdlib.proxy.config import ProxyConfig, parse_backend_url
 from agent_stdlib.proxy.http import parse_prefix_cache, parse_queue_metric
 
@@ -31,17 +30,13 @@ OVER_LIMIT = 1 << 48  # added to the sort key of a backend over its queue limit
 # stays within LOAD_BOUND x the mean over healthy backends (counting the new request).
 LOAD_BOUND = 1.5  # measured against 1.25: docs/performance.md
 AFFINITY_MEMO = 65536  # keys whose rendezvous order is kept (emptied when full)
-_AFFINITY = re.compile(
-    rb"\r\n(?i:" + re.escape(AFFINITY_HEADER.encode()) + rb"):[ \t]*([\x21-\x7e]{1,128})[ \t]*"
-    rb"(?=\r\n|$)")
+_KEY = re.compile(rb"[\x21-\x7e]{1,128}")
 
 
-def affinity_key(block: bytes) -> Optional[bytes]:
-    """The affinity header's value in a request's header block (None: absent or invalid)."""
-    if b"ffinity:" not in block and b"FFINITY:" not in block:
-        return None  # the usual case without the header: one C-level scan
-    match = _AFFINITY.search(block)
-    return match.group(1) if match else None
+def affinity_key(value: bytes) -> Optional[bytes]:
+    """The affinity header's value as a key (parse_head takes it out of the head); None
+    when absent or not 1-128 visible ASCII characters."""
+    return value if value and _KEY.fullmatch(value) else None
 
 
 def rendezvous(key: bytes, n: int) -> List[int]:

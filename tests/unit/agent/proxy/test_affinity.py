@@ -8,7 +8,7 @@ import random
 
 from agent_stdlib.contracts import AFFINITY_HEADER
 from agent_stdlib.proxy.config import ProxyConfig
-from agent_stdlib.proxy.http import parse_prefix_cache
+from agent_stdlib.proxy.http import HOP_BY_HOP, parse_head, parse_prefix_cache
 from agent_stdlib.proxy.route import LOAD_BOUND, Router, Stats, affinity_key, rendezvous
 from tests.unit.agent.proxy.harness import request, wait_for
 
@@ -19,12 +19,16 @@ def router(n: int = 4) -> Router:
     return Router(ProxyConfig(backends=[f"http://127.0.0.1:{i + 1}" for i in range(n)]))
 
 
-def test_affinity_key_is_read_from_the_header_block_in_any_case() -> None:
-    assert affinity_key(b"\r\nX-Synthbatch-Affinity: rec-7\r\nAccept: */*") == b"rec-7"
-    assert affinity_key(b"\r\nx-synthbatch-affinity:abc") == b"abc"
-    assert affinity_key(b"\r\nAccept: */*") is None
-    assert affinity_key(b"\r\nX-Synthbatch-Affinity: two words") is None  # not a token
-    assert affinity_key(b"\r\nX-Synthbatch-Affinity: " + b"k" * 129) is None
+def test_affinity_key_is_read_from_the_head_in_any_case_and_not_forwarded() -> None:
+    head = parse_head(b"POST / HTTP/1.1\r\nX-Synthbatch-Affinity: rec-7\r\nAccept: */*")
+    assert head.affinity == b"rec-7" and b"ffinity" not in head.block.lower()
+    assert parse_head(b"POST / HTTP/1.1\r\nx-synthbatch-affinity:abc").affinity == b"abc"
+    assert parse_head(b"POST / HTTP/1.1\r\nAccept: */*").affinity == b""
+    assert affinity_key(b"rec-7") == b"rec-7"
+    assert affinity_key(b"two words") is None  # not a token
+    assert affinity_key(b"k" * 129) is None
+    assert affinity_key(b"") is None
+    assert AFFINITY_HEADER.lower().encode() in HOP_BY_HOP  # the contract's name, one spelling
 
 
 def test_rendezvous_order_is_stable_and_moves_only_a_removed_backends_keys() -> None:
