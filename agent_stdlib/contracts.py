@@ -43,6 +43,10 @@ MIN_PYTHON = (3, 9)  # the agent's floor: preflight on the node, the login-node 
 # ``port_base``; an exclusive one on ``port_base + offset``.
 PORT_SLOTS = 512  # distinct port blocks per port_base
 PORT_STRIDE = 16  # ports per block (servers of one allocation)
+# Request header a client sets to ask the endpoint proxy for replica affinity: requests
+# with the same value go to the same replica while its load is within the proxy's bound
+# (agent_stdlib/proxy/route.py). Value: 1-128 visible ASCII characters.
+AFFINITY_HEADER = "X-Synthbatch-Affinity"
 
 
 def port_span(base: int, offsets: int, exclusive: bool) -> Tuple[int, int]:
@@ -326,6 +330,7 @@ class GenerateSpec:
     columns: Tuple[ColumnSpec, ...] = ()
     seed_data: Optional[SeedDataSpec] = None
     container: Optional[ContainerSpec] = None  # a client image the generator runs in
+    context: Optional[str] = None  # recipe-level context template, first in LLM requests
 
 
 @dataclass(frozen=True)

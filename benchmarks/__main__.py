@@ -69,6 +69,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
     "rejection": ("rejection.py", [], ["--repeat", "1"],
                   "each rejection of a hostile file and each redaction < 0.5 s CPU",
                   lambda: None),
+    "prefix_cache": ("prefix_cache.py", [], ["--only", "grounded"],
+                     "grounded >= 1.5x main and >= 0.9 of the limit; independent >= 0.98x; "
+                     "shared system prompt: replicas' busy time within 10%", lambda: None),
 }
 
 

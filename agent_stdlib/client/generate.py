@@ -214,6 +214,7 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
         print(f"generate: preview: no endpoint for {', '.join(recipe.unavailable)}: "
               f"columns {', '.join(recipe.skipped)} left out", file=sys.stderr, flush=True)
     width = window(limits, shard.count)
+    engine.dispatch_in_blocks(width)
     producer = Producer(engine, shard, width, stop or threading.Event())
     print(f"generate: records {shard.offset}..{shard.offset + shard.count - 1}, "
           f"{resumed.next_index - shard.offset} done before; up to {width} open at once; "

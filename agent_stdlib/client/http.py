@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
+from agent_stdlib.contracts import AFFINITY_HEADER
+
 Conn = Tuple[asyncio.StreamReader, asyncio.StreamWriter]
 MAX_IDLE = 4096
 LIMIT = 1 << 20  # longest response head or chunk-size line
@@ -69,13 +71,15 @@ class Endpoint:
             raise HttpError(f"connection to {self.host}:{self.port} failed: "
                             f"{err.strerror or err}") from err
 
-    async def post(self, path: str, payload: bytes) -> Reply:
+    async def post(self, path: str, payload: bytes, affinity: str = "") -> Reply:
         """POST ``payload`` (JSON) to ``prefix + path``; HttpError if no response came.
+        A non-empty ``affinity`` goes out as the proxy's affinity header.
 
         Callers bound the time with ``asyncio.wait_for``; a cancelled exchange closes its
         connection.
         """
-        request = (f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}"
+        extra = f"{AFFINITY_HEADER}: {affinity}\r\n" if affinity else ""
+        request = (f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}{extra}"
                    f"Content-Length: {len(payload)}\r\n\r\n").encode("latin-1") + payload
         while True:
             reused = bool(self._idle)

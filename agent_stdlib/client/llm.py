@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from agent_stdlib.recipe.schema import validate
 
@@ -76,14 +76,14 @@ def rubric(scores: List[Dict[str, Any]]) -> str:
 
 
 def request_body(kind: str, name: str, params: Dict[str, Any], served: str, prompt: str,
-                 system: Optional[str]) -> Dict[str, Any]:
-    """The chat-completions request of one LLM cell."""
+                 system: Optional[str], shared: Sequence[str] = (),
+                 history: Optional[List[Dict[str, str]]] = None) -> Dict[str, Any]:
+    """The chat-completions request of one LLM cell (:func:`messages` lays it out)."""
     if kind == "llm-judge":
         system = rubric(params["scores"]) if not system else \
             f"{system}\n\n{rubric(params['scores'])}"
-    messages = [{"role": "system", "content": system}] if system else []
-    messages.append({"role": "user", "content": prompt})
-    body: Dict[str, Any] = {"model": served, "messages": messages,
+    body: Dict[str, Any] = {"model": served, "messages": messages(prompt, system, shared,
+                                                                  history),
                             "max_tokens": params.get("max_tokens", 256),
                             "temperature": params.get("temperature", 0.7)}
     if params.get("top_p") is not None:
@@ -93,6 +93,28 @@ def request_body(kind: str, name: str, params: Dict[str, Any], served: str, prom
         body["response_format"] = {"type": "json_schema", "json_schema": {
             "name": name, "schema": schema, "strict": True}}
     return body
+
+
+def messages(prompt: str, own: Optional[str], shared: Sequence[str] = (),
+             history: Optional[List[Dict[str, str]]] = None) -> List[Dict[str, str]]:
+    """A request laid out so that what several requests of a record share comes first, in
+    the same bytes (an engine's prefix cache reuses only a common *prefix*):
+
+    * without ``history``: one system message of the ``shared`` texts (the recipe's
+      context, then the column's), then the column's own instructions ``own`` (its system
+      prompt, a judge's rubric), then the user's ``prompt``;
+    * with ``history`` (a column that continues another's conversation: its messages and
+      the answer): that conversation unchanged, then one user message of the column's
+      ``shared`` texts, own instructions and prompt.
+    """
+    parts = [t for t in shared if t]
+    if history is not None:
+        text = "\n\n".join(parts + ([own] if own else []) + [prompt])
+        return [dict(m) for m in history] + [{"role": "user", "content": text}]
+    head = "\n\n".join(parts + ([own] if own else []))
+    out = [{"role": "system", "content": head}] if head else []
+    out.append({"role": "user", "content": prompt})
+    return out
 
 
 def column_schema(kind: str, params: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -153,7 +175,7 @@ def parse_answer(kind: str, params: Dict[str, Any], data: Any) -> Tuple[Any, Dic
         raise InvalidOutput("the answer has no choices[0].message.content") from err
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     meta = {"served_model": data.get("model"), "finish_reason": choice.get("finish_reason"),
-            "usage": usage}
+            "usage": usage, "text": text}
     if not isinstance(text, str):
         raise InvalidOutput("the answer has no text")
     if kind == "llm-text":

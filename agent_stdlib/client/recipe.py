@@ -57,6 +57,9 @@ class Recipe:
     legacy: bool = False
     skipped: List[str] = field(default_factory=list)  # LLM columns with no endpoint (preview)
     unavailable: List[str] = field(default_factory=list)  # ... and their aliases
+    context: Optional[Tuple[Part, ...]] = None  # the recipe-level context, parsed
+    context_inputs: List[str] = field(default_factory=list)  # names it uses
+    continued: Set[str] = field(default_factory=set)  # LLM columns another continues
 
     @property
     def aliases(self) -> List[str]:
@@ -75,7 +78,7 @@ def _legacy(spec: GenerateSpec) -> List[Node]:
 def _column(node: Node, drop: bool, inputs: List[str], plan: Plan, where: str) -> Column:
     params = dict(node.params)
     column = Column(node.name, node.kind, params, drop, inputs=inputs)
-    for key in ("template", "prompt", "system"):
+    for key in ("template", "prompt", "system", "context"):
         if isinstance(params.get(key), str):
             column.templates[key] = parse(params[key])
     if node.kind in SAMPLERS:
@@ -104,7 +107,8 @@ def compile_recipe(plan: Plan, available: Optional[Set[str]] = None) -> Recipe:
                                           for c in spec.columns]
     drops = [False] * len(nodes) if legacy else [c.drop for c in spec.columns]
     try:
-        graph = analyze(nodes, None, has_seed=spec.seed_data is not None)
+        graph = analyze(nodes, None, has_seed=spec.seed_data is not None,
+                        context=spec.context)
         columns = [_column(n, drops[i], graph.inputs[i], plan, f"client.columns[{i}]")
                    for i, n in enumerate(nodes)]
     except (ColumnError, jsonschema.SchemaError) as err:
@@ -123,5 +127,9 @@ def compile_recipe(plan: Plan, available: Optional[Set[str]] = None) -> Recipe:
         order = [c for c in order if c.name not in gone]
     unavailable = sorted({c.alias for c in columns if c.llm and available is not None
                           and c.alias not in available})
-    return Recipe(columns, order, graph.seed_fields, legacy, skipped, unavailable)
+    continued = {str(c.params["continue_from"]) for c in columns
+                  if c.llm and c.params.get("continue_from")}
+    return Recipe(columns, order, graph.seed_fields, legacy, skipped, unavailable,
+                  parse(spec.context) if spec.context is not None else None,
+                  graph.context_inputs, continued)
 

@@ -13,6 +13,7 @@ with ``"_error"`` and ``null`` for the failed column and every column that uses 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
@@ -22,6 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from agent_stdlib.client.concurrency import Limiter
 from agent_stdlib.client.http import Endpoint, HttpError, Reply
 from agent_stdlib.client.llm import InvalidOutput, parse_answer, request_body
+from agent_stdlib.client.order import DispatchOrder
 from agent_stdlib.client.progress import AliasCounters
 from agent_stdlib.client.recipe import LEGACY_COLUMN, Column, Recipe
 from agent_stdlib.client.samplers import cell_bits
@@ -59,6 +61,30 @@ class Alias:
 
 
 @dataclass
+class Open:
+    """What the LLM cells of one record share: its affinity key, its rank in the dispatch
+    order, and the conversations other columns continue (messages and answer)."""
+
+    key: Optional[str]  # None until the first LLM cell; "" for no affinity
+    rank: int
+    conversations: Dict[str, List[Dict[str, str]]]
+
+
+def affinity(recipe: Recipe, index: int, values: Dict[str, Any]) -> str:
+    """A record's affinity key: records whose recipe-level context differs by record share
+    a key when their context is the same text (the same seed document); otherwise one key
+    per record, or none ("": today's routing) when a record makes a single request (it
+    shares nothing with itself). A context that is the same for every record needs no
+    shared key (every replica caches it once)."""
+    if recipe.context is not None and recipe.context_inputs:
+        text = render(recipe.context, values.get)
+        return "ctx-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+    if sum(c.llm for c in recipe.order) < 2:
+        return ""
+    return f"rec-{index}"
+
+
+@dataclass
 class Outcome:
     """A settled record: its line (a record, or a dropped-record line), and its tokens."""
 
@@ -91,6 +117,11 @@ class Engine:
         self.max_retries, self.timeout_s = max_retries, timeout_s
         self.aliases, self.seeds = aliases, seeds
         self._names = {c.name for c in recipe.columns}
+        self.order = DispatchOrder(1, None)  # index order until the producer sets one
+
+    def dispatch_in_blocks(self, width: int) -> None:
+        """Rank records sharing a seed row together within blocks of ``width`` indexes."""
+        self.order = DispatchOrder(width, self.seeds.number if self.seeds else None)
 
     # ---- one record -------------------------------------------------------------------
 
@@ -102,7 +133,8 @@ class Engine:
         values: Dict[str, Any] = dict(row)
         values["index"] = index
         meta: Dict[str, Dict[str, Any]] = {}
-        failure = await self._columns(index, values, meta)
+        rec = Open(None, self.order.rank(index), {})
+        failure = await self._columns(index, values, meta, rec)
         if failure is not None and self.on_error == "fail":
             raise GenerateError(f"record {index}: column {failure.column}: {failure.message}")
         if failure is not None and self.on_error == "drop":
@@ -112,7 +144,7 @@ class Engine:
         return self._outcome(index, row, values, meta, failure)
 
     async def _columns(self, index: int, values: Dict[str, Any],
-                       meta: Dict[str, Dict[str, Any]]) -> Optional[CellFailure]:
+                       meta: Dict[str, Dict[str, Any]], rec: Open) -> Optional[CellFailure]:
         """Fill ``values`` column by column; the first cell failure (the rest that use it
         stay unset)."""
         todo = list(self.recipe.order)
@@ -127,8 +159,10 @@ class Engine:
                 elif all(n in values or n not in self._names for n in column.inputs):
                     todo.remove(column)
                     if column.llm:
-                        running[asyncio.ensure_future(self._cell(column, index, values))] = \
-                            column
+                        if rec.key is None:
+                            rec.key = affinity(self.recipe, index, values)
+                        running[asyncio.ensure_future(self._cell(column, index, values,
+                                                                 rec))] = column
                     else:
                         values[column.name] = self._local(column, index, values)
             if not running:
@@ -182,19 +216,32 @@ class Engine:
 
     # ---- one LLM cell -----------------------------------------------------------------
 
-    async def _cell(self, column: Column, index: int,
-                    values: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
-        system = column.templates.get("system")
-        body = request_body(column.kind, column.name, column.params, column.served,
+    def _body(self, column: Column, values: Dict[str, Any], rec: Open) -> Dict[str, Any]:
+        """The request of one cell, laid out by :func:`llm.messages`."""
+        system, context = column.templates.get("system"), column.templates.get("context")
+        source = column.params.get("continue_from")
+        recipe_context = self.recipe.context
+        shared = [render(context, values.get) if context else ""]
+        if source is None and recipe_context is not None:
+            shared.insert(0, render(recipe_context, values.get))
+        return request_body(column.kind, column.name, column.params, column.served,
                             render(column.templates["prompt"], values.get),
-                            render(system, values.get) if system else None)
+                            render(system, values.get) if system else None, shared,
+                            rec.conversations.get(source) if source else None)
+
+    async def _cell(self, column: Column, index: int, values: Dict[str, Any],
+                    rec: Open) -> Tuple[Any, Dict[str, Any]]:
+        body = self._body(column, values, rec)
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         alias = self.aliases[column.alias]
         attempts = 0
         while True:
-            kind, value, wait = await self._attempt(alias, column, index, payload)
+            kind, value, wait = await self._attempt(alias, column, rec, payload)
             if kind == "ok":
                 answer, meta = value
+                if column.name in self.recipe.continued:
+                    rec.conversations[column.name] = body["messages"] + [
+                        {"role": "assistant", "content": meta["text"]}]
                 return answer, {"model": column.alias, "served_model": meta["served_model"]
                                 or column.served, "finish_reason": meta["finish_reason"],
                                 "usage": meta["usage"], "attempts": attempts + 1,
@@ -209,14 +256,15 @@ class Engine:
                                                f"{self.max_retries + 1})")
             await asyncio.sleep(backoff(attempts))
 
-    async def _attempt(self, alias: Alias, column: Column, index: int,
+    async def _attempt(self, alias: Alias, column: Column, rec: Open,
                        payload: bytes) -> Tuple[str, Any, Optional[float]]:
         """(kind, value, Retry-After): ``ok`` with (value, meta), else an error kind
         (``429``, ``503``, ``5xx``, ``4xx``, ``timeout``, ``connection``,
         ``invalid_output``) with its message."""
-        sent_at = await alias.limiter.acquire(index)
+        sent_at = await alias.limiter.acquire(rec.rank)
         try:
-            reply = await asyncio.wait_for(alias.endpoint.post(CHAT, payload), self.timeout_s)
+            reply = await asyncio.wait_for(alias.endpoint.post(CHAT, payload, rec.key or ""),
+                                           self.timeout_s)
         except asyncio.TimeoutError:
             alias.limiter.congested(sent_at)
             return "timeout", f"no answer within {self.timeout_s:g} s", None

@@ -78,11 +78,14 @@ class SeedRows:
         """The file's fields (CSV header, or the first JSONL row's keys)."""
         return self.index.fields
 
+    def number(self, index: int) -> int:
+        """The number of the seed row record ``index`` takes."""
+        return row_for(self.spec.order, self.seed, index, self.index.rows)
+
     def row(self, index: int) -> Dict[str, Any]:
         """The seed row of record ``index`` (SeedError naming file and line if bad)."""
         assert self._handle is not None
-        number = row_for(self.spec.order, self.seed, index, self.index.rows)
-        return read_row(self._handle, self.index, number, self.spec.fields)
+        return read_row(self._handle, self.index, self.number(index), self.spec.fields)
 
     def close(self) -> None:
         """Close the file."""

@@ -13,7 +13,7 @@ from agent_stdlib.proxy.client import Client
 from agent_stdlib.proxy.config import ProxyConfig
 from agent_stdlib.proxy.exchange import Exchange
 from agent_stdlib.proxy.loop import READ, Connecting, Loop, Stream, Timer, set_nodelay
-from agent_stdlib.proxy.route import Backend, Router, Sampler, Stats
+from agent_stdlib.proxy.route import Backend, Router, Sampler, Stats, affinity_key
 from agent_stdlib.proxy.upstream import Upstream
 
 LOG = logging.getLogger("synthbatch.proxy")
@@ -119,7 +119,14 @@ class Core:
         """
         if ex.dead:
             return
-        b = self.router.pick(ex.tried, self.loop.now)
+        key = ex.affinity
+        if key is None:
+            value = ex.head.affinity
+            key = ex.affinity = (affinity_key(value) or b"") if value else b""
+        if key:
+            b = self.router.pick_affine(key, ex.tried, self.loop.now, self.stats)
+        else:
+            b = self.router.pick(ex.tried, self.loop.now)
         if b is None:
             if ex.tried:
                 self.give_up(ex)

@@ -101,6 +101,7 @@ class Exchange:
     remaining = 0
     scanner: Optional[ChunkScanner] = None
     tried = 0  # bit set of backend indexes already tried
+    affinity: Optional[bytes] = None  # the affinity header's value (b"": none), once read
     backend: Optional[Backend] = None  # the current attempt's backend (holds an in-flight slot)
     up: Optional[UpstreamSide] = None
     sent = False  # any byte of the final response written to the client

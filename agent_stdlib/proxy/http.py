@@ -14,6 +14,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 QUEUE_METRICS = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs")
+PREFIX_CACHE_METRICS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
 # Headers that never cross the proxy (hop-by-hop, or set by the proxy itself).
 HOP_BY_HOP = frozenset(
     {
@@ -29,6 +30,7 @@ HOP_BY_HOP = frozenset(
         b"content-length",
         b"expect",
         b"host",
+        b"x-synthbatch-affinity",  # read by the proxy (route.py), not for the engines
     }
 )
 REASONS = {
@@ -66,7 +68,8 @@ class Head:
     (no framing header at all).
     """
 
-    __slots__ = ("start", "block", "framing", "length", "conn_tokens", "expect", "bad_framing")
+    __slots__ = ("start", "block", "framing", "length", "conn_tokens", "expect", "bad_framing",
+                 "affinity")
 
     def __init__(self, start: bytes, block: bytes) -> None:
         self.start = start
@@ -76,6 +79,7 @@ class Head:
         self.conn_tokens: Tuple[bytes, ...] = ()
         self.expect = False
         self.bad_framing = ""
+        self.affinity = b""  # the affinity header's value (taken out of ``block``)
 
 
 # One C-level pass validates the header lines; another finds the hop-by-hop ones. Only the
@@ -92,10 +96,12 @@ _VALID_BLOCK = re.compile(
 )
 _HOP_LINE = re.compile(
     rb"\r\n((?i:c(?:onnection|ontent-length)|keep-alive|proxy-(?:connection|authenticate"
-    rb"|authorization)|te|trailer|transfer-encoding|upgrade|expect|host)):(" + _VALUE + rb"*)"
+    rb"|authorization)|te|trailer|transfer-encoding|upgrade|expect|host|x-synthbatch-affinity))"
+    rb":(" + _VALUE + rb"*)"
 )
-_CONTENT_LENGTH, _CONNECTION, _TRANSFER_ENCODING, _EXPECT = (
-    b"content-length", b"connection", b"transfer-encoding", b"expect")
+_CONTENT_LENGTH, _CONNECTION, _TRANSFER_ENCODING, _EXPECT, _AFFINITY = (
+    b"content-length", b"connection", b"transfer-encoding", b"expect",
+    b"x-synthbatch-affinity")  # the last: contracts.AFFINITY_HEADER, for the proxy only
 _PLAIN_TOKENS = frozenset({b"close", b"keep-alive", b""})
 
 
@@ -135,6 +141,8 @@ def parse_head(block: bytes) -> Head:
             te = parts[i + 1].strip()
         elif lname == _EXPECT:
             head.expect = parts[i + 1].strip().lower() == b"100-continue"
+        elif lname == _AFFINITY:
+            head.affinity = parts[i + 1].strip()
     if conn:
         head.conn_tokens = conn
         if named:
@@ -333,16 +341,32 @@ def parse_queue_metric(text: str) -> Optional[float]:
 
     Returns None when the exposition contains no such metric.
     """
-    total: Optional[float] = None
+    sums = _sums(text, QUEUE_METRICS)
+    return sum(sums.values()) if sums else None
+
+
+def parse_prefix_cache(text: str) -> Optional[Tuple[float, float]]:
+    """(queries, hits) of an engine's prefix cache, in tokens (vLLM's
+    ``vllm:prefix_cache_queries_total`` and ``_hits_total``, summed over labels); None
+    when the exposition has no such counters."""
+    sums = _sums(text, PREFIX_CACHE_METRICS)
+    if PREFIX_CACHE_METRICS[0] not in sums:
+        return None
+    return sums[PREFIX_CACHE_METRICS[0]], sums.get(PREFIX_CACHE_METRICS[1], 0.0)
+
+
+def _sums(text: str, names: Tuple[str, ...]) -> Dict[str, float]:
+    """Each of ``names`` that the exposition has, summed over its labels."""
+    out: Dict[str, float] = {}
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         sample = _split_sample(line)
-        if sample is None or sample[0] not in QUEUE_METRICS:
+        if sample is None or sample[0] not in names:
             continue
-        total = (total or 0.0) + sample[1]
-    return total
+        out[sample[0]] = out.get(sample[0], 0.0) + sample[1]
+    return out
 
 
 def _split_sample(line: str) -> Optional[Tuple[str, float]]:

@@ -9,19 +9,40 @@ from __future__ import annotations
 
 import http.client
 import logging
+import math
+import re
 import threading
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from agent_stdlib.proxy.config import ProxyConfig, parse_backend_url
-from agent_stdlib.proxy.http import parse_queue_metric
+from agent_stdlib.proxy.http import parse_prefix_cache, parse_queue_metric
 
 LOG = logging.getLogger("synthbatch.proxy")
 MAX_METRICS_BYTES = 8 * 1024 * 1024
 
 OVER_LIMIT = 1 << 48  # added to the sort key of a backend over its queue limit
+# Affinity (consistent hashing with bounded loads): a key's home is the first backend of
+# its rendezvous order that is up and untried; it keeps the key while its in-flight count
+# stays within LOAD_BOUND x the mean over healthy backends (counting the new request).
+LOAD_BOUND = 1.5  # measured against 1.25: docs/performance.md
+AFFINITY_MEMO = 65536  # keys whose rendezvous order is kept (emptied when full)
+_KEY = re.compile(rb"[\x21-\x7e]{1,128}")
+
+
+def affinity_key(value: bytes) -> Optional[bytes]:
+    """The affinity header's value as a key (parse_head takes it out of the head); None
+    when absent or not 1-128 visible ASCII characters."""
+    return value if value and _KEY.fullmatch(value) else None
+
+
+def rendezvous(key: bytes, n: int) -> List[int]:
+    """Backend indexes in ``key``'s preference order (highest random weight first): the
+    same for every proxy, and removing a backend moves only the keys it held."""
+    return sorted(range(n), key=lambda i: zlib.crc32(b"%d\0%s" % (i, key)), reverse=True)
 
 
 class Backend:
@@ -41,6 +62,7 @@ class Backend:
         self.marked_down = False
         self.sample_ok_at = 0.0
         self.sampled_waiting: Optional[float] = None
+        self.prefix_cache: Optional[Tuple[float, float]] = None  # (queries, hits) sampled
         self.pool: List[Any] = []  # idle upstream connections, most recently used last
 
 
@@ -55,6 +77,8 @@ class Stats:
     errors_total: Dict[int, int] = field(default_factory=dict)
     bytes_in: int = 0
     bytes_out: int = 0
+    affinity_hits_total: int = 0  # keyed requests sent to their key's home
+    affinity_fallbacks_total: int = 0  # keyed requests whose home was over the load bound
 
 
 class Router:
@@ -66,6 +90,7 @@ class Router:
         self.max_queued = config.max_queued
         self.stale_after = max(1.0, 10 * config.metrics_interval)
         self.rr = 0
+        self.orders: Dict[bytes, List[int]] = {}  # memo of rendezvous()
 
     # ---- queue limits ---------------------------------------------------------------
 
@@ -124,6 +149,34 @@ class Router:
             best.in_flight += 1
             best.requests += 1
         return best
+
+    def pick_affine(self, key: bytes, tried: int, now: float, stats: Stats) -> Optional[Backend]:
+        """Choose a backend for a request with affinity ``key``: the key's home (see
+        LOAD_BOUND) when it is within the bound and under its queue limit, else
+        :meth:`pick` (least outstanding requests), counted as a load-bound fallback."""
+        backends = self.backends
+        order = self.orders.get(key)
+        if order is None:
+            if len(self.orders) >= AFFINITY_MEMO:
+                self.orders.clear()
+            order = self.orders[key] = rendezvous(key, len(backends))
+        home: Optional[Backend] = None
+        for i in order:
+            b = backends[i]
+            if not tried >> i & 1 and now >= b.down_until:
+                home = b
+                break
+        if home is not None:
+            up = [b for b in backends if now >= b.down_until]
+            bound = math.ceil(LOAD_BOUND * (sum(b.in_flight for b in up) + 1) / len(up))
+            queued = self.queued(home, now) if self.max_queued is not None else None
+            if home.in_flight + 1 <= bound and (queued is None or queued <= self.max_queued):
+                stats.affinity_hits_total += 1
+                home.in_flight += 1
+                home.requests += 1
+                return home
+        stats.affinity_fallbacks_total += 1
+        return self.pick(tried, now)
 
     # ---- passive health -------------------------------------------------------------
 
@@ -190,12 +243,16 @@ class Router:
             f"{p}bytes_out_total {s.bytes_out}",
             f"# TYPE {p}client_connections gauge",
             f"{p}client_connections {clients}",
+            f"# TYPE {p}affinity_total counter",
+            f'{p}affinity_total{{result="hit"}} {s.affinity_hits_total}',
+            f'{p}affinity_total{{result="fallback"}} {s.affinity_fallbacks_total}',
         ]
         for name, kind, fn in (
             ("in_flight", "gauge", lambda b: b.in_flight),
             ("backend_requests_total", "counter", lambda b: b.requests),
             ("backend_healthy", "gauge", lambda b: int(now >= b.down_until)),
             ("backend_queued", "gauge", lambda b: self.queued(b, now)),
+            ("backend_prefix_cache_hit_ratio", "gauge", _hit_ratio),
         ):
             out.append(f"# TYPE {p}{name} {kind}")
             for b in self.backends:
@@ -275,4 +332,13 @@ class Sampler:
             conn.close()
         if response.status != 200:
             return None
-        return parse_queue_metric(body.decode("utf-8", "replace"))
+        text = body.decode("utf-8", "replace")
+        b.prefix_cache = parse_prefix_cache(text)
+        return parse_queue_metric(text)
+
+
+def _hit_ratio(b: Backend) -> Optional[float]:
+    """The share of prompt tokens a backend found in its prefix cache (None: unknown)."""
+    if b.prefix_cache is None or b.prefix_cache[0] <= 0:
+        return None
+    return round(b.prefix_cache[1] / b.prefix_cache[0], 4)

@@ -22,7 +22,8 @@ SAMPLERS = ("category", "subcategory", "uniform", "gaussian", "integer", "bernou
 LLM = ("llm-text", "llm-structured", "llm-judge")
 KINDS = SAMPLERS + ("expression",) + LLM
 TEMPLATES: Dict[str, Tuple[str, ...]] = {"expression": ("template",),
-                                         **{k: ("system", "prompt") for k in LLM}}
+                                         **{k: ("context", "system", "prompt") for k in LLM}}
+CONTEXT = "context"  # the recipe-level context's field (client.context)
 INDEX = "index"  # the record index, usable as {index} everywhere
 JUDGE_FIELDS = ("score", "reasoning")
 
@@ -51,6 +52,7 @@ class Graph:
     order: List[int]  # column positions, each after every column it uses
     inputs: List[List[str]]  # per column: the names it uses (columns, seed fields, index)
     seed_fields: List[str] = field(default_factory=list)  # used names no column defines
+    context_inputs: List[str] = field(default_factory=list)  # names the recipe context uses
 
 
 def _uses(node: Node, where: str) -> List[Tuple[str, str, Tuple[str, ...]]]:
@@ -66,7 +68,36 @@ def _uses(node: Node, where: str) -> List[Tuple[str, str, Tuple[str, ...]]]:
             raise ColumnError(f"{where}.{key}", str(err)) from err
     if node.kind == "subcategory":
         found.append(("category", str(node.params.get("category")), ()))
+    if node.kind in LLM and node.params.get("continue_from") is not None:
+        found.append(("continue_from", str(node.params["continue_from"]), ()))
     return found
+
+
+def _context_uses(context: Optional[str]) -> List[Tuple[str, Tuple[str, ...]]]:
+    """(name, path) of every name the recipe-level context uses."""
+    if context is None:
+        return []
+    try:
+        return list(references(context))
+    except TemplateError as err:
+        raise ColumnError(CONTEXT, str(err)) from err
+
+
+def _continuation_problem(nodes: Sequence[Node], i: int,
+                          position: Mapping[str, int]) -> Optional[str]:
+    """Why ``nodes[i].continue_from`` cannot be continued (None: it can)."""
+    name = str(nodes[i].params["continue_from"])
+    if name == nodes[i].name:
+        return "a column cannot continue its own conversation"
+    if name not in position or nodes[position[name]].kind not in LLM:
+        have = [n.name for n in nodes if n.kind in LLM and n.name != nodes[i].name]
+        return f"{name!r} is not an LLM column (have: {', '.join(have) or 'none'})"
+    source = nodes[position[name]]
+    if source.params.get("model") != nodes[i].params.get("model"):
+        return (f"{name} runs on model {source.params.get('model')!r}, this column on "
+                f"{nodes[i].params.get('model')!r}: a continuation runs where the "
+                f"conversation's cache is, on the same model")
+    return None
 
 
 def field_problem(node: Optional[Node], path: Tuple[str, ...]) -> Optional[str]:
@@ -93,12 +124,14 @@ def field_problem(node: Optional[Node], path: Tuple[str, ...]) -> Optional[str]:
 
 
 def analyze(nodes: Sequence[Node], seed_fields: Optional[Collection[str]] = None,
-            has_seed: bool = False) -> Graph:
+            has_seed: bool = False, context: Optional[str] = None) -> Graph:
     """Check and order a recipe; ColumnError names the first problem.
 
     ``seed_fields`` are the seed file's fields when known; None with ``has_seed`` means
     the file could not be read here, so any name no column defines is taken to be one
-    (the generator's preflight checks the file).
+    (the generator's preflight checks the file). ``context`` is the recipe-level context
+    (it comes first in every LLM request, so it may not use an LLM column; every LLM
+    column waits for what it uses).
     """
     position: Dict[str, int] = {}
     for i, node in enumerate(nodes):
@@ -112,10 +145,24 @@ def analyze(nodes: Sequence[Node], seed_fields: Optional[Collection[str]] = None
         position[node.name] = i
     inputs: List[List[str]] = []
     seeds: List[str] = []
+    context_inputs: List[str] = []
+    for name, _ in _context_uses(context):
+        if name in position and nodes[position[name]].kind in LLM:
+            raise ColumnError(CONTEXT, f"{{{name}}} is an LLM column: the context comes "
+                              "before every LLM request of the record")
+        if name not in context_inputs:
+            context_inputs.append(name)
     for i, node in enumerate(nodes):
         where = f"columns[{i}]"
         used: List[str] = []
-        for key, name, path in _uses(node, where):
+        if node.kind in LLM and node.params.get("continue_from") is not None:
+            problem = _continuation_problem(nodes, i, position)
+            if problem:
+                raise ColumnError(f"{where}.continue_from", problem)
+        uses = _uses(node, where)
+        if node.kind in LLM:
+            uses += [("", name, path) for name, path in _context_uses(context)]
+        for key, name, path in uses:
             if name == INDEX:
                 problem = "index is the record number; it has no fields" if path else None
             elif name in position:
@@ -130,11 +177,11 @@ def analyze(nodes: Sequence[Node], seed_fields: Optional[Collection[str]] = None
                 shown = "{" + ".".join((name,) + path) + "}"
                 problem = f"unknown column {shown} (have: {', '.join(have)})"
             if problem:
-                raise ColumnError(f"{where}.{key}", problem)
+                raise ColumnError(f"{where}.{key}" if key else CONTEXT, problem)
             if name not in used:
                 used.append(name)
         inputs.append(used)
-    return Graph(_topological(nodes, inputs, position), inputs, seeds)
+    return Graph(_topological(nodes, inputs, position), inputs, seeds, context_inputs)
 
 
 def _topological(nodes: Sequence[Node], inputs: List[List[str]],

@@ -55,6 +55,7 @@ class GenerateClient(Strict):
     max_tokens: int = Field(default=256, ge=1, le=131072)
     temperature: float = Field(default=0.7, ge=0.0, le=2.0)
     columns: Optional[List[Column]] = Field(default=None, min_length=1, max_length=256)
+    context: Optional[Prompt] = None  # first in every LLM request of a record
     seed_data: Optional[SeedData] = None
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
     on_error: Literal["fail", "drop", "keep"] = "fail"
@@ -87,6 +88,9 @@ class GenerateClient(Strict):
         if self.seed_data is not None:
             raise ValueError("seed_data: needs columns (the prompt_template form has only "
                              "{index})")
+        if self.context is not None:
+            raise ValueError("context: needs columns (the prompt_template form has "
+                             "system_prompt)")
         assert self.prompt_template is not None
         try:
             used = placeholders(self.prompt_template)
@@ -104,7 +108,8 @@ class GenerateClient(Strict):
 
     def graph(self, seed_fields: Optional[Sequence[str]] = None) -> Graph:
         """The checked recipe (ColumnError when it does not fit together)."""
-        return analyze(self.nodes(), seed_fields, has_seed=self.seed_data is not None)
+        return analyze(self.nodes(), seed_fields, has_seed=self.seed_data is not None,
+                       context=self.context)
 
     def aliases(self) -> List[Tuple[str, str]]:
         """(field path, alias) of every model the client talks to."""

@@ -192,6 +192,8 @@ class LLMColumn(ColumnBase):
     model: Name
     prompt: Prompt
     system: Optional[Prompt] = None
+    context: Optional[Prompt] = None  # shared text first in the request (docs/generator.md)
+    continue_from: Optional[ColumnName] = None  # an earlier LLM column's conversation
     max_tokens: int = Field(default=256, ge=1, le=131072)
     temperature: float = Field(default=0.7, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)

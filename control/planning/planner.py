@@ -297,6 +297,7 @@ def _generate_spec(client: GenerateClient, config_dir: Path, profile: Profile,
                       for c in client.columns or ()),
         seed_data=seed_data,
         container=container,
+        context=client.context,
     )
 
 

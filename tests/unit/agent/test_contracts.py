@@ -324,7 +324,7 @@ def test_plans_and_records_written_before_the_recipe_fields_still_load() -> None
     """Retry and merge parse the plan.json of runs submitted before the generator grew
     columns: every new field has a default, every old one is still accepted."""
     data = json.loads((GOLDENS / "plan.json").read_text())
-    for key in ("columns", "on_error", "seed", "seed_data"):
+    for key in ("columns", "on_error", "seed", "seed_data", "context"):
         del data["client"][key]
     old = Plan.from_dict(data)
     assert old.client is not None and old.client.columns == () and old.client.seed == 0

@@ -37,7 +37,8 @@ def test_text_body_and_answer() -> None:
                                  {"role": "user", "content": "Hi"}]}
     value, meta = parse_answer("llm-text", {}, answer("text"))
     assert value == "text" and meta == {"served_model": "served", "finish_reason": "stop",
-                                        "usage": {"prompt_tokens": 3, "completion_tokens": 4}}
+                                        "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+                                        "text": "text"}
 
 
 def test_structured_body_sends_the_schema_as_response_format() -> None:
