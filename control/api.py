@@ -133,6 +133,7 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
     run's too), as ``-p/-A/-q/-t/--reservation`` do; ``gpus`` is the automatic layout's
     budget (``--gpus``, the run's ``resources.gpus``), ``deadline_hours`` and ``pilot`` its
     deadline and measured pilot (``--deadline``, ``--pilot``)."""
+    from control.benchmark.pilot import read_pilot
     from control.runs.plan import dry_run
 
     sched = scheduler or scheduler_for(_profile(profile))
@@ -141,7 +142,7 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
                       deadline_hours, pilot)
     return PlanResult.from_dict(dry_run(Path(run_file), profile_ref(profile),
                                         max_array_size=size, overrides=over, scheduler=sched,
-                                        unavailable=unavailable))
+                                        unavailable=unavailable, read_pilot=read_pilot))
 
 
 def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
@@ -208,6 +209,7 @@ def _checked(run_file: Path, profile: ProfileRef, prof: Profile, sched: Schedule
              shards: Optional[Sequence[ShardSpec]]) -> _Checked:
     """Resolve and check a run (InvalidInput for what ``plan``'s checks call an error)."""
     from control import bundle
+    from control.benchmark.pilot import read_pilot
     from control.runs.checks import errors, warnings
     from control.runs.plan import login_checks, resolve
 
@@ -218,7 +220,7 @@ def _checked(run_file: Path, profile: ProfileRef, prof: Profile, sched: Schedule
     agent_sha256 = bundle.sha256_file(pyz)
     resolved = resolve(run_file, profile_ref(profile), run_id=run_id,
                        max_array_size=sched.max_array_size(), agent_sha256=agent_sha256,
-                       overrides=over, shards=shards)
+                       overrides=over, shards=shards, read_pilot=read_pilot)
     found = login_checks(resolved, sched) if checks else []
     bad = errors(found)
     if bad:

@@ -1,5 +1,5 @@
 """A measured pilot for the automatic layout, and the deadline it sizes (pure: the
-benchmark's state is read by ``control/runs/pilot.py``).
+benchmark's state is read by ``control/benchmark/pilot.py``).
 
 A pilot is one finished point of a ``synthbatch benchmark`` of the same models. From its
 records it measures, per alias, a record's **work** in GPU-seconds:
@@ -17,7 +17,7 @@ For a deadline it also gives the allocation's records/s: the point's measured re
 scaled by how much more the new layout's bottleneck deployment can do than the pilot's
 (``min over a of GPUs[a] / work[a]``, new against pilot). ``shards_for_deadline`` turns
 that into shards (each one job of the layout's GPUs), with ``size`` of
-``control/benchmark/analyze.py`` (the rule ``benchmark analyze`` sizes jobs with).
+``control/planning/sizing.py`` (the rule ``benchmark analyze`` sizes jobs with).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
-from control.benchmark.analyze import percentile, size
 from control.planning.layout import LayoutError
+from control.planning.sizing import percentile, size
 
 SERVICE_PERCENTILE = 10.0
 

@@ -4,7 +4,7 @@ rule (``control/planning/layout.py``) fill in the run (shared by ``plan`` and ``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from control.config.profile import Profile
 from control.config.run import RunConfig
@@ -23,16 +23,21 @@ from control.planning.pilot import Pilot, shard_count, shards_for_deadline
 from control.planning.planner import config_path
 from control.runs.checks import WARNING, Finding
 from control.runs.modelinfo import ModelUnreadable, read_facts
-from control.runs.pilot import read_pilot
 from control.slurm.directives import time_limit_seconds
 from control.slurm.scheduler import Scheduler
 
+# reads a pilot: (workspace, benchmark id, alias -> model, field for errors) -> Pilot.
+# The benchmark's state is read a layer up (control/benchmark/pilot.py: read_pilot); the
+# API hands the reader in, so that this layer never imports the benchmark's.
+PilotReader = Callable[[Path, str, Mapping[str, str], str], Pilot]
 
-def apply_layout(run: RunConfig, profile: Profile, run_file: Path,
-                 profile_path: Path) -> Tuple[RunConfig, List[Choice]]:
+
+def apply_layout(run: RunConfig, profile: Profile, run_file: Path, profile_path: Path,
+                 read_pilot: Optional[PilotReader] = None) -> Tuple[RunConfig, List[Choice]]:
     """``run`` with its automatic fields chosen (and, with a deadline, its shards), and the
     choices (InvalidInput naming the file and field when a model or the pilot cannot be
-    read, nothing fits or the deadline cannot be met)."""
+    read, nothing fits or the deadline cannot be met). ``read_pilot`` reads
+    ``resources.pilot`` (None: a caller that cannot read benchmarks refuses one)."""
     budget = run.resources.gpus
     wanted = automatic(run, budget)
     res = run.resources
@@ -53,6 +58,9 @@ def apply_layout(run: RunConfig, profile: Profile, run_file: Path,
                     "pipeline_parallel and replicas by hand") from err
     pilot = None
     if res.pilot is not None:
+        if read_pilot is None:
+            raise InvalidInput(f"{run_file}: resources.pilot: a pilot is read by plan and "
+                               "submit only; leave it out here")
         models = {d.alias: config_path(d.model, folder) for d in run.deployments}
         pilot = read_pilot(Path(profile.workspace), res.pilot, models,
                            f"{run_file}: resources.pilot")

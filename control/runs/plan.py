@@ -41,7 +41,7 @@ from control.runs.checks import (
 )
 from control.runs.ddcheck import check_on_login_node
 from control.runs.fit import Origins
-from control.runs.layout import Choice, apply_layout, layout_memory
+from control.runs.layout import Choice, PilotReader, apply_layout, layout_memory
 from control.runs.seeds import check_seed_data
 from control.runs.store import new_run_id, run_id_pattern
 from control.slurm.renderer import BatchScript, render_batch_script
@@ -81,15 +81,17 @@ def at_first_task(resolved: Resolved, first_task: int,
 def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str] = None,
             max_array_size: Optional[int] = None, agent_sha256: str = "",
             overrides: Optional[Overrides] = None,
-            shards: Optional[Sequence[ShardSpec]] = None, dry: bool = False) -> Resolved:
+            shards: Optional[Sequence[ShardSpec]] = None, dry: bool = False,
+            read_pilot: Optional[PilotReader] = None) -> Resolved:
     """Load the profile, the run config and the image registry; apply the command line's
-    overrides; make the plan (with ``shards`` in place of the planner's split: a
-    benchmark's sized points). A ``dry`` plan has the run id's pattern for its id."""
+    overrides and the automatic layout (``read_pilot``: how a pilot is read); make the plan
+    (with ``shards`` in place of the planner's split: a benchmark's sized points). A
+    ``dry`` plan has the run id's pattern for its id."""
     prof, profile_path = load_profile(profile)
     config = load_model(run_file, RunConfig)
     overrides = overrides or Overrides()
     prof, config = overrides.apply(prof, config)
-    config, layout = apply_layout(config, prof, run_file, profile_path)
+    config, layout = apply_layout(config, prof, run_file, profile_path, read_pilot)
     images = registry.load(Path(prof.workspace))
     run_id = run_id or (run_id_pattern if dry else new_run_id)(config.name)
     plan = make_plan(config, prof, run_id,
@@ -225,14 +227,15 @@ def preview_script(resolved: Resolved) -> str:
 def dry_run(run_file: Path, profile: Optional[str] = None,
             max_array_size: Optional[int] = None, overrides: Optional[Overrides] = None,
             scheduler: Optional[Scheduler] = None,
-            unavailable: Optional[SchedulerUnavailable] = None) -> Dict[str, Any]:
+            unavailable: Optional[SchedulerUnavailable] = None,
+            read_pilot: Optional[PilotReader] = None) -> Dict[str, Any]:
     """Everything ``synthbatch plan`` prints; no state is written anywhere.
 
     ``checks`` are the login-node checks (``login_checks``), run when a ``scheduler`` is
     given.
     """
     resolved = resolve(run_file, profile, max_array_size=max_array_size, overrides=overrides,
-                       dry=True)
+                       dry=True, read_pilot=read_pilot)
     plan = resolved.plan
     checks = login_checks(resolved, scheduler, unavailable) if scheduler is not None else []
     summary = plan_summary(plan, resolved.plan_sha256, resolved.profile.gpus_per_node)

@@ -10,6 +10,7 @@ from typing import Any, Dict, List
 import pytest
 
 from control.benchmark import store
+from control.benchmark.pilot import read_pilot
 from control.config.loader import load_model
 from control.config.overrides import Overrides
 from control.config.run import RunConfig
@@ -18,10 +19,15 @@ from control.planning.layout import Gpu, LayoutError, resolve_layout
 from control.planning.pilot import PilotError, measure, shards_for_deadline
 from control.planning.planner import config_path
 from control.runs.modelinfo import read_facts
-from control.runs.plan import resolve
+from control.runs.plan import resolve as resolve_plan
 from tests.conftest import REPO
 from tests.fakes import QUICKSTART, RUN_ID, Shard, make_run
 from tests.unit.control.benchmark.test_analyze import fill, template_line
+
+
+def resolve(*args: Any, **kwargs: Any) -> Any:
+    """``resolve`` as the API calls it: with the benchmark layer's pilot reader."""
+    return resolve_plan(*args, read_pilot=read_pilot, **kwargs)
 
 
 def cells(alias: str, tokens: int, seconds: List[float]) -> List[Dict[str, Any]]:
@@ -190,3 +196,11 @@ def test_a_bad_deadline_in_the_run_file_names_the_field(tmp_path: Path) -> None:
     profile = str(workspace(tmp_path))
     with pytest.raises(InvalidInput, match="resources.deadline_hours"):
         resolve(run_file(tmp_path, extra="deadline_hours = 0\n"), profile)
+
+
+def test_a_caller_without_a_pilot_reader_refuses_a_pilot_in_one_line(tmp_path: Path) -> None:
+    # preview resolves without the benchmark layer: a pilot there is named, never ignored
+    profile = str(workspace(tmp_path))
+    with pytest.raises(InvalidInput, match="resources.pilot: a pilot is read by plan and "
+                       "submit only"):
+        resolve_plan(run_file(tmp_path), profile, overrides=Overrides(pilot="b-1"))
