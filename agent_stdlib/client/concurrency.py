@@ -7,11 +7,14 @@ answer whose latency is good (slow start: doubling per round trip). Good means w
 ``TOLERANCE`` x the lowest latency seen for that kind of request (per column: a judge
 and a long answer have different latencies). The first slower answer ends slow start;
 from then on each answer moves the limit a ``1/limit`` step toward a gradient target,
-``limit x min(1, TOLERANCE x lowest / latency) + sqrt(limit)`` (the gradient at most
-halves it), as Netflix concurrency-limits' Gradient2 does. Past an engine's capacity the
-extra requests only wait, so latency grows in proportion to the requests in flight
-(Little's law), and the limit settles where latency is about ``TOLERANCE`` x the
-unqueued one: near the engine's knee, with a short queue kept so that the engine never
+``in_flight x min(1, TOLERANCE x lowest / latency) + sqrt(limit)`` (the gradient at most
+halves it), as Netflix concurrency-limits' Gradient2 does, but over the requests actually
+out rather than the limit (the answer's latency reflects them); leaving slow start goes
+to that target at once, since slow start overshoots by up to a round trip's doubling.
+Past an engine's capacity the extra requests only wait, so latency grows in proportion
+to the requests in flight (Little's law) and ``in_flight x lowest / latency`` is the
+engine's capacity: the limit settles where latency is about ``TOLERANCE`` x the
+unqueued one, near the engine's knee, with a short queue kept so that the engine never
 idles. Latencies under ``NOISE_FLOOR_S`` are taken as equal (an instant server's answers
 differ only by scheduling noise).
 
@@ -45,9 +48,9 @@ class LatencyLimit:
         self.slow_start = True
         self.lowest: Dict[str, float] = {}  # per kind of request: its lowest latency
 
-    def answered(self, latency: float, key: str = "") -> None:
-        """An answer came back after ``latency`` seconds: grow, or move toward the
-        gradient's target."""
+    def answered(self, latency: float, in_flight: int, key: str = "") -> None:
+        """An answer came back after ``latency`` seconds with ``in_flight`` requests out
+        (itself included): grow, or move toward the gradient's target."""
         latency = max(latency, NOISE_FLOOR_S)
         lowest = min(self.lowest.get(key, latency), latency)
         self.lowest[key] = lowest
@@ -57,9 +60,18 @@ class LatencyLimit:
                 self.limit = min(float(self.ceiling), self.limit + 1.0)
                 return
             self.slow_start = False
-        target = self.limit * max(MIN_GRADIENT, gradient) + math.sqrt(self.limit)
+            # slow start overshoots by up to a round trip's doubling: go straight down
+            self.limit = max(1.0, min(self.limit, self._target(gradient, in_flight)))
+            return
+        target = self._target(max(MIN_GRADIENT, gradient), in_flight)
         self.limit = max(1.0, min(float(self.ceiling),
                                   self.limit + (target - self.limit) / self.limit))
+
+    def _target(self, gradient: float, in_flight: int) -> float:
+        """What the engine serves without queueing (Little's law: the requests out x the
+        unqueued over the measured latency), with the tolerance's queue and sqrt(limit)
+        to probe for more."""
+        return max(1, in_flight) * gradient + math.sqrt(self.limit)
 
     def congested(self) -> None:
         """A 429, 503 or timeout: halve and end slow start."""
@@ -126,7 +138,7 @@ class Limiter:
         """An answer came back for a request sent at ``sent_at`` (of kind ``key``)."""
         if not self.adaptive:
             return
-        self.rule.answered(time.monotonic() - sent_at, key)
+        self.rule.answered(time.monotonic() - sent_at, self.in_flight + 1, key)
         self._wake()
 
     def congested(self, sent_at: float) -> None:

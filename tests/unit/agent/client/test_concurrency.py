@@ -43,8 +43,8 @@ def test_slow_start_then_one_halving_per_round_trip(monkeypatch) -> None:
     limiter.congested(100.5)  # sent after it: new congestion
     assert limiter.current == 2
     for _ in range(2):
-        limiter.succeeded(now[0] - 1.0)  # good latency: + sqrt(limit) per round trip
-    assert limiter.current == 3
+        limiter.succeeded(now[0] - 1.0)  # toward what is out (1) + sqrt(limit): no growth
+    assert limiter.current == 2          # past what the client actually uses
     for _ in range(20):
         limiter.congested(now[0])
         now[0] += 1
@@ -70,7 +70,8 @@ def settle(limit: LatencyLimit, capacity: int, rounds: int = 60) -> List[float]:
         steady = engine_latency(in_flight, capacity)
         unqueued = steady / max(1.0, in_flight / capacity)
         for position in range(in_flight):
-            limit.answered(unqueued * (position // capacity + 1) if number == 0 else steady)
+            limit.answered(unqueued * (position // capacity + 1) if number == 0 else steady,
+                           in_flight)
         seen.append(limit.limit)
     return seen
 
@@ -99,11 +100,13 @@ def test_overload_backs_off_fast() -> None:
     """Deep past the knee (latency 8x the engine's own) the limit falls by about a third
     every round trip (the gradient at most halves the target)."""
     limit = LatencyLimit(128, 100_000)
-    limit.answered(1.0)  # the unqueued latency is known
-    before = limit.limit
+    limit.answered(1.0, 128)  # the unqueued latency is known
+    limit.answered(8.0, 128)  # leaving slow start: straight to 128 x 1.25 / 8 + sqrt(129)
+    assert 30 < limit.limit < 32 and not limit.slow_start
+    limit.limit = 128.0
     for _ in range(128):
-        limit.answered(8.0)
-    assert 0.5 * before < limit.limit < 0.75 * before and not limit.slow_start
+        limit.answered(8.0, 128)  # then a 1/limit step per answer toward 64 + sqrt
+    assert 0.5 * 128 < limit.limit < 0.75 * 128
 
 
 def test_latency_is_compared_per_kind_of_request() -> None:
@@ -111,15 +114,15 @@ def test_latency_is_compared_per_kind_of_request() -> None:
     compared with its own fastest."""
     limit = LatencyLimit(10, 100)
     for _ in range(5):
-        limit.answered(0.5, "judge")
-        limit.answered(4.0, "essay")
+        limit.answered(0.5, 10, "judge")
+        limit.answered(4.0, 10, "essay")
     assert limit.limit == 20 and limit.slow_start
 
 
 def test_an_instant_servers_noise_is_not_congestion() -> None:
     limit = LatencyLimit(10, 100)
     for latency in (0.0002, NOISE_FLOOR_S, 0.003, 0.04):
-        limit.answered(latency)
+        limit.answered(latency, 10)
     assert limit.limit == 14 and limit.slow_start
 
 
