@@ -59,6 +59,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
               "first server step <= 1 s; RSS <= 40 MB; stop <= grace + 1 s", lambda: None),
     "generator": ("generator.py", [], ["--runs", "1"],
                   "generator >= 0.95 of the engine alone", lambda: None),
+    "concurrency": ("concurrency.py", [], ["--quick"],
+                    "default concurrency >= 0.95 of the best fixed (capacity 16/128/512, "
+                    "slowing when over-queued); 10 s job >= 0.93 of nominal", lambda: None),
 }
 
 

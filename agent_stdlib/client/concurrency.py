@@ -15,7 +15,14 @@ Past an engine's capacity the extra requests only wait, so latency grows in prop
 to the requests in flight (Little's law) and ``in_flight x lowest / latency`` is the
 engine's capacity: the limit settles where latency is about ``TOLERANCE`` x the
 unqueued one, near the engine's knee, with a short queue kept so that the engine never
-idles. Latencies under ``NOISE_FLOOR_S`` are taken as equal (an instant server's answers
+idles. The lowest latency is only seen by a request that did not wait: when the start
+was already past the knee it is too high and the limit too. So ``FIRST_PROBE`` round
+trips after slow start, and every ``PROBE_EVERY`` after that, a probe drops the limit
+to half the estimated capacity until the backlog and the probe's own requests have
+answered (the engine stays busy on the backlog; about half a round trip at half rate),
+then goes back to the limit before it, lowered by as much as the lowest latency was
+(BBR's and Vegas's minimum-RTT probes do the same). Latencies under ``NOISE_FLOOR_S``
+are taken as equal (an instant server's answers
 differ only by scheduling noise).
 
 A 429, 503 or timeout still halves the limit and ends slow start; only one halving per
@@ -36,6 +43,8 @@ from typing import Dict, List, Tuple
 TOLERANCE = 1.25  # latency up to 1.25 x the lowest counts as good (Gradient2: 1.5)
 MIN_GRADIENT = 0.5  # one answer's latency can at most halve the target
 NOISE_FLOOR_S = 0.05  # latencies below this are all "instant"
+FIRST_PROBE = 4  # round trips after slow start ends, then every PROBE_EVERY
+PROBE_EVERY = 30
 
 
 class LatencyLimit:
@@ -47,25 +56,35 @@ class LatencyLimit:
         self.tolerance = tolerance
         self.slow_start = True
         self.lowest: Dict[str, float] = {}  # per kind of request: its lowest latency
+        self.until_probe = 0.0  # answers until the next probe
+        self.probe_left = 0.0  # while probing: answers until it ends
+        self.probe_from: Tuple[float, float, str] = (0.0, 0.0, "")  # limit, lowest, key
 
     def answered(self, latency: float, in_flight: int, key: str = "") -> None:
         """An answer came back after ``latency`` seconds with ``in_flight`` requests out
-        (itself included): grow, or move toward the gradient's target."""
+        (itself included): grow, probe, or move toward the gradient's target."""
         latency = max(latency, NOISE_FLOOR_S)
         lowest = min(self.lowest.get(key, latency), latency)
         self.lowest[key] = lowest
         gradient = min(1.0, self.tolerance * lowest / latency)
+        if self.probe_left > 0:
+            self._probing()
+            return
         if self.slow_start:
             if gradient >= 1.0:
                 self.limit = min(float(self.ceiling), self.limit + 1.0)
                 return
             self.slow_start = False
+            self.until_probe = FIRST_PROBE * self.limit
             # slow start overshoots by up to a round trip's doubling: go straight down
             self.limit = max(1.0, min(self.limit, self._target(gradient, in_flight)))
             return
         target = self._target(max(MIN_GRADIENT, gradient), in_flight)
         self.limit = max(1.0, min(float(self.ceiling),
                                   self.limit + (target - self.limit) / self.limit))
+        self.until_probe -= 1
+        if self.until_probe <= 0:
+            self._start_probe(in_flight, lowest / latency, key)
 
     def _target(self, gradient: float, in_flight: int) -> float:
         """What the engine serves without queueing (Little's law: the requests out x the
@@ -73,10 +92,34 @@ class LatencyLimit:
         to probe for more."""
         return max(1, in_flight) * gradient + math.sqrt(self.limit)
 
+    def _start_probe(self, in_flight: int, ratio: float, key: str) -> None:
+        """Let the engine's queue drain for a moment, so that a request that does not
+        wait shows the unqueued latency again (the lowest seen may date from a start
+        that was already over-queued): half the engine's estimated capacity, until the
+        requests out now (the backlog) and those sent during the probe have answered."""
+        low = max(1.0, in_flight * ratio / 2)
+        self.probe_left = in_flight + low
+        self.probe_from = (self.limit, self.lowest[key], key)
+        self.limit = min(self.limit, low)
+
+    def _probing(self) -> None:
+        """One answer during a probe; at its end, back to the limit before it, lowered
+        as much as the lowest latency was (the queue it hid)."""
+        self.probe_left -= 1
+        if self.probe_left > 0:
+            return
+        self.probe_left = 0.0
+        before, was, key = self.probe_from
+        shrink = min(1.0, self.lowest[key] / was)
+        self.limit = max(1.0, min(float(self.ceiling), before * shrink))
+        self.until_probe = PROBE_EVERY * self.limit
+
     def congested(self) -> None:
         """A 429, 503 or timeout: halve and end slow start."""
         self.limit = max(1.0, self.limit / 2)
-        self.slow_start = False
+        if self.slow_start:
+            self.slow_start = False
+            self.until_probe = FIRST_PROBE * self.limit
 
 
 class Limiter:

@@ -62,8 +62,9 @@ def engine_latency(in_flight: float, capacity: int, service_s: float = 1.0,
 
 def settle(limit: LatencyLimit, capacity: int, rounds: int = 60) -> List[float]:
     """Feed ``rounds`` round trips of answers, one per request in flight; the limit after
-    each. In the first the engine's queue fills from empty, so its answers come back in
-    waves of ``capacity`` (FIFO); later ones all wait behind the standing queue."""
+    each that does not end inside a probe. In the first the engine's queue fills from
+    empty, so its answers come back in waves of ``capacity`` (FIFO); later ones all wait
+    behind the standing queue."""
     seen = []
     for number in range(rounds):
         in_flight = max(1, int(limit.limit))
@@ -72,7 +73,8 @@ def settle(limit: LatencyLimit, capacity: int, rounds: int = 60) -> List[float]:
         for position in range(in_flight):
             limit.answered(unqueued * (position // capacity + 1) if number == 0 else steady,
                            in_flight)
-        seen.append(limit.limit)
+        if not limit.probe_left:
+            seen.append(limit.limit)
     return seen
 
 
@@ -83,11 +85,22 @@ def test_the_limit_settles_near_the_engines_knee(capacity: int, start: int) -> N
     or past the knee with a short queue: the engine full and its throughput at least
     0.95 of the best (1 / (1 + 0.05 x queued / capacity) past the knee)."""
     limit = LatencyLimit(start, 100_000)
-    seen = settle(limit, capacity)
+    seen = settle(limit, capacity, rounds=100)
     for value in seen[-20:]:
         assert capacity <= value and 1 / (1 + 0.05 * (value - capacity) / capacity) >= 0.95, \
             seen[-20:]
     assert not limit.slow_start
+
+
+def test_a_probe_finds_the_unqueued_latency_an_overloaded_start_hid() -> None:
+    """Started 8x past the knee, the first answers already waited behind the engine's own
+    slowdown (1.35x its unqueued latency); the probe lets the queue drain, sees the true
+    latency, and the limit comes down by as much."""
+    limit = LatencyLimit(128, 100_000)
+    settle(limit, 16, rounds=1)
+    assert limit.lowest[""] == pytest.approx(1.35)
+    settle(limit, 16, rounds=100)
+    assert limit.lowest[""] == pytest.approx(1.0)
 
 
 def test_slow_start_doubles_per_round_trip_while_latency_stays_flat() -> None:
