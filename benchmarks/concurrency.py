@@ -61,6 +61,7 @@ def nominal(capacity: int) -> float:
 def start_engine(workdir: Path, capacity: int) -> Tuple[subprocess.Popen, str]:
     """A fake engine of ``capacity``; (process, base URL)."""
     port_file = workdir / f"engine-{capacity}.port"
+    port_file.unlink(missing_ok=True)  # an earlier engine's port must not be read
     proc = subprocess.Popen(
         [sys.executable, str(FAKE_SERVER), "--port", "0", "--port-file", str(port_file),
          "--model", "fake-model", "--max-concurrency", str(capacity), "--token-latency",
@@ -184,7 +185,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         before = export(args.before, tmp / "before")
         print(f"engines: fake server, {TOKENS} tokens a request, overload slowdown "
               f"{SLOWDOWN} x waiting/capacity; before = {args.before}", flush=True)
-        for capacity in (int(c) for c in args.capacities.split(",")):
+        for capacity in (int(c) for c in args.capacities.split(",") if c):
             ok = sweep(tmp, before, capacity, 0.5 if args.quick else 1.0) and ok
         ok = job(tmp, before, 1 if args.quick else 2) and ok
     return 0 if ok else 1
