@@ -18,10 +18,11 @@ unqueued one, near the engine's knee, with a short queue kept so that the engine
 idles. The lowest latency is only seen by a request that did not wait: when the start
 was already past the knee it is too high and the limit too. So ``FIRST_PROBE`` round
 trips after slow start, and every ``PROBE_EVERY`` after that, a probe drops the limit
-to half the estimated capacity until the backlog and the probe's own requests have
-answered (the engine stays busy on the backlog; about half a round trip at half rate),
-then goes back to the limit before it, lowered by as much as the lowest latency was
-(BBR's and Vegas's minimum-RTT probes do the same). Latencies under ``NOISE_FLOOR_S``
+to half the estimated capacity until the backlog has answered (the engine stays busy on
+the backlog; about half a round trip at three quarters of its rate), then goes back to
+the limit before it; the requests sent during the probe did not wait, and their
+latency lowers the gradient's target (BBR's and Vegas's minimum-RTT probes do the
+same). Latencies under ``NOISE_FLOOR_S``
 are taken as equal (an instant server's answers
 differ only by scheduling noise).
 
@@ -58,7 +59,7 @@ class LatencyLimit:
         self.lowest: Dict[str, float] = {}  # per kind of request: its lowest latency
         self.until_probe = 0.0  # answers until the next probe
         self.probe_left = 0.0  # while probing: answers until it ends
-        self.probe_from: Tuple[float, float, str] = (0.0, 0.0, "")  # limit, lowest, key
+        self.probe_from = 0.0  # while probing: the limit before it
 
     def answered(self, latency: float, in_flight: int, key: str = "") -> None:
         """An answer came back after ``latency`` seconds with ``in_flight`` requests out
@@ -84,7 +85,7 @@ class LatencyLimit:
                                   self.limit + (target - self.limit) / self.limit))
         self.until_probe -= 1
         if self.until_probe <= 0:
-            self._start_probe(in_flight, lowest / latency, key)
+            self._start_probe(in_flight, lowest / latency)
 
     def _target(self, gradient: float, in_flight: int) -> float:
         """What the engine serves without queueing (Little's law: the requests out x the
@@ -92,26 +93,24 @@ class LatencyLimit:
         to probe for more."""
         return max(1, in_flight) * gradient + math.sqrt(self.limit)
 
-    def _start_probe(self, in_flight: int, ratio: float, key: str) -> None:
-        """Let the engine's queue drain for a moment, so that a request that does not
-        wait shows the unqueued latency again (the lowest seen may date from a start
-        that was already over-queued): half the engine's estimated capacity, until the
-        requests out now (the backlog) and those sent during the probe have answered."""
-        low = max(1.0, in_flight * ratio / 2)
-        self.probe_left = in_flight + low
-        self.probe_from = (self.limit, self.lowest[key], key)
-        self.limit = min(self.limit, low)
+    def _start_probe(self, in_flight: int, ratio: float) -> None:
+        """Let the engine's queue drain for a moment, so that requests sent then do not
+        wait and show the unqueued latency again (the lowest seen may date from a start
+        that was already over-queued): half the engine's estimated capacity until the
+        requests out now (the backlog) have answered."""
+        self.probe_left = float(in_flight)
+        self.probe_from = self.limit
+        self.limit = min(self.limit, max(1.0, in_flight * ratio / 2))
 
     def _probing(self) -> None:
-        """One answer during a probe; at its end, back to the limit before it, lowered
-        as much as the lowest latency was (the queue it hid)."""
+        """One answer during a probe; at its end, back to the limit before it (the
+        probe's own requests, answered later, lower the lowest latency and so the
+        gradient's target)."""
         self.probe_left -= 1
         if self.probe_left > 0:
             return
         self.probe_left = 0.0
-        before, was, key = self.probe_from
-        shrink = min(1.0, self.lowest[key] / was)
-        self.limit = max(1.0, min(float(self.ceiling), before * shrink))
+        self.limit = self.probe_from
         self.until_probe = PROBE_EVERY * self.limit
 
     def congested(self) -> None:
