@@ -1,40 +1,151 @@
-"""Requests in flight per model alias: a fixed limit, or AIMD (additive increase,
-multiplicative decrease) when the run sets none.
+"""Requests in flight per model alias: a fixed limit, or an adaptive one when the run sets
+none.
 
-Adaptive: start at ``start`` (``agent_stdlib.recipe.sizing``), grow by one per answered
-request (slow start) up to ``ceiling``; the first 429, 503 or timeout halves the limit
-and from then on it grows by about one per round trip (``1/limit`` per answer). Only one
-halving per round trip: a signal from a request sent before the last halving is the same
-congestion seen late, not new congestion. Waiting requests are served lowest priority
-first (the record index), so older records finish first and the writer's reorder buffer
-stays small.
+Adaptive (``LatencyLimit``, pure arithmetic; ``Limiter`` applies it to a priority
+semaphore): start at ``start`` (``agent_stdlib.recipe.sizing``) and grow by one per
+answer whose latency is good (slow start: doubling per round trip). Good means within
+``TOLERANCE`` x the lowest latency seen for that kind of request (per column: a judge
+and a long answer have different latencies). The first slower answer ends slow start;
+from then on each answer moves the limit a ``1/limit`` step toward a gradient target,
+``in_flight x min(1, TOLERANCE x lowest / latency) + sqrt(limit)`` (the gradient at most
+halves it), as Netflix concurrency-limits' Gradient2 does, but over the requests actually
+out rather than the limit (the answer's latency reflects them); leaving slow start goes
+to that target at once, since slow start overshoots by up to a round trip's doubling.
+Past an engine's capacity the extra requests only wait, so latency grows in proportion
+to the requests in flight (Little's law) and ``in_flight x lowest / latency`` is the
+engine's capacity: the limit settles where latency is about ``TOLERANCE`` x the
+unqueued one, near the engine's knee, with a short queue kept so that the engine never
+idles. The lowest latency is only seen by a request that did not wait: when the start
+was already past the knee it is too high and the limit too. So ``FIRST_PROBE`` round
+trips after slow start, and every ``PROBE_EVERY`` after that, a probe drops the limit
+to half the estimated capacity until the backlog has answered (the engine stays busy on
+the backlog; about half a round trip at three quarters of its rate), then goes back to
+the limit before it; the requests sent during the probe did not wait, and their
+latency lowers the gradient's target (BBR's and Vegas's minimum-RTT probes do the
+same). Latencies under ``NOISE_FLOOR_S``
+are taken as equal (an instant server's answers
+differ only by scheduling noise).
+
+A 429, 503 or timeout still halves the limit and ends slow start; only one halving per
+round trip: a signal from a request sent before the last halving is the same congestion
+seen late, not new congestion. Waiting requests are served lowest priority first (the
+record index), so older records finish first and the writer's reorder buffer stays
+small.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 import time
-from typing import List, Tuple
+from typing import Dict, List, Tuple
+
+TOLERANCE = 1.25  # latency up to 1.25 x the lowest counts as good (Gradient2: 1.5)
+MIN_GRADIENT = 0.5  # one answer's latency can at most halve the target
+NOISE_FLOOR_S = 0.05  # latencies below this are all "instant"
+FIRST_PROBE = 4  # round trips after slow start ends, then every PROBE_EVERY
+PROBE_EVERY = 30
+
+
+class LatencyLimit:
+    """The adaptive limit's arithmetic: fed answers' latencies and congestion, no I/O."""
+
+    def __init__(self, start: int, ceiling: int, tolerance: float = TOLERANCE) -> None:
+        self.ceiling = max(1, ceiling)
+        self.limit = float(max(1, min(start, self.ceiling)))
+        self.tolerance = tolerance
+        self.slow_start = True
+        self.lowest: Dict[str, float] = {}  # per kind of request: its lowest latency
+        self.until_probe = 0.0  # answers until the next probe
+        self.probe_left = 0.0  # while probing: answers until it ends
+        self.probe_from = 0.0  # while probing: the limit before it
+
+    def answered(self, latency: float, in_flight: int, key: str = "") -> None:
+        """An answer came back after ``latency`` seconds with ``in_flight`` requests out
+        (itself included): grow, probe, or move toward the gradient's target."""
+        latency = max(latency, NOISE_FLOOR_S)
+        lowest = min(self.lowest.get(key, latency), latency)
+        self.lowest[key] = lowest
+        gradient = min(1.0, self.tolerance * lowest / latency)
+        if self.probe_left > 0:
+            self._probing()
+            return
+        if self.slow_start:
+            if gradient >= 1.0:
+                self.limit = min(float(self.ceiling), self.limit + 1.0)
+                return
+            self.slow_start = False
+            self.until_probe = FIRST_PROBE * self.limit
+            # slow start overshoots by up to a round trip's doubling: go straight down
+            self.limit = max(1.0, min(self.limit, self._target(gradient, in_flight)))
+            return
+        target = self._target(max(MIN_GRADIENT, gradient), in_flight)
+        self.limit = max(1.0, min(float(self.ceiling),
+                                  self.limit + (target - self.limit) / self.limit))
+        self.until_probe -= 1
+        if self.until_probe <= 0:
+            self._start_probe(in_flight, lowest / latency)
+
+    def _target(self, gradient: float, in_flight: int) -> float:
+        """What the engine serves without queueing (Little's law: the requests out x the
+        unqueued over the measured latency), with the tolerance's queue and sqrt(limit)
+        to probe for more."""
+        return max(1, in_flight) * gradient + math.sqrt(self.limit)
+
+    def _start_probe(self, in_flight: int, ratio: float) -> None:
+        """Let the engine's queue drain for a moment, so that requests sent then do not
+        wait and show the unqueued latency again (the lowest seen may date from a start
+        that was already over-queued): half the engine's estimated capacity until the
+        requests out now (the backlog) have answered."""
+        self.probe_left = float(in_flight)
+        self.probe_from = self.limit
+        self.limit = min(self.limit, max(1.0, in_flight * ratio / 2))
+
+    def _probing(self) -> None:
+        """One answer during a probe; at its end, back to the limit before it (the
+        probe's own requests, answered later, lower the lowest latency and so the
+        gradient's target)."""
+        self.probe_left -= 1
+        if self.probe_left > 0:
+            return
+        self.probe_left = 0.0
+        self.limit = self.probe_from
+        self.until_probe = PROBE_EVERY * self.limit
+
+    def congested(self) -> None:
+        """A 429, 503 or timeout: halve and end slow start."""
+        self.limit = max(1.0, self.limit / 2)
+        if self.slow_start:
+            self.slow_start = False
+            self.until_probe = FIRST_PROBE * self.limit
 
 
 class Limiter:
-    """A priority semaphore whose size follows AIMD (or stays fixed)."""
+    """A priority semaphore whose size follows ``LatencyLimit`` (or stays fixed)."""
 
     def __init__(self, start: int, ceiling: int, adaptive: bool = True) -> None:
-        self.limit = float(max(1, min(start, ceiling)))
-        self.ceiling = max(1, ceiling)
+        self.rule = LatencyLimit(start, ceiling)
         self.adaptive = adaptive
         self.in_flight = 0
-        self.slow_start = adaptive
         self.cut_at = 0.0  # monotonic time of the last halving
         self._waiters: List[Tuple[int, int, asyncio.Future]] = []
         self._seq = 0
 
     @property
+    def ceiling(self) -> int:
+        """The highest the limit may go."""
+        return self.rule.ceiling
+
+    @property
+    def slow_start(self) -> bool:
+        """Still growing by one per answer (no congestion, no latency rise yet)."""
+        return self.adaptive and self.rule.slow_start
+
+    @property
     def current(self) -> int:
         """The limit as a whole number of requests."""
-        return int(self.limit)
+        return int(self.rule.limit)
 
     async def acquire(self, priority: int) -> float:
         """Wait for a slot; returns when the request may be sent (monotonic time)."""
@@ -65,18 +176,16 @@ class Limiter:
             self.in_flight += 1
             future.set_result(None)
 
-    def succeeded(self) -> None:
-        """An answer came back: grow."""
-        if not self.adaptive or self.limit >= self.ceiling:
+    def succeeded(self, sent_at: float, key: str = "") -> None:
+        """An answer came back for a request sent at ``sent_at`` (of kind ``key``)."""
+        if not self.adaptive:
             return
-        self.limit = min(float(self.ceiling),
-                         self.limit + (1.0 if self.slow_start else 1.0 / self.limit))
+        self.rule.answered(time.monotonic() - sent_at, self.in_flight + 1, key)
         self._wake()
 
     def congested(self, sent_at: float) -> None:
         """A 429/503/timeout for a request sent at ``sent_at``: halve, once per round trip."""
         if not self.adaptive or sent_at < self.cut_at:
             return
-        self.limit = max(1.0, self.limit / 2)
-        self.slow_start = False
+        self.rule.congested()
         self.cut_at = time.monotonic()

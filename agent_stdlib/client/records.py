@@ -281,7 +281,7 @@ class Engine:
         if reply.status != 200:
             kind = "5xx" if reply.status >= 500 or reply.status in RETRYABLE else "4xx"
             return kind, _status_text(reply), None
-        alias.limiter.succeeded()
+        alias.limiter.succeeded(sent_at, column.name)
         try:
             data = json.loads(reply.body)
             usage = data.get("usage") if isinstance(data, dict) else None

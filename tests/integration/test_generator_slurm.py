@@ -77,7 +77,7 @@ def test_a_recipe_over_two_deployments_in_three_shards(slurm_cluster, tmp_path, 
     assert [(p["topic"], p["level"], p["minutes"]) for p in preview["records"]] == \
         [(r["topic"], r["level"], r["minutes"]) for r in records[:4]]
     client_logs = _logs(tmp_path, run_id, "client.log")
-    assert "gen 32 in flight, adaptive up to 256; judge 32 in flight, adaptive up to 256" \
+    assert "gen 128 in flight, adaptive up to 1024; judge 128 in flight, adaptive up to 1024" \
         in client_logs
     assert "generate: wrote 10 records" in client_logs
     _parquet_and_card(tmp_path, run_id, profile, records)

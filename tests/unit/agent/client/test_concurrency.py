@@ -1,5 +1,7 @@
-"""Concurrency per alias: the AIMD limiter alone, and against a server that answers 429
-above its capacity (backpressure slows the generator down and never uses up a retry)."""
+"""Concurrency per alias: the latency-aware limit alone (fed synthetic latencies of an
+engine that slows down past its capacity), the limiter, and against a server that answers
+429 above its capacity (backpressure slows the generator down and never uses up a
+retry)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import List
 import pytest
 
 from agent_stdlib.client import concurrency
-from agent_stdlib.client.concurrency import Limiter
+from agent_stdlib.client.concurrency import NOISE_FLOOR_S, LatencyLimit, Limiter
 from agent_stdlib.client.generate import Shard, limiters, run_shard, window
 from agent_stdlib.client.output import Output
 from agent_stdlib.client.progress import Progress
@@ -30,8 +32,8 @@ def test_slow_start_then_one_halving_per_round_trip(monkeypatch) -> None:
     monkeypatch.setattr(concurrency.time, "monotonic", lambda: now[0])
     limiter = Limiter(start=4, ceiling=10)
     for _ in range(10):
-        limiter.succeeded()
-    assert limiter.current == 10  # +1 per answer, capped at the ceiling
+        limiter.succeeded(now[0] - 1.0)  # every answer as fast as the fastest
+    assert limiter.current == 10 and limiter.slow_start  # +1 per answer, capped
     sent = 99.0
     limiter.congested(sent)
     assert limiter.current == 5 and not limiter.slow_start
@@ -40,18 +42,106 @@ def test_slow_start_then_one_halving_per_round_trip(monkeypatch) -> None:
     assert limiter.current == 5
     limiter.congested(100.5)  # sent after it: new congestion
     assert limiter.current == 2
-    for _ in range(4):
-        limiter.succeeded()  # congestion avoidance: about one per round trip
-    assert limiter.current == 3
+    for _ in range(2):
+        limiter.succeeded(now[0] - 1.0)  # toward what is out (1) + sqrt(limit): no growth
+    assert limiter.current == 2          # past what the client actually uses
     for _ in range(20):
         limiter.congested(now[0])
         now[0] += 1
     assert limiter.current == 1  # never below one
 
 
+def engine_latency(in_flight: float, capacity: int, service_s: float = 1.0,
+                   slowdown: float = 0.05) -> float:
+    """An engine that runs ``capacity`` requests at once and queues the rest (FIFO), and
+    slows down while they queue (the fake server's ``overload_factor``): by Little's law a
+    request's latency is its service time x ``in_flight / capacity`` past the knee."""
+    queued = max(0.0, in_flight - capacity)
+    return service_s * max(1.0, in_flight / capacity) * (1 + slowdown * queued / capacity)
+
+
+def settle(limit: LatencyLimit, capacity: int, rounds: int = 60) -> List[float]:
+    """Feed ``rounds`` round trips of answers, one per request in flight; the limit after
+    each that does not end inside a probe. In the first the engine's queue fills from
+    empty, so its answers come back in waves of ``capacity`` (FIFO); later ones all wait
+    behind the standing queue."""
+    seen = []
+    for number in range(rounds):
+        in_flight = max(1, int(limit.limit))
+        steady = engine_latency(in_flight, capacity)
+        unqueued = steady / max(1.0, in_flight / capacity)
+        for position in range(in_flight):
+            limit.answered(unqueued * (position // capacity + 1) if number == 0 else steady,
+                           in_flight)
+        if not limit.probe_left:
+            seen.append(limit.limit)
+    return seen
+
+
+@pytest.mark.parametrize("capacity", [16, 128, 512])
+@pytest.mark.parametrize("start", [4, 128])
+def test_the_limit_settles_near_the_engines_knee(capacity: int, start: int) -> None:
+    """From below (slow start) or above (overloaded 8x from the start) the limit ends at
+    or past the knee with a short queue: the engine full and its throughput at least
+    0.95 of the best (1 / (1 + 0.05 x queued / capacity) past the knee)."""
+    limit = LatencyLimit(start, 100_000)
+    seen = settle(limit, capacity, rounds=100)
+    for value in seen[-20:]:
+        assert capacity <= value and 1 / (1 + 0.05 * (value - capacity) / capacity) >= 0.95, \
+            seen[-20:]
+    assert not limit.slow_start
+
+
+def test_a_probe_finds_the_unqueued_latency_an_overloaded_start_hid() -> None:
+    """Started 8x past the knee, the first answers already waited behind the engine's own
+    slowdown (1.35x its unqueued latency); the probe lets the queue drain, sees the true
+    latency, and the limit comes down by as much."""
+    limit = LatencyLimit(128, 100_000)
+    settle(limit, 16, rounds=1)
+    assert limit.lowest[""] == pytest.approx(1.35)
+    settle(limit, 16, rounds=100)
+    assert limit.lowest[""] == pytest.approx(1.0)
+
+
+def test_slow_start_doubles_per_round_trip_while_latency_stays_flat() -> None:
+    limit = LatencyLimit(8, 100_000)
+    seen = settle(limit, capacity=1000, rounds=4)
+    assert seen == [16, 32, 64, 128] and limit.slow_start
+
+
+def test_overload_backs_off_fast() -> None:
+    """Deep past the knee (latency 8x the engine's own) the limit falls by about a third
+    every round trip (the gradient at most halves the target)."""
+    limit = LatencyLimit(128, 100_000)
+    limit.answered(1.0, 128)  # the unqueued latency is known
+    limit.answered(8.0, 128)  # leaving slow start: straight to 128 x 1.25 / 8 + sqrt(129)
+    assert 30 < limit.limit < 32 and not limit.slow_start
+    limit.limit = 128.0
+    for _ in range(128):
+        limit.answered(8.0, 128)  # then a 1/limit step per answer toward 64 + sqrt
+    assert 0.5 * 128 < limit.limit < 0.75 * 128
+
+
+def test_latency_is_compared_per_kind_of_request() -> None:
+    """A long column's answers are slower than a short one's without any queue: each is
+    compared with its own fastest."""
+    limit = LatencyLimit(10, 100)
+    for _ in range(5):
+        limit.answered(0.5, 10, "judge")
+        limit.answered(4.0, 10, "essay")
+    assert limit.limit == 20 and limit.slow_start
+
+
+def test_an_instant_servers_noise_is_not_congestion() -> None:
+    limit = LatencyLimit(10, 100)
+    for latency in (0.0002, NOISE_FLOOR_S, 0.003, 0.04):
+        limit.answered(latency, 10)
+    assert limit.limit == 14 and limit.slow_start
+
+
 def test_a_fixed_limit_never_moves() -> None:
     limiter = Limiter(start=6, ceiling=6, adaptive=False)
-    limiter.succeeded()
+    limiter.succeeded(0.0)
     limiter.congested(1e12)
     assert limiter.current == 6
 
@@ -85,8 +175,10 @@ def test_default_bounds_follow_replicas_and_the_proxy_queue_limit() -> None:
     plan = recipe_plan(ONE, gen_queue=256)
     limits = limiters(plan, compile_recipe(plan))
     assert (limits["gen"].current, limits["gen"].ceiling, limits["gen"].adaptive) == \
-        (32, 256, True)
-    assert window(limits, 10_000) == 2 * 256 + 64
+        (128, 1024, True)
+    assert window(limits, 10_000) == 2 * 1024 + 64
+    small = limiters(recipe_plan(ONE, gen_queue=4), compile_recipe(plan))
+    assert (small["gen"].current, small["gen"].ceiling) == (4, 1024)  # never shed at start
     fixed = limiters(recipe_plan(ONE, concurrency=5), compile_recipe(plan))
     assert (fixed["gen"].current, fixed["gen"].ceiling, fixed["gen"].adaptive) == \
         (5, 5, False)
@@ -136,9 +228,9 @@ def test_429_above_the_servers_capacity_slows_down_and_costs_no_retry(tmp_path: 
 
 def test_an_uncongested_server_lets_the_limit_grow(tmp_path: Path) -> None:
     with serve_in_thread(model="fake-model") as server:
-        progress = run(server.url, tmp_path, 100, gen_queue=64)
+        progress = run(server.url, tmp_path, 100, gen_queue=4)
     limiter = progress.aliases["gen"].limiter
-    assert limiter.current == 64 and limiter.slow_start  # grew to the ceiling, no 429
+    assert limiter.current > 4 and not progress.aliases["gen"].errors  # it grew, no 429
 
 
 

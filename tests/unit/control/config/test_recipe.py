@@ -321,7 +321,7 @@ def test_the_plan_summary_shows_the_recipe_and_each_aliases_sizing(tmp_path: Pat
     plan = check_seed_data(plan_of(tmp_path), load(tmp_path).client, tmp_path / "run.toml")
     text = plan_summary(plan, "0" * 64, 4)
     assert ("client: generate 4 columns, seed 1234, on_error drop, adaptive concurrency "
-            "gen 32->256, judge 32->256") in text
+            "gen 128->1024, judge 128->1024") in text
     assert f"    seed data: {tmp_path}/topics.jsonl (shuffle, 1 rows)" in text
     assert "    column grade: llm-judge -> judge" in text
     fixed = plan_of(tmp_path, RECIPE.replace("seed = 1234", "seed = 1234\nconcurrency = 16"))
