@@ -28,10 +28,13 @@ _ERROR = re.compile(r"\b(?:error|errors|fatal|failed|failure|exception|killed|de
                     r"abort(?:ed)?|panic|out of memory|oom|HTTP [45]\d\d)\b", re.IGNORECASE)
 _TRACEBACK = "Traceback (most recent call last)"
 # srun's and slurmstepd's own words on how a step's tasks ended: the how, never the cause
-# ("srun: error: node1: task 0: Exited with exit code 1", "srun: Job step aborted: ...")
+# ("srun: error: node1: task 0: Exited with exit code 1", "srun: Job step aborted: ...",
+# "slurmstepd-node1: error: *** STEP 329.1 ON node1 CANCELLED AT ... ***": slurmstepd
+# names itself with the node's name on some builds)
 _STEP_END = re.compile(r"^(?:\d+: ?)?(?:srun: error: \S+: tasks? [\d,-]+: |"
                        r"srun: (?:Job step aborted|Terminating|forcing job termination|"
-                       r"launch/\w+: _step_signal)|slurmstepd: error: \*\*\* STEP )")
+                       r"launch/\w+: _step_signal)|"
+                       r"slurmstepd(?:-\S+)?: error: \*\*\* (?:STEP|JOB) )")
 _REFERS_BACK = re.compile(r"\babove\b", re.IGNORECASE)  # vLLM: "See root cause above."
 
 

@@ -237,6 +237,12 @@ def test_a_rank_that_ended_is_the_cause_before_its_step_ends(tmp_path):
     ("1: srun: error: Unable to create step for job 12: Invalid generic resource\n",
      "1: srun: error: Unable to create step for job 12: Invalid generic resource"),
     ("ERROR \x1b[2J screen\n", "ERROR \\x1b[2J screen"),
+    # slurmstepd's word on a cancelled step, with or without its node in its name: the how
+    ("serve: rank 0 of 2: the engine exited with status 3; the replica ends\n"
+     "slurmstepd-node1: error: *** STEP 329.1 ON node1 CANCELLED AT 2026-12-04T11:38:30 ***\n",
+     None),
+    ("HTTP 500: boom\nslurmstepd: error: *** JOB 12 ON node1 CANCELLED AT 2026 ***\n",
+     "HTTP 500: boom"),
 ])
 def test_cause_is_the_last_error_line(text, found):
     assert cause(text) == found
