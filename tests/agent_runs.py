@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from agent_stdlib import localjob
 from agent_stdlib.attempts import advance_attempt, create_attempt
+from agent_stdlib.client.generate import Shard, run_shard
+from agent_stdlib.client.output import Output
+from agent_stdlib.client.progress import Progress
 from agent_stdlib.contracts import (
     ColumnSpec,
     DeploymentSpec,
@@ -24,7 +31,9 @@ from agent_stdlib.contracts import (
     sha256_bytes,
 )
 from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import ensure_dir, publish_immutable, write_json_atomic
+from agent_stdlib.resume import KeptRecords
+from agent_stdlib.statefile import ensure_dir, publish_immutable, read_json, write_json_atomic
+from tests.conftest import FAKE_SERVER, REPO
 
 
 def local_plan(python: str, command: Sequence[str], records: int = 6, shards: int = 1,
@@ -133,3 +142,77 @@ def stage_batch(root: Path, pyz: Path, plan: Plan) -> Path:
         plan_sha256=args["plan_sha256"], submission=1, python=sys.executable,
         resources=plan.resources, signal_lead_s=60)))
     return script
+
+
+# ------------------------------------------------------------ the agent as a process
+
+TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
+
+
+def server_argv(python: str, *extra: str) -> List[str]:
+    """The fake server as a plan's server command (``{host}``/``{port}`` filled by the agent)."""
+    return [python, str(FAKE_SERVER), "--host", "{host}", "--port", "{port}",
+            "--model", "fake-model", *extra]
+
+
+def start_allocation(python: str, pyz: Path, args: dict, shard: int = 0) -> subprocess.Popen:
+    """The agent's allocation role for ``shard`` of a staged run, as the batch script starts it."""
+    argv = [python, "-I", str(pyz), "allocation", "--run-dir", args["run_dir"],
+            "--plan-sha256", args["plan_sha256"], "--submission", "1",
+            "--agent-pyz", str(pyz), "--shard", str(shard)]
+    env = dict(os.environ, SHIV_ROOT=str(Path(args["run_dir"]) / ".shiv"))
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def run_allocation(python: str, pyz: Path, args: dict,
+                   timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run one allocation of shard 0 to its end (as ``start_allocation``)."""
+    proc = start_allocation(python, pyz, args)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def start_local_task(tmp_path: Path, python: str, pyz: Path, args: dict) -> subprocess.Popen:
+    """The agent as the local backend's supervisor starts it: its identity variables, its
+    control folder, one requeue allowed (the batch script's SYNTHBATCH_MAX_REQUEUES)."""
+    folder = tmp_path / "task"
+    folder.mkdir()
+    raw = str(1 + secrets.randbelow(10**6))  # its port block: parallel tests differ
+    env = {localjob.JOB_ID: raw, localjob.ARRAY_JOB_ID: "1", localjob.ARRAY_TASK_ID: "0",
+           localjob.RESTART_COUNT: "0", localjob.TASK_DIR: str(folder),
+           "SYNTHBATCH_MAX_REQUEUES": "1"}
+    argv = [python, "-I", str(pyz), "allocation", "--run-dir", args["run_dir"],
+            "--plan-sha256", args["plan_sha256"], "--submission", "1",
+            "--agent-pyz", str(pyz)]
+    return subprocess.Popen(argv, env=dict(os.environ, SHIV_ROOT=str(tmp_path / ".shiv"),
+                                           **env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_progress(paths, proc: subprocess.Popen) -> None:  # type: ignore[no-untyped-def]
+    """Wait until the attempt at ``paths`` has written two records (``proc`` still alive)."""
+    deadline = time.monotonic() + 30
+    while (read_json(paths.progress_json) or {}).get("records_done", 0) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, "no client progress"
+        time.sleep(0.05)
+
+
+# ------------------------------------------------------------ the generator in-process
+
+
+def produce(plan: Plan, endpoints: Dict[str, str], folder: Path, offset: int = 0,
+            count: Optional[int] = None) -> Tuple[int, Progress]:
+    """Run the generator in-process over ``count`` records from ``offset`` into ``folder``."""
+    count = plan.total_records if count is None else count
+    folder.mkdir(parents=True, exist_ok=True)
+    progress = Progress(folder.parent / f"{folder.name}-progress.json", count)
+    written = run_shard(plan, endpoints, Shard(offset, count, Output(folder, offset),
+                                               progress, KeptRecords()))
+    return written, progress
+
+
+def records(folder: Path) -> List[Dict[str, Any]]:
+    """Every record the generator wrote into ``folder``, in file order."""
+    return [json.loads(line) for path in sorted(folder.glob("records-*.jsonl"))
+            for line in path.read_text().splitlines()]

@@ -23,9 +23,16 @@ from hypothesis import HealthCheck, settings
 from agent_stdlib import states
 from agent_stdlib.attempts import advance_attempt, create_attempt
 from agent_stdlib.contracts import (
+    AliasProgress,
+    DeploymentSpec,
+    GenerateSpec,
+    Plan,
     ProgressRecord,
     ReadinessRecord,
+    ResourceSpec,
+    ResultManifest,
     RunRecord,
+    RuntimeSpec,
     ShardSpec,
     SubmissionRecord,
     WinnerRecord,
@@ -42,7 +49,7 @@ from control.config.loader import load_model
 from control.config.profile import Profile
 from control.config.run import RunConfig
 from control.planning.arrays import array_chunks
-from control.planning.planner import make_plan
+from control.planning.planner import make_plan, split_records
 from control.slurm.runner import CommandResult
 from tests.conftest import REPO
 
@@ -812,3 +819,86 @@ def drive(world: World, cluster: FileCluster, client: FakeClient, rounds: int = 
             retry_run(layout, testbed_profile(), sched)  # what a user does about those
         run_jobs(world, cluster, client)
     raise AssertionError(f"did not converge: {observe(layout, sched)}")
+
+
+# --------------------------------------------------- a benchmark point's durable state
+
+
+def meta_line(index: int, ms: float) -> Dict[str, Any]:
+    """A recipe's record: per-request figures under ``_meta.columns``."""
+    return {"index": index, "_meta": {"columns": {"text": {"latency_ms": ms}}}}
+
+
+def template_line(index: int, ms: float) -> Dict[str, Any]:
+    """A prompt template form's record: its one request's figures are top-level."""
+    return {"index": index, "prompt": "p", "completion": "c", "finish_reason": "stop",
+            "model": "tiny", "served_model": "m", "usage": {"completion_tokens": 3},
+            "latency_ms": ms}
+
+
+def fill(layout: RunLayout, shard: int, records: int, seconds: float, latencies: List[float],
+         done: bool = True, errors: Dict[str, int] = None, shape=meta_line) -> None:
+    """A point's progress, result and records as the generator and agent write them."""
+    paths = layout.attempt(shard, 1)
+    write_json_atomic(paths.progress_json, ProgressRecord(
+        records_done=records, records_total=records, tokens=10 * records, requests_per_s=1.0,
+        updated_at=NOW + seconds, started_at=NOW, first_record_at=NOW + 0.5,
+        aliases={"gen": AliasProgress(requests=records, tokens_out=10 * records,
+                                      errors=errors or {})}).to_dict())
+    if done:
+        write_json_atomic(paths.result_json, ResultManifest(
+            shard=shard, attempt=1, records=records, files=(), created_at=NOW + seconds + 1)
+            .to_dict())
+    paths.output.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(shape(i, ms)) for i, ms in enumerate(latencies)]
+    (paths.output / "records-000000000000.jsonl").write_text("\n".join(lines) + "\n{torn")
+
+
+# ------------------------------------------------------------ plans, Slurm lines, metrics
+
+
+LINE = ("PartitionName={name} Default={default} MaxNodes={max_nodes} MaxTime={max_time} "
+        "MaxCPUsPerNode=UNLIMITED Nodes=node[1-2] State={state} TotalCPUs=16 "
+        "TotalNodes={total} MaxMemPerNode={max_mem} AllowAccounts={accounts} AllowQos=ALL "
+        "TRES=cpu=16,mem=8G,node=2,gres/gpu=8\n")
+
+
+def partition(name: str = "debug", default: str = "YES", max_nodes: str = "UNLIMITED",
+              max_time: str = "UNLIMITED", state: str = "UP", total: int = 2,
+              max_mem: str = "UNLIMITED", accounts: str = "ALL") -> str:
+    """One ``scontrol show partition -o`` line."""
+    return LINE.format(name=name, default=default, max_nodes=max_nodes, max_time=max_time,
+                       state=state, total=total, max_mem=max_mem, accounts=accounts)
+
+
+def make_plan_for(records: int, count: int, run_id: str = "r-20240101-000000-abcdef") -> Plan:
+    """A one-deployment prompt-template plan of ``records`` in ``count`` shards."""
+    return Plan(
+        run_id=run_id, name="r", total_records=records,
+        shards=tuple(split_records(records, count, None)),
+        deployments=(DeploymentSpec(
+            alias="tiny", engine="openai", model="m", served_name="m",
+            command=("python3", "serve.py", "--port", "{port}"), env={}, gpus_per_replica=0,
+            replicas=1, startup_timeout_s=60.0, readiness_path="/health",
+            max_queued_requests=64),),
+        client=GenerateSpec(model="tiny", prompt_template="{index}", system_prompt=None,
+                            max_tokens=8, temperature=0.0, concurrency=1, max_retries=0,
+                            request_timeout_s=10.0),
+        resources=ResourceSpec(partition=None, account=None, qos=None, time_limit="10",
+                               nodes=1, gpus=0, gpu_request="gres", cpus=1, mem_mb=1024),
+        runtime=RuntimeSpec(launcher="srun", python="/usr/bin/python3", port_base=20000,
+                            env_allow=(), step_mem_mb=512, grace_s=5.0),
+        max_attempts=3,
+    )
+
+
+def parse_metrics(text: str) -> Dict[str, float]:
+    """Map metric name (labels dropped) to value."""
+    values = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$", line)
+        assert match, line
+        values[match.group(1)] = float(match.group(3))
+    return values

@@ -7,13 +7,11 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import List
 
 import pytest
 from click.testing import CliRunner
@@ -35,36 +33,25 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import publish_immutable, read_json
 from control.cli.main import cli
 from fixtures.fake_openai_server import expected_completion
-from tests.agent_runs import local_plan, stage
-from tests.conftest import FAKE_SERVER, REPO
+from tests.agent_runs import (
+    TESTBED,
+    local_plan,
+    run_allocation,
+    server_argv,
+    stage,
+    start_allocation,
+    start_local_task,
+    wait_for_progress,
+)
+from tests.conftest import FAKE_SERVER
 from tests.processes import processes_mentioning
-
-
-def _server(python: str, *extra: str) -> List[str]:
-    return [python, str(FAKE_SERVER), "--host", "{host}", "--port", "{port}",
-            "--model", "fake-model", *extra]
-
-
-def _allocation(python: str, pyz: Path, args: dict, shard: int = 0) -> subprocess.Popen:
-    argv = [python, "-I", str(pyz), "allocation", "--run-dir", args["run_dir"],
-            "--plan-sha256", args["plan_sha256"], "--submission", "1",
-            "--agent-pyz", str(pyz), "--shard", str(shard)]
-    env = dict(os.environ, SHIV_ROOT=str(Path(args["run_dir"]) / ".shiv"))
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
-def _run(python: str, pyz: Path, args: dict, timeout: float = 60) -> subprocess.CompletedProcess:
-    proc = _allocation(python, pyz, args)
-    out, err = proc.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_successful_attempt_publishes_winner_and_stops_everything(tmp_path, agent_pyz,
                                                                    python_exe):
-    plan = local_plan(python_exe, _server(python_exe), records=6)
+    plan = local_plan(python_exe, server_argv(python_exe), records=6)
     args = stage(tmp_path / "run", plan)
-    result = _run(python_exe, agent_pyz, args)
+    result = run_allocation(python_exe, agent_pyz, args)
     assert result.returncode == 0, result.stderr
     layout = RunLayout(tmp_path / "run")
     paths = layout.attempt(0, 1)
@@ -91,7 +78,7 @@ def test_server_that_exits_fails_the_attempt_fast_with_its_status(tmp_path, agen
     plan = local_plan(python_exe, command, startup_timeout_s=120)
     args = stage(tmp_path / "run", plan)
     started = time.monotonic()
-    result = _run(python_exe, agent_pyz, args)
+    result = run_allocation(python_exe, agent_pyz, args)
     assert result.returncode == 1
     assert time.monotonic() - started < 60  # failed on exit, not on the 120 s deadline
     attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
@@ -104,7 +91,7 @@ def test_server_never_ready_fails_at_the_deadline(tmp_path, agent_pyz, python_ex
     command = [python_exe, "-c", "import time; time.sleep(60)", "{port}"]
     plan = local_plan(python_exe, command, startup_timeout_s=1.5)
     args = stage(tmp_path / "run", plan)
-    result = _run(python_exe, agent_pyz, args)
+    result = run_allocation(python_exe, agent_pyz, args)
     assert result.returncode == 1
     attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
     assert attempt.state == "failed" and "not ready after 1.5s" in attempt.reason
@@ -112,9 +99,9 @@ def test_server_never_ready_fails_at_the_deadline(tmp_path, agent_pyz, python_ex
 
 
 def test_server_crash_during_generation_fails_the_attempt(tmp_path, agent_pyz, python_exe):
-    plan = local_plan(python_exe, _server(python_exe, "--exit-after", "2"), records=6)
+    plan = local_plan(python_exe, server_argv(python_exe, "--exit-after", "2"), records=6)
     args = stage(tmp_path / "run", plan)
-    result = _run(python_exe, agent_pyz, args)
+    result = run_allocation(python_exe, agent_pyz, args)
     assert result.returncode == 1
     attempt = load_attempt(RunLayout(tmp_path / "run").attempt(0, 1).attempt_json)
     assert attempt.state == "failed"
@@ -123,9 +110,9 @@ def test_server_crash_during_generation_fails_the_attempt(tmp_path, agent_pyz, p
 
 
 def test_sigterm_cancels_cleans_up_and_records_cancelled(tmp_path, agent_pyz, python_exe):
-    plan = local_plan(python_exe, _server(python_exe, "--token-latency", "0.5"), records=6)
+    plan = local_plan(python_exe, server_argv(python_exe, "--token-latency", "0.5"), records=6)
     args = stage(tmp_path / "run", plan)
-    proc = _allocation(python_exe, agent_pyz, args)
+    proc = start_allocation(python_exe, agent_pyz, args)
     readiness = RunLayout(tmp_path / "run").attempt(0, 1).readiness_json
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -160,10 +147,10 @@ def test_a_cancellation_is_recorded_before_a_slow_cleanup(tmp_path, agent_pyz, p
     # the confirmation that every step is gone) must not keep the outcome unwritten: the
     # agent was SIGKILLed first under load in CI and status said 'cancelled outside
     # synthbatch' (before: the attempt was recorded only once readiness was 'stopped')
-    command = [python_exe, "-c", STUBBORN, *_server(python_exe, "--token-latency", "0.5")]
+    command = [python_exe, "-c", STUBBORN, *server_argv(python_exe, "--token-latency", "0.5")]
     args = stage(tmp_path / "run", local_plan(python_exe, command, records=6))
     paths = RunLayout(tmp_path / "run").attempt(0, 1)
-    proc = _allocation(python_exe, agent_pyz, args)
+    proc = start_allocation(python_exe, agent_pyz, args)
     _wait_readiness(paths.readiness_json, "ready", proc)
     proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + 30
@@ -178,10 +165,10 @@ def test_a_cancellation_is_recorded_before_a_slow_cleanup(tmp_path, agent_pyz, p
 
 
 def test_wrong_plan_digest_is_refused_before_anything_starts(tmp_path, agent_pyz, python_exe):
-    plan = local_plan(python_exe, _server(python_exe))
+    plan = local_plan(python_exe, server_argv(python_exe))
     args = stage(tmp_path / "run", plan)
     args["plan_sha256"] = "0" * 64
-    result = _run(python_exe, agent_pyz, args)
+    result = run_allocation(python_exe, agent_pyz, args)
     assert result.returncode == 2 and "does not match" in result.stderr
     layout = RunLayout(tmp_path / "run")
     assert load_attempt(layout.attempt(0, 1).attempt_json) is None  # nothing written
@@ -190,24 +177,24 @@ def test_wrong_plan_digest_is_refused_before_anything_starts(tmp_path, agent_pyz
 
 def test_a_first_attempt_gets_its_record_from_its_agent(tmp_path, agent_pyz, python_exe):
     # submit writes nothing per shard: the submission record implies attempt 1 submitted
-    plan = local_plan(python_exe, _server(python_exe), records=2)
+    plan = local_plan(python_exe, server_argv(python_exe), records=2)
     args = stage(tmp_path / "run", plan)
     layout = RunLayout(tmp_path / "run")
     assert not layout.shard_dir(0).exists()
-    assert _run(python_exe, agent_pyz, args).returncode == 0
+    assert run_allocation(python_exe, agent_pyz, args).returncode == 0
     attempt = load_attempt(layout.attempt(0, 1).attempt_json)
     assert (attempt.state, attempt.job_id, attempt.submission) == ("succeeded", "1_0", 1)
     assert oct(layout.shard_dir(0).stat().st_mode & 0o777) == "0o700"
 
 
 def test_a_submission_without_its_job_id_is_refused(tmp_path, agent_pyz, python_exe):
-    plan = local_plan(python_exe, _server(python_exe))
+    plan = local_plan(python_exe, server_argv(python_exe))
     args = stage(tmp_path / "run", plan)
     layout = RunLayout(tmp_path / "run")
     record = read_json(layout.submission_json(1))
     record["job_id"] = None  # released by hand before submit recorded the job id
     layout.submission_json(1).write_text(json.dumps(record))
-    result = _run(python_exe, agent_pyz, args)
+    result = run_allocation(python_exe, agent_pyz, args)
     assert result.returncode == 2 and "has no job id recorded yet" in result.stderr
     assert not layout.shard_dir(0).exists()
 
@@ -225,10 +212,10 @@ def _wait_readiness(path: Path, state: str, proc: subprocess.Popen) -> None:
 
 def test_usr1_stops_generation_gracefully_and_keeps_partial_output(tmp_path, agent_pyz,
                                                                      python_exe):
-    plan = local_plan(python_exe, _server(python_exe, "--token-latency", "0.05"), records=30)
+    plan = local_plan(python_exe, server_argv(python_exe, "--token-latency", "0.05"), records=30)
     args = stage(tmp_path / "run", plan)
     paths = RunLayout(tmp_path / "run").attempt(0, 1)
-    proc = _allocation(python_exe, agent_pyz, args)
+    proc = start_allocation(python_exe, agent_pyz, args)
     deadline = time.monotonic() + 30
     while (read_json(paths.progress_json) or {}).get("records_done", 0) < 2:
         assert time.monotonic() < deadline and proc.poll() is None, "no client progress"
@@ -249,11 +236,11 @@ def test_usr1_stops_generation_gracefully_and_keeps_partial_output(tmp_path, age
 
 def test_persisted_running_attempt_restarts_at_the_next_revision(tmp_path, agent_pyz,
                                                                  python_exe):
-    plan = local_plan(python_exe, _server(python_exe, "--startup-delay", "1"), records=3)
+    plan = local_plan(python_exe, server_argv(python_exe, "--startup-delay", "1"), records=3)
     args = stage(tmp_path / "run", plan, records=True)
     paths = RunLayout(tmp_path / "run").attempt(0, 1)
     advance_attempt(paths.attempt_json, "running")  # an execution died without cleanup
-    proc = _allocation(python_exe, agent_pyz, args)
+    proc = start_allocation(python_exe, agent_pyz, args)
     _wait_readiness(paths.readiness_json, "restarting", proc)
     first = load_readiness(paths.readiness_json).revision
     _, err = proc.communicate(timeout=60)
@@ -265,23 +252,23 @@ def test_persisted_running_attempt_restarts_at_the_next_revision(tmp_path, agent
 
 def test_succeeded_attempt_without_winner_is_completed_by_the_next_agent(tmp_path, agent_pyz,
                                                                          python_exe):
-    plan = local_plan(python_exe, _server(python_exe), records=3)
+    plan = local_plan(python_exe, server_argv(python_exe), records=3)
     args = stage(tmp_path / "run", plan)
-    assert _run(python_exe, agent_pyz, args).returncode == 0
+    assert run_allocation(python_exe, agent_pyz, args).returncode == 0
     layout = RunLayout(tmp_path / "run")
     original = WinnerRecord.from_dict(read_json(layout.winner_json(0)))
     layout.winner_json(0).unlink()  # as if the agent died right after "succeeded"
-    again = _run(python_exe, agent_pyz, args)
+    again = run_allocation(python_exe, agent_pyz, args)
     assert again.returncode == 0 and "winner completed" in again.stderr
     winner = WinnerRecord.from_dict(read_json(layout.winner_json(0)))
     assert winner.replace(created_at=0) == original.replace(created_at=0)
 
 
 def test_preflight_failure_happens_before_any_server_starts(tmp_path, agent_pyz, python_exe):
-    plan = local_plan(python_exe, _server(python_exe), records=3)
+    plan = local_plan(python_exe, server_argv(python_exe), records=3)
     dep = dataclasses.replace(plan.deployments[0], model=str(tmp_path / "missing-model"))
     args = stage(tmp_path / "run", plan.replace(deployments=(dep,)))
-    result = _run(python_exe, agent_pyz, args)
+    result = run_allocation(python_exe, agent_pyz, args)
     assert result.returncode == 1
     paths = RunLayout(tmp_path / "run").attempt(0, 1)
     attempt = load_attempt(paths.attempt_json)
@@ -316,7 +303,7 @@ def test_resolve_shard_maps_array_tasks_to_shards():
 
 
 def test_array_index_selects_the_shard_end_to_end(tmp_path, agent_pyz, python_exe):
-    plan = local_plan(python_exe, _server(python_exe), records=8, shards=4)
+    plan = local_plan(python_exe, server_argv(python_exe), records=8, shards=4)
     plan = plan.replace(arrays=(ArraySpec(index=0, first_shard=0, count=2),
                                 ArraySpec(index=1, first_shard=2, count=2)))
     args = stage(tmp_path / "run", plan)
@@ -455,11 +442,11 @@ def test_fake_apptainer_wraps_server_and_command_client(tmp_path, agent_pyz, pyt
 
 
 def test_missing_secret_fails_preflight_before_any_step(tmp_path, agent_pyz, python_exe):
-    plan = local_plan(python_exe, _server(python_exe), records=3)
+    plan = local_plan(python_exe, server_argv(python_exe), records=3)
     dep = dataclasses.replace(plan.deployments[0],
                               secret_env={"TOKEN": "SYNTHBATCH_TEST_UNSET_SECRET"})
     args = stage(tmp_path / "run", plan.replace(deployments=(dep,)))
-    result = _run(python_exe, agent_pyz, args)
+    result = run_allocation(python_exe, agent_pyz, args)
     assert result.returncode == 1
     paths = RunLayout(tmp_path / "run").attempt(0, 1)
     attempt = load_attempt(paths.attempt_json)
@@ -469,7 +456,6 @@ def test_missing_secret_fails_preflight_before_any_step(tmp_path, agent_pyz, pyt
     assert list(paths.execution_logs(1).iterdir()) == []
 
 
-TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
 ESCAPES = "\x1b[2J\x1b]0;TITLE\x07"  # clear the screen, retitle the window
 SHOWN = "\\x1b[2J\\x1b]0;TITLE\\x07"
 CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # every control character but \n
@@ -483,7 +469,7 @@ def test_server_log_escapes_reach_status_only_as_visible_text(tmp_path, agent_py
     plan = local_plan(python_exe, [python_exe, "-c", source, "{port}"], run_id=run_id)
     workspace = tmp_path / "ws"
     args = stage(workspace / "runs" / run_id, plan)
-    assert _run(python_exe, agent_pyz, args).returncode == 1
+    assert run_allocation(python_exe, agent_pyz, args).returncode == 1
     attempt = load_attempt(RunLayout(workspace / "runs" / run_id).attempt(0, 1).attempt_json)
     assert SHOWN + "boom" in attempt.reason and not CONTROL.search(attempt.reason)
     layout = RunLayout(workspace / "runs" / run_id)
@@ -505,37 +491,13 @@ def test_server_log_escapes_reach_status_only_as_visible_text(tmp_path, agent_py
 # ----------------------------------------------------------------------------- local backend
 
 
-def _local_task(tmp_path: Path, python: str, pyz: Path, args: dict) -> subprocess.Popen:
-    """The agent as the local backend's supervisor starts it: its identity variables, its
-    control folder, one requeue allowed (the batch script's SYNTHBATCH_MAX_REQUEUES)."""
-    folder = tmp_path / "task"
-    folder.mkdir()
-    raw = str(1 + secrets.randbelow(10**6))  # its port block: parallel tests differ
-    env = {localjob.JOB_ID: raw, localjob.ARRAY_JOB_ID: "1", localjob.ARRAY_TASK_ID: "0",
-           localjob.RESTART_COUNT: "0", localjob.TASK_DIR: str(folder),
-           "SYNTHBATCH_MAX_REQUEUES": "1"}
-    argv = [python, "-I", str(pyz), "allocation", "--run-dir", args["run_dir"],
-            "--plan-sha256", args["plan_sha256"], "--submission", "1",
-            "--agent-pyz", str(pyz)]
-    return subprocess.Popen(argv, env=dict(os.environ, SHIV_ROOT=str(tmp_path / ".shiv"),
-                                           **env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _progress(paths, proc: subprocess.Popen) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + 30
-    while (read_json(paths.progress_json) or {}).get("records_done", 0) < 2:
-        assert time.monotonic() < deadline and proc.poll() is None, "no client progress"
-        time.sleep(0.05)
-
-
 def test_usr1_under_the_local_backend_asks_its_supervisor_for_a_requeue(tmp_path, agent_pyz,
                                                                        python_exe):
-    plan = local_plan(python_exe, _server(python_exe, "--token-latency", "0.05"), records=30)
+    plan = local_plan(python_exe, server_argv(python_exe, "--token-latency", "0.05"), records=30)
     args = stage(tmp_path / "run", plan)
     paths = RunLayout(tmp_path / "run").attempt(0, 1)
-    proc = _local_task(tmp_path, python_exe, agent_pyz, args)
-    _progress(paths, proc)
+    proc = start_local_task(tmp_path, python_exe, agent_pyz, args)
+    wait_for_progress(paths, proc)
     proc.send_signal(signal.SIGUSR1)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
@@ -552,11 +514,11 @@ def test_usr1_under_the_local_backend_asks_its_supervisor_for_a_requeue(tmp_path
     (None, "cancelled", "received SIGTERM")])
 def test_sigterm_under_the_local_backend_says_why_from_the_cause_file(
         tmp_path, agent_pyz, python_exe, cause, state, words):
-    plan = local_plan(python_exe, _server(python_exe, "--token-latency", "0.05"), records=30)
+    plan = local_plan(python_exe, server_argv(python_exe, "--token-latency", "0.05"), records=30)
     args = stage(tmp_path / "run", plan)
     paths = RunLayout(tmp_path / "run").attempt(0, 1)
-    proc = _local_task(tmp_path, python_exe, agent_pyz, args)
-    _progress(paths, proc)
+    proc = start_local_task(tmp_path, python_exe, agent_pyz, args)
+    wait_for_progress(paths, proc)
     if cause:
         localjob.write_cause(tmp_path / "task", cause, "TERM")
     proc.send_signal(signal.SIGTERM)

@@ -28,15 +28,16 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import publish_immutable
 from control import api
 from control.cli.main import cli
-from tests.agent_runs import local_plan, stage
-from tests.conftest import FAKE_SERVER
-from tests.unit.agent.allocation.test_controller import (
+from tests.agent_runs import (
     TESTBED,
-    _local_task,
-    _progress,
-    _run,
-    _server,
+    local_plan,
+    run_allocation,
+    server_argv,
+    stage,
+    start_local_task,
+    wait_for_progress,
 )
+from tests.conftest import FAKE_SERVER
 
 BANNER = "INFO engine banner " + "x" * 180  # a long startup line, printed a few times
 
@@ -83,7 +84,7 @@ def _attempt(tmp_path: Path, pyz: Path, python: str, run_id: str, command: List[
     workspace = tmp_path / "ws"
     args = stage(workspace / "runs" / run_id,
                  local_plan(python, command, run_id=run_id, **plan))
-    assert _run(python, pyz, args).returncode == 1
+    assert run_allocation(python, pyz, args).returncode == 1
     return Shown(tmp_path, workspace, run_id)
 
 
@@ -93,7 +94,7 @@ def _script(lines: str) -> str:
 
 def test_client_http_errors_show_the_status_and_message_first(tmp_path, agent_pyz, python_exe):
     shown = _attempt(tmp_path, agent_pyz, python_exe, "http-20240101-000000-abcdef",
-                     _server(python_exe, "--fail-every", "1"), records=20)
+                     server_argv(python_exe, "--fail-every", "1"), records=20)
     assert shown.reason.startswith("client exited with status 1: ")
     shown.shows("HTTP 500")
     shown.shows("injected failure (--fail-every)")
@@ -130,10 +131,10 @@ def test_preflight_shows_what_is_missing(tmp_path, agent_pyz, python_exe):
     missing = tmp_path / "models--org--name" / "snapshots" / ("0" * 40) / "missing-model"
     workspace = tmp_path / "ws"
     run_id = "pre-20240101-000000-abcdef"
-    plan = local_plan(python_exe, _server(python_exe), records=3, run_id=run_id)
+    plan = local_plan(python_exe, server_argv(python_exe), records=3, run_id=run_id)
     dep = dataclasses.replace(plan.deployments[0], model=str(missing))
     args = stage(workspace / "runs" / run_id, plan.replace(deployments=(dep,)))
-    assert _run(python_exe, agent_pyz, args).returncode == 1
+    assert run_allocation(python_exe, agent_pyz, args).returncode == 1
     shown = Shown(tmp_path, workspace, run_id)
     shown.shows("preflight: paths: ")
     shown.shows("missing-model is missing")
@@ -142,11 +143,11 @@ def test_preflight_shows_what_is_missing(tmp_path, agent_pyz, python_exe):
 def test_a_time_limit_shows_as_the_cause(tmp_path, agent_pyz, python_exe):
     workspace = tmp_path / "ws"
     run_id = "limit-20240101-000000-abcdef"
-    plan = local_plan(python_exe, _server(python_exe, "--token-latency", "0.05"), records=30,
+    plan = local_plan(python_exe, server_argv(python_exe, "--token-latency", "0.05"), records=30,
                       run_id=run_id)
     args = stage(workspace / "runs" / run_id, plan)
-    proc = _local_task(tmp_path, python_exe, agent_pyz, args)
-    _progress(RunLayout(workspace / "runs" / run_id).attempt(0, 1), proc)
+    proc = start_local_task(tmp_path, python_exe, agent_pyz, args)
+    wait_for_progress(RunLayout(workspace / "runs" / run_id).attempt(0, 1), proc)
     localjob.write_cause(tmp_path / "task", localjob.TIME_LIMIT, "TERM")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)

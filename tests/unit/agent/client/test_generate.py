@@ -14,19 +14,15 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
 from agent_stdlib.candidate import build_manifest
-from agent_stdlib.client.generate import Shard, run_shard
-from agent_stdlib.client.output import Output
-from agent_stdlib.client.progress import Progress
 from agent_stdlib.client.records import GenerateError
 from agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec
-from agent_stdlib.resume import KeptRecords
 from fixtures.fake_openai_server import RunningServer, serve_in_thread
-from tests.agent_runs import QA_COLUMNS, recipe_plan
+from tests.agent_runs import QA_COLUMNS, produce, recipe_plan, records
 from tests.conftest import REPO
 
 TOPICS = ["tides", "moons", "stars", "comets", "rivers"]
@@ -46,21 +42,6 @@ def seed_file(tmp_path: Path) -> SeedDataSpec:
     path.write_text("".join(json.dumps({"topic": t, "source": f"s{i}"}) + "\n"
                             for i, t in enumerate(TOPICS)))
     return SeedDataSpec(str(path), "shuffle", ("topic",), rows=len(TOPICS))
-
-
-def produce(plan: Plan, endpoints: Dict[str, str], folder: Path, offset: int = 0,
-            count: Optional[int] = None) -> Tuple[int, Progress]:
-    count = plan.total_records if count is None else count
-    folder.mkdir(parents=True, exist_ok=True)
-    progress = Progress(folder.parent / f"{folder.name}-progress.json", count)
-    written = run_shard(plan, endpoints, Shard(offset, count, Output(folder, offset),
-                                               progress, KeptRecords()))
-    return written, progress
-
-
-def records(folder: Path) -> List[Dict[str, Any]]:
-    return [json.loads(line) for path in sorted(folder.glob("records-*.jsonl"))
-            for line in path.read_text().splitlines()]
 
 
 def urls(servers: Tuple[RunningServer, RunningServer]) -> Dict[str, str]:

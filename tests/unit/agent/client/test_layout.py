@@ -14,8 +14,7 @@ from agent_stdlib.client.llm import messages
 from agent_stdlib.client.order import DispatchOrder, rank
 from agent_stdlib.contracts import ColumnSpec, SeedDataSpec
 from fixtures.fake_openai_server import serve_in_thread
-from tests.agent_runs import recipe_plan
-from tests.unit.agent.client.test_generate import produce, records
+from tests.agent_runs import produce, recipe_plan, records
 
 DOCS = ["the moon pulls the sea " * 20, "rivers run to the ocean " * 20]
 COLUMNS = (

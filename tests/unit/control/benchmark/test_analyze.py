@@ -3,52 +3,18 @@ knee, the Pareto front, the recommendation; the report's SVG charts."""
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import pytest
 
-from agent_stdlib.contracts import AliasProgress, ProgressRecord, ResultManifest
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import write_json_atomic
 from control.benchmark.accounting import parse_times
 from control.benchmark.analyze import analyze, pareto, percentile, recommend
 from control.benchmark.report import charts, text, write
-from tests.fakes import NOW, RUN_ID, Shard, make_run
+from tests.fakes import NOW, RUN_ID, Shard, fill, make_run, template_line
 
 SVG = "{http://www.w3.org/2000/svg}"
-
-
-def meta_line(index: int, ms: float) -> Dict[str, Any]:
-    """A recipe's record: per-request figures under ``_meta.columns``."""
-    return {"index": index, "_meta": {"columns": {"text": {"latency_ms": ms}}}}
-
-
-def template_line(index: int, ms: float) -> Dict[str, Any]:
-    """A prompt template form's record: its one request's figures are top-level."""
-    return {"index": index, "prompt": "p", "completion": "c", "finish_reason": "stop",
-            "model": "tiny", "served_model": "m", "usage": {"completion_tokens": 3},
-            "latency_ms": ms}
-
-
-def fill(layout: RunLayout, shard: int, records: int, seconds: float, latencies: List[float],
-         done: bool = True, errors: Dict[str, int] = None, shape=meta_line) -> None:
-    """A point's progress, result and records as the generator and agent write them."""
-    paths = layout.attempt(shard, 1)
-    write_json_atomic(paths.progress_json, ProgressRecord(
-        records_done=records, records_total=records, tokens=10 * records, requests_per_s=1.0,
-        updated_at=NOW + seconds, started_at=NOW, first_record_at=NOW + 0.5,
-        aliases={"gen": AliasProgress(requests=records, tokens_out=10 * records,
-                                      errors=errors or {})}).to_dict())
-    if done:
-        write_json_atomic(paths.result_json, ResultManifest(
-            shard=shard, attempt=1, records=records, files=(), created_at=NOW + seconds + 1)
-            .to_dict())
-    paths.output.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(shape(i, ms)) for i, ms in enumerate(latencies)]
-    (paths.output / "records-000000000000.jsonl").write_text("\n".join(lines) + "\n{torn")
 
 
 MANIFEST: Dict[str, Any] = {

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from control.errors import InvalidInput
-from tests.unit.control.config.test_recipe import RECIPE as BASE
-from tests.unit.control.config.test_recipe import load, plan_of
+from tests.unit.control.config.recipes import RECIPE as BASE
+from tests.unit.control.config.recipes import load, plan_of
 
 RECIPE = BASE.replace('on_error = "drop"\n', 'on_error = "drop"\ncontext = "About {topic}."\n')
 

@@ -9,77 +9,9 @@ from typing import Any, Dict
 import pytest
 
 from agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.run import RunConfig
 from control.errors import InvalidInput
-from control.planning.planner import make_plan
 from control.runs.seeds import check_seed_data
-from tests.fakes import profile_data
-
-RECIPE = """schema_version = 1
-name = "qa"
-records = 30
-[shards]
-count = 3
-
-[client]
-seed = 1234
-on_error = "drop"
-
-[client.seed_data]
-path = "{config_dir}/topics.jsonl"
-order = "shuffle"
-
-[[client.columns]]
-name = "level"
-type = "category"
-values = ["beginner", "expert"]
-weights = [3, 1]
-
-[[client.columns]]
-name = "question"
-type = "llm-text"
-model = "gen"
-system = "You write exam questions."
-prompt = "Write one {level} question about {topic}."
-max_tokens = 64
-temperature = 0.8
-
-[[client.columns]]
-name = "answer"
-type = "llm-structured"
-model = "gen"
-prompt = "Answer the question and explain: {question}"
-schema = { type = "object", properties = { answer = { type = "string" }, steps = { type = "array", items = { type = "string" } } }, required = ["answer"] }
-
-[[client.columns]]
-name = "grade"
-type = "llm-judge"
-model = "judge"
-prompt = "Question: {question}\\nAnswer: {answer.answer}"
-scores = [{ name = "correct", options = { "1" = "correct", "0" = "wrong" } }]
-
-[[deployments]]
-alias = "gen"
-model = "fake-model"
-command = ["{python}", "server.py", "--port", "{port}"]
-
-[[deployments]]
-alias = "judge"
-model = "fake-model"
-command = ["{python}", "server.py", "--port", "{port}"]
-"""  # noqa: E501 (the issue's inline schema table)
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "run.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def load(tmp_path: Path, text: str = RECIPE) -> RunConfig:
-    return load_model(write(tmp_path, text), RunConfig)
+from tests.unit.control.config.recipes import RECIPE, load, plan_of
 
 
 def error(tmp_path: Path, old: str, new: str) -> str:
@@ -89,11 +21,6 @@ def error(tmp_path: Path, old: str, new: str) -> str:
     message = info.value.message
     assert "\n" not in message and message.startswith(f"{tmp_path / 'run.toml'}: ")
     return message.split(": ", 1)[1]
-
-
-def plan_of(tmp_path: Path, text: str = RECIPE) -> Plan:
-    return make_plan(load(tmp_path, text), Profile.model_validate(profile_data()),
-                     "qa-20240101-000000-abcdef", tmp_path)
 
 
 def test_the_recipe_plans_into_columns_and_seed_data(tmp_path: Path) -> None:

@@ -14,9 +14,8 @@ from control.runs.access import check_request
 from control.runs.checks import ERROR, NODE, OK, WARNING, Finding
 from control.runs.fit import Origins
 from control.slurm.scheduler import Scheduler
-from tests.fakes import FakeSlurm
-from tests.unit.control.runs.test_checks import partition
-from tests.unit.control.slurm.test_access_parsers import (
+from tests.fakes import FakeSlurm, partition
+from tests.slurm_outputs import (
     ASSOC,
     FEATURES,
     FEATURES_SET,

@@ -20,20 +20,9 @@ from control.runs.checks import ERROR, NODE, OK, WARNING, Finding, Sight
 from control.runs.fit import Origins, check_fit
 from control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
-from tests.fakes import FakeSlurm, invoke
+from tests.fakes import FakeSlurm, invoke, partition
 
 FAKE_RUN = REPO / "examples" / "fake-server.toml"
-LINE = ("PartitionName={name} Default={default} MaxNodes={max_nodes} MaxTime={max_time} "
-        "MaxCPUsPerNode=UNLIMITED Nodes=node[1-2] State={state} TotalCPUs=16 "
-        "TotalNodes={total} MaxMemPerNode={max_mem} AllowAccounts={accounts} AllowQos=ALL "
-        "TRES=cpu=16,mem=8G,node=2,gres/gpu=8\n")
-
-
-def partition(name: str = "debug", default: str = "YES", max_nodes: str = "UNLIMITED",
-              max_time: str = "UNLIMITED", state: str = "UP", total: int = 2,
-              max_mem: str = "UNLIMITED", accounts: str = "ALL") -> str:
-    return LINE.format(name=name, default=default, max_nodes=max_nodes, max_time=max_time,
-                       state=state, total=total, max_mem=max_mem, accounts=accounts)
 
 
 def cluster(partitions: str, nodes: str = "node1|8|4096|gpu:4|idle\n"

@@ -14,18 +14,14 @@ import pytest
 
 from agent_stdlib.candidate import CandidateError, build_manifest, verify_files
 from agent_stdlib.contracts import (
-    GenerateSpec,
-    Plan,
-    ResourceSpec,
-    RuntimeSpec,
     WinnerRecord,
     sha256_bytes,
 )
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
 from control.errors import Conflict
-from control.planning.planner import split_records
 from control.runs.merge import files_sha256, merge_run, verify_jsonl
+from tests.fakes import make_plan_for
 
 # ----------------------------------------------------------------------------- build_manifest
 
@@ -195,28 +191,6 @@ def test_verify_replaced_by_symlink(candidate: Path, tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- merge
-
-
-def make_plan_for(records: int, count: int, run_id: str = "r-20240101-000000-abcdef") -> Plan:
-    from agent_stdlib.contracts import DeploymentSpec
-
-    return Plan(
-        run_id=run_id, name="r", total_records=records,
-        shards=tuple(split_records(records, count, None)),
-        deployments=(DeploymentSpec(
-            alias="tiny", engine="openai", model="m", served_name="m",
-            command=("python3", "serve.py", "--port", "{port}"), env={}, gpus_per_replica=0,
-            replicas=1, startup_timeout_s=60.0, readiness_path="/health",
-            max_queued_requests=64),),
-        client=GenerateSpec(model="tiny", prompt_template="{index}", system_prompt=None,
-                            max_tokens=8, temperature=0.0, concurrency=1, max_retries=0,
-                            request_timeout_s=10.0),
-        resources=ResourceSpec(partition=None, account=None, qos=None, time_limit="10",
-                               nodes=1, gpus=0, gpu_request="gres", cpus=1, mem_mb=1024),
-        runtime=RuntimeSpec(launcher="srun", python="/usr/bin/python3", port_base=20000,
-                            env_allow=(), step_mem_mb=512, grace_s=5.0),
-        max_attempts=3,
-    )
 
 
 def build_run(root: Path, records: int = 5, count: int = 3,

@@ -27,7 +27,7 @@ from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
 from control.errors import Conflict
 from control.runs.merge import merge_run
-from tests.unit.control.runs.test_merge import make_plan_for
+from tests.fakes import make_plan_for
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

@@ -21,8 +21,7 @@ from control.planning.planner import config_path
 from control.runs.modelinfo import read_facts
 from control.runs.plan import resolve as resolve_plan
 from tests.conftest import REPO
-from tests.fakes import QUICKSTART, RUN_ID, Shard, make_run
-from tests.unit.control.benchmark.test_analyze import fill, template_line
+from tests.fakes import QUICKSTART, RUN_ID, Shard, fill, make_run, template_line
 
 
 def resolve(*args: Any, **kwargs: Any) -> Any:
