@@ -11,9 +11,9 @@ side in one run.
   of the answer's conversation, per-record affinity with the load bound.
 
 Both sides use the same proxy and generator flow as ``benchmarks/prefix_cache.py`` (its
-``side``), client concurrency fixed at 2 x the slots, fresh replicas (cold caches) for
-each side. Reported per side: records/s (records over the generator's wall time), the
-prefix-cache hit rate per replica from llama.cpp's ``/metrics``
+``side``), client concurrency fixed at 2 x the slots (``--concurrency``), fresh replicas
+(cold caches) for each side. Reported per side: records/s (records over the generator's
+wall time), the prefix-cache hit rate per replica from llama.cpp's ``/metrics``
 (``prompt_tokens_cached_total / (prompt_tokens_total + prompt_tokens_cached_total)``),
 affinity hits / load-bound fallbacks from the proxy, and for ``after`` the figures the
 generator published in ``progress.json`` (``aliases.gen.cache``, what ``status --shard N``
@@ -159,7 +159,7 @@ def run_side(name: str, tree: Path, workdir: Path, args: argparse.Namespace,
     plan = folder / "plan.json"
     prefix_cache.WORKLOADS["grounded"] = grounded  # this module's recipe
     plan_file(plan, "grounded", name == "after", args.records, seeds,
-              2 * args.replicas * args.slots)
+              args.concurrency or 2 * args.replicas * args.slots)
     engines = LlamaEngines(folder, args, args.replicas)
     try:
         # --max-queued: the proxy samples each replica's /metrics (its hit ratio), as
@@ -188,6 +188,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per replica")
     parser.add_argument("--words", type=int, default=300, help="words per seed document")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--concurrency", type=int, default=0,
+                        help="client concurrency (default: 2 x the slots of all replicas)")
     args = parser.parse_args(argv)
     if not (SERVING / "model.gguf").exists():
         raise SystemExit(f"no llama.cpp serving environment at {SERVING}")
