@@ -596,6 +596,23 @@ class ReadinessRecord(Record):
 
 
 @dataclass(frozen=True)
+class CacheProgress:
+    """Prefix-cache reuse and affinity routing for one alias (issue 30), for ``progress.json``.
+
+    ``prompt_tokens_cached`` counts the prompt tokens the engine answered from its prefix
+    cache (llama.cpp ``timings.cache_n``, OpenAI ``usage.prompt_tokens_details``); the
+    ``affinity_*`` counters and ``replica_hit_rate`` (replica URL -> the engine's own
+    prefix-cache hit ratio, vLLM/SGLang ``/metrics``) are sampled from the proxy's
+    ``/metrics``, over the proxy's lifetime.
+    """
+
+    prompt_tokens_cached: int = 0
+    affinity_hits: int = 0  # keyed requests the proxy sent to their key's home replica
+    affinity_fallbacks: int = 0  # keyed requests whose home was over the load bound
+    replica_hit_rate: Dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class AliasProgress:
     """The generator's traffic to one model alias, for ``progress.json``."""
 
@@ -605,6 +622,7 @@ class AliasProgress:
     errors: Dict[str, int] = field(default_factory=dict)  # kind ("429", "5xx", ...) -> count
     concurrency: int = 0  # the current limit of requests in flight
     in_flight: int = 0
+    cache: CacheProgress = field(default_factory=CacheProgress)  # issue 30's reuse figures
 
 
 @dataclass(frozen=True)

@@ -171,15 +171,17 @@ class Engines:
 
 
 def side(tree: Path, workdir: Path, plan: Path, engines: Engines,
-         records: int) -> Dict[str, Any]:
-    """Run one side's proxy and generator against ``engines``; its figures."""
+         records: int, proxy_args: Tuple[str, ...] = ()) -> Dict[str, Any]:
+    """Run one side's proxy and generator against ``engines``; its figures
+    (``proxy_args``: more flags for the proxy)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(tree),
            "HOME": str(workdir)}
     port_file = workdir / "proxy.port"
     port_file.unlink(missing_ok=True)
     proxy = subprocess.Popen(
         [sys.executable, "-m", "agent_stdlib", "proxy", "--port-file", str(port_file)]
-        + [a for url in engines.urls for a in ("--backend", url)], cwd=tree, env=env,
+        + [a for url in engines.urls for a in ("--backend", url)] + list(proxy_args),
+        cwd=tree, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while not port_file.exists():

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from agent_stdlib.client.cachestats import ProxySampler
 from agent_stdlib.client.concurrency import Limiter
 from agent_stdlib.client.http import Endpoint
 from agent_stdlib.client.output import Output, Resumed
@@ -204,6 +205,10 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
     aliases = {a: Alias(Endpoint(endpoints[a], api_key), lim, AliasCounters(lim))
                for a, lim in limits.items()}
     shard.progress.aliases = {a: x.counters for a, x in aliases.items()}
+    if not preview:  # the proxy's affinity counters (issue 30); preview talks to engines
+        for alias_name, alias in aliases.items():
+            alias.counters.sampler = ProxySampler(endpoints[alias_name])
+            alias.counters.sampler.start()
     seeds = SeedRows(spec.seed_data, spec.seed) if spec.seed_data is not None else None
     engine = Engine(recipe, spec.seed, "keep" if preview else spec.on_error,
                     spec.max_retries, spec.request_timeout_s, aliases, seeds)
@@ -224,6 +229,9 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
         written = drive(producer, resumed.next_index)
     finally:
         shard.output.close()
+        for alias in aliases.values():
+            if alias.counters.sampler is not None:
+                alias.counters.sampler.stop()
         shard.progress.tick(force=True)
         for alias in aliases.values():
             alias.endpoint.close()

@@ -14,6 +14,7 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Deque, Dict, Optional, Tuple
 
+from agent_stdlib.client.cachestats import ProxySampler, cache_view
 from agent_stdlib.client.concurrency import Limiter
 from agent_stdlib.contracts import AliasProgress, ProgressRecord
 from agent_stdlib.statefile import write_json_atomic
@@ -28,21 +29,25 @@ class AliasCounters:
 
     def __init__(self, limiter: Limiter) -> None:
         self.limiter = limiter
-        self.requests = self.tokens_in = self.tokens_out = 0
+        self.requests = self.tokens_in = self.tokens_out = self.cached = 0
         self.errors: Counter = Counter()
+        self.sampler: Optional[ProxySampler] = None  # the proxy's affinity counters
 
-    def answered(self, usage: Dict[str, object]) -> None:
-        """Count one answered request and the tokens it reports."""
+    def answered(self, usage: Dict[str, object], cached: int = 0) -> None:
+        """Count one answered request, the tokens it reports and its ``cached`` prompt
+        tokens (``cachestats.cached_tokens``)."""
         self.requests += 1
         self.tokens_in += _count(usage.get("prompt_tokens"))
         self.tokens_out += _count(usage.get("completion_tokens"))
+        self.cached += cached
 
     def view(self) -> AliasProgress:
         """The alias's figures as a progress record part."""
         return AliasProgress(requests=self.requests, tokens_in=self.tokens_in,
                              tokens_out=self.tokens_out, errors=dict(self.errors),
                              concurrency=self.limiter.current,
-                             in_flight=self.limiter.in_flight)
+                             in_flight=self.limiter.in_flight,
+                             cache=cache_view(self.cached, self.sampler))
 
 
 def _count(value: object) -> int:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from agent_stdlib.client.cachestats import cached_tokens
 from agent_stdlib.client.concurrency import Limiter
 from agent_stdlib.client.http import Endpoint, HttpError, Reply
 from agent_stdlib.client.llm import InvalidOutput, parse_answer, request_body
@@ -285,7 +286,8 @@ class Engine:
         try:
             data = json.loads(reply.body)
             usage = data.get("usage") if isinstance(data, dict) else None
-            alias.counters.answered(usage if isinstance(usage, dict) else {})
+            alias.counters.answered(usage if isinstance(usage, dict) else {},
+                                    cached_tokens(data))
             value, meta = parse_answer(column.kind, column.params, data)
         except (ValueError, InvalidOutput) as err:
             return "invalid_output", f"invalid answer: {err}", None

@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 QUEUE_METRICS = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs")
 PREFIX_CACHE_METRICS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
+# llama.cpp (--metrics): tokens evaluated, and tokens taken from a slot's cache
+LLAMACPP_CACHE_METRICS = ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total")
 # Headers that never cross the proxy (hop-by-hop, or set by the proxy itself).
 HOP_BY_HOP = frozenset(
     {
@@ -348,8 +350,13 @@ def parse_queue_metric(text: str) -> Optional[float]:
 def parse_prefix_cache(text: str) -> Optional[Tuple[float, float]]:
     """(queries, hits) of an engine's prefix cache, in tokens (vLLM's
     ``vllm:prefix_cache_queries_total`` and ``_hits_total``, summed over labels); None
-    when the exposition has no such counters."""
-    sums = _sums(text, PREFIX_CACHE_METRICS)
+    when the exposition has no such counters. llama.cpp's: queries are the tokens it
+    evaluated plus those it took from a slot's cache (``llamacpp:prompt_tokens_total``,
+    ``llamacpp:prompt_tokens_cached_total``)."""
+    sums = _sums(text, PREFIX_CACHE_METRICS + LLAMACPP_CACHE_METRICS)
+    if LLAMACPP_CACHE_METRICS[1] in sums:
+        cached = sums[LLAMACPP_CACHE_METRICS[1]]
+        return sums.get(LLAMACPP_CACHE_METRICS[0], 0.0) + cached, cached
     if PREFIX_CACHE_METRICS[0] not in sums:
         return None
     return sums[PREFIX_CACHE_METRICS[0]], sums.get(PREFIX_CACHE_METRICS[1], 0.0)

@@ -6,6 +6,8 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+from control.runs.cachestats import cache_line
+
 Status = Dict[str, Any]
 
 LIST_LIMIT = 50  # list every shard up to this many; beyond, failures and counts only
@@ -194,6 +196,7 @@ def shard_text(detail: Dict[str, Any]) -> str:
              f"{row['job_id'] or '-'}"]
     if row.get("reason"):
         lines.append(f"reason: {row['reason']}")
+    lines.extend(filter(None, (cache_line(a, f) for a, f in (row.get("aliases") or {}).items())))
     if detail.get("log"):
         tail = detail.get("log_tail") or []
         lines.append(f"log: {detail['log']}" + (f" (last {len(tail)} lines)" if tail else

@@ -36,6 +36,7 @@ from agent_stdlib.statefile import StateError
 from control.errors import MAX_REASON, SchedulerUnavailable, one_line
 from control.runs import normalize as norm
 from control.runs import settled
+from control.runs.cachestats import add_cache
 from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
 from control.runs.store import (
     Expected,
@@ -620,6 +621,8 @@ def alias_totals(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
                 if key == "errors":
                     for kind, count in value.items():
                         total["errors"][kind] = total["errors"].get(kind, 0) + count
+                elif key == "cache":
+                    total["cache"] = add_cache(total.get("cache"), value)
                 else:
                     total[key] = total.get(key, 0) + value
     return dict(sorted(totals.items()))

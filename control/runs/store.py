@@ -27,6 +27,7 @@ from agent_stdlib.arrays import ArrayError, is_job_id, task_finder, task_job_id
 from agent_stdlib.layout import FIRST_ATTEMPT, RunLayout, run_dir, runs_root, shard_name
 from agent_stdlib.statefile import StateError, load_record, open_state_file
 from control.errors import InvalidInput, NotFound
+from control.runs.cachestats import cache_figures
 
 if TYPE_CHECKING:  # the contract classes cost ~11 ms to import; status needs them only to
     # verify winners (``_winner``)
@@ -323,6 +324,9 @@ def _aliases(data: Dict[str, Any], path: str) -> Optional[Dict[str, Dict[str, An
             raise StateError(f"{path}: field 'aliases.{alias}.errors' has the wrong type")
         out[str(alias)] = {**{k: _field(figures, k, (int,), path) for k in ALIAS_FIELDS},
                            "errors": {str(k): v for k, v in errors.items()}}
+        cache = cache_figures(figures, str(alias), path)  # issue 30: reuse and affinity
+        if cache is not None:
+            out[str(alias)]["cache"] = cache
     return out
 
 

@@ -135,3 +135,10 @@ def test_a_key_is_shed_like_any_request_when_every_backend_is_over_its_queue_lim
         b.sample_ok_at, b.sampled_waiting = NOW, waiting
     assert r.pick_affine(b"k", 0, NOW, stats) is None  # 429, as without a key
     assert stats.affinity_fallbacks_total == 1
+
+
+def test_parse_prefix_cache_reads_llamacpps_cached_tokens() -> None:
+    # as llama-server --metrics prints them (xllamacpp, SmolLM2): evaluated and cached
+    text = ("# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 1195\n"
+            "llamacpp:prompt_tokens_cached_total 1179\nllamacpp:tokens_predicted_total 8\n")
+    assert parse_prefix_cache(text) == (2374.0, 1179.0)
