@@ -458,7 +458,8 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
             "shards": [c.to_dict() for c in done.submitted],
             "submissions": done.submissions,
             "exhausted": [selection.exhausted[s] for s in sorted(selection.exhausted)],
-            "skipped": [selection.skipped[s] for s in sorted(selection.skipped)]}
+            "skipped": [selection.skipped[s] for s in sorted(selection.skipped)],
+            "over_limit": [selection.over_limit[s] for s in sorted(selection.over_limit)]}
 
 
 def runs(profile: ProfileRef = None) -> List[RunSummary]:
