@@ -189,6 +189,10 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
                                     {s.index: 1 for s in staged.plan.shards}, implied=True,
                                     withdraw=True)
+    from control.runs.autoround import start  # issue 34: attempts 2..N with no one around
+    start(staged.layout, ready.resolved.profile, sched, staged.plan.run_id,
+          [r.job_id for r in records if r.job_id], staged.plan.max_attempts,
+          ready.resolved.config is None or ready.resolved.config.auto_retry)
     return _submitted(ready, staged, records, scheduler)
 
 

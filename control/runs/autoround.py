@@ -4,7 +4,7 @@ submit the successor round while anything can still change (rules: ``autoretry``
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, List, Mapping, Optional
+from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence
 
 from control.runs import normalize as norm
 from control.runs.autoretry import (
@@ -50,3 +50,17 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler,
             record_pending(layout, None, number - 1, ())
     return decision
 
+
+
+def start(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_id: str,
+          job_ids: Sequence[str], max_attempts: int, enabled: bool) -> Optional[str]:
+    """After submit: the first round job, after the run's arrays; None when there is none.
+
+    None when automatic retries are off, when one attempt is all the run allows, or on a
+    backend whose scheduler submits no plain jobs (the local backend, for now).
+    """
+    if not enabled or max_attempts < 2 or not job_ids or \
+            not hasattr(scheduler, "submit_job"):
+        return None
+    with RetryLock(layout):
+        return submit_round(layout, profile, scheduler, run_id, list(job_ids), 1)

@@ -129,3 +129,17 @@ def test_a_damaged_round_record_reads_as_none(tmp_path: Path) -> None:
 def test_the_round_entry_point_names_its_usage(argv: List[str], capsys) -> None:
     assert autoround.main(argv) == 2
     assert "usage: python -m control.cli.autoround" in capsys.readouterr().err
+
+
+def test_submit_starts_one_round_after_the_arrays_unless_turned_off(tmp_path: Path) -> None:
+    from control.runs.autoround import start
+
+    layout = make_run(tmp_path, [Shard("submitted")])
+    q = Queue()
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], 3, enabled=False) is None
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], 1, enabled=True) is None
+    assert q.submitted == []
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], 3, enabled=True) == "701"
+    assert "--dependency=afterany:500" in q.submitted[0]
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], 3, enabled=True) is None
+    assert len(q.submitted) == 1
