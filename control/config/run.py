@@ -60,7 +60,7 @@ class RunConfig(Strict):
     max_attempts: int = Field(default=3, ge=1, le=100)
     # attempts 2..max_attempts by a small CPU-only round job (docs/retry.md "Automatic
     # retries"); false: only `retry` run by hand
-    auto_retry: bool = True
+    auto_retry: bool = False
     resume: Literal["auto", "always", "never"] = "auto"
     output_format: Literal["jsonl"] = "jsonl"
 
