@@ -317,6 +317,10 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
     summary["pending_reasons"] = reasons(fresh.fresh)
     summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
                                ended=fresh.ended_at, job_ids=fresh.job_ids)
+    from control.runs.autoretry import round_now  # issue 34: the pending automatic round
+    from control.runs.store import load_plan
+    summary["auto_retry"] = round_now(layout, sched, fresh.rows,
+                                      load_plan(layout).max_attempts)
     return fresh
 
 

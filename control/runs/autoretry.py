@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from agent_stdlib.layout import RunLayout
 from agent_stdlib.statefile import (
@@ -187,6 +187,23 @@ def record_pending(layout: RunLayout, job_id: Optional[str], number: int,
 def _queued(scheduler: Scheduler, job_id: str) -> bool:
     return any(row.state in norm.RUNNING_ROWS or row.state == "PENDING"
                for row in scheduler.queue([job_id]))
+
+
+def round_now(layout: RunLayout, scheduler: Scheduler,
+              rows: Callable[[], Sequence[Mapping[str, object]]],
+              max_attempts: int) -> Optional[Dict[str, object]]:
+    """The pending round job as ``status`` shows it (None: none queued or running).
+
+    ``rows``: the status rows (``index``, ``state``, ``attempt``), read only when a round
+    is pending, for the story ``runs`` tells ("retrying (attempt 2 of 3)").
+    """
+    pending = load_pending(layout)
+    if not pending or not _queued(scheduler, str(pending["job_id"])):
+        return None
+    shards = [ShardNow(int(r["index"]), str(r["state"]),  # type: ignore[call-overload]
+                       r.get("attempt")) for r in rows()]  # type: ignore[arg-type]
+    return {"job_id": pending["job_id"], "round": pending.get("round"),
+            "story": story(shards, max_attempts, True)}
 
 
 def submit_round(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_id: str,
