@@ -22,7 +22,7 @@ import pytest
 from agent_stdlib.attempts import load_attempt
 from agent_stdlib.layout import RunLayout
 from control.runs import autoretry
-from tests.integration.runs import cli_json, crash_wrapper, wait_until, write_profile
+from tests.integration.runs import cli_json, crash_wrapper, invoke, wait_until, write_profile
 
 pytestmark = pytest.mark.slurm
 
@@ -48,8 +48,11 @@ def test_a_failed_shard_is_retried_by_the_cluster_alone(slurm_cluster, tmp_path:
     run_id = cli_json("submit", str(run), "--profile", str(profile))["run_id"]
     layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
     assert autoretry.load_pending(layout) is not None  # the first round waits for the array
-    wait_until("every shard won", lambda: all(layout.winner_json(s).exists()
-                                              for s in range(SHARDS)), timeout_s=300)
+    # `wait` alone: the run looks failed after attempt 1, but the pending round keeps it
+    # waiting until the round's attempt 2 has won
+    waited = invoke("wait", run_id, "--json", "--timeout", "300", "--profile", str(profile))
+    assert waited.exit_code == 0, waited.output
+    assert all(layout.winner_json(s).exists() for s in range(SHARDS))
     first = load_attempt(layout.attempt(CRASHING, 1).attempt_json)
     second = load_attempt(layout.attempt(CRASHING, 2).attempt_json)
     assert first.state == "failed" and second.state == "succeeded"
