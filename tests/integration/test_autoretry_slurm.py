@@ -77,3 +77,29 @@ def test_a_failed_shard_is_retried_by_the_cluster_alone(slurm_cluster, tmp_path:
     assert counts and max(counts.values()) == 1  # attempt 2 resumed: nothing asked twice
     status = cli_json("status", run_id, "--profile", str(profile))
     assert status["state"] == "succeeded"
+
+
+def test_a_shard_that_always_fails_ends_failed_after_exactly_max_attempts(
+        slurm_cluster, tmp_path: Path) -> None:
+    from tests.conftest import FAKE_SERVER
+
+    profile = write_profile(tmp_path, sys.executable)
+    command = ["{python}", str(FAKE_SERVER), "--host", "{host}", "--port", "{port}",
+               "--model", "{served_name}", "--token-latency", "0.01", "--exit-after", "2"]
+    run = tmp_path / "run.toml"
+    run.write_text(
+        "schema_version = 1\nname = \"always\"\nmax_attempts = 3\nauto_retry = true\n"
+        "records = 8\n[shards]\ncount = 1\n"
+        '[client]\nmodel = "tiny"\nprompt_template = "Describe item {index}."\n'
+        "max_tokens = 8\ntemperature = 0.0\nconcurrency = 1\nmax_retries = 1\n"
+        f'[[deployments]]\nalias = "tiny"\nmodel = "fake-{secrets.token_hex(4)}"\n'
+        f"command = {json.dumps(command)}\ngpus = 1\nstartup_timeout_s = 60\n")
+    run_id = cli_json("submit", str(run), "--profile", str(profile))["run_id"]
+    layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
+    waited = invoke("wait", run_id, "--json", "--timeout", "400", "--profile", str(profile))
+    assert waited.exit_code == 6, waited.output  # failed, once the last round is over
+    assert json.JSONDecoder().raw_decode(waited.output)[0]["auto_retry"] is None
+    for number in (1, 2, 3):
+        assert load_attempt(layout.attempt(0, number).attempt_json).state == "failed"
+    assert not layout.attempt(0, 4).root.exists()
+    assert autoretry.load_pending(layout) is None
