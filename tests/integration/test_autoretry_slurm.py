@@ -103,3 +103,38 @@ def test_a_shard_that_always_fails_ends_failed_after_exactly_max_attempts(
         assert load_attempt(layout.attempt(0, number).attempt_json).state == "failed"
     assert not layout.attempt(0, 4).root.exists()
     assert autoretry.load_pending(layout) is None
+
+
+def test_cancel_with_a_round_pending_submits_nothing_further(slurm_cluster,
+                                                            tmp_path: Path) -> None:
+    from tests.conftest import FAKE_SERVER
+
+    profile = write_profile(tmp_path, sys.executable)
+    command = ["{python}", str(FAKE_SERVER), "--host", "{host}", "--port", "{port}",
+               "--model", "{served_name}", "--token-latency", "0.5"]
+    run = tmp_path / "run.toml"
+    run.write_text(
+        "schema_version = 1\nname = \"cancel\"\nmax_attempts = 3\nauto_retry = true\n"
+        "records = 40\n[shards]\ncount = 2\n"
+        '[client]\nmodel = "tiny"\nprompt_template = "Describe item {index}."\n'
+        "max_tokens = 8\ntemperature = 0.0\nconcurrency = 1\nmax_retries = 1\n"
+        f'[[deployments]]\nalias = "tiny"\nmodel = "fake-{secrets.token_hex(4)}"\n'
+        f"command = {json.dumps(command)}\ngpus = 1\nstartup_timeout_s = 60\n")
+    run_id = cli_json("submit", str(run), "--profile", str(profile))["run_id"]
+    layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
+    pending = autoretry.load_pending(layout)
+    assert pending is not None
+    cancelled = cli_json("cancel", run_id, "--profile", str(profile))
+    assert pending["job_id"] in cancelled["scancelled"]
+    name = autoretry.round_job_name(run_id)
+
+    def no_round() -> bool:
+        out = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True,
+                             text=True, check=True).stdout
+        return not out.strip()
+
+    wait_until("the round job gone", no_round, timeout_s=60)
+    waited = invoke("wait", run_id, "--json", "--timeout", "120", "--profile", str(profile))
+    assert waited.exit_code == 7, waited.output  # cancelled
+    assert sorted(p.name for p in layout.submissions.glob("*.json")) == ["0001.json"]
+    assert not any(layout.attempt(s, 2).root.exists() for s in range(2))
