@@ -189,6 +189,10 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
                                     {s.index: 1 for s in staged.plan.shards}, implied=True,
                                     withdraw=True)
+    from control.runs.autoround import start  # issue 34: attempts 2..N with no one around
+    start(staged.layout, ready.resolved.profile, sched, staged.plan.run_id,
+          [r.job_id for r in records if r.job_id], staged.plan.max_attempts,
+          ready.resolved.config is None or ready.resolved.config.auto_retry)
     return _submitted(ready, staged, records, scheduler)
 
 
@@ -313,6 +317,10 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
     summary["pending_reasons"] = reasons(fresh.fresh)
     summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
                                ended=fresh.ended_at, job_ids=fresh.job_ids)
+    from control.runs.autoretry import round_now  # issue 34: the pending automatic round
+    from control.runs.store import load_plan
+    summary["auto_retry"] = round_now(layout, sched, fresh.rows,
+                                      load_plan(layout).max_attempts)
     return fresh
 
 
@@ -458,7 +466,8 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
             "shards": [c.to_dict() for c in done.submitted],
             "submissions": done.submissions,
             "exhausted": [selection.exhausted[s] for s in sorted(selection.exhausted)],
-            "skipped": [selection.skipped[s] for s in sorted(selection.skipped)]}
+            "skipped": [selection.skipped[s] for s in sorted(selection.skipped)],
+            "over_limit": [selection.over_limit[s] for s in sorted(selection.over_limit)]}
 
 
 def runs(profile: ProfileRef = None) -> List[RunSummary]:

@@ -128,7 +128,11 @@ def write_readiness(path: Path, shard: int, attempt: int, execution: int, state:
 
 # Flags each command may carry; a value flag consumes the next argv word.
 FLAGS: Dict[str, Dict[str, bool]] = {
-    "sbatch": {"--parsable": False, "--hold": False, "--array": True, "--job-name": True},
+    "sbatch": {"--parsable": False, "--hold": False, "--array": True, "--job-name": True,
+               # the automatic retry round's job (control/runs/autoretry.py)
+               **{f: True for f in ("--cpus-per-task", "--mem", "--time", "--output",
+                                    "--kill-on-invalid-dep", "--dependency", "--partition",
+                                    "--account")}},
     "scontrol": {"-o": False},
     "sacctmgr": {"-n": False, "-P": False},
     "scancel": {},

@@ -28,6 +28,7 @@ def describe(data: Dict[str, Any]) -> str:
         lines.append(f"  submission {sub['number']}: job {sub['job_id']} "
                      f"({len(sub['shards'])} shard(s))")
     lines.extend(f"  not retried: {why}" for why in data["exhausted"] + data["skipped"])
+    lines.extend(f"  past the limit: {why}" for why in data.get("over_limit", ()))
     return "\n".join(lines)
 
 

@@ -58,6 +58,9 @@ class RunConfig(Strict):
     deployments: List[Deployment] = Field(min_length=1, max_length=32)
     resources: Resources = Resources()
     max_attempts: int = Field(default=3, ge=1, le=100)
+    # attempts 2..max_attempts by a small CPU-only round job (docs/retry.md "Automatic
+    # retries"); false: only `retry` run by hand
+    auto_retry: bool = False
     resume: Literal["auto", "always", "never"] = "auto"
     output_format: Literal["jsonl"] = "jsonl"
 

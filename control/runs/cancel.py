@@ -24,7 +24,7 @@ from control.errors import (
     SchedulerUnavailable,
     SchedulerUncertain,
 )
-from control.runs import settled
+from control.runs import autoretry, settled
 from control.runs.ledger import carried_out, pending_cancels, record_cancel
 from control.runs.store import (
     ShardView,
@@ -102,6 +102,8 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
     settled.forget(layout, plan.run_id, len(plan.shard_records), [v.index for v in views])
     jobs = {v.attempt.job_id for v in views if v.attempt and v.attempt.job_id}
     targets = scancel_targets(layout, plan.arrays, jobs)
+    if not shards:  # the whole run: its pending automatic round too (issue 34)
+        targets += [j for j in autoretry.pending_job_ids(layout) if j not in targets]
     record = record_cancel(layout, selected, targets) if views else None
     try:
         scheduler.cancel(targets)

@@ -93,6 +93,7 @@ class Selection:
     refused: Dict[int, str] = field(default_factory=dict)  # named shards that cannot be retried
     exhausted: Dict[int, str] = field(default_factory=dict)  # --auto: max_attempts reached
     skipped: Dict[int, str] = field(default_factory=dict)  # damaged records: not considered
+    over_limit: Dict[int, str] = field(default_factory=dict)  # manual: past max_attempts
 
 
 # shard -> (state, reason, attempt number) as the status refresh before the lock said
@@ -225,8 +226,16 @@ def _decide(layout: RunLayout, plan: Plan, shard: int, named: bool, policy: str,
         selection.exhausted[shard] = (f"shard {shard}: {number} of {plan.max_attempts} "
                                       "attempts used")
         return
+    if number >= plan.max_attempts:  # a manual retry may go past it, but says so
+        selection.over_limit[shard] = past_limit(shard, number + 1, plan.max_attempts)
     source, kept = resume_source(layout, plan, shard, numbers, policy)
     selection.choices.append(Choice(shard, number + 1, number, source, kept))
+
+
+def past_limit(shard: int, attempt: int, max_attempts: int) -> str:
+    """The one wording of a manual retry that goes past the run's ``max_attempts``."""
+    return (f"shard {shard}: attempt {attempt} goes past max_attempts = {max_attempts} "
+            "(a manual retry is not bounded by it)")
 
 
 def select(layout: RunLayout, plan: Plan, shards: Sequence[int] = (), policy: str = "auto",

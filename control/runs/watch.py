@@ -84,6 +84,8 @@ def stuck(snapshot: Snapshot) -> List[Dict[str, Any]]:
 def finished(snapshot: Snapshot) -> bool:
     """True once the run can no longer change by itself (over, never committed, or
     ``stuck``)."""
+    if snapshot.get("auto_retry"):  # a round job will submit more attempts (issue 34)
+        return False
     return snapshot.get("state") in FINAL or snapshot.get("state") == "uncommitted" \
         or bool(stuck(snapshot))
 

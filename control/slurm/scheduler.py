@@ -156,6 +156,14 @@ class Scheduler:
         except ParseError as err:
             raise SchedulerUncertain(f"{err} (the job may exist)") from err
 
+    def submit_job(self, argv: Sequence[str]) -> str:
+        """``sbatch ARGV`` (with ``--parsable``) of one plain job; return its job id."""
+        result = self._checked("sbatch", *argv)
+        try:
+            return parse_sbatch_id(result.stdout)
+        except ParseError as err:
+            raise SchedulerUncertain(f"{err} (the job may exist)") from err
+
     def release(self, job_id: str) -> None:
         """``scontrol release JOB`` (all tasks of an array)."""
         self._checked("scontrol", "release", *job_ids_only([job_id]))

@@ -160,6 +160,25 @@ def test_auto_takes_failed_only_and_stops_at_max_attempts(tmp_path: Path,
     assert [c.shard for c in select(staged.layout, staged.plan).choices] == [0, 1]
 
 
+def test_a_manual_retry_past_max_attempts_says_so(tmp_path: Path, agent_pyz: Path) -> None:
+    # issue 34: a manual retry went to attempt 3 with max_attempts = 2 without a word
+    staged, profile = _run(tmp_path, agent_pyz, shards=2, max_attempts=2)
+    _end(staged, 0, 1, states.FAILED)
+    _end(staged, 1, 1, states.FAILED)
+    assert select(staged.layout, staged.plan).over_limit == {}  # attempt 2 is within
+    retry_run(staged.layout, profile, Scheduler(runner=SbatchRecorder()), shards=[0])
+    _end(staged, 0, 2, states.FAILED)
+    selection = select(staged.layout, staged.plan)
+    assert [(c.shard, c.attempt) for c in selection.choices] == [(0, 3), (1, 2)]
+    assert selection.over_limit == {
+        0: "shard 0: attempt 3 goes past max_attempts = 2 (a manual retry is not bounded by it)"}
+    from control.cli.retry import describe
+    text = describe({"shards": [c.to_dict() for c in selection.choices], "submissions": [],
+                     "exhausted": [], "skipped": [],
+                     "over_limit": list(selection.over_limit.values())})
+    assert "past the limit: shard 0: attempt 3 goes past max_attempts = 2" in text
+
+
 def test_requeues_do_not_count_as_attempts(tmp_path: Path, agent_pyz: Path) -> None:
     staged, _ = _run(tmp_path, agent_pyz, shards=1, max_attempts=2)
     path = staged.layout.attempt(0, 1).attempt_json

@@ -1,0 +1,41 @@
+"""The automatic retry round's entry point, run inside its CPU-only Slurm job.
+
+``python -m control.cli.autoround --workspace WORKSPACE RUN_ID`` (the script
+``control.runs.autoretry.render_script`` writes): one round, then exit. Not a user command.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from control.runs import autoround
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m control.cli.autoround --workspace W RUN_ID``: one round, in the job."""
+    from control.runs.store import run_layout
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 3 or args[0] != "--workspace":
+        print("usage: python -m control.cli.autoround --workspace WORKSPACE RUN_ID",
+              file=sys.stderr)
+        return 2
+    workspace, run_id = args[1], args[2]
+    from control.api import scheduler_for
+    from control.config.loader import load_model
+    from control.config.profile import Profile
+
+    layout = run_layout(Path(workspace), run_id)
+    profile = load_model(layout.inputs / "profile.toml", Profile)  # the run's own profile
+    profile = profile.model_copy(update={"workspace": workspace})
+    decision = autoround.run_round(layout, profile, scheduler_for(profile))  # type: ignore[arg-type]
+    print(f"round of run {run_id}: retried {list(decision.retry)}, waiting "
+          f"{list(decision.waiting)}, exhausted {list(decision.exhausted)}, "
+          f"{'over' if decision.over else 'next round submitted'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""Automatic next attempts: one small CPU-only Slurm job per round, no login-node process.
+
+A *round* is what ``retry --auto`` does, run by a job Slurm starts after the run's jobs end
+(``--dependency=afterany:<jobs>``): it refreshes status, submits attempt N+1 of the failed
+shards below ``max_attempts`` (through ``retry_run``, so under the run's retry lock: a manual
+retry and the round converge on one submission), then submits its own successor after the
+jobs it just submitted, while anything can still change. When the run is over it submits
+nothing (or, when asked, the merge job; docs/retry.md "Automatic retries").
+
+Pure rules first (``decide``, ``story``, ``render_script``, ``sbatch_argv``), then the I/O
+edges (``load_pending``, ``record_pending``, ``run_round``). The record of the pending round
+job is ``<run>/auto/round.json`` (temp + fsync + rename); it is written under the retry lock
+(the existing one, no new lock), which keeps at most one round job per run: a round that
+finds a recorded job still queued or running submits no second one.
+
+Where the round's Python comes from: the control plane's own interpreter
+(``sys.executable`` at submit time), which must be visible on the compute nodes (a shared
+filesystem); ``python_visible`` is the plan-time check of that.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from agent_stdlib.layout import RunLayout
+from agent_stdlib.statefile import (
+    StateError,
+    ensure_dir,
+    read_json,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+from control.runs import normalize as norm
+
+if TYPE_CHECKING:
+    from control.config.profile import Profile
+    from control.slurm.scheduler import Scheduler
+
+ROUND_DIR = "auto"
+ROUND_RECORD = "round.json"
+ROUND_SCRIPT = "round.sbatch"
+ROUND_TIME = "00:05:00"  # a round is one status refresh and at most two sbatch calls
+ROUND_MEM = "512M"
+RETRYABLE = frozenset({norm.FAILED, norm.LOST})  # cancelled shards were a person's decision
+
+
+@dataclass(frozen=True)
+class ShardNow:
+    """One shard as the status refresh before a round saw it."""
+
+    index: int
+    state: str
+    attempt: Optional[int]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one round does, from the shards alone (no I/O)."""
+
+    retry: Tuple[int, ...]  # failed shards below max_attempts: attempt N+1 now
+    waiting: Tuple[int, ...]  # shards that have not ended: a later round judges them
+    exhausted: Tuple[int, ...]  # failed with every attempt used
+    over: bool  # nothing can change any more: no successor
+    merge: bool  # the run is over and its merge should be submitted now
+
+    @property
+    def successor(self) -> bool:
+        """A round job follows this one while anything can still change."""
+        return not self.over
+
+
+def decide(shards: Sequence[ShardNow], max_attempts: int, merge_wanted: bool = False,
+           allow_partial: bool = False) -> Decision:
+    """The round's decision: which shards get attempt N+1, whether the run is over.
+
+    A shard that has not ended keeps the run going (its outcome is judged by a later round);
+    a failed (or lost) shard whose latest attempt is below ``max_attempts`` is retried;
+    cancelled shards are never retried automatically. The merge is due once the run is over
+    and every shard succeeded, or with ``allow_partial`` once it is over at all.
+    """
+    retry, waiting, exhausted = [], [], []
+    for shard in shards:
+        if shard.state not in norm.FINAL:
+            waiting.append(shard.index)
+        elif shard.state in RETRYABLE:
+            (retry if (shard.attempt or 0) < max_attempts else exhausted).append(shard.index)
+    over = not retry and not waiting
+    complete = all(s.state == norm.SUCCEEDED for s in shards)
+    merge = over and merge_wanted and (complete or allow_partial)
+    return Decision(tuple(retry), tuple(waiting), tuple(exhausted), over, merge)
+
+
+def story(shards: Sequence[ShardNow], max_attempts: int, round_pending: bool) -> Optional[str]:
+    """What ``runs`` shows while an automatic retry is under way, else None.
+
+    ``retrying (attempt 2 of 3)``: the highest attempt a failed-then-retried shard is on.
+    """
+    if not round_pending:
+        return None
+    attempts = [s.attempt or 1 for s in shards if s.state not in norm.FINAL or
+                (s.state in RETRYABLE and (s.attempt or 0) < max_attempts)]
+    retried = [a for a in attempts if a > 1]
+    if not retried:
+        return "automatic retry pending" if any(
+            s.state in RETRYABLE for s in shards) else None
+    return f"retrying (attempt {max(retried)} of {max_attempts})"
+
+
+def render_script(python: str, run_id: str, workspace: str) -> str:
+    """The round job's batch script: ``exec`` of the control plane's Python (quoted)."""
+    argv = [python, "-m", "control.cli.autoround", "--workspace", workspace, run_id]
+    return "#!/bin/bash\nset -eu\nexec " + " ".join(shlex.quote(a) for a in argv) + "\n"
+
+
+def round_job_name(run_id: str) -> str:
+    """The round job's name (not the array's: status never mistakes it for a shard)."""
+    return f"synthbatch-auto-{run_id}"
+
+
+def sbatch_argv(script: Path, run_id: str, after: Sequence[str], log: Path,
+                partition: Optional[str] = None, account: Optional[str] = None,
+                time_limit: str = ROUND_TIME) -> List[str]:
+    """``sbatch`` arguments of one round: one CPU, no GPU, a few minutes, after ``after``."""
+    argv = ["--parsable", f"--job-name={round_job_name(run_id)}", "--cpus-per-task=1",
+            f"--mem={ROUND_MEM}", f"--time={time_limit}", "--kill-on-invalid-dep=yes",
+            f"--output={log}"]
+    if after:
+        argv.append("--dependency=afterany:" + ":".join(after))
+    if partition:
+        argv.append(f"--partition={partition}")
+    if account:
+        argv.append(f"--account={account}")
+    return argv + [str(script)]
+
+
+def python_visible(python: str, shared_roots: Sequence[str]) -> Optional[str]:
+    """Why ``python`` cannot run a round on a compute node, or None (the plan-time check)."""
+    path = Path(python)
+    if not path.is_absolute() or not os.access(path, os.X_OK):
+        return f"the control plane's Python {python!r} is not an executable absolute path"
+    if shared_roots and not any(str(path).startswith(root.rstrip("/") + "/")
+                                for root in shared_roots):
+        return (f"the control plane's Python {python} is not under a shared filesystem "
+                f"({', '.join(shared_roots)}): the round job could not start it")
+    return None
+
+
+# ----------------------------------------------------------------------------- I/O edges
+
+
+def record_path(layout: RunLayout) -> Path:
+    """``<run>/auto/round.json``: the pending round job of the run."""
+    return layout.root / ROUND_DIR / ROUND_RECORD
+
+
+def load_pending(layout: RunLayout) -> Optional[Dict[str, object]]:
+    """The recorded round job (``job_id``, ``round``, ``after``), or None (damage: None)."""
+    try:
+        data = read_json(record_path(layout))
+    except (StateError, OSError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("job_id"), str):
+        return None
+    return data
+
+
+def pending_job_ids(layout: RunLayout) -> List[str]:
+    """The round job ``cancel`` must scancel too (nothing further is submitted after it)."""
+    pending = load_pending(layout)
+    return [str(pending["job_id"])] if pending and pending.get("job_id") else []
+
+
+def record_pending(layout: RunLayout, job_id: Optional[str], number: int,
+                   after: Sequence[str]) -> None:
+    """Write the round record (``job_id`` None: no round is pending any more)."""
+    ensure_dir(record_path(layout).parent)
+    write_json_atomic(record_path(layout), {"job_id": job_id, "round": number,
+                                            "after": list(after), "at": time.time()})
+
+
+def _queued(scheduler: Scheduler, job_id: str) -> bool:
+    return any(row.state in norm.RUNNING_ROWS or row.state == "PENDING"
+               for row in scheduler.queue([job_id]))
+
+
+def round_now(layout: RunLayout, scheduler: Scheduler,
+              rows: Callable[[], Sequence[Mapping[str, object]]],
+              max_attempts: int) -> Optional[Dict[str, object]]:
+    """The pending round job as ``status`` shows it (None: none queued or running).
+
+    ``rows``: the status rows (``index``, ``state``, ``attempt``), read only when a round
+    is pending, for the story ``runs`` tells ("retrying (attempt 2 of 3)").
+    """
+    pending = load_pending(layout)
+    if not pending or not _queued(scheduler, str(pending["job_id"])):
+        return None
+    shards = [ShardNow(int(r["index"]), str(r["state"]),  # type: ignore[call-overload]
+                       r.get("attempt")) for r in rows()]  # type: ignore[arg-type]
+    return {"job_id": pending["job_id"], "round": pending.get("round"),
+            "story": story(shards, max_attempts, True)}
+
+
+def submit_round(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_id: str,
+                 after: Sequence[str], number: int, python: Optional[str] = None,
+                 own_job: Optional[str] = None) -> Optional[str]:
+    """Submit round ``number`` after ``after``; None when another round job is pending.
+
+    The caller holds the run's retry lock: a recorded round job that is still queued (and
+    is not the caller itself) means there is one already, and none is added.
+    """
+    pending = load_pending(layout)
+    if pending and pending.get("job_id") and pending["job_id"] != own_job \
+            and _queued(scheduler, str(pending["job_id"])):
+        return None
+    folder = ensure_dir(layout.root / ROUND_DIR)
+    script = folder / ROUND_SCRIPT
+    write_bytes_atomic(script, render_script(python or sys.executable, run_id,
+                                             str(profile.workspace)).encode(), mode=0o700)
+    argv = sbatch_argv(script, run_id, after, folder / f"round-{number:04d}.out",
+                       profile.partition, profile.account)
+    job_id = scheduler.submit_job(argv)
+    record_pending(layout, job_id, number, after)
+    return job_id

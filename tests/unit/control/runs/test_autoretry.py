@@ -1,0 +1,162 @@
+"""Automatic retries (issue 34): the round's rules, one round job per run, cancel stops it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import List, Sequence
+
+import pytest
+
+from control.cli import autoround
+from control.runs import autoretry
+from control.runs.autoretry import ShardNow, decide, render_script, sbatch_argv, story
+from control.runs.cancel import cancel_run
+from control.slurm.scheduler import Scheduler
+from tests.fakes import FakeSlurm, Shard, make_run
+
+S, F, C, R = "succeeded", "failed", "cancelled", "running"
+
+
+def _shards(*pairs: tuple) -> List[ShardNow]:
+    return [ShardNow(i, state, attempt) for i, (state, attempt) in enumerate(pairs)]
+
+
+def test_failed_shards_below_the_limit_are_retried_and_the_run_goes_on() -> None:
+    d = decide(_shards((S, 1), (F, 1), (R, 1), (F, 2)), max_attempts=3)
+    assert (d.retry, d.waiting, d.exhausted, d.over, d.successor) == ((1, 3), (2,), (), False,
+                                                                      True)
+
+
+def test_a_shard_that_always_fails_stops_after_exactly_max_attempts() -> None:
+    d = decide(_shards((S, 1), (F, 3)), max_attempts=3)
+    assert (d.retry, d.exhausted, d.over, d.successor, d.merge) == ((), (1,), True, False,
+                                                                    False)
+
+
+def test_cancelled_shards_are_never_retried_automatically() -> None:
+    d = decide(_shards((C, 1), (C, 1)), max_attempts=3)
+    assert d.retry == () and d.over and not d.successor
+
+
+def test_merge_is_due_once_every_shard_won_or_with_allow_partial() -> None:
+    assert decide(_shards((S, 1), (S, 3)), 3, merge_wanted=True).merge
+    assert not decide(_shards((S, 1), (R, 2)), 3, merge_wanted=True).merge
+    assert not decide(_shards((S, 1), (F, 3)), 3, merge_wanted=True).merge
+    assert decide(_shards((S, 1), (F, 3)), 3, merge_wanted=True, allow_partial=True).merge
+    assert not decide(_shards((S, 1), (S, 1)), 3, merge_wanted=False).merge
+
+
+def test_runs_tells_the_story_while_a_round_is_pending() -> None:
+    assert story(_shards((S, 1), (R, 2)), 3, round_pending=True) == \
+        "retrying (attempt 2 of 3)"
+    assert story(_shards((S, 1), (F, 1)), 3, round_pending=True) == "automatic retry pending"
+    assert story(_shards((S, 1), (R, 2)), 3, round_pending=False) is None
+
+
+def test_the_round_script_quotes_every_word() -> None:
+    text = render_script("/opt/py env/bin/python", "run-1", "/ws; rm -rf ~")
+    assert text.splitlines()[-1] == ("exec '/opt/py env/bin/python' -m control.cli.autoround "
+                                     "--workspace '/ws; rm -rf ~' run-1")
+
+
+def test_the_round_job_is_cpu_only_small_and_after_the_jobs(tmp_path: Path) -> None:
+    argv = sbatch_argv(tmp_path / "round.sbatch", "run-1", ["901", "902"],
+                       tmp_path / "round.out", partition="cpu")
+    assert "--dependency=afterany:901:902" in argv and "--cpus-per-task=1" in argv
+    assert "--time=00:05:00" in argv and "--partition=cpu" in argv
+    assert not any("gres" in a or "gpu" in a for a in argv)
+    assert argv[-1] == str(tmp_path / "round.sbatch")
+
+
+class Queue:
+    """A scheduler double: ``submit_job`` numbers jobs; ``queue`` says which still wait."""
+
+    def __init__(self) -> None:
+        self.submitted: List[List[str]] = []
+        self.alive: set = set()
+
+    def submit_job(self, argv: Sequence[str]) -> str:
+        self.submitted.append(list(argv))
+        job = str(700 + len(self.submitted))
+        self.alive.add(job)
+        return job
+
+    def queue(self, job_ids: Sequence[str]) -> list:
+        return [SimpleNamespace(state="PENDING") for j in job_ids if j in self.alive]
+
+
+def _profile(tmp_path: Path) -> SimpleNamespace:
+    return SimpleNamespace(workspace=str(tmp_path), partition=None, account=None)
+
+
+def test_never_more_than_one_round_job_per_run(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    q = Queue()
+    first = autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["500"], 1)
+    assert first == "701"
+    # a manual round (or a second one racing) while 701 is still queued adds nothing
+    assert autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["500"], 2) is None
+    # the round job itself submits its successor
+    assert autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["800"], 2,
+                                  own_job="701") == "702"
+    q.alive.clear()
+    assert autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["900"], 3) == "703"
+    assert len(q.submitted) == 3
+    assert autoretry.load_pending(layout)["job_id"] == "703"
+
+
+def test_cancel_of_the_run_cancels_its_pending_round(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    autoretry.record_pending(layout, "777", 1, ["500"])
+    fake = FakeSlurm()
+    fake.on("scancel")
+    fake.on("squeue", stdout="500_0|CANCELLED|None\n")
+    cancel_run(layout, Scheduler(runner=fake), [], 0)
+    assert [c for c in fake.calls if c[0] == "scancel"] == [["scancel", "500", "777"]]
+
+
+def test_a_damaged_round_record_reads_as_none(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    path = autoretry.record_path(layout)
+    path.parent.mkdir(mode=0o700)
+    path.write_text("{not json")
+    path.chmod(0o600)
+    assert autoretry.load_pending(layout) is None and autoretry.pending_job_ids(layout) == []
+
+
+@pytest.mark.parametrize("argv", [[], ["run-1"], ["--ws", "w", "run-1"]])
+def test_the_round_entry_point_names_its_usage(argv: List[str], capsys) -> None:
+    assert autoround.main(argv) == 2
+    assert "usage: python -m control.cli.autoround" in capsys.readouterr().err
+
+
+def test_submit_starts_one_round_after_the_arrays_unless_turned_off(tmp_path: Path) -> None:
+    from control.runs.autoround import start
+
+    layout = make_run(tmp_path, [Shard("submitted")])
+    q = Queue()
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], 3, enabled=False) is None
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], 1, enabled=True) is None
+    assert q.submitted == []
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], 3, enabled=True) == "701"
+    assert "--dependency=afterany:500" in q.submitted[0]
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], 3, enabled=True) is None
+    assert len(q.submitted) == 1
+
+
+def test_status_shows_the_pending_round_and_wait_keeps_waiting(tmp_path: Path) -> None:
+    from control.runs.watch import finished
+
+    layout = make_run(tmp_path, [Shard("failed")])
+    q = Queue()
+    rows = lambda: [{"index": 0, "state": "running", "attempt": 2}]  # noqa: E731
+    assert autoretry.round_now(layout, q, rows, 3) is None
+    autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["500"], 1)
+    shown = autoretry.round_now(layout, q, rows, 3)
+    assert shown == {"job_id": "701", "round": 1, "story": "retrying (attempt 2 of 3)"}
+    # the shards alone look over (failed); a pending round keeps wait waiting
+    assert finished({"state": "failed", "auto_retry": None})
+    assert not finished({"state": "failed", "auto_retry": shown})
+    q.alive.clear()  # the round ended
+    assert autoretry.round_now(layout, q, rows, 3) is None
