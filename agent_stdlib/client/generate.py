@@ -42,6 +42,7 @@ from agent_stdlib.client.output import Output, Resumed
 from agent_stdlib.client.progress import AliasCounters, Progress
 from agent_stdlib.client.recipe import Recipe, RecipeError, compile_recipe
 from agent_stdlib.client.records import Alias, Engine, GenerateError, Outcome
+from agent_stdlib.client.reuse import Cells
 from agent_stdlib.client.seeds import SeedRows
 from agent_stdlib.contracts import ContractError, Plan
 from agent_stdlib.recipe.seeds import SeedError
@@ -194,9 +195,10 @@ def stop_on_signals() -> threading.Event:
 
 def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
               stop: Optional[threading.Event] = None, preview: bool = False,
-              api_key: Optional[str] = None) -> int:
+              api_key: Optional[str] = None, reuse: Optional[Cells] = None) -> int:
     """Produce ``shard``; returns the records it now holds (``shard.count`` unless
-    stopped). Raises GenerateError, RecipeError, SeedError."""
+    stopped); ``reuse``: cells of earlier runs (issue 31). Raises GenerateError,
+    RecipeError, SeedError."""
     recipe = compile_recipe(plan, set(endpoints) if preview else None)
     spec = plan.client
     assert spec is not None
@@ -206,7 +208,7 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
     shard.progress.aliases = {a: x.counters for a, x in aliases.items()}
     seeds = SeedRows(spec.seed_data, spec.seed) if spec.seed_data is not None else None
     engine = Engine(recipe, spec.seed, "keep" if preview else spec.on_error,
-                    spec.max_retries, spec.request_timeout_s, aliases, seeds)
+                    spec.max_retries, spec.request_timeout_s, aliases, seeds, reuse)
     resumed = Resumed(shard.offset) if preview else shard.output.resume()
     shard.progress.start_at(resumed.records + resumed.dropped, resumed.dropped,
                             resumed.tokens)
