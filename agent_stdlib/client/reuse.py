@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 Cell = Tuple[str, Any, Dict[str, Any]]  # request digest, value, meta
 
@@ -58,3 +58,21 @@ class Cells:
             return None
         self.reused += 1
         return cell[1], dict(cell[2])
+
+
+def run_files(run_dir: Path) -> List[Path]:
+    """The record files of a reused run, one attempt per shard: the winner's when the
+    shard has one, else its latest attempt's (a partially finished run gives what it
+    has). A damaged winner record falls back to the latest attempt."""
+    files: List[Path] = []
+    for shard in sorted((run_dir / "shards").glob("shard-*")):
+        attempts = sorted((shard / "attempts").glob("attempt-*"))
+        chosen = attempts[-1] if attempts else None
+        try:
+            won = json.loads((shard / "winner.json").read_text())["attempt"]
+            chosen = shard / "attempts" / f"attempt-{int(won):04d}"
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if chosen is not None:
+            files += sorted((chosen / "output").glob("records-*.jsonl"))
+    return files

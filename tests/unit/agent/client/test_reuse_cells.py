@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from agent_stdlib.client.generate import Shard, run_shard
 from agent_stdlib.client.output import Output
 from agent_stdlib.client.progress import Progress
-from agent_stdlib.client.reuse import Cells
+from agent_stdlib.client.reuse import Cells, run_files
 from agent_stdlib.contracts import ColumnSpec, Plan
 from agent_stdlib.resume import KeptRecords
 from fixtures.fake_openai_server import serve_in_thread
@@ -97,3 +97,15 @@ def test_damaged_and_out_of_range_lines_are_skipped(tmp_path: Path) -> None:
     assert cells.take(3, "a", "sha256:2") is None
     assert cells.take(3, "a", "sha256:1") == ("x", {"request_digest": "sha256:1",
                                                     "reused_from": "r"})
+
+
+def test_run_files_takes_the_winner_else_the_latest_attempt(tmp_path: Path) -> None:
+    for shard, attempts in (("shard-00000", (1, 2)), ("shard-00001", (1, 2))):
+        for n in attempts:
+            out = tmp_path / "shards" / shard / "attempts" / f"attempt-{n:04d}" / "output"
+            out.mkdir(parents=True)
+            (out / "records-000000000000.jsonl").write_text("")
+    (tmp_path / "shards" / "shard-00000" / "winner.json").write_text('{"attempt": 1}')
+    got = [p.relative_to(tmp_path / "shards").parts[:3] for p in run_files(tmp_path)]
+    assert got == [("shard-00000", "attempts", "attempt-0001"),
+                   ("shard-00001", "attempts", "attempt-0002")]
