@@ -169,13 +169,14 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
            time_limit: Optional[str] = None, reservation: Optional[str] = None,
            gpus: Optional[int] = None, deadline_hours: Optional[float] = None,
            pilot: Optional[str] = None, checks: bool = True, run_id: Optional[str] = None,
-           shards: Optional[Sequence[ShardSpec]] = None) -> Run:
+           shards: Optional[Sequence[ShardSpec]] = None, reuse: Sequence[str] = ()) -> Run:
     """Plan, check, stage, commit and submit a run; return its :class:`Run` handle.
 
     Refuses (InvalidInput, nothing written) what ``plan``'s checks call an error; their
     warnings are kept in ``run.json`` and on the handle. ``checks=False`` skips the
     login-node checks (submits what Slurm accepts, e.g. for a partition about to grow).
     ``run_id`` and ``shards``: a benchmark case's deterministic id and sized points.
+    ``reuse``: earlier runs of the workspace whose LLM cells the run takes (issue 31).
     A run Slurm refuses (SchedulerRejected, exit 2) is not kept: no run is left behind.
     """
     from control.runs import submit as submitting
@@ -185,6 +186,11 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
     ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
+    if reuse:
+        from control.runs.reuse import with_reuse
+
+        ready = ready._replace(resolved=with_reuse(ready.resolved, Path(prof.workspace),
+                                                   reuse))
     staged = _staged(ready, prof)
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
                                     {s.index: 1 for s in staged.plan.shards}, implied=True,

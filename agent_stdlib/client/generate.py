@@ -45,6 +45,7 @@ from agent_stdlib.client.records import Alias, Engine, GenerateError, Outcome
 from agent_stdlib.client.reuse import Cells, run_files
 from agent_stdlib.client.seeds import SeedRows
 from agent_stdlib.contracts import ContractError, Plan
+from agent_stdlib.recipe.reuse import model_identity
 from agent_stdlib.recipe.seeds import SeedError
 from agent_stdlib.recipe.sizing import bounds
 from agent_stdlib.resume import KeptRecords, scan_kept
@@ -208,7 +209,8 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
     shard.progress.aliases = {a: x.counters for a, x in aliases.items()}
     seeds = SeedRows(spec.seed_data, spec.seed) if spec.seed_data is not None else None
     engine = Engine(recipe, spec.seed, "keep" if preview else spec.on_error,
-                    spec.max_retries, spec.request_timeout_s, aliases, seeds, reuse)
+                    spec.max_retries, spec.request_timeout_s, aliases, seeds, reuse,
+                    {d.alias: model_identity(d) for d in plan.deployments})
     resumed = Resumed(shard.offset) if preview else shard.output.resume()
     shard.progress.start_at(resumed.records + resumed.dropped, resumed.dropped,
                             resumed.tokens)

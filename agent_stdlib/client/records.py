@@ -114,9 +114,11 @@ class Engine:
 
     def __init__(self, recipe: Recipe, seed: int, on_error: str, max_retries: int,
                  timeout_s: float, aliases: Dict[str, Alias],
-                 seeds: Optional[SeedRows] = None, reuse: Optional[Cells] = None) -> None:
+                 seeds: Optional[SeedRows] = None, reuse: Optional[Cells] = None,
+                 identities: Optional[Dict[str, Dict[str, Any]]] = None) -> None:
         self.recipe, self.seed, self.on_error = recipe, seed, on_error
         self.reuse = reuse  # cells of reused runs (issue 31), None: generate every cell
+        self.identities = identities or {}  # alias -> model identity (recipe.reuse)
         self.max_retries, self.timeout_s = max_retries, timeout_s
         self.aliases, self.seeds = aliases, seeds
         self._names = {c.name for c in recipe.columns}
@@ -235,7 +237,8 @@ class Engine:
     async def _cell(self, column: Column, index: int, values: Dict[str, Any],
                     rec: Open) -> Tuple[Any, Dict[str, Any]]:
         body = self._body(column, values, rec)
-        digest = request_digest({"served_name": column.served}, body)
+        digest = request_digest(self.identities.get(column.alias,
+                                                    {"served_name": column.served}), body)
         kept = (self.reuse.take(index, column.name, digest)
                 if self.reuse and column.name not in self.recipe.continued else None)
         if kept is not None:

@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from agent_stdlib.contracts import DeploymentSpec
 from agent_stdlib.recipe.columns import LLM, Node
 
 DIGEST_VERSION = 1
@@ -63,6 +64,15 @@ def definition_digests(nodes: Sequence[Node], inputs: Sequence[Sequence[str]],
     for i in range(len(nodes)):
         visit(i, [])
     return {node.name: done[node.name] for node in nodes}
+
+
+def model_identity(deployment: DeploymentSpec) -> Dict[str, Any]:
+    """What of a deployment can change an answer: engine, model, served name, image
+    digest and the engine's argv (its host and port placeholders are not filled in)."""
+    box = deployment.container
+    return {"engine": deployment.engine, "model": deployment.model,
+            "served_name": deployment.served_name, "command": list(deployment.command),
+            "image_digest": box.sha256 if box is not None else None}
 
 
 def request_digest(model: Mapping[str, Any], body: Mapping[str, Any]) -> str:
