@@ -126,23 +126,33 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
          *, partition: Optional[str] = None, account: Optional[str] = None,
          qos: Optional[str] = None, time_limit: Optional[str] = None,
          reservation: Optional[str] = None, gpus: Optional[int] = None,
-         deadline_hours: Optional[float] = None, pilot: Optional[str] = None) -> PlanResult:
+         deadline_hours: Optional[float] = None, pilot: Optional[str] = None,
+         reuse: Sequence[str] = ()) -> PlanResult:
     """Dry run: validate and resolve the run, check what this login node can see (paths,
     programs, images, secrets, the partition's nodes), render the batch script; submit
     nothing. ``partition`` ... ``reservation`` override the profile (``time_limit`` the
     run's too), as ``-p/-A/-q/-t/--reservation`` do; ``gpus`` is the automatic layout's
     budget (``--gpus``, the run's ``resources.gpus``), ``deadline_hours`` and ``pilot`` its
-    deadline and measured pilot (``--deadline``, ``--pilot``)."""
+    deadline and measured pilot (``--deadline``, ``--pilot``); ``reuse``: earlier runs
+    whose matching columns the summary names (issue 31)."""
     from control.benchmark.pilot import read_pilot
     from control.runs.plan import dry_run
+    from control.runs.reuse import summary_lines
 
     sched = scheduler or scheduler_for(_profile(profile))
     size, unavailable = _max_array_size(sched)
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
-    return PlanResult.from_dict(dry_run(Path(run_file), profile_ref(profile),
-                                        max_array_size=size, overrides=over, scheduler=sched,
-                                        unavailable=unavailable, read_pilot=read_pilot))
+    data = dry_run(Path(run_file), profile_ref(profile), max_array_size=size, overrides=over,
+                   scheduler=sched, unavailable=unavailable, read_pilot=read_pilot)
+    if reuse:
+        from agent_stdlib.contracts import Plan
+
+        lines = summary_lines(Plan.from_dict(data["plan"]),
+                              Path(_profile(profile).workspace), list(reuse))
+        data["summary"] = data["summary"].rstrip("\n") + "\n" + "".join(
+            f"{x}\n" for x in lines)
+    return PlanResult.from_dict(data)
 
 
 def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
