@@ -196,11 +196,9 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
     ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
-    if reuse:
-        from control.runs.reuse import with_reuse
+    from control.runs.reuse import with_reuse  # the run file's reuse and --reuse (issue 31)
 
-        ready = ready._replace(resolved=with_reuse(ready.resolved, Path(prof.workspace),
-                                                   reuse))
+    ready = ready._replace(resolved=with_reuse(ready.resolved, Path(prof.workspace), reuse))
     staged = _staged(ready, prof)
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
                                     {s.index: 1 for s in staged.plan.shards}, implied=True,

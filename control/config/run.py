@@ -60,6 +60,7 @@ class RunConfig(Strict):
     max_attempts: int = Field(default=3, ge=1, le=100)
     resume: Literal["auto", "always", "never"] = "auto"
     output_format: Literal["jsonl"] = "jsonl"
+    reuse: List[str] = Field(default_factory=list, max_length=32)  # run ids (issue 31)
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:

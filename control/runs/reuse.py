@@ -50,9 +50,17 @@ def comparison(plan: Plan, earlier: Sequence[Plan]) -> Comparison:
     return compare(nodes, digests(plan), [digests(p) for p in earlier])
 
 
-def with_reuse(resolved: Resolved, workspace: Path, run_ids: Sequence[str]) -> Resolved:
+def run_ids_of(resolved: Resolved, extra: Sequence[str]) -> List[str]:
+    """The run file's ``reuse = [...]`` then ``--reuse`` ones, each once."""
+    named = list(resolved.config.reuse) if resolved.config is not None else []
+    return list(dict.fromkeys(named + list(extra)))
+
+
+def with_reuse(resolved: Resolved, workspace: Path, extra: Sequence[str]) -> Resolved:
     """``resolved`` whose plan's ``client.reuse`` names the reused runs' directories
-    (checked by :func:`reused_runs`), its bytes and digest made again."""
+    (the run file's ``reuse`` and ``extra``, checked by :func:`reused_runs`), its bytes
+    and digest made again."""
+    run_ids = run_ids_of(resolved, extra)
     if not run_ids:
         return resolved
     plan = resolved.plan

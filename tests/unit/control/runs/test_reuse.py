@@ -53,3 +53,15 @@ def test_the_plan_carries_the_reused_runs_through_its_contract() -> None:
     with_reuse = plan.replace(client=dataclasses.replace(plan.client,
                                                          reuse={"old": "/w/runs/old"}))
     assert Plan.from_dict(with_reuse.to_dict()).client.reuse == {"old": "/w/runs/old"}
+
+
+def test_the_run_files_reuse_comes_first_and_each_run_once(tmp_path: Path) -> None:
+    from control.runs.reuse import run_ids_of
+
+    class Config:
+        reuse = ["a", "b"]
+
+    class Resolved:
+        config = Config()
+
+    assert run_ids_of(Resolved(), ["b", "c"]) == ["a", "b", "c"]  # type: ignore[arg-type]
