@@ -372,4 +372,7 @@ def main(argv: List[str]) -> int:
     if args.preview is None:
         print(f"generate: wrote {shard.count} records to {shard.output.records_path}",
               file=sys.stderr, flush=True)
+    if cells is not None:
+        print(f"generate: reused {cells.reused} cells of earlier runs", file=sys.stderr,
+              flush=True)
     return 0
