@@ -331,6 +331,7 @@ class GenerateSpec:
     seed_data: Optional[SeedDataSpec] = None
     container: Optional[ContainerSpec] = None  # a client image the generator runs in
     context: Optional[str] = None  # recipe-level context template, first in LLM requests
+    reuse: Dict[str, str] = field(default_factory=dict)  # run id -> run dir (issue 31)
 
 
 @dataclass(frozen=True)

@@ -126,23 +126,33 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
          *, partition: Optional[str] = None, account: Optional[str] = None,
          qos: Optional[str] = None, time_limit: Optional[str] = None,
          reservation: Optional[str] = None, gpus: Optional[int] = None,
-         deadline_hours: Optional[float] = None, pilot: Optional[str] = None) -> PlanResult:
+         deadline_hours: Optional[float] = None, pilot: Optional[str] = None,
+         reuse: Sequence[str] = ()) -> PlanResult:
     """Dry run: validate and resolve the run, check what this login node can see (paths,
     programs, images, secrets, the partition's nodes), render the batch script; submit
     nothing. ``partition`` ... ``reservation`` override the profile (``time_limit`` the
     run's too), as ``-p/-A/-q/-t/--reservation`` do; ``gpus`` is the automatic layout's
     budget (``--gpus``, the run's ``resources.gpus``), ``deadline_hours`` and ``pilot`` its
-    deadline and measured pilot (``--deadline``, ``--pilot``)."""
+    deadline and measured pilot (``--deadline``, ``--pilot``); ``reuse``: earlier runs
+    whose matching columns the summary names (issue 31)."""
     from control.benchmark.pilot import read_pilot
     from control.runs.plan import dry_run
+    from control.runs.reuse import summary_lines
 
     sched = scheduler or scheduler_for(_profile(profile))
     size, unavailable = _max_array_size(sched)
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
-    return PlanResult.from_dict(dry_run(Path(run_file), profile_ref(profile),
-                                        max_array_size=size, overrides=over, scheduler=sched,
-                                        unavailable=unavailable, read_pilot=read_pilot))
+    data = dry_run(Path(run_file), profile_ref(profile), max_array_size=size, overrides=over,
+                   scheduler=sched, unavailable=unavailable, read_pilot=read_pilot)
+    if reuse:
+        from agent_stdlib.contracts import Plan
+
+        lines = summary_lines(Plan.from_dict(data["plan"]),
+                              Path(_profile(profile).workspace), list(reuse))
+        data["summary"] = data["summary"].rstrip("\n") + "\n" + "".join(
+            f"{x}\n" for x in lines)
+    return PlanResult.from_dict(data)
 
 
 def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
@@ -169,13 +179,14 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
            time_limit: Optional[str] = None, reservation: Optional[str] = None,
            gpus: Optional[int] = None, deadline_hours: Optional[float] = None,
            pilot: Optional[str] = None, checks: bool = True, run_id: Optional[str] = None,
-           shards: Optional[Sequence[ShardSpec]] = None) -> Run:
+           shards: Optional[Sequence[ShardSpec]] = None, reuse: Sequence[str] = ()) -> Run:
     """Plan, check, stage, commit and submit a run; return its :class:`Run` handle.
 
     Refuses (InvalidInput, nothing written) what ``plan``'s checks call an error; their
     warnings are kept in ``run.json`` and on the handle. ``checks=False`` skips the
     login-node checks (submits what Slurm accepts, e.g. for a partition about to grow).
     ``run_id`` and ``shards``: a benchmark case's deterministic id and sized points.
+    ``reuse``: earlier runs of the workspace whose LLM cells the run takes (issue 31).
     A run Slurm refuses (SchedulerRejected, exit 2) is not kept: no run is left behind.
     """
     from control.runs import submit as submitting
@@ -185,6 +196,9 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
     ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
+    from control.runs.reuse import with_reuse  # the run file's reuse and --reuse (issue 31)
+
+    ready = ready._replace(resolved=with_reuse(ready.resolved, Path(prof.workspace), reuse))
     staged = _staged(ready, prof)
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
                                     {s.index: 1 for s in staged.plan.shards}, implied=True,

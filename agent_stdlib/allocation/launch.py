@@ -315,6 +315,8 @@ def client_launch(plan: Plan, paths: ClientPaths, endpoints: Mapping[str, str],
         seed = plan.client.seed_data
         if seed is not None and box is not None and box.runtime != "none":
             argv += ["--seed-data", in_container(seed.path, box, "client: seed data")]
+        for run_id, folder in sorted(plan.client.reuse.items()):  # issue 31
+            argv += ["--reuse", f"{run_id}={in_container(folder, box, 'client: reuse')}"]
         return _step(plan, "client", argv, contract, ambient, box, 0, relative)
     spec = plan.client_command or plan.client_data_designer
     assert spec is not None  # the Plan contract holds exactly one client

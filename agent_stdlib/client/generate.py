@@ -43,8 +43,10 @@ from agent_stdlib.client.output import Output, Resumed
 from agent_stdlib.client.progress import AliasCounters, Progress
 from agent_stdlib.client.recipe import Recipe, RecipeError, compile_recipe
 from agent_stdlib.client.records import Alias, Engine, GenerateError, Outcome
+from agent_stdlib.client.reuse import Cells, run_files
 from agent_stdlib.client.seeds import SeedRows
 from agent_stdlib.contracts import ContractError, Plan
+from agent_stdlib.recipe.reuse import model_identity
 from agent_stdlib.recipe.seeds import SeedError
 from agent_stdlib.recipe.sizing import bounds
 from agent_stdlib.resume import KeptRecords, scan_kept
@@ -195,9 +197,10 @@ def stop_on_signals() -> threading.Event:
 
 def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
               stop: Optional[threading.Event] = None, preview: bool = False,
-              api_key: Optional[str] = None) -> int:
+              api_key: Optional[str] = None, reuse: Optional[Cells] = None) -> int:
     """Produce ``shard``; returns the records it now holds (``shard.count`` unless
-    stopped). Raises GenerateError, RecipeError, SeedError."""
+    stopped); ``reuse``: cells of earlier runs (issue 31). Raises GenerateError,
+    RecipeError, SeedError."""
     recipe = compile_recipe(plan, set(endpoints) if preview else None)
     spec = plan.client
     assert spec is not None
@@ -211,7 +214,8 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
             alias.counters.sampler.start()
     seeds = SeedRows(spec.seed_data, spec.seed) if spec.seed_data is not None else None
     engine = Engine(recipe, spec.seed, "keep" if preview else spec.on_error,
-                    spec.max_retries, spec.request_timeout_s, aliases, seeds)
+                    spec.max_retries, spec.request_timeout_s, aliases, seeds, reuse,
+                    {d.alias: model_identity(d) for d in plan.deployments})
     resumed = Resumed(shard.offset) if preview else shard.output.resume()
     shard.progress.start_at(resumed.records + resumed.dropped, resumed.dropped,
                             resumed.tokens)
@@ -311,6 +315,23 @@ def _shard_from_env(count: Optional[int]) -> Shard:
                  Progress(Path(progress_env) if progress_env else None, count), kept)
 
 
+def reused_cells(sources: List[str], first: int, count: int) -> Optional[Cells]:
+    """The cells of ``RUN_ID=DIR`` runs for records ``first..first+count-1`` (None: no
+    reuse); ValueError names a source that is malformed or not a run directory."""
+    if not sources:
+        return None
+    cells = Cells()
+    for source in sources:
+        run_id, _, folder = source.partition("=")
+        if not run_id or not folder or not (Path(folder) / "run.json").is_file():
+            raise ValueError(f"--reuse {source}: not RUN_ID=DIR of a run directory")
+        cells.add_run(run_id, run_files(Path(folder)), first, count)
+    print(f"generate: reuse: {len(cells.cells)} cells from {len(sources)} run(s)"
+          + (f", {cells.damaged} damaged lines skipped" if cells.damaged else ""),
+          file=sys.stderr, flush=True)
+    return cells
+
+
 def seed_data_at(plan: Plan, path: Optional[str]) -> Plan:
     """``plan`` with its seed data read from ``path`` (the client image's view of the
     plan's host path, given by the agent); unchanged when ``path`` is None."""
@@ -328,6 +349,8 @@ def main(argv: List[str]) -> int:
                         help="print the first N records on stdout instead")
     parser.add_argument("--seed-data", metavar="PATH",
                         help="read the seed data here (the plan's path inside a client image)")
+    parser.add_argument("--reuse", action="append", default=[], metavar="RUN_ID=DIR",
+                        help="reuse LLM cells of this earlier run (repeatable; issue 31)")
     args = parser.parse_args(argv)
     stop = stop_on_signals()
     # which interpreter runs the client (the host's, or an image's: docs/containers.md)
@@ -342,8 +365,10 @@ def main(argv: List[str]) -> int:
         recipe = compile_recipe(plan)
         endpoints = _endpoints(recipe, args.preview is not None)
         shard = _shard_from_env(args.preview)
+        cells = reused_cells(args.reuse, shard.offset, shard.count)
         written = run_shard(plan, endpoints, shard, stop, preview=args.preview is not None,
-                            api_key=os.environ.get("SYNTHBATCH_API_KEY") or None)
+                            api_key=os.environ.get("SYNTHBATCH_API_KEY") or None,
+                            reuse=cells)
     except (GenerateError, RecipeError, SeedError, ContractError, KeyError, ValueError,
             OSError) as err:
         print(f"generate: {err}", file=sys.stderr, flush=True)
@@ -355,4 +380,7 @@ def main(argv: List[str]) -> int:
     if args.preview is None:
         print(f"generate: wrote {shard.count} records to {shard.output.records_path}",
               file=sys.stderr, flush=True)
+    if cells is not None:
+        print(f"generate: reused {cells.reused} cells of earlier runs", file=sys.stderr,
+              flush=True)
     return 0

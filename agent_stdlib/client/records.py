@@ -27,9 +27,11 @@ from agent_stdlib.client.llm import InvalidOutput, parse_answer, request_body
 from agent_stdlib.client.order import DispatchOrder
 from agent_stdlib.client.progress import AliasCounters
 from agent_stdlib.client.recipe import LEGACY_COLUMN, Column, Recipe
+from agent_stdlib.client.reuse import Cells
 from agent_stdlib.client.samplers import cell_bits
 from agent_stdlib.client.seeds import SeedRows
 from agent_stdlib.errors import AgentError
+from agent_stdlib.recipe.reuse import request_digest
 from agent_stdlib.recipe.template import render
 
 CHAT = "/v1/chat/completions"
@@ -113,8 +115,11 @@ class Engine:
 
     def __init__(self, recipe: Recipe, seed: int, on_error: str, max_retries: int,
                  timeout_s: float, aliases: Dict[str, Alias],
-                 seeds: Optional[SeedRows] = None) -> None:
+                 seeds: Optional[SeedRows] = None, reuse: Optional[Cells] = None,
+                 identities: Optional[Dict[str, Dict[str, Any]]] = None) -> None:
         self.recipe, self.seed, self.on_error = recipe, seed, on_error
+        self.reuse = reuse  # cells of reused runs (issue 31), None: generate every cell
+        self.identities = identities or {}  # alias -> model identity (recipe.reuse)
         self.max_retries, self.timeout_s = max_retries, timeout_s
         self.aliases, self.seeds = aliases, seeds
         self._names = {c.name for c in recipe.columns}
@@ -190,7 +195,7 @@ class Engine:
     def _outcome(self, index: int, row: Dict[str, Any], values: Dict[str, Any],
                  meta: Dict[str, Dict[str, Any]], failure: Optional[CellFailure]) -> Outcome:
         tokens = sum(int(m.get("usage", {}).get("completion_tokens") or 0)
-                     for m in meta.values())
+                     for m in meta.values() if "reused_from" not in m)  # generated only
         if self.recipe.legacy:
             return Outcome(index, self._legacy_line(index, values, meta), tokens=tokens)
         record: Dict[str, Any] = {"index": index}
@@ -233,6 +238,12 @@ class Engine:
     async def _cell(self, column: Column, index: int, values: Dict[str, Any],
                     rec: Open) -> Tuple[Any, Dict[str, Any]]:
         body = self._body(column, values, rec)
+        digest = request_digest(self.identities.get(column.alias,
+                                                    {"served_name": column.served}), body)
+        kept = (self.reuse.take(index, column.name, digest)
+                if self.reuse and column.name not in self.recipe.continued else None)
+        if kept is not None:
+            return kept  # a continued column is generated: its raw text is not kept
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         alias = self.aliases[column.alias]
         attempts = 0
@@ -246,7 +257,7 @@ class Engine:
                 return answer, {"model": column.alias, "served_model": meta["served_model"]
                                 or column.served, "finish_reason": meta["finish_reason"],
                                 "usage": meta["usage"], "attempts": attempts + 1,
-                                "latency_ms": meta["latency_ms"]}
+                                "latency_ms": meta["latency_ms"], "request_digest": digest}
             alias.counters.errors[kind] += 1
             if kind in ("429", "503"):
                 await asyncio.sleep(wait if wait is not None else backoff(1))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
@@ -42,11 +42,13 @@ def refusal(checks: List[Dict[str, str]], what: str) -> Optional[Exception]:
 @click.command("plan")
 @click.argument("run_file", type=click.Path(path_type=Path))
 @slurm_overrides
+@click.option("--reuse", "reuse", multiple=True, metavar="RUN_ID",
+              help="Say which LLM columns this earlier run would give (repeatable).")
 @common
 def plan_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
              qos: Optional[str], time_limit: Optional[str], reservation: Optional[str],
              gpus: Optional[int], deadline_hours: Optional[float], pilot: Optional[str],
-             profile: Optional[str], as_json: bool) -> Any:
+             reuse: Tuple[str, ...], profile: Optional[str], as_json: bool) -> Any:
     """Validate and resolve RUN_FILE; check what this login node can see (paths, serving
     environments, images, secrets, whether the request fits the partition's nodes); print
     the plan summary, the checks and the batch script. Exits 2 when a check failed."""
@@ -55,7 +57,7 @@ def plan_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
 
     data = api.plan(run_file, profile, partition=partition, account=account, qos=qos,
                     time_limit=time_limit, reservation=reservation, gpus=gpus,
-                    deadline_hours=deadline_hours, pilot=pilot).to_dict()
+                    deadline_hours=deadline_hours, pilot=pilot, reuse=reuse).to_dict()
     text = "\n".join([data["summary"].rstrip(), *checks_text(data["checks"]),
                       "--- batch script ---", data["script"].rstrip("\n")])
     error = refusal(data["checks"], "check failed")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import click
 
@@ -16,12 +16,15 @@ from control.cli.wait import finish, wait_options, wait_until_over
 @slurm_overrides
 @click.option("--wait", "wait", is_flag=True,
               help="Then wait until the run ends; exit as `synthbatch wait` does.")
+@click.option("--reuse", "reuse", multiple=True, metavar="RUN_ID",
+              help="Take LLM cells whose request is identical from this earlier run "
+                   "(repeatable; docs/generator.md \"Reusing an earlier run\").")
 @wait_options
 @common
 def submit_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
                qos: Optional[str], time_limit: Optional[str], reservation: Optional[str],
                gpus: Optional[int], deadline_hours: Optional[float], pilot: Optional[str],
-               wait: bool, timeout_s: Optional[float], interval: float,
+               wait: bool, reuse: Tuple[str, ...], timeout_s: Optional[float], interval: float,
                quiet: bool, profile: Optional[str], as_json: bool) -> Any:
     """Submit RUN_FILE as one Slurm job array; print the run id.
 
@@ -37,7 +40,7 @@ def submit_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
 
     run = api.submit(run_file, profile, partition=partition, account=account, qos=qos,
                      time_limit=time_limit, reservation=reservation, gpus=gpus,
-                    deadline_hours=deadline_hours, pilot=pilot)
+                    deadline_hours=deadline_hours, pilot=pilot, reuse=reuse)
     data = run.to_dict()
     for line in data["warnings"]:
         emit_text(f"synthbatch: warning: {line}", err=True)

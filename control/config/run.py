@@ -63,6 +63,7 @@ class RunConfig(Strict):
     auto_retry: bool = False
     resume: Literal["auto", "always", "never"] = "auto"
     output_format: Literal["jsonl"] = "jsonl"
+    reuse: List[str] = Field(default_factory=list, max_length=32)  # run ids (issue 31)
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:

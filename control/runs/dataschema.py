@@ -24,7 +24,8 @@ from agent_stdlib.contracts import GenerateSpec, Plan
 STRING_KINDS = ("uuid", "datetime", "expression", "llm-text")
 META_CELL = (("model", pa.string()), ("served_model", pa.string()),
              ("finish_reason", pa.string()), ("attempts", pa.int64()),
-             ("latency_ms", pa.float64()))
+             ("latency_ms", pa.float64()), ("request_digest", pa.string()),
+             ("reused_from", pa.string()))
 LEGACY = (("index", pa.int64()), ("prompt", pa.string()), ("completion", pa.string()),
           ("finish_reason", pa.string()), ("model", pa.string()),
           ("served_model", pa.string()))

@@ -1,0 +1,113 @@
+"""Digests that decide which LLM cells an earlier run can give back (issue 31).
+
+Two rules, both pure:
+
+- :func:`definition_digests`: per column, its own definition (kind and parameters, exactly
+  as authored: whitespace in a prompt counts) plus the digests of every column it uses,
+  transitively, plus the model identity of an LLM column. The column's position in the
+  file does not count. ``plan`` compares these with a reused run's to say which columns
+  are reused and which are regenerated (:func:`compare`).
+- :func:`request_digest`: per LLM cell, the request as sent (model identity, messages,
+  sampling parameters, response format). It is stored in the cell's ``_meta`` and guards
+  what the plan cannot see (a seed file whose rows changed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from agent_stdlib.contracts import DeploymentSpec
+from agent_stdlib.recipe.columns import LLM, Node
+
+DIGEST_VERSION = 1
+
+
+def _digest(value: Any) -> str:
+    """sha256 of canonical JSON (sorted keys, no spaces): equal values, equal digests."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def definition_digests(nodes: Sequence[Node], inputs: Sequence[Sequence[str]],
+                       models: Mapping[str, Mapping[str, Any]],
+                       context: Optional[str] = None) -> Dict[str, str]:
+    """Column name -> definition digest (own definition + upstream, transitively).
+
+    ``inputs`` are the names each column uses (``columns.analyze(...).inputs``);
+    ``models`` maps a model alias to its identity (engine, model path or digest, served
+    name, image digest, the engine arguments that change outputs). Names that are no
+    column (seed fields, ``index``) enter by name only.
+    """
+    position = {node.name: i for i, node in enumerate(nodes)}
+    done: Dict[str, str] = {}
+
+    def visit(i: int, path: List[int]) -> str:
+        node = nodes[i]
+        if node.name in done:
+            return done[node.name]
+        if i in path:  # analyze rejects cycles; never loop here
+            raise ValueError(f"cycle at column {node.name!r}")
+        upstream = {name: (visit(position[name], path + [i]) if name in position
+                           else "input") for name in inputs[i]}
+        own: Dict[str, Any] = {"v": DIGEST_VERSION, "name": node.name, "kind": node.kind,
+                               "params": dict(node.params), "upstream": upstream}
+        if node.kind in LLM:
+            own["model"] = dict(models.get(str(node.params.get("model")), {}))
+            own["context"] = context
+        done[node.name] = _digest(own)
+        return done[node.name]
+
+    for i in range(len(nodes)):
+        visit(i, [])
+    return {node.name: done[node.name] for node in nodes}
+
+
+def model_identity(deployment: DeploymentSpec) -> Dict[str, Any]:
+    """What of a deployment can change an answer: engine, model, served name, image
+    digest and the engine's argv (its host and port placeholders are not filled in)."""
+    box = deployment.container
+    return {"engine": deployment.engine, "model": deployment.model,
+            "served_name": deployment.served_name, "command": list(deployment.command),
+            "image_digest": box.sha256 if box is not None else None}
+
+
+def request_digest(model: Mapping[str, Any], body: Mapping[str, Any]) -> str:
+    """Digest of one LLM request: the model's identity and the request body as sent.
+
+    The body carries the messages, sampling parameters and response format; a field
+    that does not change the answer (``stream``) does not count.
+    """
+    sent = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    return _digest({"v": DIGEST_VERSION, "model": dict(model), "body": sent})
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What ``plan`` says about reuse: LLM columns reused and regenerated, in file order."""
+
+    reused: List[str]
+    regenerated: List[str]
+
+    def summary(self) -> str:
+        """One line: ``reuse: 3 of 4 LLM columns (a, b, c); regenerate: d``."""
+        total = len(self.reused) + len(self.regenerated)
+        line = f"reuse: {len(self.reused)} of {total} LLM columns"
+        if self.reused:
+            line += f" ({', '.join(self.reused)})"
+        return line + "; regenerate: " + (", ".join(self.regenerated) or "none")
+
+
+def compare(nodes: Sequence[Node], new: Mapping[str, str],
+            earlier: Sequence[Mapping[str, str]]) -> Comparison:
+    """Which LLM columns of ``nodes`` some earlier run's digests match (by name)."""
+    reused, regenerated = [], []
+    for node in nodes:
+        if node.kind not in LLM:
+            continue
+        hit = any(old.get(node.name) == new.get(node.name) for old in earlier)
+        (reused if hit else regenerated).append(node.name)
+    return Comparison(reused, regenerated)

@@ -1,0 +1,111 @@
+"""Reusing LLM cells of an earlier run in the generator (issue 31), on the fake server,
+which logs every request it answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from agent_stdlib.client.generate import Shard, run_shard
+from agent_stdlib.client.output import Output
+from agent_stdlib.client.progress import Progress
+from agent_stdlib.client.reuse import Cells, run_files
+from agent_stdlib.contracts import ColumnSpec, Plan
+from agent_stdlib.resume import KeptRecords
+from fixtures.fake_openai_server import serve_in_thread
+from tests.agent_runs import recipe_plan
+
+RECORDS = 24
+
+
+def columns(last: str = "Judge {c}.") -> Tuple[ColumnSpec, ...]:
+    return (ColumnSpec("topic", "category", {"values": ["tides", "moons", "stars"]}),
+            ColumnSpec("a", "llm-text", {"model": "gen", "prompt": "Ask about {topic}.",
+                                         "max_tokens": 4}),
+            ColumnSpec("b", "llm-text", {"model": "gen", "prompt": "Answer {a}.",
+                                         "max_tokens": 4}),
+            ColumnSpec("c", "llm-text", {"model": "gen", "prompt": "Improve {b}.",
+                                         "max_tokens": 4}),
+            ColumnSpec("d", "llm-text", {"model": "gen", "prompt": last, "max_tokens": 4}))
+
+
+def run(plan: Plan, url: str, folder: Path, shards: int,
+        reuse: Optional[Cells] = None) -> List[Dict[str, Any]]:
+    per = -(-RECORDS // shards)
+    for first in range(0, RECORDS, per):
+        count = min(per, RECORDS - first)
+        out = folder / f"shard-{first}"
+        out.mkdir(parents=True)
+        run_shard(plan, {"gen": url}, Shard(first, count, Output(out, first),
+                                             Progress(folder / f"p{first}.json", count),
+                                             KeptRecords()), reuse=reuse)
+    return [json.loads(line) for path in sorted(folder.glob("shard-*/records-*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+def cells_of(folder: Path, first: int, count: int) -> Cells:
+    cells = Cells()
+    cells.add_run("run-1", sorted(folder.glob("shard-*/records-*.jsonl")), first, count)
+    return cells
+
+
+def requests(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def _rerun(tmp_path: Path, changed: ColumnSpec, position: int) -> Tuple[int, list, list]:
+    log = tmp_path / "requests.log"
+    with serve_in_thread(model="fake-model", request_log=str(log)) as server:
+        first = run(recipe_plan(columns(), records=RECORDS), server.url, tmp_path / "one", 4)
+        assert requests(log) == 4 * RECORDS
+        cols = list(columns())
+        cols[position] = changed
+        second = run(recipe_plan(tuple(cols), records=RECORDS), server.url,
+                     tmp_path / "two", 7, cells_of(tmp_path / "one", 0, RECORDS))
+    return requests(log) - 4 * RECORDS, first, second
+
+
+def test_changing_the_last_column_regenerates_only_it_in_another_shard_layout(
+        tmp_path: Path) -> None:
+    sent, first, second = _rerun(tmp_path, columns("Judge  {c}.")[4], 4)
+    assert sent == RECORDS
+    by_index = {r["index"]: r for r in first}
+    for record in sorted(second, key=lambda r: r["index"]):
+        old = by_index[record["index"]]
+        assert [record[k] for k in "abc"] == [old[k] for k in "abc"]
+        assert [record["_meta"]["columns"][k]["reused_from"] for k in "abc"] == ["run-1"] * 3
+        assert "reused_from" not in record["_meta"]["columns"]["d"]
+
+
+def test_changing_the_first_column_regenerates_everything(tmp_path: Path) -> None:
+    changed = ColumnSpec("a", "llm-text", {"model": "gen", "prompt": "Ask about {topic}!",
+                                           "max_tokens": 4})
+    sent, _, second = _rerun(tmp_path, changed, 1)
+    assert sent == 4 * RECORDS
+    assert not any("reused_from" in m for r in second for m in r["_meta"]["columns"].values())
+
+
+def test_damaged_and_out_of_range_lines_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    good = {"index": 3, "a": "x", "_meta": {"columns": {"a": {"request_digest": "sha256:1"}}}}
+    path.write_text("{not json\n" + json.dumps(good) + "\n"
+                    + json.dumps({**good, "index": 99}) + "\n")
+    cells = Cells()
+    cells.add_run("r", [path], 0, 10)
+    assert cells.damaged == 1 and list(cells.cells) == [(3, "a")]
+    assert cells.take(3, "a", "sha256:2") is None
+    assert cells.take(3, "a", "sha256:1") == ("x", {"request_digest": "sha256:1",
+                                                    "reused_from": "r"})
+
+
+def test_run_files_takes_the_winner_else_the_latest_attempt(tmp_path: Path) -> None:
+    for shard, attempts in (("shard-00000", (1, 2)), ("shard-00001", (1, 2))):
+        for n in attempts:
+            out = tmp_path / "shards" / shard / "attempts" / f"attempt-{n:04d}" / "output"
+            out.mkdir(parents=True)
+            (out / "records-000000000000.jsonl").write_text("")
+    (tmp_path / "shards" / "shard-00000" / "winner.json").write_text('{"attempt": 1}')
+    got = [p.relative_to(tmp_path / "shards").parts[:3] for p in run_files(tmp_path)]
+    assert got == [("shard-00000", "attempts", "attempt-0001"),
+                   ("shard-00001", "attempts", "attempt-0002")]
