@@ -333,8 +333,8 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
                                ended=fresh.ended_at, job_ids=fresh.job_ids)
     from control.runs.autoretry import round_now  # issue 34: the pending automatic round
     from control.runs.store import load_plan
-    summary["auto_retry"] = round_now(layout, sched, fresh.rows,
-                                      load_plan(layout).max_attempts)
+    summary["auto_retry"] = round_now(layout, sched, fresh.rows,  # the plan: only if pending
+                                      lambda: load_plan(layout).max_attempts)
     return fresh
 
 

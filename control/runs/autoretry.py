@@ -191,11 +191,12 @@ def _queued(scheduler: Scheduler, job_id: str) -> bool:
 
 def round_now(layout: RunLayout, scheduler: Scheduler,
               rows: Callable[[], Sequence[Mapping[str, object]]],
-              max_attempts: int) -> Optional[Dict[str, object]]:
+              max_attempts: Callable[[], int]) -> Optional[Dict[str, object]]:
     """The pending round job as ``status`` shows it (None: none queued or running).
 
-    ``rows``: the status rows (``index``, ``state``, ``attempt``), read only when a round
-    is pending, for the story ``runs`` tells ("retrying (attempt 2 of 3)").
+    ``rows`` (the status rows: ``index``, ``state``, ``attempt``) and ``max_attempts`` (from
+    the plan, whose contracts a plain ``status`` never imports) are read only when a round is
+    pending, for the story ``runs`` tells ("retrying (attempt 2 of 3)").
     """
     pending = load_pending(layout)
     if not pending or not _queued(scheduler, str(pending["job_id"])):
@@ -203,7 +204,7 @@ def round_now(layout: RunLayout, scheduler: Scheduler,
     shards = [ShardNow(int(r["index"]), str(r["state"]),  # type: ignore[call-overload]
                        r.get("attempt")) for r in rows()]  # type: ignore[arg-type]
     return {"job_id": pending["job_id"], "round": pending.get("round"),
-            "story": story(shards, max_attempts, True)}
+            "story": story(shards, max_attempts(), True)}
 
 
 def submit_round(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_id: str,

@@ -151,12 +151,12 @@ def test_status_shows_the_pending_round_and_wait_keeps_waiting(tmp_path: Path) -
     layout = make_run(tmp_path, [Shard("failed")])
     q = Queue()
     rows = lambda: [{"index": 0, "state": "running", "attempt": 2}]  # noqa: E731
-    assert autoretry.round_now(layout, q, rows, 3) is None
+    assert autoretry.round_now(layout, q, rows, lambda: 3) is None
     autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["500"], 1)
-    shown = autoretry.round_now(layout, q, rows, 3)
+    shown = autoretry.round_now(layout, q, rows, lambda: 3)
     assert shown == {"job_id": "701", "round": 1, "story": "retrying (attempt 2 of 3)"}
     # the shards alone look over (failed); a pending round keeps wait waiting
     assert finished({"state": "failed", "auto_retry": None})
     assert not finished({"state": "failed", "auto_retry": shown})
     q.alive.clear()  # the round ended
-    assert autoretry.round_now(layout, q, rows, 3) is None
+    assert autoretry.round_now(layout, q, rows, lambda: 3) is None
