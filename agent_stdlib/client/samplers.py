@@ -116,8 +116,41 @@ def moment(params: Dict[str, Any]) -> Sampler:
     return draw
 
 
+def _inverse(u: float, log_pmf: Callable[[int], float], last: int) -> int:
+    """The smallest k in 0 .. last whose cumulative probability exceeds ``u``."""
+    total = 0.0
+    for k in range(last + 1):
+        total += math.exp(log_pmf(k))
+        if total > u:
+            return k
+    return last
+
+
+def poisson(params: Dict[str, Any]) -> Sampler:
+    """A Poisson count with mean ``mean`` (inversion of one uniform number)."""
+    mean = float(params["mean"])
+    last = int(mean + 60 * math.sqrt(mean) + 60)
+
+    def log_pmf(k: int) -> float:
+        return k * math.log(mean) - mean - math.lgamma(k + 1)
+    return lambda bits, _: _inverse(uniform(bits), log_pmf, last)
+
+
+def binomial(params: Dict[str, Any]) -> Sampler:
+    """Successes in ``n`` trials of probability ``p`` (inversion of one uniform number)."""
+    n, p = int(params["n"]), float(params["p"])
+    if p in (0.0, 1.0):
+        return lambda bits, _: int(n * p)
+    log_choose = math.lgamma(n + 1)
+
+    def log_pmf(k: int) -> float:
+        return (log_choose - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                + k * math.log(p) + (n - k) * math.log1p(-p))
+    return lambda bits, _: _inverse(uniform(bits), log_pmf, n)
+
+
 SAMPLERS: Dict[str, Callable[[Dict[str, Any]], Sampler]] = {
     "category": category, "subcategory": subcategory, "uniform": uniform_float,
     "gaussian": gaussian, "integer": integer, "bernoulli": bernoulli, "uuid": uuid4,
-    "datetime": moment,
+    "datetime": moment, "poisson": poisson, "binomial": binomial,
 }

@@ -18,7 +18,7 @@ from agent_stdlib.recipe import schema as jsonschema
 from agent_stdlib.recipe.template import TemplateError, references
 
 SAMPLERS = ("category", "subcategory", "uniform", "gaussian", "integer", "bernoulli", "uuid",
-            "datetime")
+            "datetime", "poisson", "binomial")
 LLM = ("llm-text", "llm-structured", "llm-judge")
 KINDS = SAMPLERS + ("expression",) + LLM
 TEMPLATES: Dict[str, Tuple[str, ...]] = {"expression": ("template",),

@@ -3,9 +3,11 @@
 ``{name}`` is replaced by the value of a column (or a seed-data field, or ``{index}``,
 the record index); ``{name.a.b}`` walks into an object value (a structured column, a
 judge's scores, a JSON seed field) by key, and into a list by position (``{steps.0}``).
-``{{`` and ``}}`` are literal braces. A string value is inserted as it is, ``null`` and a
-missing field as nothing, a number or boolean in JSON spelling (``3``, ``2.5``, ``true``)
-and an object or list as compact JSON.
+``{{ name }}`` as NeMo Data Designer (Jinja) writes it is the same placeholder as
+``{name}`` (whitespace inside allowed); any other ``{{`` and ``}}`` are literal braces, so a
+JSON example in a prompt (``{{"a": 1}}``) keeps its braces. A string value is inserted as
+it is, ``null`` and a missing field as nothing, a number or boolean in JSON spelling
+(``3``, ``2.5``, ``true``) and an object or list as compact JSON.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from agent_stdlib.errors import AgentError
 
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 PLACEHOLDER = re.compile(rf"({NAME})((?:\.[A-Za-z0-9_]+)*)")
+DD_PLACEHOLDER = re.compile(rf"\{{\{{\s*({NAME}(?:\.[A-Za-z0-9_]+)*)\s*\}}\}}")
 Ref = Tuple[str, Tuple[str, ...]]  # (column name, field path)
 Part = Union[str, Ref]
 
@@ -33,7 +36,16 @@ def parse(text: str) -> Tuple[Part, ...]:
     i, n = 0, len(text)
     while i < n:
         char = text[i]
-        if char in "{}" and text.startswith(char * 2, i):
+        dd = DD_PLACEHOLDER.match(text, i) if char == "{" else None
+        if dd:
+            if literal:
+                parts.append("".join(literal))
+                literal = []
+            match = PLACEHOLDER.fullmatch(dd.group(1))
+            assert match is not None
+            parts.append((match.group(1), tuple(p for p in match.group(2).split(".") if p)))
+            i = dd.end()
+        elif char in "{}" and text.startswith(char * 2, i):
             literal.append(char)
             i += 2
         elif char == "}":

@@ -127,6 +127,21 @@ class Bernoulli(ColumnBase):
     p: float = Field(ge=0.0, le=1.0)
 
 
+class Poisson(ColumnBase):
+    """A count from the Poisson distribution with the given ``mean`` (at most 10,000)."""
+
+    type: Literal["poisson"]
+    mean: float = Field(gt=0.0, le=10_000.0, allow_inf_nan=False)
+
+
+class Binomial(ColumnBase):
+    """The number of successes in ``n`` trials (at most 10,000) of probability ``p``."""
+
+    type: Literal["binomial"]
+    n: int = Field(ge=0, le=10_000)
+    p: float = Field(ge=0.0, le=1.0)
+
+
 class Uuid(ColumnBase):
     """A version-4 UUID (from the record's seed, so reproducible)."""
 
@@ -267,7 +282,8 @@ class Unknown(Strict):
 
 MODELS = {"category": Category, "subcategory": Subcategory, "uniform": Uniform,
           "gaussian": Gaussian, "integer": Integer, "bernoulli": Bernoulli, "uuid": Uuid,
-          "datetime": Datetime, "expression": Expression, "llm-text": LLMText,
+          "datetime": Datetime, "poisson": Poisson, "binomial": Binomial,
+          "expression": Expression, "llm-text": LLMText,
           "llm-structured": LLMStructured, "llm-judge": LLMJudge}
 assert tuple(MODELS) == KINDS
 

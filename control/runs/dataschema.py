@@ -117,7 +117,7 @@ def column_type(kind: str, params: Dict[str, Any]) -> pa.DataType:
                         for v in values])
     if kind in ("uniform", "gaussian"):
         return pa.float64()
-    if kind == "integer":
+    if kind in ("integer", "poisson", "binomial"):
         return pa.int64()
     if kind == "bernoulli":
         return pa.bool_()

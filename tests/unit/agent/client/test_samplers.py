@@ -120,3 +120,16 @@ def test_in_order_and_sample_rows() -> None:
     picks = [row_for("sample", 5, i, 10) for i in range(500)]
     assert set(picks) == set(range(10)) and picks == [row_for("sample", 5, i, 10)
                                                       for i in range(500)]
+
+
+def test_poisson_and_binomial_counts_have_their_means() -> None:
+    counts = [draw("poisson", {"mean": 3.5}, i) for i in range(4000)]
+    assert all(isinstance(c, int) and c >= 0 for c in counts)
+    assert abs(sum(counts) / len(counts) - 3.5) < 0.15
+    assert abs(sum(draw("poisson", {"mean": 2000}, i) for i in range(200)) / 200 - 2000) < 20
+    trials = [draw("binomial", {"n": 10, "p": 0.3}, i) for i in range(4000)]
+    assert all(0 <= t <= 10 for t in trials)
+    assert abs(sum(trials) / len(trials) - 3.0) < 0.1
+    assert {draw("binomial", {"n": 7, "p": 1.0}, i) for i in range(20)} == {7}
+    assert {draw("binomial", {"n": 7, "p": 0.0}, i) for i in range(20)} == {0}
+    assert 4500 < draw("binomial", {"n": 10_000, "p": 0.5}, 1) < 5500

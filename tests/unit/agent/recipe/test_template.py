@@ -36,3 +36,12 @@ def test_values_render_by_json_spelling() -> None:
 
 def test_unicode_is_kept() -> None:
     assert render_text("über {x}", {"x": "ünï"}.get) == "über ünï"
+
+
+def test_data_designer_double_braces_are_placeholders() -> None:
+    # Before issue 35, "{{ channel }}" rendered silently as "{ channel }".
+    assert references("Via {{ channel }} and {{tone}}; {{ answer.steps.0 }}") == [
+        ("channel", ()), ("tone", ()), ("answer", ("steps", "0"))]
+    assert render_text("Via {{ channel }}.", {"channel": "email"}.get) == "Via email."
+    assert render_text("{{{x}}}", {"x": 1}.get) == "{1}"
+    assert render_text('{{"k": "{{ x }}"}}', {"x": 2}.get) == '{"k": "2"}'

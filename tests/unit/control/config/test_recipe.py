@@ -124,6 +124,17 @@ type = "uuid"
 drop = true
 
 [[client.columns]]
+name = "visits"
+type = "poisson"
+mean = 3.5
+
+[[client.columns]]
+name = "hits"
+type = "binomial"
+n = 10
+p = 0.3
+
+[[client.columns]]
 name = "label"
 type = "expression"
 template = "{sub}/{n}/{id}"
@@ -160,7 +171,10 @@ def test_every_sampler_kind_validates_and_plans(tmp_path: Path) -> None:
     ('end = "2024-02-01T12:00:00"', 'end = "February"',
      "client.columns[5].end: 'February' is not an ISO 8601 date"),
     ('template = "{sub}/{n}/{id}"', 'template = "{sub.x}"',
-     "client.columns[11].template: sub is a subcategory value without fields"),
+     "client.columns[13].template: sub is a subcategory value without fields"),
+    ("mean = 3.5", "mean = 0", "client.columns[11].mean: "),
+    ("\nn = 10", "\nn = -1", "client.columns[12].n: "),
+    ("p = 0.3", "p = 2", "client.columns[12].p: "),
 ])
 def test_bad_samplers_name_the_field(tmp_path: Path, old: str, new: str, message: str) -> None:
     with pytest.raises(InvalidInput) as info:
