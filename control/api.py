@@ -157,20 +157,22 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
 
 def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
             endpoints: Sequence[str] = (), api_key_env: Optional[str] = None,
-            timeout_s: float = 600.0) -> Dict[str, Any]:
+            timeout_s: float = 600.0, models: Sequence[str] = ()) -> Dict[str, Any]:
     """The first ``count`` records of the run's recipe, made here by the agent bundle's
-    generator against ``endpoints`` (``ALIAS=URL``); nothing is submitted."""
+    generator against ``endpoints`` (``ALIAS=URL``; ``models``: ``ALIAS=NAME`` when an
+    endpoint serves another model name); nothing is submitted."""
     from control import bundle
-    from control.runs.preview import parse_endpoints, run_preview
+    from control.runs.preview import parse_endpoints, parse_models, run_preview
 
     prof = _profile(profile)
     urls = parse_endpoints(endpoints)
+    names = parse_models(models)
     try:
         pyz = bundle.locate_agent_bundle(Path(prof.workspace) / ".cache" / "bundles")
     except bundle.BundleError as err:
         raise InvalidInput(f"agent bundle: {err}") from err
     return run_preview(Path(run_file), profile_ref(profile), count, urls, pyz, api_key_env,
-                       timeout_s)
+                       timeout_s, names)
 
 
 def submit(run_file: PathLike, profile: ProfileRef = None,

@@ -27,6 +27,7 @@ from agent_stdlib.client.llm import InvalidOutput, parse_answer, request_body
 from agent_stdlib.client.order import DispatchOrder
 from agent_stdlib.client.progress import AliasCounters
 from agent_stdlib.client.recipe import LEGACY_COLUMN, Column, Recipe
+from agent_stdlib.client.retrying import RETRIED_KINDS, retry_body
 from agent_stdlib.client.reuse import Cells
 from agent_stdlib.client.samplers import cell_bits
 from agent_stdlib.client.seeds import SeedRows
@@ -247,6 +248,7 @@ class Engine:
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         alias = self.aliases[column.alias]
         attempts = 0
+        changes: List[Dict[str, Any]] = []
         while True:
             kind, value, wait = await self._attempt(alias, column, rec, payload)
             if kind == "ok":
@@ -254,19 +256,39 @@ class Engine:
                 if column.name in self.recipe.continued:
                     rec.conversations[column.name] = body["messages"] + [
                         {"role": "assistant", "content": meta["text"]}]
-                return answer, {"model": column.alias, "served_model": meta["served_model"]
-                                or column.served, "finish_reason": meta["finish_reason"],
-                                "usage": meta["usage"], "attempts": attempts + 1,
-                                "latency_ms": meta["latency_ms"], "request_digest": digest}
+                cell = {"model": column.alias, "served_model": meta["served_model"]
+                        or column.served, "finish_reason": meta["finish_reason"],
+                        "usage": meta["usage"], "attempts": attempts + 1,
+                        "latency_ms": meta["latency_ms"], "request_digest": digest}
+                if changes:
+                    cell["retries"] = changes
+                return answer, cell
             alias.counters.errors[kind] += 1
             if kind in ("429", "503"):
                 await asyncio.sleep(wait if wait is not None else backoff(1))
                 continue  # backpressure: slow down, but it is not a failed attempt
             attempts += 1
+            finish = None
+            if kind == "invalid_output":
+                value, finish = value
             if kind == "4xx" or attempts > self.max_retries:
                 raise CellFailure(column.name, f"{value} (attempt {attempts} of "
                                                f"{self.max_retries + 1})")
+            if kind == "invalid_output" and column.kind in RETRIED_KINDS:
+                body, change = self._retry_body(column, index, body, attempts, finish)
+                payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+                changes.append(dict(change, attempt=attempts + 1))
             await asyncio.sleep(backoff(attempts))
+
+    def _retry_body(self, column: Column, index: int, body: Dict[str, Any],
+                    attempts: int, finish: Optional[str]
+                    ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """The next request after an invalid answer (:mod:`retrying`): its seed comes
+        from the cell's bits and the attempt, so a rerun retries the same way."""
+        bits = cell_bits(self.seed, f"{column.name}\x00retry{attempts}", index)
+        seed = int.from_bytes(bits[:4], "big") & 0x7FFFFFFF
+        base = int(column.params.get("max_tokens", 256))
+        return retry_body(body, base, seed, finish)
 
     async def _attempt(self, alias: Alias, column: Column, rec: Open,
                        payload: bytes) -> Tuple[str, Any, Optional[float]]:
@@ -294,6 +316,7 @@ class Engine:
             kind = "5xx" if reply.status >= 500 or reply.status in RETRYABLE else "4xx"
             return kind, _status_text(reply), None
         alias.limiter.succeeded(sent_at, column.name)
+        data: Any = None
         try:
             data = json.loads(reply.body)
             usage = data.get("usage") if isinstance(data, dict) else None
@@ -301,9 +324,18 @@ class Engine:
                                     cached_tokens(data))
             value, meta = parse_answer(column.kind, column.params, data)
         except (ValueError, InvalidOutput) as err:
-            return "invalid_output", f"invalid answer: {err}", None
+            return "invalid_output", (f"invalid answer: {err}", finish_reason(data)), None
         meta["latency_ms"] = latency_ms
         return "ok", (value, meta), None
+
+
+def finish_reason(data: Any) -> Optional[str]:
+    """The ``finish_reason`` of a chat-completion answer, if it has one."""
+    try:
+        reason = data["choices"][0].get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return reason if isinstance(reason, str) else None
 
 
 def _status_text(reply: Reply) -> str:

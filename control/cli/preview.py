@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
+from agent_stdlib.text import visible
 from control.cli.common import common
 
 
 def preview_text(data: Dict[str, Any]) -> str:
-    """Each record as indented JSON under its index; the generator's notes first."""
-    notes = [line for line in data["log"] if "left out" in line or "no endpoint" in line]
-    blocks: List[str] = [*notes]
-    for record in data["records"]:
-        blocks.append(f"--- record {record.get('index')} ---")
-        blocks.append(json.dumps(record, indent=2, ensure_ascii=False))
+    """The generator's notes, then one row per record (``--json`` shows everything)."""
+    from control.cli.preview_table import table
+
+    notes = [visible(line) for line in data["log"]
+             if "left out" in line or "no endpoint" in line]
+    blocks: List[str] = [*notes, *table(data["records"])] if data["records"] else notes
     return "\n".join(blocks) or "no records"
 
 
@@ -28,13 +28,17 @@ def preview_text(data: Dict[str, Any]) -> str:
 @click.option("--endpoint", "endpoints", multiple=True, metavar="ALIAS=URL",
               help="An OpenAI-compatible base URL for a deployment alias (repeatable). "
                    "Without one, an alias's LLM columns are left out.")
+@click.option("--model", "models", multiple=True, metavar="ALIAS=NAME",
+              help="The model name an alias's endpoint serves, when it is not the run's "
+                   "(repeatable).")
 @click.option("--api-key-env", metavar="NAME",
               help="Send the value of environment variable NAME as the bearer token.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1, 86400), default=600.0,
               show_default=True, help="Give up after this many seconds.")
 @common
 def preview_cmd(run_file: Path, count: int, endpoints: Tuple[str, ...],
-                api_key_env: Optional[str], timeout_s: float, profile: Optional[str]) -> Any:
+                models: Tuple[str, ...], api_key_env: Optional[str], timeout_s: float,
+                profile: Optional[str]) -> Any:
     """Generate the first records of RUN_FILE here, with the real generator, and print them.
 
     Samplers, seed data and expressions always run; each LLM column runs when its
@@ -43,5 +47,5 @@ def preview_cmd(run_file: Path, count: int, endpoints: Tuple[str, ...],
     """
     from control import api
 
-    data = api.preview(run_file, profile, count, endpoints, api_key_env, timeout_s)
+    data = api.preview(run_file, profile, count, endpoints, api_key_env, timeout_s, models)
     return {"data": data, "text": preview_text(data)}

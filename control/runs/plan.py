@@ -29,6 +29,7 @@ from control.planning.arrays import array_chunks
 from control.planning.planner import config_path, make_plan
 from control.planning.summary import plan_summary
 from control.runs.access import check_request
+from control.runs.budget import token_budget
 from control.runs.checks import (
     ERROR,
     OK,
@@ -179,6 +180,7 @@ def login_checks(resolved: Resolved, scheduler: Scheduler,
                              os.environ if environ is None else environ, runner,
                              files=(str(resolved.run_file), str(resolved.profile_path)))
     plan = resolved.plan
+    found += token_budget(plan, str(resolved.run_file))
     found.append(check_ports(f"{resolved.profile_path}: port_base", plan.runtime.port_base,
                              port_offsets(plan), "exclusive" in plan.resources.options))
     if prof.backend == "local":

@@ -15,10 +15,12 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
+from agent_stdlib.contracts import Plan
 from control.errors import InvalidInput, SynthbatchError
 from control.runs.plan import resolve
 
@@ -42,8 +44,35 @@ def parse_endpoints(items: Sequence[str]) -> Dict[str, str]:
                                f"[/prefix]")
         if alias in endpoints:
             raise InvalidInput(f"--endpoint {alias}: given twice")
-        endpoints[alias] = url.rstrip("/")
+        base = url.rstrip("/")
+        endpoints[alias] = base[:-3] if base.endswith("/v1") else base  # the generator
+        # adds /v1/chat/completions: a base URL written the OpenAI way works too
     return endpoints
+
+
+def parse_models(items: Sequence[str]) -> Dict[str, str]:
+    """``ALIAS=NAME`` items (the model name an endpoint serves) as a mapping."""
+    models: Dict[str, str] = {}
+    for item in items:
+        alias, sep, name = item.partition("=")
+        if not sep or not alias or not name.strip():
+            raise InvalidInput(f"--model {item!r}: expected ALIAS=NAME (the model name "
+                               f"the endpoint serves)")
+        if alias in models:
+            raise InvalidInput(f"--model {alias}: given twice")
+        models[alias] = name.strip()
+    return models
+
+
+def served_as(plan: Plan, models: Mapping[str, str], run_file: Path) -> Plan:
+    """``plan`` with each ``--model`` alias's served name replaced."""
+    aliases = [d.alias for d in plan.deployments]
+    for alias in models:
+        if alias not in aliases:
+            raise InvalidInput(f"--model {alias}: not a deployment alias of {run_file} "
+                               f"(have: {', '.join(aliases)})")
+    return replace(plan, deployments=tuple(
+        replace(d, served_name=models.get(d.alias, d.served_name)) for d in plan.deployments))
 
 
 def _environment(endpoints: Mapping[str, str], scratch: Path,
@@ -61,7 +90,8 @@ def _environment(endpoints: Mapping[str, str], scratch: Path,
 
 def run_preview(run_file: Path, profile: Optional[str], count: int,
                 endpoints: Mapping[str, str], agent_pyz: Path,
-                api_key_env: Optional[str] = None, timeout_s: float = 600.0) -> Dict[str, Any]:
+                api_key_env: Optional[str] = None, timeout_s: float = 600.0,
+                models: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """The first ``count`` records of ``run_file`` as plain data (what ``--json`` prints)."""
     if count < 1:
         raise InvalidInput(f"-n {count}: preview at least one record")
@@ -78,7 +108,8 @@ def run_preview(run_file: Path, profile: Optional[str], count: int,
     with tempfile.TemporaryDirectory(prefix="synthbatch-preview-") as tmp:
         scratch = Path(tmp)
         plan_json = scratch / "plan.json"
-        plan_json.write_bytes(resolved.plan_bytes)
+        plan_json.write_bytes(served_as(plan, models, run_file).to_json().encode("utf-8")
+                              if models else resolved.plan_bytes)
         argv = [sys.executable, "-I", str(agent_pyz), "generate", "--plan", str(plan_json),
                 "--preview", str(count)]
         try:

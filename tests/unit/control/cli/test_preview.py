@@ -76,7 +76,8 @@ def test_preview_with_an_endpoint_and_without(run_file: Path, profile_file: Path
     assert any("no endpoint for judge: columns grade left out" in line for line in data["log"])
     text = invoke("preview", str(run_file), "-n", "2", "--profile", str(profile_file))
     assert text.exit_code == 0, text.output
-    assert "--- record 1 ---" in text.output and '"level": ' in text.output
+    assert "no endpoint for gen, judge" in text.output.splitlines()[0]
+    assert text.output.splitlines()[1].split() == ["index", "topic", "source", "level"]
     assert '"question"' not in text.output  # no endpoint at all: samplers and seed data
 
 
@@ -97,3 +98,47 @@ def test_a_seed_file_problem_fails_the_preview_like_the_plan(run_file: Path,
     assert result.exit_code == 2
     assert "client.seed_data.path: " in result.output and "topics.csv:2: 1 fields" in \
         result.output
+
+
+def test_a_v1_base_url_and_another_served_name_work(run_file: Path,
+                                                    profile_file: Path) -> None:
+    """Issue 35: ``--endpoint gen=http://host:port/v1`` (the way OpenAI clients write it)
+    and an endpoint serving another model name (``--model gen=NAME``) gave a 404 on every
+    record."""
+    with serve_in_thread(model="other-name") as server:
+        result = invoke("preview", str(run_file), "-n", "2", "--endpoint",
+                        f"gen={server.url}/v1/", "--model", "gen=other-name",
+                        "--profile", str(profile_file), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["endpoints"] == {"gen": server.url}
+    assert all("_error" not in r and r["question"] for r in data["records"]), data
+    assert {r["_meta"]["columns"]["question"]["served_model"] for r in data["records"]} == \
+        {"other-name"}
+    bad = invoke("preview", str(run_file), "--model", "writer=x", "--profile",
+                 str(profile_file))
+    assert bad.exit_code == 2 and "--model writer: not a deployment alias" in bad.output
+
+
+def test_the_text_view_is_one_row_per_record(run_file: Path, profile_file: Path) -> None:
+    with serve_in_thread(model="fake-model") as server:
+        result = invoke("preview", str(run_file), "-n", "3", "--endpoint",
+                        f"gen={server.url}", "--profile", str(profile_file))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("index"))
+    assert lines[header].split() == ["index", "topic", "source", "level", "question"]
+    rows = lines[header + 1:]
+    assert [r.split()[0] for r in rows] == ["0", "1", "2"]
+    assert "_meta" not in result.output and all(len(r) < 200 for r in rows)
+
+
+def test_a_long_value_is_cut_and_control_characters_escaped() -> None:
+    from control.cli.preview_table import cell_text, table
+
+    assert cell_text("x" * 100) == "x" * 37 + "..."
+    assert cell_text("a\x1b[31mb\nc") == "a\\x1b[31mb c"
+    assert cell_text({"s": 1}) == '{"s":1}' and cell_text(None) == "-"
+    lines = table([{"index": 0, "a": "y", "_meta": {}},
+                   {"index": 1, "a": None, "_error": {"column": "a", "message": "HTTP 500"}}])
+    assert lines == ["index  a  error", "0      y  -", "1      -  a: HTTP 500"]
