@@ -216,3 +216,8 @@ def records(folder: Path) -> List[Dict[str, Any]]:
     """Every record the generator wrote into ``folder``, in file order."""
     return [json.loads(line) for path in sorted(folder.glob("records-*.jsonl"))
             for line in path.read_text().splitlines()]
+
+
+def logged(path: Path) -> List[Dict[str, Any]]:
+    """The fake server's request log (``--request-log``) as dicts; [] if nothing was logged."""
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []

@@ -906,3 +906,10 @@ def parse_metrics(text: str) -> Dict[str, float]:
         assert match, line
         values[match.group(1)] = float(match.group(3))
     return values
+
+
+def plan_json(path: Path, profile: Path) -> Dict[str, object]:
+    """``synthbatch plan PATH --json``: its exit code, its JSON, its stderr."""
+    result = invoke("plan", str(path), "--profile", str(profile), "--json")
+    return {"code": result.exit_code, **json.loads(result.stdout),
+            "stderr": result.stderr}

@@ -22,10 +22,9 @@ import pytest
 
 from agent_stdlib.client.retrying import RETRY_TEMPERATURE, token_cap
 from agent_stdlib.contracts import ColumnSpec
-from tests.agent_runs import recipe_plan
+from tests.agent_runs import produce, recipe_plan, records
 from tests.conftest import REPO
 from tests.integration.runs import require_llamacpp
-from tests.unit.agent.client.test_generate import produce, records
 
 pytestmark = pytest.mark.slow
 RECORDS = 30

@@ -22,7 +22,7 @@ from agent_stdlib.candidate import build_manifest
 from agent_stdlib.client.records import GenerateError
 from agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec
 from fixtures.fake_openai_server import RunningServer, serve_in_thread
-from tests.agent_runs import QA_COLUMNS, produce, recipe_plan, records
+from tests.agent_runs import QA_COLUMNS, logged, produce, recipe_plan, records
 from tests.conftest import REPO
 
 TOPICS = ["tides", "moons", "stars", "comets", "rivers"]
@@ -46,10 +46,6 @@ def seed_file(tmp_path: Path) -> SeedDataSpec:
 
 def urls(servers: Tuple[RunningServer, RunningServer]) -> Dict[str, str]:
     return {"gen": servers[0].url, "judge": servers[1].url}
-
-
-def logged(path: Path) -> List[Dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
 def test_a_question_answer_judge_chain_over_two_models(tmp_path: Path, servers) -> None:

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from agent_stdlib.client.retrying import RETRY_TEMPERATURE, retry_body, token_cap
 from fixtures.fake_openai_server import serve_in_thread
-from tests.agent_runs import QA_COLUMNS, recipe_plan
-from tests.unit.agent.client.test_generate import logged, produce, records
+from tests.agent_runs import QA_COLUMNS, logged, produce, recipe_plan, records
 
 
 def test_a_cut_answer_at_temperature_zero_changes_seed_tokens_and_temperature() -> None:

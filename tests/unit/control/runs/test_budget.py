@@ -9,7 +9,7 @@ from pathlib import Path
 from agent_stdlib.recipe.budget import budget_problem, estimate_tokens, minimal_answer
 from agent_stdlib.recipe.schema import validate
 from tests.conftest import REPO
-from tests.unit.control.runs.test_checks import plan_json
+from tests.fakes import plan_json
 
 QA_FAKE = REPO / "examples" / "qa-fake.toml"
 JUDGE = {"scores": [{"name": "correct", "options": {"1": "correct", "0": "wrong"}}]}

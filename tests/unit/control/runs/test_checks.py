@@ -20,7 +20,7 @@ from control.runs.checks import ERROR, NODE, OK, WARNING, Finding, Sight
 from control.runs.fit import Origins, check_fit
 from control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
-from tests.fakes import FakeSlurm, invoke, partition
+from tests.fakes import FakeSlurm, invoke, partition, plan_json
 
 FAKE_RUN = REPO / "examples" / "fake-server.toml"
 
@@ -251,12 +251,6 @@ def run_file(tmp_path: Path, old: str, new: str) -> Path:
     assert old in text
     path.write_text(text.replace(old, new))
     return path
-
-
-def plan_json(path: Path, profile: Path) -> Dict[str, object]:
-    result = invoke("plan", str(path), "--profile", str(profile), "--json")
-    return {"code": result.exit_code, **json.loads(result.stdout),
-            "stderr": result.stderr}
 
 
 def test_plan_flags_a_missing_script_and_exits_2(tmp_path: Path, profile_file: Path) -> None:
