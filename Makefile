@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	# PyPI's control (python-control), for the test that installs it beside synthbatch
+	$(BIN)/pip download --quiet --no-deps --only-binary=:all: --dest $(VENV)/test-wheels \
+		'control==0.10.2'
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv with synthbatch (editable) and the test tools

@@ -26,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from control.bundle import (  # noqa: E402 - needs the sys.path entry above
+from synthbatch.control.bundle import (  # noqa: E402 - needs the sys.path entry above
     BundleError,
     build_agent_bundle,
     check_agent_bundle,
@@ -85,7 +85,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
 
     if args.image:
-        from control.images.inspect import agent_check, runtime_executable
+        from synthbatch.control.images.inspect import agent_check, runtime_executable
 
         exe = runtime_executable(args.runtime, args.runtime_executable)
         if exe is None:

@@ -1,10 +1,16 @@
-"""setuptools hook: ship one prebuilt agent zipapp inside the wheel.
+"""setuptools hook: the ``synthbatch`` import name, and one prebuilt agent zipapp in the wheel.
 
-All metadata lives in ``pyproject.toml``; this file only adds a ``build_py`` step that, for
-regular (non-editable) builds, writes ``<build_lib>/control/_bundle/agent-<sha256>.pyz``
-built from the ``agent_stdlib`` sources being packaged. The source tree is never written to.
-Editable installs skip the step; the control plane then builds the bundle on demand
-(``control.bundle.locate_agent_bundle``).
+The metadata lives in ``pyproject.toml``. This file does two things pyproject cannot say:
+
+* it installs the checkout's ``control/`` and ``agent_stdlib/`` folders as
+  ``synthbatch.control`` and ``synthbatch.agent_stdlib`` (``synthbatch`` is a namespace
+  package): the distribution's only top-level name is ``synthbatch``, so it can collide with
+  no other package (PyPI's ``control`` is python-control);
+* a ``build_py`` step that, for regular (non-editable) builds, writes
+  ``<build_lib>/synthbatch/control/_bundle/agent-<sha256>.pyz`` built from the
+  ``agent_stdlib`` sources being packaged. The source tree is never written to. Editable
+  installs skip the step; the control plane then builds the bundle on demand
+  (``synthbatch.control.bundle.locate_agent_bundle``).
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
+NAME = "synthbatch"
+FOLDERS = ("control", "agent_stdlib")  # the checkout's folders, installed under NAME
 
 
 def _load_bundle_module() -> ModuleType:
@@ -45,10 +53,10 @@ class BuildPyWithAgentBundle(build_py):
             return
         bundle = _load_bundle_module()
         build_lib = Path(self.build_lib)
-        source_dir = build_lib / "agent_stdlib"
+        source_dir = build_lib / NAME / "agent_stdlib"
         if not (source_dir / "__init__.py").is_file():
             source_dir = HERE / "agent_stdlib"
-        out_dir = build_lib / "control" / "_bundle"
+        out_dir = build_lib / NAME / "control" / "_bundle"
         # build/lib may be reused between builds: never ship a stale bundle.
         shutil.rmtree(out_dir, ignore_errors=True)
         pyz = bundle.build_agent_bundle(out_dir, source_dir)
@@ -60,9 +68,19 @@ class BuildPyWithAgentBundle(build_py):
     def get_outputs(self, include_bytecode: bool = True) -> list:
         """Include the bundle in the outputs (used by ``install --record``)."""
         outputs = list(super().get_outputs(include_bytecode))
-        out_dir = Path(self.build_lib) / "control" / "_bundle"
+        out_dir = Path(self.build_lib) / NAME / "control" / "_bundle"
         outputs.extend(str(p) for p in sorted(out_dir.glob("agent-*.pyz")))
         return outputs
 
 
-setup(cmdclass={"build_py": BuildPyWithAgentBundle})
+def packages() -> list:
+    """``synthbatch.control``, ``synthbatch.control.cli``, ... for every package of FOLDERS."""
+    found = find_packages(where=str(HERE), include=[f"{f}{s}" for f in FOLDERS for s in ("", ".*")])
+    return sorted(f"{NAME}.{name}" for name in found)
+
+
+setup(
+    packages=packages(),
+    package_dir={f"{NAME}.{folder}": folder for folder in FOLDERS},
+    cmdclass={"build_py": BuildPyWithAgentBundle},
+)

@@ -1,6 +1,8 @@
 """Entry point of the allocation agent: ``python agent.pyz <role> ...``.
 
 Roles are dispatched lazily so that ``--help`` and each role import only what they need.
+Every import inside the package is relative, so it runs both as the zipapp's top-level
+``agent_stdlib`` and as ``synthbatch.agent_stdlib`` (the installed wheel, the tests).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if role not in ROLES:
         print(f"agent: unknown role {role!r}; {USAGE}", file=sys.stderr)
         return 2
-    entry: Callable[[List[str]], int] = importlib.import_module(ROLES[role]).main
+    entry: Callable[[List[str]], int] = importlib.import_module(
+        ROLES[role], __package__ or "agent_stdlib").main
     return int(entry(rest) or 0)
 
 

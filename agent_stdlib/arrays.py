@@ -20,7 +20,7 @@ try:
     from typing import Protocol
 except ImportError:  # pragma: no cover - Python < 3.8 is not supported anyway
     Protocol = object  # type: ignore[assignment,misc]
-from agent_stdlib.errors import AgentError
+from .errors import AgentError
 
 
 class ArrayError(AgentError, ValueError):

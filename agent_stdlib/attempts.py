@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from agent_stdlib import states
-from agent_stdlib.contracts import AttemptRecord, ReadinessRecord
-from agent_stdlib.statefile import (
+from . import states
+from .contracts import AttemptRecord, ReadinessRecord
+from .statefile import (
     StateError,
     ensure_dir,
     load_record,

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import List, Set, Tuple
 
-from agent_stdlib.contracts import FileEntry, ResultManifest
-from agent_stdlib.errors import AgentError
-from agent_stdlib.statefile import refusal
+from .contracts import FileEntry, ResultManifest
+from .errors import AgentError
+from .statefile import refusal
 
 DROPPED = re.compile(r"\.dropped-[A-Za-z0-9_.-]*\.jsonl")
 

@@ -37,7 +37,7 @@ import posixpath
 from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from agent_stdlib.contracts import ContainerSpec, MountSpec
+from .contracts import ContainerSpec, MountSpec
 
 # The container path synthbatch binds the run directory at; users may not mount under it.
 RESERVED_MOUNT = "/synthbatch"

@@ -28,9 +28,9 @@ from typing import (
     TypeVar,
 )
 
-from agent_stdlib import arrays
-from agent_stdlib.errors import AgentError
-from agent_stdlib.statefile import canonical
+from . import arrays
+from .errors import AgentError
+from .statefile import canonical
 
 SCHEMA_VERSION = 1
 # Ports a multi-node replica's ranks may use from ``ReplicaSpec.dist_port`` on: the planner

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional
 
-from agent_stdlib.statefile import StateError, read_json, write_json_atomic
+from .statefile import StateError, read_json, write_json_atomic
 
 JOB_ID = "SYNTHBATCH_LOCAL_JOB_ID"
 ARRAY_JOB_ID = "SYNTHBATCH_LOCAL_ARRAY_JOB_ID"

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 from typing import Optional, Union
 
-from agent_stdlib import states
-from agent_stdlib.attempts import load_attempt
-from agent_stdlib.candidate import CandidateError, build_manifest, verify_files
-from agent_stdlib.contracts import ResultManifest, WinnerRecord, sha256_bytes
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import StateError, load_record, publish_immutable, read_bytes
+from . import states
+from .attempts import load_attempt
+from .candidate import CandidateError, build_manifest, verify_files
+from .contracts import ResultManifest, WinnerRecord, sha256_bytes
+from .layout import RunLayout
+from .statefile import StateError, load_record, publish_immutable, read_bytes
 
 
 def publish_result(output: Path, result_json: Path, shard: int, attempt: int,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Tuple
 
-from agent_stdlib.candidate import DROPPED
+from .candidate import DROPPED
 
 Span = Tuple[int, int, int, int]  # (file number, byte offset, length, completion tokens)
 COPY_CHUNK = 1 << 20  # a run of kept lines is copied in pieces of at most this many bytes

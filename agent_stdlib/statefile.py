@@ -22,7 +22,7 @@ from typing import (
     Union,
 )
 
-from agent_stdlib.errors import AgentError
+from .errors import AgentError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Dict, FrozenSet, Optional
 
-from agent_stdlib.errors import AgentError
+from .errors import AgentError
 
 CREATED = "created"
 SUBMITTED = "submitted"

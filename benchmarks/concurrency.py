@@ -39,8 +39,8 @@ from typing import Dict, List, Optional, Tuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent_stdlib.contracts import ColumnSpec  # noqa: E402
 from benchmarks.generator import slope  # noqa: E402
+from synthbatch.agent_stdlib.contracts import ColumnSpec  # noqa: E402
 from tests.agent_runs import recipe_plan  # noqa: E402
 
 FAKE_SERVER = REPO / "fixtures" / "fake_openai_server.py"

@@ -50,9 +50,9 @@ from typing import Any, Dict, List, Optional, Tuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent_stdlib.contracts import ColumnSpec, Plan  # noqa: E402
-from agent_stdlib.layout import RunLayout  # noqa: E402
-from control.bundle import build_agent_bundle  # noqa: E402
+from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan  # noqa: E402
+from synthbatch.agent_stdlib.layout import RunLayout  # noqa: E402
+from synthbatch.control.bundle import build_agent_bundle  # noqa: E402
 from tests.agent_runs import recipe_plan, stage_batch  # noqa: E402
 
 FAKE_SERVER = REPO / "fixtures" / "fake_openai_server.py"

@@ -34,8 +34,8 @@ from typing import Any, Dict, List
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from control import api  # noqa: E402
-from control.runs.modelinfo import read_facts  # noqa: E402
+from synthbatch.control import api  # noqa: E402
+from synthbatch.control.runs.modelinfo import read_facts  # noqa: E402
 
 FAKE = HERE.parent / "fixtures" / "fake_openai_server.py"
 BUDGET = 8

@@ -43,19 +43,19 @@ sys.path.insert(0, str(REPO))
 
 
 def build_run(root: Path, records: int, shards: int) -> Path:
-    from agent_stdlib.contracts import (
+    from synthbatch.agent_stdlib.contracts import (
         ColumnSpec,
         FileEntry,
         GenerateSpec,
         ShardSpec,
         WinnerRecord,
     )
-    from agent_stdlib.layout import RunLayout
-    from agent_stdlib.statefile import ensure_dir, publish_immutable
-    from control.config.loader import load_model
-    from control.config.profile import Profile
-    from control.config.run import RunConfig
-    from control.planning.planner import make_plan
+    from synthbatch.agent_stdlib.layout import RunLayout
+    from synthbatch.agent_stdlib.statefile import ensure_dir, publish_immutable
+    from synthbatch.control.config.loader import load_model
+    from synthbatch.control.config.profile import Profile
+    from synthbatch.control.config.run import RunConfig
+    from synthbatch.control.planning.planner import make_plan
 
     layout = RunLayout(ensure_dir(root))
     base = make_plan(load_model(REPO / "examples/quickstart.toml", RunConfig),
@@ -118,8 +118,8 @@ def child(kind: str, run: Path, work: Path) -> None:
     import pyarrow.json as pa_json
     import pyarrow.parquet as pq
 
-    from agent_stdlib.layout import RunLayout
-    from control.runs import merge, parquet
+    from synthbatch.agent_stdlib.layout import RunLayout
+    from synthbatch.control.runs import merge, parquet
 
     layout = RunLayout(run)
     start_rss = _rss_kb()

@@ -50,7 +50,7 @@ from typing import Any, Dict, List, Optional, Tuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec  # noqa: E402
+from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec  # noqa: E402
 from tests.agent_runs import recipe_plan  # noqa: E402
 
 FAKE_SERVER = REPO / "fixtures" / "fake_openai_server.py"

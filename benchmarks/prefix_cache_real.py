@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import prefix_cache  # noqa: E402
 from prefix_cache import JUDGE, plan_file, side  # noqa: E402
 
-from agent_stdlib.contracts import ColumnSpec, SeedDataSpec  # noqa: E402
+from synthbatch.agent_stdlib.contracts import ColumnSpec, SeedDataSpec  # noqa: E402
 
 TEXT_TOKENS = 8
 JUDGE_TOKENS = 32

@@ -19,7 +19,7 @@ from typing import List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_stdlib.proxy.loop import READ, Loop, Stream, set_nodelay  # noqa: E402
+from synthbatch.agent_stdlib.proxy.loop import READ, Loop, Stream, set_nodelay  # noqa: E402
 
 
 def message_end(data: bytes) -> int:

@@ -90,8 +90,8 @@ def main() -> int:
     args = parser.parse_args()
     from click.testing import CliRunner
 
-    from control.cli.main import cli
-    from control.errors import redact
+    from synthbatch.control.cli.main import cli
+    from synthbatch.control.errors import redact
 
     print(f"goal: each rejection and each redaction under {GOAL_S:g} s of CPU")
     with tempfile.TemporaryDirectory() as tmp:

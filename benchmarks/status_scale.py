@@ -35,6 +35,7 @@ shards.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -53,6 +54,9 @@ UNDER_TEST = os.environ.get("STATUS_SCALE_REPO")  # child mode: the tree to impo
 sys.path.insert(0, UNDER_TEST or str(REPO))
 
 PER_SHARD = 10
+# the tree's CLI, under the name that tree imports itself by (benchmarks/trees.py)
+RUN_CLI = ("import importlib, os; "
+           "importlib.import_module(os.environ['STATUS_SCALE_PACKAGE'] + '.cli.main').main()")
 NOW = time.time()
 LOOKUPS = re.compile(r"\b(newfstatat|statx|lstat|stat|readlink|access)\(")
 
@@ -88,11 +92,11 @@ def active_range(shards: int) -> range:
 
 def build(workspace: Path, shards: int, run_id: str, job: str) -> Path:
     """A settled run: plain writes (no fsync: a benchmark), the real plan and records."""
-    from agent_stdlib.contracts import RunRecord, ShardSpec, SubmissionRecord
-    from control.config.loader import load_model
-    from control.config.profile import Profile
-    from control.config.run import RunConfig
-    from control.planning.planner import make_plan
+    from synthbatch.agent_stdlib.contracts import RunRecord, ShardSpec, SubmissionRecord
+    from synthbatch.control.config.loader import load_model
+    from synthbatch.control.config.profile import Profile
+    from synthbatch.control.config.run import RunConfig
+    from synthbatch.control.planning.planner import make_plan
 
     base = make_plan(load_model(REPO / "examples/quickstart.toml", RunConfig),
                      load_model(REPO / "examples/profiles/testbed.toml", Profile), run_id,
@@ -176,9 +180,12 @@ def held_array(name: str, indices: range) -> Optional[str]:
 
 
 def child_env(tree: str) -> Dict[str, str]:
+    from benchmarks.trees import control_package, python_path  # not in a child (older tree)
+
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = tree  # bytecode is cached, as in an installed synthbatch
+    env["PYTHONPATH"] = python_path(Path(tree))  # bytecode is cached, as when installed
     env["STATUS_SCALE_REPO"] = tree
+    env["STATUS_SCALE_PACKAGE"] = control_package(Path(tree))
     return env
 
 
@@ -187,8 +194,7 @@ def status_argv(run_id: str, profile: Path, latency_s: float = 0.0,
     if latency_s:
         return [sys.executable, str(Path(__file__).resolve()), "--child", str(latency_s),
                 str(root), "status", run_id, "--profile", str(profile), "--json"]
-    return [sys.executable, "-c", "from control.cli.main import main; main()", "status",
-            run_id, "--profile", str(profile), "--json"]
+    return [sys.executable, "-c", RUN_CLI, "status", run_id, "--profile", str(profile), "--json"]
 
 
 def timed(argv: List[str], env: Dict[str, str], repeat: int,
@@ -331,9 +337,7 @@ def child(latency_s: float, root: str, argv: List[str]) -> None:
     for name in ("open", "stat", "lstat", "listdir", "scandir"):
         setattr(os, name, slowed(getattr(os, name)))
     sys.argv = ["synthbatch", *argv]
-    from control.cli.main import main
-
-    main()
+    importlib.import_module(os.environ["STATUS_SCALE_PACKAGE"] + ".cli.main").main()
 
 
 def main() -> None:

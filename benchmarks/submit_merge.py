@@ -47,7 +47,7 @@ sys.path.insert(0, str(REPO))
 
 def counters() -> Dict[str, int]:
     """Count fsync / sync / syncfs calls from now on (wrapping the functions in place)."""
-    from agent_stdlib import statefile
+    from synthbatch.agent_stdlib import statefile
 
     counts = {"fsync": 0, "sync": 0, "syncfs": 0}
 
@@ -65,8 +65,8 @@ def counters() -> Dict[str, int]:
 
 def phase_timer() -> Dict[str, float]:
     """Time the submit phases (wrapping the functions api.submit calls)."""
-    from control.runs import plan as planning
-    from control.runs import submit as submitting
+    from synthbatch.control.runs import plan as planning
+    from synthbatch.control.runs import submit as submitting
 
     times: Dict[str, float] = {}
 
@@ -90,8 +90,8 @@ def phase_timer() -> Dict[str, float]:
 
 def submit_child(shards: int, max_array: int, work: Path) -> Dict[str, Any]:
     """One submit in this process; returns its figures."""
-    from control import api
-    from control.slurm.scheduler import Scheduler
+    from synthbatch.control import api
+    from synthbatch.control.slurm.scheduler import Scheduler
 
     profile = work / "profile.toml"
     profile.write_text((REPO / "examples" / "profiles" / "testbed.toml").read_text().replace(
@@ -175,13 +175,13 @@ def bench_submit(spec: str, work: Path) -> None:
 
 def build_merge_run(root: Path, shards: int, per_shard: int) -> Any:
     """A run directory with a plan and ``shards`` winners of ``per_shard`` records."""
-    from agent_stdlib.contracts import FileEntry, ShardSpec, WinnerRecord
-    from agent_stdlib.layout import RunLayout
-    from agent_stdlib.statefile import ensure_dir, publish_immutable
-    from control.config.loader import load_model
-    from control.config.profile import Profile
-    from control.config.run import RunConfig
-    from control.planning.planner import make_plan
+    from synthbatch.agent_stdlib.contracts import FileEntry, ShardSpec, WinnerRecord
+    from synthbatch.agent_stdlib.layout import RunLayout
+    from synthbatch.agent_stdlib.statefile import ensure_dir, publish_immutable
+    from synthbatch.control.config.loader import load_model
+    from synthbatch.control.config.profile import Profile
+    from synthbatch.control.config.run import RunConfig
+    from synthbatch.control.planning.planner import make_plan
 
     layout = RunLayout(ensure_dir(root))
     base = make_plan(load_model(REPO / "examples/quickstart.toml", RunConfig),
@@ -218,7 +218,7 @@ def _cpu() -> float:
 
 
 def bench_merge(shards: int, per_shard: int, work: Path) -> None:
-    from control.runs import merge
+    from synthbatch.control.runs import merge
 
     layout = build_merge_run(work / "run", shards, per_shard)
     files = [layout.attempt(s, 1).output / "records.jsonl" for s in range(shards)]

@@ -28,19 +28,19 @@ from typing import (
     Union,
 )
 
-from agent_stdlib.layout import RunLayout, job_name
-from control.config.workspace import WorkspaceProfile, load_workspace_profile
-from control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
-from control.runs.results import MergeResult, PlanResult, RunStatus, RunSummary
-from control.runs.store import latest_run_id, run_backend, run_layout
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.layout import RunLayout, job_name
+from synthbatch.control.config.workspace import WorkspaceProfile, load_workspace_profile
+from synthbatch.control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
+from synthbatch.control.runs.results import MergeResult, PlanResult, RunStatus, RunSummary
+from synthbatch.control.runs.store import latest_run_id, run_backend, run_layout
+from synthbatch.control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from agent_stdlib.contracts import ShardSpec
-    from control.backends.local.scheduler import LocalScheduler
-    from control.config.overrides import Overrides
-    from control.config.profile import Profile
-    from control.runs.status import Refresh
+    from synthbatch.agent_stdlib.contracts import ShardSpec
+    from synthbatch.control.backends.local.scheduler import LocalScheduler
+    from synthbatch.control.config.overrides import Overrides
+    from synthbatch.control.config.profile import Profile
+    from synthbatch.control.runs.status import Refresh
 
 PathLike = Union[str, "os.PathLike[str]"]
 ProfileRef = Union[str, "os.PathLike[str]", None]  # a name, a file, or None (the default)
@@ -59,7 +59,7 @@ def profile_ref(profile: ProfileRef) -> Optional[str]:
 def scheduler_for(profile: AnyProfile) -> Union[Scheduler, LocalScheduler]:
     """The scheduler a profile names: the Slurm client, or the local backend's table."""
     if profile.backend == "local":
-        from control.backends.local.scheduler import LocalScheduler, Settings
+        from synthbatch.control.backends.local.scheduler import LocalScheduler, Settings
 
         local = getattr(profile, "local", None)  # None: a read-only command's profile
         settings = None if local is None else Settings(
@@ -82,7 +82,7 @@ def _of_run(profile: AnyProfile, layout: RunLayout) -> AnyProfile:
 
 
 def _profile(profile: ProfileRef) -> Profile:
-    from control.config.profile import load_profile
+    from synthbatch.control.config.profile import load_profile
 
     return load_profile(profile_ref(profile))[0]
 
@@ -108,7 +108,7 @@ def _overrides(partition: Optional[str], account: Optional[str], qos: Optional[s
                time_limit: Optional[str], reservation: Optional[str],
                gpus: Optional[int] = None, deadline_hours: Optional[float] = None,
                pilot: Optional[str] = None) -> Overrides:
-    from control.config.overrides import Overrides
+    from synthbatch.control.config.overrides import Overrides
 
     return Overrides(partition=partition, account=account, qos=qos, time_limit=time_limit,
                      reservation=reservation, gpus=gpus, deadline_hours=deadline_hours,
@@ -135,9 +135,9 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
     budget (``--gpus``, the run's ``resources.gpus``), ``deadline_hours`` and ``pilot`` its
     deadline and measured pilot (``--deadline``, ``--pilot``); ``reuse``: earlier runs
     whose matching columns the summary names (issue 31)."""
-    from control.benchmark.pilot import read_pilot
-    from control.runs.plan import dry_run
-    from control.runs.reuse import summary_lines
+    from synthbatch.control.benchmark.pilot import read_pilot
+    from synthbatch.control.runs.plan import dry_run
+    from synthbatch.control.runs.reuse import summary_lines
 
     sched = scheduler or scheduler_for(_profile(profile))
     size, unavailable = _max_array_size(sched)
@@ -146,7 +146,7 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
     data = dry_run(Path(run_file), profile_ref(profile), max_array_size=size, overrides=over,
                    scheduler=sched, unavailable=unavailable, read_pilot=read_pilot)
     if reuse:
-        from agent_stdlib.contracts import Plan
+        from synthbatch.agent_stdlib.contracts import Plan
 
         lines = summary_lines(Plan.from_dict(data["plan"]),
                               Path(_profile(profile).workspace), list(reuse))
@@ -161,8 +161,8 @@ def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
     """The first ``count`` records of the run's recipe, made here by the agent bundle's
     generator against ``endpoints`` (``ALIAS=URL``; ``models``: ``ALIAS=NAME`` when an
     endpoint serves another model name); nothing is submitted."""
-    from control import bundle
-    from control.runs.preview import parse_endpoints, parse_models, run_preview
+    from synthbatch.control import bundle
+    from synthbatch.control.runs.preview import parse_endpoints, parse_models, run_preview
 
     prof = _profile(profile)
     urls = parse_endpoints(endpoints)
@@ -191,21 +191,25 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     ``reuse``: earlier runs of the workspace whose LLM cells the run takes (issue 31).
     A run Slurm refuses (SchedulerRejected, exit 2) is not kept: no run is left behind.
     """
-    from control.runs import submit as submitting
+    from synthbatch.control.runs import submit as submitting
 
     prof = _profile(profile)
     sched = scheduler or scheduler_for(prof)
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
     ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
-    from control.runs.reuse import with_reuse  # the run file's reuse and --reuse (issue 31)
+    from synthbatch.control.runs.reuse import (
+        with_reuse,  # the run file's reuse and --reuse (issue 31)
+    )
 
     ready = ready._replace(resolved=with_reuse(ready.resolved, Path(prof.workspace), reuse))
     staged = _staged(ready, prof)
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
                                     {s.index: 1 for s in staged.plan.shards}, implied=True,
                                     withdraw=True)
-    from control.runs.autoround import start  # issue 34: attempts 2..N with no one around
+    from synthbatch.control.runs.autoround import (
+        start,  # issue 34: attempts 2..N with no one around
+    )
     start(staged.layout, ready.resolved.profile, sched, staged.plan.run_id,
           [r.job_id for r in records if r.job_id], staged.plan.max_attempts,
           ready.resolved.config is None or ready.resolved.config.auto_retry)
@@ -228,10 +232,10 @@ def _checked(run_file: Path, profile: ProfileRef, prof: Profile, sched: Schedule
              over: Overrides, checks: bool, run_id: Optional[str],
              shards: Optional[Sequence[ShardSpec]]) -> _Checked:
     """Resolve and check a run (InvalidInput for what ``plan``'s checks call an error)."""
-    from control import bundle
-    from control.benchmark.pilot import read_pilot
-    from control.runs.checks import errors, warnings
-    from control.runs.plan import login_checks, resolve
+    from synthbatch.control import bundle
+    from synthbatch.control.benchmark.pilot import read_pilot
+    from synthbatch.control.runs.checks import errors, warnings
+    from synthbatch.control.runs.plan import login_checks, resolve
 
     try:
         pyz = bundle.locate_agent_bundle(Path(prof.workspace) / ".cache" / "bundles")
@@ -253,7 +257,7 @@ def _checked(run_file: Path, profile: ProfileRef, prof: Profile, sched: Schedule
 
 def _staged(ready: _Checked, prof: Profile) -> Any:
     """Stage and commit a checked run (run.json written); its ``Staged``."""
-    from control.runs import submit as submitting
+    from synthbatch.control.runs import submit as submitting
 
     resolved, run_file = ready.resolved, ready.run_file
     inputs = {"run" + run_file.suffix: run_file,
@@ -313,7 +317,7 @@ def status_refresh(run_id: Optional[str] = None, profile: ProfileRef = None,
 def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Refresh:
     """``refresh`` plus ``backend``: which scheduler answered (and, for the local backend,
     where each supervisor of the run is)."""
-    from control.runs.status import refresh
+    from synthbatch.control.runs.status import refresh
 
     fresh = refresh(layout, sched)
     fresh.summary["backend"] = sched.describe(job_name(layout.root.name))
@@ -325,16 +329,16 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
     (``blocked``: from the rows read this time, as a settled shard is never pending; and
     ``pending_reasons``, how many pending shards wait for each of Slurm's reasons) and
     the run's numbers (``totals``: from the index's columns, no settled row is built)."""
-    from control.runs.pending import blocked, reasons
-    from control.runs.totals import totals
+    from synthbatch.control.runs.pending import blocked, reasons
+    from synthbatch.control.runs.totals import totals
 
     summary = fresh.summary
     summary["blocked"] = blocked(fresh.fresh)
     summary["pending_reasons"] = reasons(fresh.fresh)
     summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
                                ended=fresh.ended_at, job_ids=fresh.job_ids)
-    from control.runs.autoretry import round_now  # issue 34: the pending automatic round
-    from control.runs.store import load_plan
+    from synthbatch.control.runs.autoretry import round_now  # issue 34: the pending automatic round
+    from synthbatch.control.runs.store import load_plan
     summary["auto_retry"] = round_now(layout, sched, fresh.rows,  # the plan: only if pending
                                       lambda: load_plan(layout).max_attempts)
     return fresh
@@ -344,14 +348,14 @@ def _observed(layout: RunLayout, profile: ProfileRef, sched: Scheduler, auto_ret
               given: Optional[Scheduler] = None) -> Refresh:
     """One refresh; with ``auto_retry``, failed shards resubmitted (through ``given``, the
     caller's scheduler, or one made from the whole profile: submitting needs all of it)."""
-    from control.runs.status import unreachable
+    from synthbatch.control.runs.status import unreachable
 
     fresh = _refresh(layout, sched)
     data = fresh.summary
     if not auto_retry or not data["counts"].get("failed") or unreachable(data):
         return fresh
-    from control.errors import Conflict
-    from control.runs.retry import retry_run
+    from synthbatch.control.errors import Conflict
+    from synthbatch.control.runs.retry import retry_run
 
     try:
         full = _of_run(_profile(profile), layout)  # submitting needs the whole profile
@@ -381,8 +385,8 @@ def wait(run_id: Optional[str] = None, profile: ProfileRef = None,
     data. Whether the run succeeded is the result's ``state`` (``succeeded``); the CLI's
     exit status comes from it (``control.runs.watch.outcome``).
     """
-    from control.runs.watch import Backoff
-    from control.runs.watch import watch as watch_loop
+    from synthbatch.control.runs.watch import Backoff
+    from synthbatch.control.runs.watch import watch as watch_loop
 
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(_of_run(prof, layout))
@@ -396,7 +400,7 @@ def wait(run_id: Optional[str] = None, profile: ProfileRef = None,
 def cancel(run_id: str, shards: Sequence[int] = (), profile: ProfileRef = None,
            scheduler: Optional[Scheduler] = None, wait_s: float = 60.0) -> Dict[str, Any]:
     """scancel the recorded jobs of the run (or of ``shards``); states become cancelled."""
-    from control.runs.cancel import cancel_run
+    from synthbatch.control.runs.cancel import cancel_run
 
     prof, layout = _run(run_id, profile)
     return cancel_run(layout, scheduler or scheduler_for(_of_run(prof, layout)), list(shards),
@@ -406,7 +410,7 @@ def cancel(run_id: str, shards: Sequence[int] = (), profile: ProfileRef = None,
 def logs(run_id: Optional[str] = None, shard: Optional[int] = None,
          step: Optional[str] = None, profile: ProfileRef = None) -> Dict[str, Any]:
     """Which log file of the latest execution to show, and the other steps that have one."""
-    from control.runs.logs import locate
+    from synthbatch.control.runs.logs import locate
 
     _, layout = _run(run_id, profile)
     target = locate(layout, shard, step)
@@ -420,8 +424,8 @@ def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileR
     """One shard as ``status`` sees it, its whole reason, and the last ``lines`` lines of
     the log to read (the one its failure names, else its latest client or Slurm log):
     ``{"run_id", "shard": row, "log": path or None, "log_tail": [lines]}``."""
-    from control.errors import NotFound
-    from control.runs.logs import locate, tail_lines
+    from synthbatch.control.errors import NotFound
+    from synthbatch.control.runs.logs import locate, tail_lines
 
     data = status(run_id, profile).to_dict()
     rows = data.get("shards", [])
@@ -442,7 +446,7 @@ def merge(run_id: str, output: Optional[PathLike] = None, allow_partial: bool = 
           profile: ProfileRef = None, fmt: str = "jsonl", stats: bool = True) -> MergeResult:
     """Verify and concatenate the winners of a run in shard order; return the manifest.
     ``stats=False`` leaves the column statistics out of the dataset card."""
-    from control.runs.merge import merge_run
+    from synthbatch.control.runs.merge import merge_run
 
     _, layout = _run(run_id, profile)
     target = Path(output).resolve() if output is not None else None
@@ -462,8 +466,8 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
     are damaged are left out and listed as ``skipped``, the others still submitted.
     Returns what was (with ``dry_run``: would be) submitted.
     """
-    from control.runs.retry import retry_run
-    from control.runs.status import observe, unreachable
+    from synthbatch.control.runs.retry import retry_run
+    from synthbatch.control.runs.status import observe, unreachable
 
     prof = _profile(profile)
     layout = run_layout(Path(prof.workspace), run_id)
@@ -489,7 +493,7 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
 def runs(profile: ProfileRef = None) -> List[RunSummary]:
     """The runs of the workspace, newest first, from their directories alone (no Slurm):
     state, records done, shards, when submitted, how long they ran."""
-    from control.runs.listing import list_runs
+    from synthbatch.control.runs.listing import list_runs
 
     prof = load_workspace_profile(profile_ref(profile))
     return [RunSummary.from_dict(r) for r in list_runs(Path(prof.workspace))]
@@ -535,7 +539,7 @@ class Run:
         """What the login-node checks warned about at submit (kept in ``run.json``)."""
         if "warnings" in self.submission:
             return list(self.submission["warnings"])
-        from control.runs.store import load_run
+        from synthbatch.control.runs.store import load_run
 
         record = load_run(run_dir(self.run_id, self.profile))
         return list(record.warnings) if record is not None else []
@@ -570,7 +574,7 @@ class Run:
 
     def logs(self, shard: Optional[int] = None, step: Optional[str] = None) -> str:
         """The text of a shard's log (as ``synthbatch logs``; the last 64 KiB)."""
-        from control.runs.logs import read_tail
+        from synthbatch.control.runs.logs import read_tail
 
         return read_tail(Path(logs(self.run_id, shard, step, self.profile)["path"]))
 
@@ -579,10 +583,10 @@ def benchmark_run(bench_file: PathLike, profile: ProfileRef = None,
                   scheduler: Optional[Scheduler] = None) -> Dict[str, Any]:
     """Compile a benchmark file and submit each case's run that does not exist yet (a case
     already submitted is left alone: resubmitting is idempotent)."""
-    from control.benchmark import store
-    from control.benchmark.sweep import compile_sweep
-    from control.config.benchmark import BenchmarkConfig
-    from control.config.loader import load_model, read_document
+    from synthbatch.control.benchmark import store
+    from synthbatch.control.benchmark.sweep import compile_sweep
+    from synthbatch.control.config.benchmark import BenchmarkConfig
+    from synthbatch.control.config.loader import load_model, read_document
 
     bench_file = Path(bench_file)
     config = load_model(bench_file, BenchmarkConfig)
@@ -614,10 +618,10 @@ def _submit_cases(bench_file: Path, base_file: Path, cases: Sequence[Any],
                   ) -> Dict[str, Dict[str, Any]]:
     """Check every case, then submit the cases of one shape as one Slurm array
     (``control.runs.shared``; each case stays an ordinary run at its own task offset)."""
-    from control.benchmark import store
-    from control.runs import submit as submitting
-    from control.runs.plan import at_first_task
-    from control.runs.shared import groups, submit_shared
+    from synthbatch.control.benchmark import store
+    from synthbatch.control.runs import submit as submitting
+    from synthbatch.control.runs.plan import at_first_task
+    from synthbatch.control.runs.shared import groups, submit_shared
 
     prof = _profile(profile)
     sched = scheduler or scheduler_for(prof)
@@ -651,9 +655,9 @@ def _submit_cases(bench_file: Path, base_file: Path, cases: Sequence[Any],
 
 
 def _benchmark_data(bench_id: str, profile: ProfileRef) -> Dict[str, Any]:
-    from control.benchmark import store
-    from control.benchmark.accounting import job_times
-    from control.benchmark.analyze import analyze
+    from synthbatch.control.benchmark import store
+    from synthbatch.control.benchmark.accounting import job_times
+    from synthbatch.control.benchmark.analyze import analyze
 
     prof = load_workspace_profile(profile_ref(profile))
     workspace = Path(prof.workspace)
@@ -676,7 +680,7 @@ def benchmark_analyze(bench_id: str, profile: ProfileRef = None) -> Dict[str, An
 def benchmark_report(bench_id: str, output: Optional[PathLike] = None,
                      profile: ProfileRef = None) -> Dict[str, Any]:
     """Write the report directory (default ``<workspace>/benchmarks/<id>/report``)."""
-    from control.benchmark import report, store
+    from synthbatch.control.benchmark import report, store
 
     data = _benchmark_data(bench_id, profile)
     folder = Path(output) if output is not None else store.bench_dir(

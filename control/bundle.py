@@ -39,6 +39,7 @@ __all__ = [
     "ENTRY_POINT",
     "MANIFEST_NAME",
     "SHIV_VERSION",
+    "SOURCE_PACKAGE",
     "BundleError",
     "agent_source_dir",
     "build_agent_bundle",
@@ -48,7 +49,10 @@ __all__ = [
     "source_digest",
 ]
 
+#: The agent's package name inside the zipapp (top level there: nothing else is installed).
 AGENT_PACKAGE = "agent_stdlib"
+#: The same sources' name where the control plane is installed (``import synthbatch``).
+SOURCE_PACKAGE = "synthbatch.agent_stdlib"
 ENTRY_POINT = "agent_stdlib.__main__:main"
 SHEBANG = "/usr/bin/env python3"
 SHIV_VERSION = "1.0.8"
@@ -91,10 +95,10 @@ def agent_source_dir() -> Path:
     """
     import importlib.util
 
-    spec = importlib.util.find_spec(AGENT_PACKAGE)
+    spec = importlib.util.find_spec(SOURCE_PACKAGE)
     locations = list(spec.submodule_search_locations or []) if spec else []
     if not locations:
-        raise BundleError(f"cannot find the {AGENT_PACKAGE!r} package sources")
+        raise BundleError(f"cannot find the {SOURCE_PACKAGE!r} package sources")
     return Path(locations[0]).resolve()
 
 

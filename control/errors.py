@@ -8,8 +8,8 @@ from __future__ import annotations
 import functools
 from typing import Optional, Sequence
 
-from agent_stdlib.text import visible
-from control.secrets import redact_text
+from synthbatch.agent_stdlib.text import visible
+from synthbatch.control.secrets import redact_text
 
 # Exit statuses of every command (README and docs/observation.md list them).
 OK = 0  # done; for ``wait`` and ``submit --wait``: every shard succeeded

@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from typing import Iterable, Optional, Pattern, Tuple
 
-from agent_stdlib.text import quoted
+from synthbatch.agent_stdlib.text import quoted
 
 SECRET_WORDS = frozenset({"TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
                           "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY"})

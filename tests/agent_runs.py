@@ -13,12 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from agent_stdlib import localjob
-from agent_stdlib.attempts import advance_attempt, create_attempt
-from agent_stdlib.client.generate import Shard, run_shard
-from agent_stdlib.client.output import Output
-from agent_stdlib.client.progress import Progress
-from agent_stdlib.contracts import (
+from synthbatch.agent_stdlib import localjob
+from synthbatch.agent_stdlib.attempts import advance_attempt, create_attempt
+from synthbatch.agent_stdlib.client.generate import Shard, run_shard
+from synthbatch.agent_stdlib.client.output import Output
+from synthbatch.agent_stdlib.client.progress import Progress
+from synthbatch.agent_stdlib.contracts import (
     ColumnSpec,
     DeploymentSpec,
     GenerateSpec,
@@ -30,9 +30,14 @@ from agent_stdlib.contracts import (
     SubmissionRecord,
     sha256_bytes,
 )
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.resume import KeptRecords
-from agent_stdlib.statefile import ensure_dir, publish_immutable, read_json, write_json_atomic
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.resume import KeptRecords
+from synthbatch.agent_stdlib.statefile import (
+    ensure_dir,
+    publish_immutable,
+    read_json,
+    write_json_atomic,
+)
 from tests.conftest import FAKE_SERVER, REPO
 
 
@@ -131,7 +136,7 @@ def recipe_plan(columns: Sequence[ColumnSpec] = QA_COLUMNS, records: int = 12,
 def stage_batch(root: Path, pyz: Path, plan: Plan) -> Path:
     """``stage`` plus the agent bundle copied in and a local batch script that runs it
     (what the agent and generator benchmarks start); returns the script."""
-    from control.slurm.renderer import BatchScript, render_batch_script
+    from synthbatch.control.slurm.renderer import BatchScript, render_batch_script
 
     args = stage(root, plan)
     shutil.copyfile(pyz, root / "agent.pyz")

@@ -21,7 +21,7 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def agent_pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The agent bundle, built once per test session from this checkout."""
-    from control.bundle import build_agent_bundle
+    from synthbatch.control.bundle import build_agent_bundle
 
     return build_agent_bundle(tmp_path_factory.mktemp("bundle"))
 

@@ -20,9 +20,9 @@ import pytest
 from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, settings
 
-from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, create_attempt
-from agent_stdlib.contracts import (
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.attempts import advance_attempt, create_attempt
+from synthbatch.agent_stdlib.contracts import (
     AliasProgress,
     DeploymentSpec,
     GenerateSpec,
@@ -37,20 +37,20 @@ from agent_stdlib.contracts import (
     SubmissionRecord,
     WinnerRecord,
 )
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import (
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import (
     ensure_dir,
     publish_immutable,
     publish_json_immutable,
     write_json_atomic,
 )
-from control.cli.main import cli
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.planning.arrays import array_chunks
-from control.planning.planner import make_plan, split_records
-from control.slurm.runner import CommandResult
+from synthbatch.control.cli.main import cli
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.planning.arrays import array_chunks
+from synthbatch.control.planning.planner import make_plan, split_records
+from synthbatch.control.slurm.runner import CommandResult
 from tests.conftest import REPO
 
 if sys.version_info >= (3, 11):
@@ -93,8 +93,8 @@ class Crash(Exception):
 def first_record(layout: RunLayout, shard: int) -> Any:
     """The first revision of ``shard``'s attempt 1 as its submission record implies it
     (what an agent starting it, or a cancel ending it, advances)."""
-    from control.runs.reconcile import implied_first
-    from control.runs.store import load_plan_view, shard_scanner
+    from synthbatch.control.runs.reconcile import implied_first
+    from synthbatch.control.runs.store import load_plan_view, shard_scanner
 
     view = shard_scanner(layout)(shard).attempt
     assert view is not None, f"no submission names shard {shard}"
@@ -484,7 +484,7 @@ class FileCluster:
 
     @staticmethod
     def _sbatch(data: Dict[str, Any], args: List[str]) -> str:
-        from control.slurm.parsers import expand_tasks
+        from synthbatch.control.slurm.parsers import expand_tasks
 
         opts = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
         job = str(data["next"])
@@ -551,9 +551,9 @@ class FakeClient:
     def __call__(self, env: Mapping[str, str], shard: int, attempt: int) -> int:
         import threading
 
-        from agent_stdlib.client import generate as gen
-        from agent_stdlib.client.output import Output
-        from agent_stdlib.client.records import Outcome
+        from synthbatch.agent_stdlib.client import generate as gen
+        from synthbatch.agent_stdlib.client.output import Output
+        from synthbatch.agent_stdlib.client.records import Outcome
 
         offset, count = int(env["SYNTHBATCH_RECORD_OFFSET"]), int(env["SYNTHBATCH_NUM_RECORDS"])
         folder = Path(env["SYNTHBATCH_OUTPUT_DIR"])
@@ -593,7 +593,7 @@ class EveryRecord:
     """``generate.Progress`` that publishes after every record (the real one: ~1 Hz)."""
 
     def __new__(cls, path: Path, total: int) -> Any:
-        from agent_stdlib.client.progress import Progress
+        from synthbatch.agent_stdlib.client.progress import Progress
 
         class Eager(Progress):
             def settled(self, tokens: int = 0, dropped: bool = False, count: int = 1) -> None:
@@ -626,10 +626,10 @@ def run_agent(layout: RunLayout, job: str, task: int, script: str, restarts: int
     step launcher are replaced in-process. Run it in a forked child: it sets the
     job's environment and patches the controller module.
     """
-    from agent_stdlib.allocation import controller
-    from agent_stdlib.allocation.invocation import invocation, parse_args
-    from agent_stdlib.allocation.signals import SignalCoordinator
-    from agent_stdlib.allocation.supervisor import open_log
+    from synthbatch.agent_stdlib.allocation import controller
+    from synthbatch.agent_stdlib.allocation.invocation import invocation, parse_args
+    from synthbatch.agent_stdlib.allocation.signals import SignalCoordinator
+    from synthbatch.agent_stdlib.allocation.supervisor import open_log
 
     text = Path(script).read_text()
     args = ["--run-dir", str(layout.root), "--submission",
@@ -671,7 +671,7 @@ def run_agent(layout: RunLayout, job: str, task: int, script: str, restarts: int
             pass
 
         def backends(self) -> Dict[str, tuple]:
-            from agent_stdlib.contracts import BackendStatus
+            from synthbatch.agent_stdlib.contracts import BackendStatus
 
             return {a: (BackendStatus(url=u, ready=True),) for a, u in self.endpoints.items()}
 
@@ -786,9 +786,9 @@ class World:
 
     def submit(self, plan: Any, cluster: FileCluster) -> Any:
         """``synthbatch submit`` of ``plan``: stage, commit, one held array, release."""
-        from agent_stdlib.contracts import sha256_bytes
-        from control.runs.submit import commit_run, stage_run, submit_all
-        from control.slurm.scheduler import Scheduler
+        from synthbatch.agent_stdlib.contracts import sha256_bytes
+        from synthbatch.control.runs.submit import commit_run, stage_run, submit_all
+        from synthbatch.control.slurm.scheduler import Scheduler
 
         staged = stage_run(self.ws, plan, {"run.toml": QUICKSTART, "profile.toml": TESTBED},
                            self.agent, sha256_bytes(self.agent.read_bytes()))
@@ -810,9 +810,9 @@ def drive(world: World, cluster: FileCluster, client: FakeClient, rounds: int = 
     """Status, retry and allocations, as a user and Slurm go on, until status says the run
     succeeded (and no task is left to run: a job requeued after its attempt succeeded
     still runs, and exits); AssertionError if ``rounds`` do not get there."""
-    from control.runs.retry import retry_run
-    from control.runs.status import observe
-    from control.slurm.scheduler import Scheduler
+    from synthbatch.control.runs.retry import retry_run
+    from synthbatch.control.runs.status import observe
+    from synthbatch.control.slurm.scheduler import Scheduler
 
     layout, sched = world.layout, Scheduler(runner=cluster)
     for _ in range(rounds):

@@ -28,29 +28,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from agent_stdlib import states
-from agent_stdlib.allocation import slurmjob
-from agent_stdlib.allocation.errors import AllocationFailure, PreflightError
-from agent_stdlib.allocation.invocation import (
+from .. import states
+from ..attempts import advance_attempt, load_attempt, publish_readiness
+from ..candidate import CandidateError, count_records
+from ..contracts import AttemptRecord, ResultManifest
+from ..errors import AgentError
+from ..layout import AttemptLayout
+from ..publish import complete_winner, publish_result
+from ..statefile import ensure_dir
+from . import slurmjob
+from .errors import AllocationFailure, PreflightError
+from .invocation import (
     Invocation,
     invocation,
     parse_args,
 )
-from agent_stdlib.allocation.launch import ClientPaths, Site, client_launch
-from agent_stdlib.allocation.preflight import Context, check_identity, run_preflight
-from agent_stdlib.allocation.reasons import ended, step_failure
-from agent_stdlib.allocation.serving import Services, fail_on_exit
-from agent_stdlib.allocation.signals import Interrupted, SignalCoordinator
-from agent_stdlib.allocation.slurmjob import JobIdentity
-from agent_stdlib.allocation.steps import current_env, step_control
-from agent_stdlib.allocation.supervisor import URGENT_GRACE_S, Managed, Supervisor
-from agent_stdlib.attempts import advance_attempt, load_attempt, publish_readiness
-from agent_stdlib.candidate import CandidateError, count_records
-from agent_stdlib.contracts import AttemptRecord, ResultManifest
-from agent_stdlib.errors import AgentError
-from agent_stdlib.layout import AttemptLayout
-from agent_stdlib.publish import complete_winner, publish_result
-from agent_stdlib.statefile import ensure_dir
+from .launch import ClientPaths, Site, client_launch
+from .preflight import Context, check_identity, run_preflight
+from .reasons import ended, step_failure
+from .serving import Services, fail_on_exit
+from .signals import Interrupted, SignalCoordinator
+from .slurmjob import JobIdentity
+from .steps import current_env, step_control
+from .supervisor import URGENT_GRACE_S, Managed, Supervisor
 
 POLL_S = 0.2
 

@@ -6,7 +6,7 @@ catches (``controller.py``); the prefix of the reason says which phase failed.
 
 from __future__ import annotations
 
-from agent_stdlib.errors import AgentError
+from ..errors import AgentError
 
 
 class AllocationFailure(AgentError):

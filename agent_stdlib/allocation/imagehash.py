@@ -18,8 +18,8 @@ import stat
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from agent_stdlib.imagedigest import image_digest, tree_stamp
-from agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
+from ..imagedigest import image_digest, tree_stamp
+from ..statefile import StateError, ensure_dir, read_json, write_json_atomic
 
 
 def stamp(path: str) -> Dict[str, Any]:

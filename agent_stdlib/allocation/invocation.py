@@ -17,19 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
-from agent_stdlib import localjob
-from agent_stdlib.allocation.errors import AllocationFailure
-from agent_stdlib.arrays import array_task, task_job_id, task_shard
-from agent_stdlib.attempts import implied_attempt
-from agent_stdlib.contracts import (
+from .. import localjob
+from ..arrays import array_task, task_job_id, task_shard
+from ..attempts import implied_attempt
+from ..contracts import (
     SCHEMA_VERSION,
     AttemptRecord,
     Plan,
     SubmissionRecord,
     sha256_bytes,
 )
-from agent_stdlib.layout import FIRST_ATTEMPT, RunLayout
-from agent_stdlib.statefile import read_bytes, read_json
+from ..layout import FIRST_ATTEMPT, RunLayout
+from ..statefile import read_bytes, read_json
+from .errors import AllocationFailure
 
 
 @dataclass(frozen=True)

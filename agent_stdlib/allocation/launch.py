@@ -25,9 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from agent_stdlib.allocation.errors import LaunchError
-from agent_stdlib.allocation.steps import local_devices, step_argv, step_env
-from agent_stdlib.containers import (
+from ..containers import (
     IMAGE_PYTHON,
     container_env,
     env_prefix,
@@ -36,7 +34,9 @@ from agent_stdlib.containers import (
     with_scratch,
     wrap,
 )
-from agent_stdlib.contracts import ContainerSpec, DeploymentSpec, Plan
+from ..contracts import ContainerSpec, DeploymentSpec, Plan
+from .errors import LaunchError
+from .steps import local_devices, step_argv, step_env
 
 LOOPBACK = "127.0.0.1"
 _PLACEHOLDER = re.compile(r"\{(host|port|agent|node_rank|leader_host|dist_port)\}")

@@ -16,8 +16,8 @@ import subprocess
 import sys
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from agent_stdlib.allocation.steps import step_argv, step_env
-from agent_stdlib.contracts import Plan
+from ..contracts import Plan
+from .steps import step_argv, step_env
 
 CHECK_TIMEOUT_S = 60.0
 STEP_MEM_MB = 64

@@ -33,20 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from agent_stdlib.allocation import nodecheck, slurmjob
-from agent_stdlib.allocation.errors import LaunchError, PreflightError
-from agent_stdlib.allocation.imagehash import cached_sha256
-from agent_stdlib.allocation.launch import (
-    LOOPBACK,
-    Site,
-    dd_validate_launch,
-    in_container,
-    secret_values,
-)
-from agent_stdlib.allocation.slurmjob import JobIdentity
-from agent_stdlib.allocation.steps import COMMAND_TIMEOUT_S
-from agent_stdlib.containers import DEFAULT_EXECUTABLE, SCRATCH_MOUNT
-from agent_stdlib.contracts import (
+from ..containers import DEFAULT_EXECUTABLE, SCRATCH_MOUNT
+from ..contracts import (
     DIST_PORTS,
     MIN_PYTHON,
     PORT_SLOTS,
@@ -56,7 +44,19 @@ from agent_stdlib.contracts import (
     Plan,
     dd_check_report,
 )
-from agent_stdlib.recipe.seeds import SeedError, scan
+from ..recipe.seeds import SeedError, scan
+from . import nodecheck, slurmjob
+from .errors import LaunchError, PreflightError
+from .imagehash import cached_sha256
+from .launch import (
+    LOOPBACK,
+    Site,
+    dd_validate_launch,
+    in_container,
+    secret_values,
+)
+from .slurmjob import JobIdentity
+from .steps import COMMAND_TIMEOUT_S
 
 CONNECT_S = 0.5  # a remote port is taken when something accepts within this
 DD_CHECK_TIMEOUT_S = 300.0  # importing Data Designer from a cold shared filesystem is slow

@@ -21,11 +21,11 @@ import sys
 import time
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
-from agent_stdlib.allocation.launch import fill_placeholders
-from agent_stdlib.allocation.reasons import cause, ended
-from agent_stdlib.allocation.supervisor import die_with_parent
-from agent_stdlib.errors import AgentError
-from agent_stdlib.text import visible
+from ..errors import AgentError
+from ..text import visible
+from .launch import fill_placeholders
+from .reasons import cause, ended
+from .supervisor import die_with_parent
 
 EXIT_NOT_FOUND = 127  # the engine executable could not be run (as a shell reports it)
 EXIT_RANK_ENDED = 70  # sysexits EX_SOFTWARE: a rank's engine ended with 0 while serving

@@ -14,8 +14,8 @@ import signal
 from pathlib import Path
 from typing import List, Optional
 
-from agent_stdlib.allocation.supervisor import log_text, tail
-from agent_stdlib.text import visible
+from ..text import visible
+from .supervisor import log_text, tail
 
 CAUSE_BYTES = 64 * 1024  # how far back a log is searched for its last error line
 CAUSE_CHARS = 600  # at most this much of one error line goes into a reason

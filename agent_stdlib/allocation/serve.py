@@ -34,7 +34,9 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from agent_stdlib.allocation.ranks import (
+from ..containers import DEVICE_VARS
+from ..errors import AgentError
+from .ranks import (
     EXIT_NOT_FOUND,
     RankError,
     RankId,
@@ -42,8 +44,6 @@ from agent_stdlib.allocation.ranks import (
     rank_of,
     run_rank,
 )
-from agent_stdlib.containers import DEVICE_VARS
-from agent_stdlib.errors import AgentError
 
 # Slurm's device lists (CUDA, ROCm, OpenCL), then its own record.
 LIST_VARS = DEVICE_VARS + ("SLURM_STEP_GPUS",)

@@ -16,20 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from agent_stdlib.allocation.errors import AllocationFailure
-from agent_stdlib.allocation.launch import (
+from ..contracts import BackendStatus, DeploymentSpec, Plan
+from .errors import AllocationFailure
+from .launch import (
     LOOPBACK,
     LaunchError,
     Site,
     server_launch,
 )
-from agent_stdlib.allocation.probes import http_ok
-from agent_stdlib.allocation.ranks import RankExit, first_rank_exit
-from agent_stdlib.allocation.reasons import ended, srun_status, step_failure
-from agent_stdlib.allocation.signals import SignalCoordinator
-from agent_stdlib.allocation.steps import current_env, step_env
-from agent_stdlib.allocation.supervisor import Managed, Supervisor, log_text
-from agent_stdlib.contracts import BackendStatus, DeploymentSpec, Plan
+from .probes import http_ok
+from .ranks import RankExit, first_rank_exit
+from .reasons import ended, srun_status, step_failure
+from .signals import SignalCoordinator
+from .steps import current_env, step_env
+from .supervisor import Managed, Supervisor, log_text
 
 POLL_S = 0.2
 PROXY_START_S = 30.0

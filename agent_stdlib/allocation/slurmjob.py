@@ -17,10 +17,10 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from agent_stdlib import localjob
-from agent_stdlib.allocation.steps import run_command
-from agent_stdlib.arrays import task_job_id
-from agent_stdlib.localjob import CANCELLED, REQUEUED, TIME_LIMIT
+from .. import localjob
+from ..arrays import task_job_id
+from ..localjob import CANCELLED, REQUEUED, TIME_LIMIT
+from .steps import run_command
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ import subprocess
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from agent_stdlib.arrays import task_job_id
-from agent_stdlib.containers import DEVICE_VARS
-from agent_stdlib.contracts import (
+from ..arrays import task_job_id
+from ..containers import DEVICE_VARS
+from ..contracts import (
     BASE_ENV,
     LOOPBACK_NO_PROXY,
     PROXY_VARS,

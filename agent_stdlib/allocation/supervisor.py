@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from agent_stdlib.allocation.signals import SignalCoordinator
-from agent_stdlib.allocation.steps import StepControl
-from agent_stdlib.text import visible
+from ..text import visible
+from .signals import SignalCoordinator
+from .steps import StepControl
 
 LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND
 PR_SET_PDEATHSIG = 1

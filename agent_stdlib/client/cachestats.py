@@ -16,7 +16,7 @@ import threading
 from typing import Any, Dict, Optional, Tuple
 from urllib.parse import urlsplit
 
-from agent_stdlib.contracts import CacheProgress
+from ..contracts import CacheProgress
 
 SAMPLE_S = 2.0
 PREFIX = "synthbatch_proxy_"

@@ -67,13 +67,13 @@ from typing import (
     Tuple,
 )
 
-from agent_stdlib.candidate import dd_profile_name
-from agent_stdlib.client import ddshard
-from agent_stdlib.client.generate import EXIT_PARTIAL
-from agent_stdlib.contracts import DataDesignerSpec, Plan, ProgressRecord, split_dd_config
-from agent_stdlib.errors import AgentError
-from agent_stdlib.resume import KeptRecords, resume_count, scan_kept
-from agent_stdlib.statefile import read_json, write_json_atomic
+from ..candidate import dd_profile_name
+from ..contracts import DataDesignerSpec, Plan, ProgressRecord, split_dd_config
+from ..errors import AgentError
+from ..resume import KeptRecords, resume_count, scan_kept
+from ..statefile import read_json, write_json_atomic
+from . import ddshard
+from .generate import EXIT_PARTIAL
 
 TESTED = "0.9.7"
 SUPPORTED = (0, 9)  # major, minor

@@ -36,21 +36,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from agent_stdlib.client.cachestats import ProxySampler
-from agent_stdlib.client.concurrency import Limiter
-from agent_stdlib.client.http import Endpoint
-from agent_stdlib.client.output import Output, Resumed
-from agent_stdlib.client.progress import AliasCounters, Progress
-from agent_stdlib.client.recipe import Recipe, RecipeError, compile_recipe
-from agent_stdlib.client.records import Alias, Engine, GenerateError, Outcome
-from agent_stdlib.client.reuse import Cells, run_files
-from agent_stdlib.client.seeds import SeedRows
-from agent_stdlib.contracts import ContractError, Plan
-from agent_stdlib.recipe.reuse import model_identity
-from agent_stdlib.recipe.seeds import SeedError
-from agent_stdlib.recipe.sizing import bounds
-from agent_stdlib.resume import KeptRecords, scan_kept
-from agent_stdlib.statefile import read_json
+from ..contracts import ContractError, Plan
+from ..recipe.reuse import model_identity
+from ..recipe.seeds import SeedError
+from ..recipe.sizing import bounds
+from ..resume import KeptRecords, scan_kept
+from ..statefile import read_json
+from .cachestats import ProxySampler
+from .concurrency import Limiter
+from .http import Endpoint
+from .output import Output, Resumed
+from .progress import AliasCounters, Progress
+from .recipe import Recipe, RecipeError, compile_recipe
+from .records import Alias, Engine, GenerateError, Outcome
+from .reuse import Cells, run_files
+from .seeds import SeedRows
 
 ABANDON_AFTER_S = 0.5  # how long a stopped client lets its cancelled requests end
 EXIT_PARTIAL = 75  # stopped by a signal; the records written so far are complete and kept

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from agent_stdlib.contracts import AFFINITY_HEADER
+from ..contracts import AFFINITY_HEADER
 
 Conn = Tuple[asyncio.StreamReader, asyncio.StreamWriter]
 MAX_IDLE = 4096

@@ -21,8 +21,8 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from agent_stdlib.recipe.judge import judge_schema, option_value, reasoning_chars
-from agent_stdlib.recipe.schema import validate
+from ..recipe.judge import judge_schema, option_value, reasoning_chars
+from ..recipe.schema import validate
 
 FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n(.*?)\n?```\s*$", re.S)
 

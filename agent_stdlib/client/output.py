@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
 
-from agent_stdlib.candidate import dropped_name
-from agent_stdlib.resume import KeptRecords, completion_tokens, parse_record
+from ..candidate import dropped_name
+from ..resume import KeptRecords, completion_tokens, parse_record
 
 BATCH_S = 1.0
 BATCH_LINES = 512

@@ -14,10 +14,10 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Deque, Dict, Optional, Tuple
 
-from agent_stdlib.client.cachestats import ProxySampler, cache_view
-from agent_stdlib.client.concurrency import Limiter
-from agent_stdlib.contracts import AliasProgress, ProgressRecord
-from agent_stdlib.statefile import write_json_atomic
+from ..contracts import AliasProgress, ProgressRecord
+from ..statefile import write_json_atomic
+from .cachestats import ProxySampler, cache_view
+from .concurrency import Limiter
 
 WINDOW_S = 30.0
 WRITE_S = 1.0

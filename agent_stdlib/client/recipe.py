@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from agent_stdlib.client.samplers import SAMPLERS, Sampler
-from agent_stdlib.contracts import GenerateSpec, Plan
-from agent_stdlib.errors import AgentError
-from agent_stdlib.recipe import schema as jsonschema
-from agent_stdlib.recipe.columns import LLM, ColumnError, Node, analyze
-from agent_stdlib.recipe.template import Part, parse
+from ..contracts import GenerateSpec, Plan
+from ..errors import AgentError
+from ..recipe import schema as jsonschema
+from ..recipe.columns import LLM, ColumnError, Node, analyze
+from ..recipe.template import Part, parse
+from .samplers import SAMPLERS, Sampler
 
 LEGACY_COLUMN = "completion"
 

@@ -20,20 +20,20 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from agent_stdlib.client.cachestats import cached_tokens
-from agent_stdlib.client.concurrency import Limiter
-from agent_stdlib.client.http import Endpoint, HttpError, Reply
-from agent_stdlib.client.llm import InvalidOutput, parse_answer, request_body
-from agent_stdlib.client.order import DispatchOrder
-from agent_stdlib.client.progress import AliasCounters
-from agent_stdlib.client.recipe import LEGACY_COLUMN, Column, Recipe
-from agent_stdlib.client.retrying import RETRIED_KINDS, retry_body
-from agent_stdlib.client.reuse import Cells
-from agent_stdlib.client.samplers import cell_bits
-from agent_stdlib.client.seeds import SeedRows
-from agent_stdlib.errors import AgentError
-from agent_stdlib.recipe.reuse import request_digest
-from agent_stdlib.recipe.template import render
+from ..errors import AgentError
+from ..recipe.reuse import request_digest
+from ..recipe.template import render
+from .cachestats import cached_tokens
+from .concurrency import Limiter
+from .http import Endpoint, HttpError, Reply
+from .llm import InvalidOutput, parse_answer, request_body
+from .order import DispatchOrder
+from .progress import AliasCounters
+from .recipe import LEGACY_COLUMN, Column, Recipe
+from .retrying import RETRIED_KINDS, retry_body
+from .reuse import Cells
+from .samplers import cell_bits
+from .seeds import SeedRows
 
 CHAT = "/v1/chat/completions"
 RESERVED = ("index", "_meta", "_error")  # record keys of the generator's own

@@ -17,7 +17,7 @@ import uuid
 from itertools import accumulate
 from typing import Any, Callable, Dict, Mapping
 
-from agent_stdlib.recipe.template import show
+from ..recipe.template import show
 
 Values = Mapping[str, Any]
 Sampler = Callable[[bytes, Values], Any]  # (cell bits, the record's values so far) -> value

@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any, BinaryIO, Dict, Optional, Sequence
 
-from agent_stdlib.client.samplers import cell_bits
-from agent_stdlib.contracts import SeedDataSpec
-from agent_stdlib.recipe.seeds import SeedError, SeedIndex, open_rows, read_row, scan
+from ..contracts import SeedDataSpec
+from ..recipe.seeds import SeedError, SeedIndex, open_rows, read_row, scan
+from .samplers import cell_bits
 
 ROUNDS = 4
 COLUMN = "\x00seed-data"  # the cell name of row picks: no column can be called that

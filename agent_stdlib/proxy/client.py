@@ -13,8 +13,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Optional
 
-from agent_stdlib.proxy.exchange import Exchange, Hub
-from agent_stdlib.proxy.http import (
+from .exchange import Exchange, Hub
+from .http import (
     REQUEST_LINES,
     ChunkScanner,
     HttpError,
@@ -25,7 +25,7 @@ from agent_stdlib.proxy.http import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent_stdlib.proxy.loop import Stream
+    from .loop import Stream
 
 HEAD, BODY, WAIT, LINGER, CLOSED = range(5)
 LINGER_SECONDS = 1.0

@@ -9,12 +9,12 @@ import logging
 import socket
 from typing import Any, Dict, Optional, Set, Tuple
 
-from agent_stdlib.proxy.client import Client
-from agent_stdlib.proxy.config import ProxyConfig
-from agent_stdlib.proxy.exchange import Exchange
-from agent_stdlib.proxy.loop import READ, Connecting, Loop, Stream, Timer, set_nodelay
-from agent_stdlib.proxy.route import Backend, Router, Sampler, Stats, affinity_key
-from agent_stdlib.proxy.upstream import Upstream
+from .client import Client
+from .config import ProxyConfig
+from .exchange import Exchange
+from .loop import READ, Connecting, Loop, Stream, Timer, set_nodelay
+from .route import Backend, Router, Sampler, Stats, affinity_key
+from .upstream import Upstream
 
 LOG = logging.getLogger("synthbatch.proxy")
 POOL_MAX = 256

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Set
 
-from agent_stdlib.proxy.config import ProxyConfig
-from agent_stdlib.proxy.http import ChunkScanner, Head
-from agent_stdlib.proxy.loop import Loop, Stream
-from agent_stdlib.proxy.route import Backend, Router, Stats
+from .config import ProxyConfig
+from .http import ChunkScanner, Head
+from .loop import Loop, Stream
+from .route import Backend, Router, Stats
 
 try:
     from typing import Protocol

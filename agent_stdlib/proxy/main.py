@@ -40,9 +40,9 @@ import tempfile
 import threading
 from typing import Dict, List, Optional, Tuple
 
-from agent_stdlib.proxy.config import ProxyConfig
-from agent_stdlib.proxy.core import Core
-from agent_stdlib.proxy.route import Backend
+from .config import ProxyConfig
+from .core import Core
+from .route import Backend
 
 LOG = logging.getLogger("synthbatch.proxy")
 

@@ -18,8 +18,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from agent_stdlib.proxy.config import ProxyConfig, parse_backend_url
-from agent_stdlib.proxy.http import parse_prefix_cache, parse_queue_metric
+from .config import ProxyConfig, parse_backend_url
+from .http import parse_prefix_cache, parse_queue_metric
 
 LOG = logging.getLogger("synthbatch.proxy")
 MAX_METRICS_BYTES = 8 * 1024 * 1024

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, List, Optional
 
-from agent_stdlib.proxy.exchange import Exchange, Hub
-from agent_stdlib.proxy.http import (
+from .exchange import Exchange, Hub
+from .http import (
     STATUS_LINES,
     ChunkScanner,
     Head,
@@ -21,10 +21,10 @@ from agent_stdlib.proxy.http import (
     parse_head,
     parse_status_line,
 )
-from agent_stdlib.proxy.route import Backend
+from .route import Backend
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agent_stdlib.proxy.loop import Stream
+    from .loop import Stream
 
 RETRIABLE_STATUS = (429, 503)
 MAX_ERROR_BODY = 65536

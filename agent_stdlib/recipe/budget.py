@@ -17,7 +17,7 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from agent_stdlib.recipe.judge import judge_schema
+from .judge import judge_schema
 
 ROOM_FACTOR = 2
 WORDS = re.compile(r"[A-Za-z0-9_]+|\s+|[^A-Za-z0-9_\s]+")

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from agent_stdlib.errors import AgentError
-from agent_stdlib.recipe import schema as jsonschema
-from agent_stdlib.recipe.template import TemplateError, references
+from ..errors import AgentError
+from . import schema as jsonschema
+from .template import TemplateError, references
 
 SAMPLERS = ("category", "subcategory", "uniform", "gaussian", "integer", "bernoulli", "uuid",
             "datetime", "poisson", "binomial")

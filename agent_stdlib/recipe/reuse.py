@@ -19,8 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from agent_stdlib.contracts import DeploymentSpec
-from agent_stdlib.recipe.columns import LLM, Node
+from ..contracts import DeploymentSpec
+from .columns import LLM, Node
 
 DIGEST_VERSION = 1
 

@@ -22,7 +22,7 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Sequence
 
-from agent_stdlib.errors import AgentError
+from ..errors import AgentError
 
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "format", "$schema"})

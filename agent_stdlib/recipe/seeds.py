@@ -22,7 +22,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple
 
-from agent_stdlib.errors import AgentError
+from ..errors import AgentError
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 BOM = b"\xef\xbb\xbf"

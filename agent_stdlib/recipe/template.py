@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
-from agent_stdlib.errors import AgentError
+from ..errors import AgentError
 
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 PLACEHOLDER = re.compile(rf"({NAME})((?:\.[A-Za-z0-9_]+)*)")

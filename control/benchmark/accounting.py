@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Dict, Optional, Sequence, Tuple
 
-from control.errors import SchedulerUnavailable
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.errors import SchedulerUnavailable
+from synthbatch.control.slurm.scheduler import Scheduler
 
 Times = Dict[str, Tuple[Optional[float], Optional[float]]]
 

@@ -21,10 +21,10 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from agent_stdlib.contracts import Plan, ProgressRecord, ResultManifest
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.resume import request_cells
-from control.planning.sizing import percentile, size
+from synthbatch.agent_stdlib.contracts import Plan, ProgressRecord, ResultManifest
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.resume import request_cells
+from synthbatch.control.planning.sizing import percentile, size
 
 ERROR_KINDS_NOT_429 = ("503", "5xx", "4xx", "timeout", "connection", "invalid_output")
 

@@ -9,13 +9,13 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from agent_stdlib.contracts import Plan
-from agent_stdlib.layout import RunLayout
-from control.benchmark import store
-from control.benchmark.analyze import analyze, attempt_dir, record_cells
-from control.errors import InvalidInput, SynthbatchError
-from control.planning.pilot import Pilot, PilotError, measure
-from control.runs.store import run_layout
+from synthbatch.agent_stdlib.contracts import Plan
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.control.benchmark import store
+from synthbatch.control.benchmark.analyze import analyze, attempt_dir, record_cells
+from synthbatch.control.errors import InvalidInput, SynthbatchError
+from synthbatch.control.planning.pilot import Pilot, PilotError, measure
+from synthbatch.control.runs.store import run_layout
 
 
 def read_pilot(workspace: Path, bench_id: str, models: Mapping[str, str],

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from agent_stdlib.statefile import ensure_dir, write_bytes_atomic
-from control.benchmark.svg import Series, chart, colour, optional_points
+from synthbatch.agent_stdlib.statefile import ensure_dir, write_bytes_atomic
+from synthbatch.control.benchmark.svg import Series, chart, colour, optional_points
 
 COLUMNS = (("case", "case"), ("conc", "concurrency"), ("state", "state"),
            ("records", "records"), ("job boot s", "job_boot_s"), ("boot s", "boot_s"),

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-from agent_stdlib.statefile import ensure_dir, write_json_atomic
-from control.benchmark.sweep import CaseRun
-from control.config.benchmark import BenchmarkConfig
-from control.errors import InvalidInput, NotFound
-from control.runs.store import RUN_ID
+from synthbatch.agent_stdlib.statefile import ensure_dir, write_json_atomic
+from synthbatch.control.benchmark.sweep import CaseRun
+from synthbatch.control.config.benchmark import BenchmarkConfig
+from synthbatch.control.errors import InvalidInput, NotFound
+from synthbatch.control.runs.store import RUN_ID
 
 
 def bench_dir(workspace: Path, bench_id: str) -> Path:

@@ -15,9 +15,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-from agent_stdlib.contracts import ShardSpec
-from control.config.benchmark import BenchmarkConfig, Case
-from control.errors import InvalidInput
+from synthbatch.agent_stdlib.contracts import ShardSpec
+from synthbatch.control.config.benchmark import BenchmarkConfig, Case
+from synthbatch.control.errors import InvalidInput
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The automatic retry round's entry point, run inside its CPU-only Slurm job.
 
-``python -m control.cli.autoround --workspace WORKSPACE RUN_ID`` (the script
+``python -m synthbatch.control.cli.autoround --workspace WORKSPACE RUN_ID`` (the script
 ``control.runs.autoretry.render_script`` writes): one round, then exit. Not a user command.
 """
 
@@ -10,22 +10,22 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from control.runs import autoround
+from synthbatch.control.runs import autoround
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m control.cli.autoround --workspace W RUN_ID``: one round, in the job."""
-    from control.runs.store import run_layout
+    """``python -m synthbatch.control.cli.autoround --workspace W RUN_ID``: one round."""
+    from synthbatch.control.runs.store import run_layout
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 3 or args[0] != "--workspace":
-        print("usage: python -m control.cli.autoround --workspace WORKSPACE RUN_ID",
+        print("usage: python -m synthbatch.control.cli.autoround --workspace WORKSPACE RUN_ID",
               file=sys.stderr)
         return 2
     workspace, run_id = args[1], args[2]
-    from control.api import scheduler_for
-    from control.config.loader import load_model
-    from control.config.profile import Profile
+    from synthbatch.control.api import scheduler_for
+    from synthbatch.control.config.loader import load_model
+    from synthbatch.control.config.profile import Profile
 
     layout = run_layout(Path(workspace), run_id)
     profile = load_model(layout.inputs / "profile.toml", Profile)  # the run's own profile

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import click
 
-from control.cli.common import common, group_json
+from synthbatch.control.cli.common import common, group_json
 
 
 @click.group("benchmark")
@@ -21,7 +21,7 @@ def benchmark_group() -> None:
 @common
 def run_cmd(bench_file: Path, profile: Optional[str]) -> Any:
     """Submit each case of BENCH_FILE not submitted yet; print the benchmark id."""
-    from control import api
+    from synthbatch.control import api
 
     data = api.benchmark_run(bench_file, profile)
     lines = [f"benchmark {data['benchmark_id']}"] + [
@@ -38,8 +38,8 @@ def run_cmd(bench_file: Path, profile: Optional[str]) -> Any:
 @common
 def analyze_cmd(bench_id: str, profile: Optional[str]) -> Any:
     """Figures per case and concurrency, the Pareto front and the recommendation."""
-    from control import api
-    from control.benchmark.report import text
+    from synthbatch.control import api
+    from synthbatch.control.benchmark.report import text
 
     data = api.benchmark_analyze(bench_id, profile)
     return {"data": data, "text": text(data)}
@@ -52,7 +52,7 @@ def analyze_cmd(bench_id: str, profile: Optional[str]) -> Any:
 @common
 def report_cmd(bench_id: str, output: Optional[Path], profile: Optional[str]) -> Any:
     """Write a self-contained report directory: Markdown and SVG charts."""
-    from control import api
+    from synthbatch.control import api
 
     data = api.benchmark_report(bench_id, output, profile)
     note = "" if data["complete"] else " (partial: " + "; ".join(data["missing"]) + ")"

@@ -6,7 +6,7 @@ from typing import Any, Optional, Tuple
 
 import click
 
-from control.cli.common import common, run_id_argument
+from synthbatch.control.cli.common import common, run_id_argument
 
 
 @click.command("cancel")
@@ -19,7 +19,7 @@ from control.cli.common import common, run_id_argument
 def cancel_cmd(run_id: str, shards: Tuple[int, ...], wait_s: float,
                profile: Optional[str]) -> Any:
     """scancel the jobs RUN_ID recorded (only those); their shards become cancelled."""
-    from control import api
+    from synthbatch.control import api
 
     data = api.cancel(run_id, shards, profile, wait_s=wait_s)
     if not data["scancelled"] and data["converged"]:

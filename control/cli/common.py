@@ -12,7 +12,7 @@ from typing import Any, Callable, List
 
 import click
 
-from control.cli.output import emit_error, emit_json, emit_text
+from synthbatch.control.cli.output import emit_error, emit_json, emit_text
 
 F = Callable[..., Any]
 JSON_META = "synthbatch.json"  # ctx.meta key: a group was given --json
@@ -90,7 +90,7 @@ def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str
 
     if "/" in incomplete or incomplete.startswith((".", "~")):
         return [CompletionItem(incomplete, type="file")]
-    from control.config.workspace import PROFILE_DIR
+    from synthbatch.control.config.workspace import PROFILE_DIR
 
     try:
         names = sorted(n[:-5] for n in os.listdir(PROFILE_DIR.expanduser())
@@ -105,8 +105,8 @@ def complete_run_id(ctx: click.Context, param: click.Parameter, incomplete: str)
     newest first (as ``runs`` lists them)."""
     from click.shell_completion import CompletionItem
 
-    from control.config.workspace import load_workspace_profile
-    from control.runs.store import committed_run_ids
+    from synthbatch.control.config.workspace import load_workspace_profile
+    from synthbatch.control.runs.store import committed_run_ids
 
     try:
         workspace = load_workspace_profile(ctx.params.get("profile")).workspace

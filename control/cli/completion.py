@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from control.cli.common import JSON_META
-from control.cli.output import emit_json
+from synthbatch.control.cli.common import JSON_META
+from synthbatch.control.cli.output import emit_json
 
 PROG = "synthbatch"  # the console script the shell completes (pyproject.toml)
 COMPLETE_VAR = "_SYNTHBATCH_COMPLETE"

@@ -8,8 +8,8 @@ from typing import Any, Optional
 
 import click
 
-from control.cli.common import common, run_id_argument
-from control.cli.output import VisibleStream, emit_text, is_tty
+from synthbatch.control.cli.common import common, run_id_argument
+from synthbatch.control.cli.output import VisibleStream, emit_text, is_tty
 
 
 @click.command("logs")
@@ -33,8 +33,8 @@ def logs_cmd(run_id: Optional[str], shard: Optional[int], step: Optional[str], f
     terminal, control characters other than newline and tab are shown as escapes
     (``\\x1b``); piped, the file's bytes are copied as they are.
     """
-    from control import api
-    from control.runs import logs
+    from synthbatch.control import api
+    from synthbatch.control.runs import logs
 
     run_id = run_id or api.latest_run(profile)
     if follow and not as_json:
@@ -56,8 +56,8 @@ def _out() -> Any:
 def _follow(run_id: str, shard: Optional[int], step: Optional[str],
             profile: Optional[str]) -> None:
     """Wait for the log (notes on stderr), then follow it across executions and attempts."""
-    from control import api
-    from control.runs import logs
+    from synthbatch.control import api
+    from synthbatch.control.runs import logs
 
     layout = api.run_dir(run_id, profile)
     index = logs.shard_index(layout, shard)

@@ -12,32 +12,32 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
-from control.cli.common import SuggestingGroup, group_json
-from control.cli.output import emit_error, emit_json
-from control.errors import InvalidInput
+from synthbatch.control.cli.common import SuggestingGroup, group_json
+from synthbatch.control.cli.output import emit_error, emit_json
+from synthbatch.control.errors import InvalidInput
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}  # inherited by every subcommand
 
 # name -> (module, attribute, short help)
 COMMANDS: Dict[str, Tuple[str, str, str]] = {
-    "plan": ("control.cli.plan", "plan_cmd", "Validate and resolve a run file (dry run)."),
-    "preview": ("control.cli.preview", "preview_cmd",
+    "plan": (".plan", "plan_cmd", "Validate and resolve a run file (dry run)."),
+    "preview": (".preview", "preview_cmd",
                 "A few records of a run file's recipe, made here against your endpoints."),
-    "submit": ("control.cli.submit", "submit_cmd", "Submit a run file; print the run id."),
-    "status": ("control.cli.status", "status_cmd",
+    "submit": (".submit", "submit_cmd", "Submit a run file; print the run id."),
+    "status": (".status", "status_cmd",
                "Shards by state, records, rate, ETA, failures (--watch)."),
-    "runs": ("control.cli.runs", "runs_cmd", "List the runs of the workspace, newest first."),
-    "wait": ("control.cli.wait", "wait_cmd",
+    "runs": (".runs", "runs_cmd", "List the runs of the workspace, newest first."),
+    "wait": (".wait", "wait_cmd",
              "Wait until a run ends; exit 0 only if every shard succeeded."),
-    "logs": ("control.cli.logs", "logs_cmd", "Print or follow a shard's log."),
-    "cancel": ("control.cli.cancel", "cancel_cmd", "Cancel a run or some of its shards."),
-    "merge": ("control.cli.merge", "merge_cmd", "Concatenate the verified winners of a run."),
-    "retry": ("control.cli.retry", "retry_cmd", "Submit the next attempt of failed shards."),
-    "profile": ("control.cli.profile", "profile_group", "Create, check and show profiles."),
-    "image": ("control.cli.image", "image_group", "Register sealed container images."),
-    "completion": ("control.cli.completion", "completion_cmd",
+    "logs": (".logs", "logs_cmd", "Print or follow a shard's log."),
+    "cancel": (".cancel", "cancel_cmd", "Cancel a run or some of its shards."),
+    "merge": (".merge", "merge_cmd", "Concatenate the verified winners of a run."),
+    "retry": (".retry", "retry_cmd", "Submit the next attempt of failed shards."),
+    "profile": (".profile", "profile_group", "Create, check and show profiles."),
+    "image": (".image", "image_group", "Register sealed container images."),
+    "completion": (".completion", "completion_cmd",
                    "Print the shell completion script (bash, zsh, fish)."),
-    "benchmark": ("control.cli.benchmark", "benchmark_group",
+    "benchmark": (".benchmark", "benchmark_group",
                   "Sweep deployment cases x concurrency; analyze; report with charts."),
 }
 
@@ -54,7 +54,7 @@ class LazyGroup(SuggestingGroup):
         if cmd_name in self.commands or cmd_name not in COMMANDS:
             return self.commands.get(cmd_name)
         module, attribute, _ = COMMANDS[cmd_name]
-        command = getattr(importlib.import_module(module), attribute)
+        command = getattr(importlib.import_module(module, __package__), attribute)
         self.add_command(command, cmd_name)
         return command
 

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import click
 
-from control.cli.common import common, run_id_argument
+from synthbatch.control.cli.common import common, run_id_argument
 
 
 @click.command("merge")
@@ -27,7 +27,7 @@ from control.cli.common import common, run_id_argument
 def merge_cmd(run_id: str, output: Optional[Path], fmt: str, allow_partial: bool,
               no_stats: bool, profile: Optional[str]) -> Any:
     """Concatenate the verified winners of RUN_ID in shard order; write a manifest."""
-    from control import api
+    from synthbatch.control import api
 
     data = api.merge(run_id, output, allow_partial, profile, fmt=fmt, stats=not no_stats).to_dict()
     text = f"merged {data['records']} records into {data['output']}"

@@ -18,10 +18,10 @@ from typing import Any, BinaryIO, Callable, Dict, List
 
 import click
 
-from agent_stdlib.statefile import StateError
-from agent_stdlib.text import visible
-from control.cli.render import state_cell
-from control.errors import MAX_MESSAGE, DamagedState, SynthbatchError, one_line
+from synthbatch.agent_stdlib.statefile import StateError
+from synthbatch.agent_stdlib.text import visible
+from synthbatch.control.cli.render import state_cell
+from synthbatch.control.errors import MAX_MESSAGE, DamagedState, SynthbatchError, one_line
 
 KEEP = "\n\t"
 # A control character other than newline and tab as json.dumps writes it (ASCII only).

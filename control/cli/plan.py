@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from control.cli.common import common, slurm_overrides
+from synthbatch.control.cli.common import common, slurm_overrides
 
 MARK = {"ok": "ok  ", "warning": "warn", "error": "FAIL"}
 
@@ -15,7 +15,7 @@ MARK = {"ok": "ok  ", "warning": "warn", "error": "FAIL"}
 def checks_text(checks: List[Dict[str, str]]) -> List[str]:
     """The checks as ``plan`` and ``submit`` print them: what was checked here, then what
     only the compute node can tell."""
-    from control.runs.checks import NODE_ONLY
+    from synthbatch.control.runs.checks import NODE_ONLY
 
     here = [c for c in checks if c["level"] != "node"]
     there = [c for c in checks if c["level"] == "node"]
@@ -29,7 +29,7 @@ def checks_text(checks: List[Dict[str, str]]) -> List[str]:
 
 def refusal(checks: List[Dict[str, str]], what: str) -> Optional[Exception]:
     """InvalidInput for the checks that are errors (None when there are none)."""
-    from control.errors import InvalidInput
+    from synthbatch.control.errors import InvalidInput
 
     bad = [c for c in checks if c["level"] == "error"]
     if not bad:
@@ -52,8 +52,8 @@ def plan_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
     """Validate and resolve RUN_FILE; check what this login node can see (paths, serving
     environments, images, secrets, whether the request fits the partition's nodes); print
     the plan summary, the checks and the batch script. Exits 2 when a check failed."""
-    from control import api
-    from control.cli.output import emit_json, emit_text
+    from synthbatch.control import api
+    from synthbatch.control.cli.output import emit_json, emit_text
 
     data = api.plan(run_file, profile, partition=partition, account=account, qos=qos,
                     time_limit=time_limit, reservation=reservation, gpus=gpus,

@@ -7,13 +7,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from agent_stdlib.text import visible
-from control.cli.common import common
+from synthbatch.agent_stdlib.text import visible
+from synthbatch.control.cli.common import common
 
 
 def preview_text(data: Dict[str, Any]) -> str:
     """The generator's notes, then one row per record (``--json`` shows everything)."""
-    from control.cli.preview_table import table
+    from synthbatch.control.cli.preview_table import table
 
     notes = [visible(line) for line in data["log"]
              if "left out" in line or "no endpoint" in line]
@@ -45,7 +45,7 @@ def preview_cmd(run_file: Path, count: int, endpoints: Tuple[str, ...],
     deployment alias has an --endpoint (a server you already have: vLLM, SGLang,
     llama.cpp, any OpenAI-compatible URL). Nothing is submitted or written.
     """
-    from control import api
+    from synthbatch.control import api
 
     data = api.preview(run_file, profile, count, endpoints, api_key_env, timeout_s, models)
     return {"data": data, "text": preview_text(data)}

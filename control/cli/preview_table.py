@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Sequence
 
-from agent_stdlib.text import visible
+from synthbatch.agent_stdlib.text import visible
 
 CELL_CHARS = 40  # characters of a value a row shows
 HIDDEN = ("index", "_meta", "_error")

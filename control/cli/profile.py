@@ -7,8 +7,8 @@ from typing import Any, Dict, Optional
 
 import click
 
-from control.cli.common import SuggestingGroup, common, group_json
-from control.cli.output import emit_json, emit_text
+from synthbatch.control.cli.common import SuggestingGroup, common, group_json
+from synthbatch.control.cli.output import emit_json, emit_text
 
 MARK = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
 
@@ -20,7 +20,7 @@ def profile_group() -> None:
 
 
 def _target(path: Optional[Path], profile: Optional[str]) -> Path:
-    from control.config.profile import default_profile_path
+    from synthbatch.control.config.profile import default_profile_path
 
     if path is not None:
         return path.expanduser()
@@ -57,8 +57,8 @@ def init_cmd(path: Optional[Path], local: bool, workspace: Optional[str],
              gpus_per_node: int, gpu_request: str, container_runtime: str,
              python: Optional[str], slurm_bin: Optional[str], profile: Optional[str]) -> Any:
     """Write a commented starter profile (0600); never overwrites a file."""
-    from control.config.starter import starter_toml, write_starter
-    from control.errors import InvalidInput
+    from synthbatch.control.config.starter import starter_toml, write_starter
+    from synthbatch.control.errors import InvalidInput
 
     if local:
         text = _local_starter(workspace, python, container_runtime,
@@ -81,9 +81,9 @@ def _local_starter(workspace: Optional[str], python: Optional[str], runtime: str
     """``profile init --local``: this machine's GPUs (nvidia-smi -L) and Python."""
     import sys
 
-    from control.backends.local.gpus import detect
-    from control.config.starter import local_starter_toml
-    from control.errors import InvalidInput
+    from synthbatch.control.backends.local.gpus import detect
+    from synthbatch.control.config.starter import local_starter_toml
+    from synthbatch.control.errors import InvalidInput
 
     given = [name for name, value in slurm_only.items() if value]
     if given:
@@ -100,9 +100,9 @@ def _local_starter(workspace: Optional[str], python: Optional[str], runtime: str
 @common
 def validate_cmd(profile: Optional[str], as_json: bool) -> Any:
     """Check the workspace, Slurm, the partition and its GPUs, Python and containers."""
-    from control.config.profile import load_profile
-    from control.errors import InvalidInput, SchedulerUnavailable
-    from control.runs.doctor import check_profile
+    from synthbatch.control.config.profile import load_profile
+    from synthbatch.control.errors import InvalidInput, SchedulerUnavailable
+    from synthbatch.control.runs.doctor import check_profile
 
     prof, path = load_profile(profile)
     checks = check_profile(prof)
@@ -127,8 +127,8 @@ def validate_cmd(profile: Optional[str], as_json: bool) -> Any:
 def show_cmd(profile: Optional[str]) -> Any:
     """Print the resolved profile as TOML (every field, defaults filled in): valid as a
     profile file itself."""
-    from control.config.profile import load_profile
-    from control.config.tomltext import toml_text
+    from synthbatch.control.config.profile import load_profile
+    from synthbatch.control.config.tomltext import toml_text
 
     prof, path = load_profile(profile)
     values = prof.model_dump(mode="json")

@@ -6,7 +6,7 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from control.runs.cachestats import cache_line
+from synthbatch.control.runs.cachestats import cache_line
 
 Status = Dict[str, Any]
 
@@ -96,7 +96,7 @@ def finished_numbers(totals: Dict[str, Any]) -> str:
 
 def spans(indices: List[int]) -> str:
     """``0-2,5`` for [0, 1, 2, 5] (the compression ``--array`` uses)."""
-    from control.slurm.scheduler import array_spec
+    from synthbatch.control.slurm.scheduler import array_spec
 
     return array_spec(indices, 0) if indices else ""
 

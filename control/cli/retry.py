@@ -7,9 +7,9 @@ from typing import Any, Dict, Optional, Tuple
 
 import click
 
-from control.cli.common import common, run_id_argument
-from control.cli.output import emit_json, emit_text
-from control.errors import Conflict, InvalidInput
+from synthbatch.control.cli.common import common, run_id_argument
+from synthbatch.control.cli.output import emit_json, emit_text
+from synthbatch.control.errors import Conflict, InvalidInput
 
 
 def interactive() -> bool:
@@ -48,7 +48,7 @@ def describe(data: Dict[str, Any]) -> str:
 def retry_cmd(run_id: str, shards: Tuple[int, ...], resume: Optional[str], auto: bool,
               dry_run: bool, yes: bool, profile: Optional[str], as_json: bool) -> Any:
     """Submit the next attempt of RUN_ID's failed or cancelled shards (one held array)."""
-    from control import api
+    from synthbatch.control import api
 
     if not (yes or auto or dry_run):
         if as_json or not interactive():

@@ -6,15 +6,15 @@ from typing import Any, Optional
 
 import click
 
-from control.cli.common import common
-from control.cli.render import runs_text
+from synthbatch.control.cli.common import common
+from synthbatch.control.cli.render import runs_text
 
 
 @click.command("runs")
 @common
 def runs_cmd(profile: Optional[str]) -> Any:
     """List the runs of the workspace, newest first, with their state."""
-    from control import api
+    from synthbatch.control import api
 
     runs = [r.to_dict() for r in api.runs(profile)]
     return {"data": {"runs": runs}, "text": runs_text(runs), "colour": True}

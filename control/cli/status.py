@@ -8,9 +8,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 import click
 
-from agent_stdlib.text import visible
-from control.cli.common import common, run_id_argument
-from control.cli.output import (
+from synthbatch.agent_stdlib.text import visible
+from synthbatch.control.cli.common import common, run_id_argument
+from synthbatch.control.cli.output import (
     emit_encoded_json,
     emit_json,
     emit_text,
@@ -19,8 +19,8 @@ from control.cli.output import (
     paint,
     use_colour,
 )
-from control.cli.render import frame, plain_line, shard_text, status_text
-from control.errors import InvalidInput
+from synthbatch.control.cli.render import frame, plain_line, shard_text, status_text
+from synthbatch.control.errors import InvalidInput
 
 
 class Screen:
@@ -82,9 +82,9 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status:
     waits for it to end). With --shard N: that shard's whole reason and the last lines of
     its failing step's log.
     """
-    from control import api
-    from control.runs.status import unreachable
-    from control.runs.watch import outcome
+    from synthbatch.control import api
+    from synthbatch.control.runs.status import unreachable
+    from synthbatch.control.runs.watch import outcome
 
     run_id = run_id or api.latest_run(profile)
     if shard is not None:
@@ -112,8 +112,8 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status:
         # the error line on stderr is the one message about the scheduler
         emit_text(status_text({**data, "scheduler_error": None}), colour=True)
         raise error
-    from control.runs.watch import Backoff
-    from control.runs.watch import watch as watch_loop
+    from synthbatch.control.runs.watch import Backoff
+    from synthbatch.control.runs.watch import watch as watch_loop
 
     screen = Screen(is_tty() and not as_json)
     show = (lambda data: None) if as_json else screen.show

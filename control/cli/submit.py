@@ -7,8 +7,8 @@ from typing import Any, Optional, Tuple
 
 import click
 
-from control.cli.common import common, slurm_overrides
-from control.cli.wait import finish, wait_options, wait_until_over
+from synthbatch.control.cli.common import common, slurm_overrides
+from synthbatch.control.cli.wait import finish, wait_options, wait_until_over
 
 
 @click.command("submit")
@@ -35,8 +35,8 @@ def submit_cmd(run_file: Path, partition: Optional[str], account: Optional[str],
     id, then progress on stderr until the run ends, then its status; exit 0 only if every
     shard succeeded (6 failed, 7 cancelled, 8 --timeout, 9 it can never end).
     """
-    from control import api
-    from control.cli.output import emit_text
+    from synthbatch.control import api
+    from synthbatch.control.cli.output import emit_text
 
     run = api.submit(run_file, profile, partition=partition, account=account, qos=qos,
                      time_limit=time_limit, reservation=reservation, gpus=gpus,

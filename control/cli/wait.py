@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Optional, Set
 
 import click
 
-from control.cli.common import common, run_id_argument
-from control.cli.output import emit_json, emit_text
-from control.cli.render import plain_line, status_text
+from synthbatch.control.cli.common import common, run_id_argument
+from synthbatch.control.cli.output import emit_json, emit_text
+from synthbatch.control.cli.render import plain_line, status_text
 
 
 def progress_printer(quiet: bool) -> Any:
@@ -40,7 +40,7 @@ def progress_printer(quiet: bool) -> Any:
 def wait_until_over(run_id: str, profile: Optional[str], timeout_s: Optional[float],
                     interval_s: float, quiet: bool) -> Dict[str, Any]:
     """``api.wait`` with progress on stderr; KeyboardInterrupt ends it like a timeout."""
-    from control import api
+    from synthbatch.control import api
 
     return api.wait(run_id, profile, timeout_s=timeout_s, interval_s=interval_s,
                     show=progress_printer(quiet)).to_dict()
@@ -48,7 +48,7 @@ def wait_until_over(run_id: str, profile: Optional[str], timeout_s: Optional[flo
 
 def finish(data: Dict[str, Any], as_json: bool, extra: Optional[Dict[str, Any]] = None) -> None:
     """Print the final status (JSON or text) and raise what the exit status must say."""
-    from control.runs.watch import outcome
+    from synthbatch.control.runs.watch import outcome
 
     if as_json:
         emit_json(data if extra is None else {**extra, "status": data})
@@ -88,7 +88,7 @@ def wait_cmd(run_id: Optional[str], timeout_s: Optional[float], interval: float,
     Progress goes to stderr (none with --json); the final status to stdout (one JSON
     object with --json).
     """
-    from control import api
+    from synthbatch.control import api
 
     run_id = run_id or api.latest_run(profile)  # --json: stderr holds only a JSON error
     finish(wait_until_over(run_id, profile, timeout_s, interval, quiet or as_json), as_json)

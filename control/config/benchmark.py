@@ -8,8 +8,8 @@ from typing import Any, Dict, List, Optional
 
 from pydantic import Field, model_validator
 
-from agent_stdlib.text import quoted
-from control.config.fields import Name, SchemaVersion, Strict
+from synthbatch.agent_stdlib.text import quoted
+from synthbatch.control.config.fields import Name, SchemaVersion, Strict
 
 
 class Records(Strict):

@@ -14,19 +14,19 @@ from pydantic import (
     model_validator,
 )
 
-from agent_stdlib.contracts import split_dd_config
-from agent_stdlib.recipe.columns import ColumnError, Graph, Node, analyze
-from control.config.columns import Column, LLMColumn, category_problem
-from control.config.deployment import (
+from synthbatch.agent_stdlib.contracts import split_dd_config
+from synthbatch.agent_stdlib.recipe.columns import ColumnError, Graph, Node, analyze
+from synthbatch.control.config.columns import Column, LLMColumn, category_problem
+from synthbatch.control.config.deployment import (
     EnvValue,
     check_env,
     check_paths,
     check_placeholders,
     placeholders,
 )
-from control.config.fields import ConfigPath, EnvName, Name, Prompt, Strict, Text
-from control.config.rules import check_text
-from control.secrets import check_args
+from synthbatch.control.config.fields import ConfigPath, EnvName, Name, Prompt, Strict, Text
+from synthbatch.control.config.rules import check_text
+from synthbatch.control.secrets import check_args
 
 PROMPT_FIELDS = frozenset({"index"})
 CLIENT_PLACEHOLDERS = frozenset({"python", "config_dir"})

@@ -13,12 +13,12 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 from pydantic import AfterValidator, Discriminator, Field, Tag, model_validator
 
-from agent_stdlib.recipe.columns import KINDS, Node
-from agent_stdlib.recipe.schema import SchemaError, check
-from agent_stdlib.recipe.template import show
-from agent_stdlib.text import quoted
-from control.config.fields import Name, Prompt, Strict, Text
-from control.config.rules import key_text
+from synthbatch.agent_stdlib.recipe.columns import KINDS, Node
+from synthbatch.agent_stdlib.recipe.schema import SchemaError, check
+from synthbatch.agent_stdlib.recipe.template import show
+from synthbatch.agent_stdlib.text import quoted
+from synthbatch.control.config.fields import Name, Prompt, Strict, Text
+from synthbatch.control.config.rules import key_text
 
 COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 Finite = Annotated[float, Field(allow_inf_nan=False)]

@@ -8,9 +8,9 @@ from typing import Annotated, Dict, List, Literal, Optional, Sequence, Union
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from agent_stdlib.containers import RESERVED_MOUNT
-from control.config.engines import PARALLEL, RENDERED, check_extra_args
-from control.config.fields import (
+from synthbatch.agent_stdlib.containers import RESERVED_MOUNT
+from synthbatch.control.config.engines import PARALLEL, RENDERED, check_extra_args
+from synthbatch.control.config.fields import (
     AbsPath,
     ConfigPath,
     EnvName,
@@ -22,8 +22,8 @@ from control.config.fields import (
     UrlPath,
     under,
 )
-from control.config.rules import check_path_length
-from control.secrets import check_args, literal_secret
+from synthbatch.control.config.rules import check_path_length
+from synthbatch.control.secrets import check_args, literal_secret
 
 COMMAND_PLACEHOLDERS = frozenset({"host", "port", "model", "served_name", "python", "config_dir",
                                   "agent"})

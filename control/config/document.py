@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from control.config.rules import key_text
-from control.errors import InvalidInput
-from control.secrets import redact
+from synthbatch.control.config.rules import key_text
+from synthbatch.control.errors import InvalidInput
+from synthbatch.control.secrets import redact
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -8,15 +8,15 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
-from agent_stdlib.text import quoted
-from control.config.rules import CONTROL as CONTROL  # re-exported
-from control.config.rules import SAFE_PATH as SAFE_PATH  # re-exported
-from control.config.rules import check_abs_path as _abs_path
-from control.config.rules import check_path_length
-from control.config.rules import check_safe_path as _safe_path
-from control.config.rules import check_text as _text
-from control.config.rules import check_version as _version
-from control.secrets import credential
+from synthbatch.agent_stdlib.text import quoted
+from synthbatch.control.config.rules import CONTROL as CONTROL  # re-exported
+from synthbatch.control.config.rules import SAFE_PATH as SAFE_PATH  # re-exported
+from synthbatch.control.config.rules import check_abs_path as _abs_path
+from synthbatch.control.config.rules import check_path_length
+from synthbatch.control.config.rules import check_safe_path as _safe_path
+from synthbatch.control.config.rules import check_text as _text
+from synthbatch.control.config.rules import check_version as _version
+from synthbatch.control.secrets import credential
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TIME_LIMIT = re.compile(r"([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}|[0-9]+")

@@ -10,11 +10,11 @@ from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from control.config.document import read_document as read_document  # re-exported
-from control.config.document import tomllib as tomllib  # re-exported (starter)
-from control.config.rules import key_text, unknown_field
-from control.errors import InvalidInput
-from control.secrets import redact
+from synthbatch.control.config.document import read_document as read_document  # re-exported
+from synthbatch.control.config.document import tomllib as tomllib  # re-exported (starter)
+from synthbatch.control.config.rules import key_text, unknown_field
+from synthbatch.control.errors import InvalidInput
+from synthbatch.control.secrets import redact
 
 M = TypeVar("M", bound=BaseModel)
 

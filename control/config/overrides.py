@@ -17,10 +17,10 @@ from typing import Annotated, Dict, Optional, Tuple
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from control.config.fields import Name, TimeLimit
-from control.config.profile import Profile
-from control.config.run import BenchmarkId, RunConfig
-from control.errors import InvalidInput
+from synthbatch.control.config.fields import Name, TimeLimit
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import BenchmarkId, RunConfig
+from synthbatch.control.errors import InvalidInput
 
 # field -> (option, the rule its value follows)
 OPTIONS = {"partition": ("--partition", Name), "account": ("--account", Name),

@@ -8,9 +8,9 @@ from typing import Annotated, Dict, List, Literal, Optional, Tuple
 
 from pydantic import AfterValidator, Field, model_validator
 
-from agent_stdlib.containers import RESERVED_MOUNT
-from agent_stdlib.text import quoted
-from control.config.fields import (
+from synthbatch.agent_stdlib.containers import RESERVED_MOUNT
+from synthbatch.agent_stdlib.text import quoted
+from synthbatch.control.config.fields import (
     EnvName,
     Name,
     SafePath,
@@ -20,14 +20,16 @@ from control.config.fields import (
     _text,
     under,
 )
-from control.config.loader import load_model
-from control.config.workspace import (
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.workspace import (
     MAX_SCHEDULER_TIMEOUT_S,
     SCHEDULER_TIMEOUT_S,
     check_workspace_root,
     resolve_profile_path,
 )
-from control.config.workspace import default_profile_path as default_profile_path  # re-exported
+from synthbatch.control.config.workspace import (
+    default_profile_path as default_profile_path,  # re-exported
+)
 
 # Extra #SBATCH options a profile may set; everything else is synthbatch's to decide.
 SBATCH_ALLOWED = ("comment", "constraint", "exclude", "exclusive", "gres-flags", "hint",

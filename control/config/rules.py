@@ -11,7 +11,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Iterable, Tuple
 
-from agent_stdlib.text import QUOTE_LIMIT, quoted
+from synthbatch.agent_stdlib.text import QUOTE_LIMIT, quoted
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Paths that end up in #SBATCH lines and scripts: no spaces, quotes, '%' or shell syntax.

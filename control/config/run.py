@@ -7,11 +7,11 @@ from typing import Annotated, List, Literal, Optional
 
 from pydantic import Field, StringConstraints, model_validator
 
-from agent_stdlib.text import quoted
-from control.config.client import Client, DataDesignerClient, GenerateClient
-from control.config.deployment import Deployment
-from control.config.fields import Name, SchemaVersion, Strict, TimeLimit
-from control.config.rules import key_text
+from synthbatch.agent_stdlib.text import quoted
+from synthbatch.control.config.client import Client, DataDesignerClient, GenerateClient
+from synthbatch.control.config.deployment import Deployment
+from synthbatch.control.config.fields import Name, SchemaVersion, Strict, TimeLimit
+from synthbatch.control.config.rules import key_text
 
 
 class Shards(Strict):

@@ -10,10 +10,10 @@ from typing import Optional
 
 from pydantic import ValidationError
 
-from agent_stdlib.statefile import ensure_dir
-from control.config.loader import first_error, tomllib
-from control.config.profile import Profile
-from control.errors import Conflict, InvalidInput
+from synthbatch.agent_stdlib.statefile import ensure_dir
+from synthbatch.control.config.loader import first_error, tomllib
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.errors import Conflict, InvalidInput
 
 TEMPLATE = """\
 # synthbatch profile: one cluster. Every commented line shows the default.

@@ -21,10 +21,10 @@ from pathlib import Path
 from stat import S_ISDIR, S_ISVTX
 from typing import Any, Dict, NamedTuple, Optional
 
-from control.config.document import read_document
-from control.config.rules import check_safe_path, check_version, unknown_field
-from control.errors import InvalidInput, NotFound
-from control.secrets import redact
+from synthbatch.control.config.document import read_document
+from synthbatch.control.config.rules import check_safe_path, check_version, unknown_field
+from synthbatch.control.errors import InvalidInput, NotFound
+from synthbatch.control.secrets import redact
 
 # Every top-level field of Profile, in its order (tests assert they agree).
 FIELDS = ("schema_version", "backend", "workspace", "partition", "account", "qos",

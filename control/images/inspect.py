@@ -29,15 +29,15 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from agent_stdlib.containers import (
+from synthbatch.agent_stdlib.containers import (
     DEFAULT_EXECUTABLE,
     IMAGE_PYTHON,
     RUN_DIR_MOUNT,
     SCRATCH_MOUNT,
     wrap,
 )
-from agent_stdlib.contracts import ContainerSpec, MountSpec
-from control.bundle import check_agent_bundle
+from synthbatch.agent_stdlib.contracts import ContainerSpec, MountSpec
+from synthbatch.control.bundle import check_agent_bundle
 
 PROBE = Path(__file__).with_name("probe.py")
 RUN_TIMEOUT_S = 120.0

@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
-from agent_stdlib.imagedigest import DigestError, Progress, image_digest
-from agent_stdlib.statefile import StateError, read_json, write_json_atomic
-from agent_stdlib.text import quoted
-from control.config.fields import NAME, SAFE_PATH
-from control.config.rules import check_version
-from control.errors import Conflict, InvalidInput, NotFound
+from synthbatch.agent_stdlib.imagedigest import DigestError, Progress, image_digest
+from synthbatch.agent_stdlib.statefile import StateError, read_json, write_json_atomic
+from synthbatch.agent_stdlib.text import quoted
+from synthbatch.control.config.fields import NAME, SAFE_PATH
+from synthbatch.control.config.rules import check_version
+from synthbatch.control.errors import Conflict, InvalidInput, NotFound
 
 REGISTRY_FILE = "images.json"
 SCHEMA_VERSION = 2  # 2 added kind, format and inspection (version 1 files are still read)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from agent_stdlib.contracts import ArraySpec
+from synthbatch.agent_stdlib.contracts import ArraySpec
 
 
 def array_chunks(shards: int, max_array_size: Optional[int] = None,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Mapping, Optional, Tuple
 
-from agent_stdlib.containers import RUN_DIR_MOUNT, translate
-from agent_stdlib.contracts import ContainerSpec, MountSpec
-from control.config.profile import Profile
-from control.images.registry import (
+from synthbatch.agent_stdlib.containers import RUN_DIR_MOUNT, translate
+from synthbatch.agent_stdlib.contracts import ContainerSpec, MountSpec
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.images.registry import (
     DIRECTORY,
     DIRECTORY_RUNTIMES,
     RUNTIME_SUFFIXES,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from control.config.engines import RENDERED
+from synthbatch.control.config.engines import RENDERED
 
 DEFAULT_EXECUTABLE: Dict[str, str] = {
     "vllm": "vllm",

@@ -31,13 +31,13 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pydantic import ValidationError
 
-from control.config.client import GenerateClient
-from control.config.columns import LLMColumn
-from control.config.deployment import Deployment
-from control.config.engines import PARALLEL
-from control.config.run import RunConfig
-from control.planning.modelfacts import ModelFacts
-from control.planning.placement import PlacementError, Shape, place
+from synthbatch.control.config.client import GenerateClient
+from synthbatch.control.config.columns import LLMColumn
+from synthbatch.control.config.deployment import Deployment
+from synthbatch.control.config.engines import PARALLEL
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.planning.modelfacts import ModelFacts
+from synthbatch.control.planning.placement import PlacementError, Shape, place
 
 UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
 RESERVE_GB = 2.0  # per GPU, inside the utilisation: activations, CUDA graphs, NCCL

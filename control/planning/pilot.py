@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
-from control.planning.layout import LayoutError
-from control.planning.sizing import percentile, size
+from synthbatch.control.planning.layout import LayoutError
+from synthbatch.control.planning.sizing import percentile, size
 
 SERVICE_PERCENTILE = 10.0
 

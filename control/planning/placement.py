@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Set, Tuple
 
-from agent_stdlib.contracts import DIST_PORTS, ReplicaSpec
+from synthbatch.agent_stdlib.contracts import DIST_PORTS, ReplicaSpec
 
 MAX_PORT = 65535
 

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from agent_stdlib.containers import IMAGE_PYTHON
-from agent_stdlib.contracts import (
+from synthbatch.agent_stdlib.containers import IMAGE_PYTHON
+from synthbatch.agent_stdlib.contracts import (
     ColumnSpec,
     CommandClientSpec,
     ContainerSpec,
@@ -23,24 +23,24 @@ from agent_stdlib.contracts import (
     ShardSpec,
     split_dd_config,
 )
-from agent_stdlib.layout import run_dir
-from control.config.client import CommandClient, DataDesignerClient, GenerateClient
-from control.config.deployment import Deployment, SecretRef
-from control.config.engines import PARALLEL
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.errors import InvalidInput
-from control.images.registry import ImageEntry
-from control.planning.arrays import array_chunks
-from control.planning.containers import (
+from synthbatch.agent_stdlib.layout import run_dir
+from synthbatch.control.config.client import CommandClient, DataDesignerClient, GenerateClient
+from synthbatch.control.config.deployment import Deployment, SecretRef
+from synthbatch.control.config.engines import PARALLEL
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.errors import InvalidInput
+from synthbatch.control.images.registry import ImageEntry
+from synthbatch.control.planning.arrays import array_chunks
+from synthbatch.control.planning.containers import (
     PlanError,
     container_for,
     inside,
     model_inside,
     mounts_for,
 )
-from control.planning.engines import engine_argv, follower_args
-from control.planning.placement import Placement, PlacementError, Shape, place
+from synthbatch.control.planning.engines import engine_argv, follower_args
+from synthbatch.control.planning.placement import Placement, PlacementError, Shape, place
 
 # Placeholders the agent fills in on the node; the planner leaves them as they are.
 NODE_PLACEHOLDERS = {name: f"{{{name}}}" for name in ("host", "port", "agent", "node_rank",

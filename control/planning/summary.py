@@ -5,15 +5,15 @@ from __future__ import annotations
 import shlex
 from typing import Dict, List, Optional
 
-from agent_stdlib.contracts import (
+from synthbatch.agent_stdlib.contracts import (
     ContainerSpec,
     DeploymentSpec,
     GenerateSpec,
     Plan,
     ResourceSpec,
 )
-from agent_stdlib.recipe.columns import LLM
-from agent_stdlib.recipe.sizing import bounds
+from synthbatch.agent_stdlib.recipe.columns import LLM
+from synthbatch.agent_stdlib.recipe.sizing import bounds
 
 
 def _or_dash(value: Optional[str]) -> str:

@@ -16,12 +16,12 @@ import os
 import pwd
 from typing import List, Optional, Sequence
 
-from agent_stdlib.contracts import ResourceSpec
-from control.errors import SchedulerUnavailable
-from control.runs.checks import ERROR, NODE, OK, WARNING, Finding
-from control.runs.fit import Origins, check_fit
-from control.slurm.parsers import Association, Reservation
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.contracts import ResourceSpec
+from synthbatch.control.errors import SchedulerUnavailable
+from synthbatch.control.runs.checks import ERROR, NODE, OK, WARNING, Finding
+from synthbatch.control.runs.fit import Origins, check_fit
+from synthbatch.control.slurm.parsers import Association, Reservation
+from synthbatch.control.slurm.scheduler import Scheduler
 
 
 def login_user() -> str:

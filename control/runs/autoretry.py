@@ -28,19 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import (
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import (
     StateError,
     ensure_dir,
     read_json,
     write_bytes_atomic,
     write_json_atomic,
 )
-from control.runs import normalize as norm
+from synthbatch.control.runs import normalize as norm
 
 if TYPE_CHECKING:
-    from control.config.profile import Profile
-    from control.slurm.scheduler import Scheduler
+    from synthbatch.control.config.profile import Profile
+    from synthbatch.control.slurm.scheduler import Scheduler
 
 ROUND_DIR = "auto"
 ROUND_RECORD = "round.json"
@@ -114,7 +114,7 @@ def story(shards: Sequence[ShardNow], max_attempts: int, round_pending: bool) ->
 
 def render_script(python: str, run_id: str, workspace: str) -> str:
     """The round job's batch script: ``exec`` of the control plane's Python (quoted)."""
-    argv = [python, "-m", "control.cli.autoround", "--workspace", workspace, run_id]
+    argv = [python, "-m", "synthbatch.control.cli.autoround", "--workspace", workspace, run_id]
     return "#!/bin/bash\nset -eu\nexec " + " ".join(shlex.quote(a) for a in argv) + "\n"
 
 

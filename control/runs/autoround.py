@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence
 
-from control.runs import normalize as norm
-from control.runs.autoretry import (
+from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs.autoretry import (
     Decision,
     ShardNow,
     decide,
@@ -15,14 +15,14 @@ from control.runs.autoretry import (
     record_pending,
     submit_round,
 )
-from control.runs.retry import RetryLock, retry_run
-from control.runs.status import observe
-from control.runs.store import load_plan
+from synthbatch.control.runs.retry import RetryLock, retry_run
+from synthbatch.control.runs.status import observe
+from synthbatch.control.runs.store import load_plan
 
 if TYPE_CHECKING:
-    from agent_stdlib.layout import RunLayout
-    from control.config.profile import Profile
-    from control.slurm.scheduler import Scheduler
+    from synthbatch.agent_stdlib.layout import RunLayout
+    from synthbatch.control.config.profile import Profile
+    from synthbatch.control.slurm.scheduler import Scheduler
 
 
 def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import List
 
-from agent_stdlib.contracts import Plan
-from agent_stdlib.recipe.budget import budget_problem
-from control.runs.checks import WARNING, Finding
+from synthbatch.agent_stdlib.contracts import Plan
+from synthbatch.agent_stdlib.recipe.budget import budget_problem
+from synthbatch.control.runs.checks import WARNING, Finding
 
 
 def token_budget(plan: Plan, run_file: str) -> List[Finding]:

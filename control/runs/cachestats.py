@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from agent_stdlib.statefile import StateError
-from agent_stdlib.text import visible
+from synthbatch.agent_stdlib.statefile import StateError
+from synthbatch.agent_stdlib.text import visible
 
 COUNTERS = ("prompt_tokens_cached", "affinity_hits", "affinity_fallbacks")
 

@@ -14,27 +14,27 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
-from agent_stdlib import states
-from agent_stdlib.arrays import Array, array_job_id, array_task, task_job_id
-from agent_stdlib.layout import RunLayout, job_name
-from agent_stdlib.statefile import StateError
-from control.errors import (
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.arrays import Array, array_job_id, array_task, task_job_id
+from synthbatch.agent_stdlib.layout import RunLayout, job_name
+from synthbatch.agent_stdlib.statefile import StateError
+from synthbatch.control.errors import (
     InvalidInput,
     SchedulerRejected,
     SchedulerUnavailable,
     SchedulerUncertain,
 )
-from control.runs import autoretry, settled
-from control.runs.ledger import carried_out, pending_cancels, record_cancel
-from control.runs.store import (
+from synthbatch.control.runs import autoretry, settled
+from synthbatch.control.runs.ledger import carried_out, pending_cancels, record_cancel
+from synthbatch.control.runs.store import (
     ShardView,
     load_plan_view,
     load_submissions,
     shard_scanner,
 )
-from control.runs.watch import Backoff
-from control.slurm.parsers import index_rows
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.runs.watch import Backoff
+from synthbatch.control.slurm.parsers import index_rows
+from synthbatch.control.slurm.scheduler import Scheduler
 
 BY_CANCEL = "cancelled by `synthbatch cancel`"
 
@@ -73,7 +73,7 @@ def scancel_targets(layout: RunLayout, arrays: Sequence[Array],
 def _settle(layout: RunLayout, run_id: str, view: ShardView, reason: str) -> None:
     """Record ``cancelled`` unless the attempt reached a terminal state by itself (an
     attempt without a record yet, ``created``, gets its first record so)."""
-    from control.runs.reconcile import mark_ended
+    from synthbatch.control.runs.reconcile import mark_ended
 
     attempt = view.attempt
     assert attempt is not None

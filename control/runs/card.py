@@ -18,12 +18,12 @@ from typing import Any, Dict, List, Optional
 
 import pyarrow as pa
 
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import StateError, read_json
-from agent_stdlib.text import visible
-from control.errors import SynthbatchError
-from control.runs.store import attempt_numbers, load_plan
-from control.runs.totals import CACHE, created_at, ended_at
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import StateError, read_json
+from synthbatch.agent_stdlib.text import visible
+from synthbatch.control.errors import SynthbatchError
+from synthbatch.control.runs.store import attempt_numbers, load_plan
+from synthbatch.control.runs.totals import CACHE, created_at, ended_at
 
 CARD_VERSION = 1
 

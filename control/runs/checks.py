@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from agent_stdlib.contracts import DIST_PORTS, MIN_PYTHON, ContainerSpec, Plan, port_span
-from control.errors import SynthbatchError
-from control.slurm.renderer import PATH_DIRS
-from control.slurm.runner import Runner, run_command
+from synthbatch.agent_stdlib.contracts import DIST_PORTS, MIN_PYTHON, ContainerSpec, Plan, port_span
+from synthbatch.control.errors import SynthbatchError
+from synthbatch.control.slurm.renderer import PATH_DIRS
+from synthbatch.control.slurm.runner import Runner, run_command
 
 ERROR, WARNING, NODE, OK = "error", "warning", "node", "ok"
 LEVELS = (ERROR, WARNING, NODE, OK)

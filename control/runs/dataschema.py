@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 
 import pyarrow as pa
 
-from agent_stdlib.contracts import GenerateSpec, Plan
+from synthbatch.agent_stdlib.contracts import GenerateSpec, Plan
 
 STRING_KINDS = ("uuid", "datetime", "expression", "llm-text")
 META_CELL = (("model", pa.string()), ("served_model", pa.string()),

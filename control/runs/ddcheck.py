@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
-from agent_stdlib.contracts import Plan, dd_check_report
-from control import bundle
-from control.errors import InvalidInput
+from synthbatch.agent_stdlib.contracts import Plan, dd_check_report
+from synthbatch.control import bundle
+from synthbatch.control.errors import InvalidInput
 
 CHECK_TIMEOUT_S = 300.0
 LATER = "preflight checks it before any server starts"

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from control.config.profile import Profile
-from control.errors import SchedulerUnavailable, SynthbatchError
-from control.planning.planner import profile_resources
-from control.runs.access import check_request
-from control.runs.checks import (
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.errors import SchedulerUnavailable, SynthbatchError
+from synthbatch.control.planning.planner import profile_resources
+from synthbatch.control.runs.access import check_request
+from synthbatch.control.runs.checks import (
     ERROR,
     NODE,
     OK,
@@ -35,9 +35,9 @@ from control.runs.checks import (
     check_ports,
     fs_type,
 )
-from control.runs.fit import Origins
-from control.slurm.runner import Runner, binary, run_command
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.runs.fit import Origins
+from synthbatch.control.slurm.runner import Runner, binary, run_command
+from synthbatch.control.slurm.scheduler import Scheduler
 
 BINARIES = ("sbatch", "squeue", "sacct", "scontrol", "scancel", "sinfo", "srun")
 Which = Callable[[str], Optional[str]]
@@ -208,7 +208,7 @@ def check_secrets(profile: Profile, env: Optional[Dict[str, str]] = None) -> Che
 
 def check_local_gpus(profile: Profile, runner: Runner = run_command) -> Check:
     """The local backend: the GPUs shards get (nvidia-smi -L, or the profile's indices)."""
-    from control.backends.local.gpus import detect, gpu_pool
+    from synthbatch.control.backends.local.gpus import detect, gpu_pool
 
     detected = detect(runner)
     try:

@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from agent_stdlib.contracts import ResourceSpec
-from control.errors import SchedulerUnavailable
-from control.runs.checks import ERROR, NODE, OK, WARNING, Finding
-from control.slurm.parsers import NodeShape, ParseError, PartitionLimits, seconds_of
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.contracts import ResourceSpec
+from synthbatch.control.errors import SchedulerUnavailable
+from synthbatch.control.runs.checks import ERROR, NODE, OK, WARNING, Finding
+from synthbatch.control.slurm.parsers import NodeShape, ParseError, PartitionLimits, seconds_of
+from synthbatch.control.slurm.scheduler import Scheduler
 
 
 @dataclass(frozen=True)

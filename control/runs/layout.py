@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.errors import InvalidInput, SchedulerUnavailable
-from control.planning.layout import (
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.errors import InvalidInput, SchedulerUnavailable
+from synthbatch.control.planning.layout import (
     Choice,
     Gpu,
     LayoutError,
@@ -18,13 +18,13 @@ from control.planning.layout import (
     resolve_layout,
     wants_parallel,
 )
-from control.planning.modelfacts import ModelFacts
-from control.planning.pilot import Pilot, shard_count, shards_for_deadline
-from control.planning.planner import config_path
-from control.runs.checks import WARNING, Finding
-from control.runs.modelinfo import ModelUnreadable, read_facts
-from control.slurm.directives import time_limit_seconds
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.planning.modelfacts import ModelFacts
+from synthbatch.control.planning.pilot import Pilot, shard_count, shards_for_deadline
+from synthbatch.control.planning.planner import config_path
+from synthbatch.control.runs.checks import WARNING, Finding
+from synthbatch.control.runs.modelinfo import ModelUnreadable, read_facts
+from synthbatch.control.slurm.directives import time_limit_seconds
+from synthbatch.control.slurm.scheduler import Scheduler
 
 # reads a pilot: (workspace, benchmark id, alias -> model, field for errors) -> Pilot.
 # The benchmark's state is read a layer up (control/benchmark/pilot.py: read_pilot); the

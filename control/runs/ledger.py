@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Set, Tuple
 
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
 
 LAG_GRACE_S = 600.0
 

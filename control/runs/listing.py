@@ -8,13 +8,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from agent_stdlib import states
-from agent_stdlib.layout import RunLayout, runs_root
-from agent_stdlib.statefile import StateError
-from control.errors import SynthbatchError
-from control.runs import normalize as norm
-from control.runs import settled
-from control.runs.store import (
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.layout import RunLayout, runs_root
+from synthbatch.agent_stdlib.statefile import StateError
+from synthbatch.control.errors import SynthbatchError
+from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs import settled
+from synthbatch.control.runs.store import (
     ShardView,
     committed_at,
     expected_lookup,

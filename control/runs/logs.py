@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, List, Optional
 
-from agent_stdlib import states
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import StateError, open_state_file
-from agent_stdlib.text import visible
-from control.errors import DamagedState, NotFound, SynthbatchError
-from control.runs.status import LOG_IN_REASON
-from control.runs.store import ShardView, attempt_numbers, load_plan_view, shard_scanner
-from control.runs.watch import Backoff
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import StateError, open_state_file
+from synthbatch.agent_stdlib.text import visible
+from synthbatch.control.errors import DamagedState, NotFound, SynthbatchError
+from synthbatch.control.runs.status import LOG_IN_REASON
+from synthbatch.control.runs.store import ShardView, attempt_numbers, load_plan_view, shard_scanner
+from synthbatch.control.runs.watch import Backoff
 
 SLURM_STEP = "slurm"
 CLIENT_STEP = "client"

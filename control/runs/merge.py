@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
-from agent_stdlib.candidate import DD_PROFILE, DROPPED
-from agent_stdlib.contracts import WinnerRecord
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.publish import load_winner
-from agent_stdlib.statefile import (
+from synthbatch.agent_stdlib.candidate import DD_PROFILE, DROPPED
+from synthbatch.agent_stdlib.contracts import WinnerRecord
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.publish import load_winner
+from synthbatch.agent_stdlib.statefile import (
     StateError,
     ensure_dir,
     fsync_dir,
@@ -53,8 +53,8 @@ from agent_stdlib.statefile import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from control.errors import Conflict, InvalidInput, SynthbatchError
-from control.runs.store import load_plan, load_plan_view
+from synthbatch.control.errors import Conflict, InvalidInput, SynthbatchError
+from synthbatch.control.runs.store import load_plan, load_plan_view
 
 CHUNK = 1 << 20
 MANIFEST_VERSION = 2  # 2: a jsonl merge names its files' digest (files_sha256), not its own
@@ -170,7 +170,7 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
             if parquet is None:
                 digest, size = _publish(target, functools.partial(_write_jsonl, files))
             else:
-                from control.runs.colstats import ColumnStats
+                from synthbatch.control.runs.colstats import ColumnStats
 
                 digest, size, (parts, schema, observed) = _publish_folder(
                     target, functools.partial(
@@ -218,7 +218,7 @@ def _known(layout: RunLayout) -> Tuple[Any, List[str]]:
     """The plan's record schema (built-in generator; None otherwise, or when the plan
     cannot be read in full) and its judge columns."""
     try:
-        from control.runs.dataschema import known_schema
+        from synthbatch.control.runs.dataschema import known_schema
 
         plan = load_plan(layout)
     except (SynthbatchError, StateError, ImportError):
@@ -262,9 +262,9 @@ def _write_card(layout: RunLayout, manifest: Dict[str, Any], target: Path, schem
     """``card.json`` and ``README.md`` in ``merged/`` (None when pyarrow is missing: the
     card's statistics and features need it)."""
     try:
-        from control.runs import card as cards
-        from control.runs.colstats import ColumnStats
-        from control.runs.parquet import observe_jsonl
+        from synthbatch.control.runs import card as cards
+        from synthbatch.control.runs.colstats import ColumnStats
+        from synthbatch.control.runs.parquet import observe_jsonl
     except ImportError:
         return None
     summary: Dict[str, Any] = {}
@@ -515,7 +515,7 @@ def _parquet() -> Any:
     try:
         import pyarrow  # noqa: F401 - the one import that can be missing
 
-        from control.runs import parquet
+        from synthbatch.control.runs import parquet
     except ImportError as err:
         raise InvalidInput(f"--format parquet needs pyarrow, which cannot be imported "
                            f"({err})", hint="pip install 'pyarrow>=14' into synthbatch's "

@@ -13,8 +13,13 @@ import json
 import os
 from pathlib import Path
 
-from control.planning.modelfacts import FactsError, ModelFacts, facts_from_config, gguf_facts
-from control.runs.gguf import GgufError, read_header
+from synthbatch.control.planning.modelfacts import (
+    FactsError,
+    ModelFacts,
+    facts_from_config,
+    gguf_facts,
+)
+from synthbatch.control.runs.gguf import GgufError, read_header
 
 MAX_JSON_BYTES = 16 * 1024 * 1024  # a config.json or an index is far smaller
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from control.errors import MAX_REASON, EvidenceConflict, one_line
-from control.slurm.parsers import ACTIVE_STATES, JobRow
+from synthbatch.control.errors import MAX_REASON, EvidenceConflict, one_line
+from synthbatch.control.slurm.parsers import ACTIVE_STATES, JobRow
 
 CREATED, PENDING, RUNNING, CANCELLING = "created", "pending", "running", "cancelling"
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"

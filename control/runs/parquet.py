@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from control.errors import Conflict
-from control.runs.dataschema import SchemaConflict, describe, ordered, unify_schemas
+from synthbatch.control.errors import Conflict
+from synthbatch.control.runs.dataschema import SchemaConflict, describe, ordered, unify_schemas
 
 CHUNK = 16 << 20  # bytes of JSONL parsed at once; also about one row group's input
 ROW_GROUP_ROWS = 100_000

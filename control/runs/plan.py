@@ -16,21 +16,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from agent_stdlib.contracts import Plan, ShardSpec, sha256_bytes, split_dd_config
-from agent_stdlib.layout import job_name, run_dir
-from control.config.client import DataDesignerClient, GenerateClient
-from control.config.loader import load_model
-from control.config.overrides import Overrides
-from control.config.profile import Profile, load_profile
-from control.config.run import RunConfig
-from control.errors import SchedulerUnavailable
-from control.images import registry
-from control.planning.arrays import array_chunks
-from control.planning.planner import config_path, make_plan
-from control.planning.summary import plan_summary
-from control.runs.access import check_request
-from control.runs.budget import token_budget
-from control.runs.checks import (
+from synthbatch.agent_stdlib.contracts import Plan, ShardSpec, sha256_bytes, split_dd_config
+from synthbatch.agent_stdlib.layout import job_name, run_dir
+from synthbatch.control.config.client import DataDesignerClient, GenerateClient
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.overrides import Overrides
+from synthbatch.control.config.profile import Profile, load_profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.errors import SchedulerUnavailable
+from synthbatch.control.images import registry
+from synthbatch.control.planning.arrays import array_chunks
+from synthbatch.control.planning.planner import config_path, make_plan
+from synthbatch.control.planning.summary import plan_summary
+from synthbatch.control.runs.access import check_request
+from synthbatch.control.runs.budget import token_budget
+from synthbatch.control.runs.checks import (
     ERROR,
     OK,
     DeploymentInputs,
@@ -40,14 +40,14 @@ from control.runs.checks import (
     check_ports,
     port_offsets,
 )
-from control.runs.ddcheck import check_on_login_node
-from control.runs.fit import Origins
-from control.runs.layout import Choice, PilotReader, apply_layout, layout_memory
-from control.runs.seeds import check_seed_data
-from control.runs.store import new_run_id, run_id_pattern
-from control.slurm.renderer import BatchScript, render_batch_script
-from control.slurm.runner import Runner, run_command
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.runs.ddcheck import check_on_login_node
+from synthbatch.control.runs.fit import Origins
+from synthbatch.control.runs.layout import Choice, PilotReader, apply_layout, layout_memory
+from synthbatch.control.runs.seeds import check_seed_data
+from synthbatch.control.runs.store import new_run_id, run_id_pattern
+from synthbatch.control.slurm.renderer import BatchScript, render_batch_script
+from synthbatch.control.slurm.runner import Runner, run_command
+from synthbatch.control.slurm.scheduler import Scheduler
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def login_checks(resolved: Resolved, scheduler: Scheduler,
 def local_fit(resolved: Resolved) -> List[Finding]:
     """The local backend's "partition" is this machine: an allocation needs its GPUs (the
     backend enforces no CPU or memory limits, so those cannot fail to fit)."""
-    from control.backends.local.gpus import detect, gpu_pool
+    from synthbatch.control.backends.local.gpus import detect, gpu_pool
 
     prof, res = resolved.profile, resolved.plan.resources
     local = prof.local

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
-from agent_stdlib.contracts import Plan
-from control.errors import InvalidInput, SynthbatchError
-from control.runs.plan import resolve
+from synthbatch.agent_stdlib.contracts import Plan
+from synthbatch.control.errors import InvalidInput, SynthbatchError
+from synthbatch.control.runs.plan import resolve
 
 PREVIEW_ID = "preview-00000000-000000-000000"
 

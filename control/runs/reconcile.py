@@ -19,21 +19,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from agent_stdlib import states
-from agent_stdlib.attempts import (
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.attempts import (
     advance_attempt,
     implied_attempt,
     load_attempt,
     load_readiness,
     publish_readiness,
 )
-from agent_stdlib.contracts import AttemptRecord, ReadinessRecord, WinnerRecord
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.publish import complete_winner
-from agent_stdlib.statefile import StateError
+from synthbatch.agent_stdlib.contracts import AttemptRecord, ReadinessRecord, WinnerRecord
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.publish import complete_winner
+from synthbatch.agent_stdlib.statefile import StateError
 
 if TYPE_CHECKING:
-    from control.runs.store import AttemptView
+    from synthbatch.control.runs.store import AttemptView
 
 
 def complete_missing_winner(layout: RunLayout, shard: int, attempt: int) -> WinnerRecord:

@@ -33,19 +33,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, load_attempt
-from agent_stdlib.attempts import create_attempts as create_attempts_of
-from agent_stdlib.contracts import AttemptRecord, Plan, SubmissionRecord
-from agent_stdlib.layout import FIRST_ATTEMPT, RunLayout
-from agent_stdlib.publish import load_winner
-from agent_stdlib.resume import scan_kept
-from agent_stdlib.statefile import StateError, ensure_dir
-from control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
-from control.runs import normalize as norm
-from control.runs import settled
-from control.runs.reconcile import implied_first
-from control.runs.store import (
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.attempts import advance_attempt, load_attempt
+from synthbatch.agent_stdlib.attempts import create_attempts as create_attempts_of
+from synthbatch.agent_stdlib.contracts import AttemptRecord, Plan, SubmissionRecord
+from synthbatch.agent_stdlib.layout import FIRST_ATTEMPT, RunLayout
+from synthbatch.agent_stdlib.publish import load_winner
+from synthbatch.agent_stdlib.resume import scan_kept
+from synthbatch.agent_stdlib.statefile import StateError, ensure_dir
+from synthbatch.control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
+from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs import settled
+from synthbatch.control.runs.reconcile import implied_first
+from synthbatch.control.runs.store import (
     RECOVERY_GRACE_S,
     Expected,
     attempt_numbers,
@@ -58,8 +58,8 @@ from control.runs.store import (
 )
 
 if TYPE_CHECKING:
-    from control.config.profile import Profile
-    from control.slurm.scheduler import Scheduler
+    from synthbatch.control.config.profile import Profile
+    from synthbatch.control.slurm.scheduler import Scheduler
 
 POLICIES = ("auto", "always", "never")
 LOCK_NAME = "retry.lock"
@@ -352,7 +352,7 @@ def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
     Raises Conflict when a named shard cannot be retried (nothing is submitted then).
     Shards with damaged records are left out (``selection.skipped``); the rest go ahead.
     """
-    from control.runs.submit import Staged, submit_all
+    from synthbatch.control.runs.submit import Staged, submit_all
 
     run = load_run(layout)
     if run is None:

@@ -7,12 +7,17 @@ import dataclasses
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from agent_stdlib.contracts import Plan, sha256_bytes
-from agent_stdlib.recipe.columns import Node, analyze
-from agent_stdlib.recipe.reuse import Comparison, compare, definition_digests, model_identity
-from control.errors import InvalidInput
-from control.runs.plan import Resolved
-from control.runs.store import load_plan, load_run, run_layout
+from synthbatch.agent_stdlib.contracts import Plan, sha256_bytes
+from synthbatch.agent_stdlib.recipe.columns import Node, analyze
+from synthbatch.agent_stdlib.recipe.reuse import (
+    Comparison,
+    compare,
+    definition_digests,
+    model_identity,
+)
+from synthbatch.control.errors import InvalidInput
+from synthbatch.control.runs.plan import Resolved
+from synthbatch.control.runs.store import load_plan, load_run, run_layout
 
 
 def reused_runs(workspace: Path, run_ids: Sequence[str]) -> Dict[str, Plan]:

@@ -14,11 +14,11 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from agent_stdlib.contracts import Plan
-from agent_stdlib.recipe.columns import ColumnError
-from agent_stdlib.recipe.seeds import SeedError, peek_fields, scan
-from control.config.client import GenerateClient
-from control.errors import InvalidInput
+from synthbatch.agent_stdlib.contracts import Plan
+from synthbatch.agent_stdlib.recipe.columns import ColumnError
+from synthbatch.agent_stdlib.recipe.seeds import SeedError, peek_fields, scan
+from synthbatch.control.config.client import GenerateClient
+from synthbatch.control.errors import InvalidInput
 
 
 def check_seed_data(plan: Plan, client: GenerateClient, run_file: Path) -> Plan:

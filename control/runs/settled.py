@@ -64,10 +64,10 @@ from typing import (
     Tuple,
 )
 
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import StateError, ensure_dir, write_bytes_atomic
-from control.errors import Conflict
-from control.runs.store import read_limited, submissions_key
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, write_bytes_atomic
+from synthbatch.control.errors import Conflict
+from synthbatch.control.runs.store import read_limited, submissions_key
 
 SCHEMA = 3  # 2: record_failures and records_dropped; 3: header/columns/rows sections
 # (older schemas are rebuilt once, with the "not used" note)

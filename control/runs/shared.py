@@ -26,23 +26,23 @@ import hashlib
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from agent_stdlib.contracts import Plan, SubmissionRecord
-from agent_stdlib.layout import JOB_PREFIX, RunLayout
-from agent_stdlib.statefile import (
+from synthbatch.agent_stdlib.contracts import Plan, SubmissionRecord
+from synthbatch.agent_stdlib.layout import JOB_PREFIX, RunLayout
+from synthbatch.agent_stdlib.statefile import (
     StateError,
     canonical,
     load_record,
     write_bytes_atomic,
     write_json_atomic,
 )
-from control.runs.store import RECOVERY_GRACE_S, load_plan, load_submissions
-from control.runs.submit import HELD, Staged, mark_submitted, sbatch_adopting
-from control.slurm.parsers import split_job_id
-from control.slurm.renderer import BatchScript, SharedMember, render_shared_script
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.runs.store import RECOVERY_GRACE_S, load_plan, load_submissions
+from synthbatch.control.runs.submit import HELD, Staged, mark_submitted, sbatch_adopting
+from synthbatch.control.slurm.parsers import split_job_id
+from synthbatch.control.slurm.renderer import BatchScript, SharedMember, render_shared_script
+from synthbatch.control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from control.config.profile import Profile
+    from synthbatch.control.config.profile import Profile
 
 
 def shape(plan: Plan) -> str:

@@ -29,16 +29,16 @@ from typing import (
     Tuple,
 )
 
-from agent_stdlib import states
-from agent_stdlib.arrays import array_job_id
-from agent_stdlib.layout import RunLayout, job_name
-from agent_stdlib.statefile import StateError
-from control.errors import MAX_REASON, SchedulerUnavailable, one_line
-from control.runs import normalize as norm
-from control.runs import settled
-from control.runs.cachestats import add_cache
-from control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
-from control.runs.store import (
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.arrays import array_job_id
+from synthbatch.agent_stdlib.layout import RunLayout, job_name
+from synthbatch.agent_stdlib.statefile import StateError
+from synthbatch.control.errors import MAX_REASON, SchedulerUnavailable, one_line
+from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs import settled
+from synthbatch.control.runs.cachestats import add_cache
+from synthbatch.control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
+from synthbatch.control.runs.store import (
     Expected,
     PlanView,
     ShardView,
@@ -56,8 +56,8 @@ from control.runs.store import (
     submission_views,
     submissions_key,
 )
-from control.slurm.parsers import JobRow, index_rows
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.slurm.parsers import JobRow, index_rows
+from synthbatch.control.slurm.scheduler import Scheduler
 
 ENRICH_WINDOW_S = 600.0  # ask Slurm why a shard failed or was cancelled this recently
 FRESH_PROGRESS_S = 60.0  # progress older than this does not count towards the rate
@@ -394,7 +394,9 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
             shards = _rescan(layout, shards, expected)
     if sched.rows is not None and any(v.attempt and v.attempt.state in SCHEDULED
                                       for v in shards):
-        from control.runs.cancel import carry_out_pending  # a cancel Slurm did not answer
+        from synthbatch.control.runs.cancel import (
+            carry_out_pending,  # a cancel Slurm did not answer
+        )
 
         notes.extend(carry_out_pending(layout, scheduler))
     verdicts = _verdicts(layout, shards, sched, now, lag_grace_s)
@@ -427,8 +429,8 @@ def recover_crashed(layout: RunLayout, scheduler: Scheduler, committed: bool,
                     rows: List[JobRow], now: float) -> List[str]:
     """Finish the submissions a crash interrupted: the run's own (``rows``: its jobs by
     name) and those of arrays it shares with other runs (for their whole group)."""
-    from control.runs import submit  # rare: a submit crashed; needs the full records
-    from control.runs.shared import recover_shared
+    from synthbatch.control.runs import submit  # rare: a submit crashed; needs the full records
+    from synthbatch.control.runs.shared import recover_shared
 
     records = submit.load_submissions(layout)
     notes = submit.recover_submissions(layout, scheduler, committed,
@@ -489,12 +491,12 @@ def _reconcile(layout: RunLayout, run_id: str, shards: List[ShardView],
             continue
         try:
             if attempt.state == states.SUCCEEDED:
-                from control.runs import reconcile  # imported only when there is work
+                from synthbatch.control.runs import reconcile  # imported only when there is work
 
                 reconcile.complete_missing_winner(layout, shard.index, attempt.number)
             elif attempt.state in SCHEDULED and verdict.source != "attempt" \
                     and verdict.state in ENDED and gone(sched, attempt.job_id):
-                from control.runs import reconcile
+                from synthbatch.control.runs import reconcile
 
                 state, prefix = ENDED[verdict.state]
                 reconcile.mark_ended(layout, shard.index, attempt.number, state,

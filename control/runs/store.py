@@ -23,15 +23,15 @@ from typing import (
     Tuple,
 )
 
-from agent_stdlib.arrays import ArrayError, is_job_id, task_finder, task_job_id
-from agent_stdlib.layout import FIRST_ATTEMPT, RunLayout, run_dir, runs_root, shard_name
-from agent_stdlib.statefile import StateError, load_record, open_state_file
-from control.errors import InvalidInput, NotFound
-from control.runs.cachestats import cache_figures
+from synthbatch.agent_stdlib.arrays import ArrayError, is_job_id, task_finder, task_job_id
+from synthbatch.agent_stdlib.layout import FIRST_ATTEMPT, RunLayout, run_dir, runs_root, shard_name
+from synthbatch.agent_stdlib.statefile import StateError, load_record, open_state_file
+from synthbatch.control.errors import InvalidInput, NotFound
+from synthbatch.control.runs.cachestats import cache_figures
 
 if TYPE_CHECKING:  # the contract classes cost ~11 ms to import; status needs them only to
     # verify winners (``_winner``)
-    from agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord
+    from synthbatch.agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ATTEMPT_DIR = re.compile(r"^attempt-(\d{4,})$")
@@ -99,7 +99,7 @@ def last_moment(ended: float, now: float) -> float:
 
 def load_run(layout: RunLayout) -> Optional[RunRecord]:
     """``run.json`` or None when the submit never committed."""
-    from agent_stdlib.contracts import RunRecord
+    from synthbatch.agent_stdlib.contracts import RunRecord
 
     return load_record(layout.run_json, RunRecord)
 
@@ -117,7 +117,7 @@ def run_backend(layout: RunLayout) -> Optional[str]:
 
 def load_plan(layout: RunLayout) -> Plan:
     """The run's plan; NotFound if missing."""
-    from agent_stdlib.contracts import Plan
+    from synthbatch.agent_stdlib.contracts import Plan
 
     plan = load_record(layout.plan_json, Plan)
     if plan is None:
@@ -127,7 +127,7 @@ def load_plan(layout: RunLayout) -> Plan:
 
 def load_submissions(layout: RunLayout) -> List[SubmissionRecord]:
     """Every submission record, oldest first."""
-    from agent_stdlib.contracts import SubmissionRecord
+    from synthbatch.agent_stdlib.contracts import SubmissionRecord
 
     if not layout.submissions.is_dir():
         return []
@@ -565,7 +565,7 @@ def _winner(folder: str, shard: int, present: bool
     """
     if not present:
         return False, None, None
-    from agent_stdlib.publish import verify_winner
+    from synthbatch.agent_stdlib.publish import verify_winner
 
     try:
         winner = verify_winner(f"{folder}/winner.json", shard)

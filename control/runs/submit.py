@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
-from agent_stdlib.arrays import task_job_id
-from agent_stdlib.attempts import create_attempts, submit_attempts
-from agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord, sha256_bytes
-from agent_stdlib.layout import RunLayout, job_name, runs_root
-from agent_stdlib.statefile import (
+from synthbatch.agent_stdlib.arrays import task_job_id
+from synthbatch.agent_stdlib.attempts import create_attempts, submit_attempts
+from synthbatch.agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord, sha256_bytes
+from synthbatch.agent_stdlib.layout import RunLayout, job_name, runs_root
+from synthbatch.agent_stdlib.statefile import (
     dumps,
     ensure_dir,
     publish_immutable,
@@ -31,18 +31,18 @@ from agent_stdlib.statefile import (
     write_json_atomic,
     write_many,
 )
-from control.errors import SchedulerRejected, SchedulerUncertain, SynthbatchError
-from control.runs.store import (
+from synthbatch.control.errors import SchedulerRejected, SchedulerUncertain, SynthbatchError
+from synthbatch.control.runs.store import (
     RECOVERY_GRACE_S,
     load_plan,
     load_submissions,
 )
-from control.slurm.parsers import JobRow, split_job_id
-from control.slurm.renderer import BatchScript, render_batch_script
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.slurm.parsers import JobRow, split_job_id
+from synthbatch.control.slurm.renderer import BatchScript, render_batch_script
+from synthbatch.control.slurm.scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from control.config.profile import Profile
+    from synthbatch.control.config.profile import Profile
 
 HELD = "JobHeldUser"
 

@@ -17,20 +17,20 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import StateError, read_json, write_json_atomic
-from agent_stdlib.states import TERMINAL
-from control.errors import SchedulerUnavailable
-from control.runs.normalize import FINAL
-from control.runs.store import (
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import StateError, read_json, write_json_atomic
+from synthbatch.agent_stdlib.states import TERMINAL
+from synthbatch.control.errors import SchedulerUnavailable
+from synthbatch.control.runs.normalize import FINAL
+from synthbatch.control.runs.store import (
     SubmissionView,
     last_moment,
     run_job_ids,
     shard_scanner,
     submission_views,
 )
-from control.slurm.parsers import ParseError, split_job_id
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.slurm.parsers import ParseError, split_job_id
+from synthbatch.control.slurm.scheduler import Scheduler
 
 CACHE = "totals.json"
 

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from control.errors import (
+from synthbatch.control.errors import (
     Conflict,
     RunCancelled,
     RunFailed,
@@ -34,7 +34,7 @@ from control.errors import (
     StillRunning,
     SynthbatchError,
 )
-from control.runs.normalize import CANCELLED, FAILED, FINAL, SUCCEEDED
+from synthbatch.control.runs.normalize import CANCELLED, FAILED, FINAL, SUCCEEDED
 
 Snapshot = Dict[str, Any]
 

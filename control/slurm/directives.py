@@ -18,7 +18,7 @@ from __future__ import annotations
 import shlex
 from typing import Dict, Optional
 
-from agent_stdlib.contracts import ResourceSpec
+from synthbatch.agent_stdlib.contracts import ResourceSpec
 
 Options = Dict[str, Optional[str]]
 
@@ -58,7 +58,7 @@ def read_directives(script: str) -> Options:
 
 def time_limit_seconds(value: str) -> int:
     """``[D-]HH:MM:SS`` or minutes (the forms ``control.config.fields`` accepts) -> seconds."""
-    from control.config.fields import TIME_LIMIT
+    from synthbatch.control.config.fields import TIME_LIMIT
 
     if not TIME_LIMIT.fullmatch(value):
         raise ValueError(f"{value!r} is not a time limit ([D-]HH:MM:SS or minutes)")

@@ -25,10 +25,10 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from agent_stdlib.contracts import JOB_ENV, ResourceSpec
-from control.config.rules import CONTROL
-from control.errors import InvalidInput
-from control.slurm.directives import apply_directives
+from synthbatch.agent_stdlib.contracts import JOB_ENV, ResourceSpec
+from synthbatch.control.config.rules import CONTROL
+from synthbatch.control.errors import InvalidInput
+from synthbatch.control.slurm.directives import apply_directives
 
 PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 

@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, Optional, Sequence
 
-from control.errors import SchedulerUnavailable, SchedulerUncertain, one_line
+from synthbatch.control.errors import SchedulerUnavailable, SchedulerUncertain, one_line
 
 NO_CONFIG = ("Could not establish a configuration source", "Unable to process configuration file",
              "cannot stat file")

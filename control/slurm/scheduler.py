@@ -14,15 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, TypeVar
 
-from agent_stdlib.arrays import is_job_id
-from control.errors import (
+from synthbatch.agent_stdlib.arrays import is_job_id
+from synthbatch.control.errors import (
     InvalidInput,
     SchedulerRejected,
     SchedulerUnavailable,
     SchedulerUncertain,
     SynthbatchError,
 )
-from control.slurm.parsers import (
+from synthbatch.control.slurm.parsers import (
     Association,
     JobRow,
     JobUsage,
@@ -44,7 +44,7 @@ from control.slurm.parsers import (
     parse_squeue,
     parse_usage,
 )
-from control.slurm.runner import (
+from synthbatch.control.slurm.runner import (
     CommandResult,
     CommandTimeout,
     Runner,

@@ -13,11 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional
 
-from agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt, load_readiness
-from agent_stdlib.contracts import Plan, ReadinessRecord, SubmissionRecord, sha256_bytes
-from agent_stdlib.layout import AttemptLayout, RunLayout
-from agent_stdlib.statefile import ensure_dir, publish_immutable, write_json_atomic
-from control.slurm.renderer import BatchScript, render_batch_script
+from synthbatch.agent_stdlib.attempts import (
+    advance_attempt,
+    create_attempt,
+    load_attempt,
+    load_readiness,
+)
+from synthbatch.agent_stdlib.contracts import Plan, ReadinessRecord, SubmissionRecord, sha256_bytes
+from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout
+from synthbatch.agent_stdlib.statefile import ensure_dir, publish_immutable, write_json_atomic
+from synthbatch.control.slurm.renderer import BatchScript, render_batch_script
 from tests.agent_runs import local_plan
 from tests.conftest import FAKE_SERVER
 from tests.processes import processes_mentioning

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterator, Optional
 import pytest
 from click.testing import CliRunner, Result
 
-from control.cli.main import cli
+from synthbatch.control.cli.main import cli
 from tests.conftest import FAKE_SERVER, REPO
 from tests.fakes import poll
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.layout import RunLayout
-from control import api
-from control.runs import store, submit
-from control.runs.store import shard_scanner
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.control import api
+from synthbatch.control.runs import store, submit
+from synthbatch.control.runs.store import shard_scanner
 from tests.fakes import Crash, crash_on_call
 from tests.integration.runs import cli_json, wait_final, write_profile, write_run
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.attempts import load_attempt
-from agent_stdlib.layout import RunLayout
-from control.runs import autoretry
+from synthbatch.agent_stdlib.attempts import load_attempt
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.control.runs import autoretry
 from tests.integration.runs import cli_json, crash_wrapper, invoke, wait_until, write_profile
 
 pytestmark = pytest.mark.slurm

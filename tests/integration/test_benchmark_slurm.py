@@ -146,8 +146,8 @@ def test_the_case_with_more_capacity_wins_and_the_knee_is_at_capacity(
 
 def _squeue(job: str) -> Dict[str, str]:
     """``task job id -> state`` of the array ``job`` (pending ranges expanded)."""
-    from control.slurm.parsers import index_rows, parse_squeue
-    from control.slurm.scheduler import SQUEUE_FORMAT
+    from synthbatch.control.slurm.parsers import index_rows, parse_squeue
+    from synthbatch.control.slurm.scheduler import SQUEUE_FORMAT
 
     out = subprocess.run(["squeue", "-h", "-t", "all", "-j", job, "-o", SQUEUE_FORMAT],
                          capture_output=True, text=True, check=True).stdout

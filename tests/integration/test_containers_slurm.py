@@ -21,10 +21,10 @@ from typing import Any, Dict, Tuple
 
 import pytest
 
-from agent_stdlib.containers import IMAGE_PATH, SCRATCH_MOUNT, with_scratch, wrap
-from agent_stdlib.contracts import ContainerSpec, MountSpec
-from agent_stdlib.imagedigest import tree_digest
 from fixtures.fake_openai_server import expected_completion
+from synthbatch.agent_stdlib.containers import IMAGE_PATH, SCRATCH_MOUNT, with_scratch, wrap
+from synthbatch.agent_stdlib.contracts import ContainerSpec, MountSpec
+from synthbatch.agent_stdlib.imagedigest import tree_digest
 from tests.conftest import REPO
 from tests.integration.runs import cli_json, invoke, wait_final, write_profile
 from tests.processes import processes_mentioning

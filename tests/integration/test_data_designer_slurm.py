@@ -16,9 +16,9 @@ from typing import Any, Dict, List
 
 import pytest
 
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import read_json
 from fixtures.fake_openai_server import expected_completion
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import read_json
 from tests.conftest import FAKE_SERVER, REPO
 from tests.integration.runs import cli_json, wait_final, wait_until, write_profile
 

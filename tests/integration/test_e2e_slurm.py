@@ -12,8 +12,8 @@ from typing import List
 import pytest
 from click.testing import CliRunner
 
-from control.cli.main import cli
 from fixtures.fake_openai_server import expected_completion
+from synthbatch.control.cli.main import cli
 from tests.conftest import FAKE_SERVER
 from tests.integration.runs import cli_json, wait_final, write_profile
 from tests.processes import processes_mentioning
@@ -109,7 +109,7 @@ def test_a_client_failing_on_http_errors_shows_the_cause_in_status(slurm_cluster
     """Every request answers HTTP 500: status, status --json, the API, wait and status
     --shard all show the status and the server's message, not only the client's banner
     (issue 28.1: the reason was cut to its first 300 characters, the cause at its end)."""
-    from control import api
+    from synthbatch.control import api
 
     model = f"fake-{secrets.token_hex(4)}"
     profile = write_profile(tmp_path, python_exe)

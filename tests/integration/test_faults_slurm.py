@@ -23,9 +23,9 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from agent_stdlib.attempts import load_attempt, load_readiness
-from agent_stdlib.layout import RunLayout
-from control.runs import normalize as norm
+from synthbatch.agent_stdlib.attempts import load_attempt, load_readiness
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.control.runs import normalize as norm
 from tests.integration.runs import (
     cli_json,
     invoke,

@@ -14,8 +14,8 @@ from typing import Any, Dict
 
 import pytest
 
-from control import api
-from control.runs.store import load_run, run_layout
+from synthbatch.control import api
+from synthbatch.control.runs.store import load_run, run_layout
 from tests.conftest import REPO
 from tests.integration.runs import cli_json, invoke, wait_until, write_profile, write_run
 

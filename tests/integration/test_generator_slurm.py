@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from agent_stdlib.recipe.schema import validate
+from synthbatch.agent_stdlib.recipe.schema import validate
 from tests.conftest import REPO
 from tests.integration.runs import cli_json, require_llamacpp, wait_final, write_profile
 

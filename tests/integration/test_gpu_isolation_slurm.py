@@ -22,8 +22,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from agent_stdlib.contracts import Plan, ReplicaSpec
-from control.planning.placement import Shape, place
+from synthbatch.agent_stdlib.contracts import Plan, ReplicaSpec
+from synthbatch.control.planning.placement import Shape, place
 from tests.integration.allocations import Job, assert_stopped_and_clean, make_plan, submit
 
 pytestmark = pytest.mark.slurm

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.client.retrying import RETRY_TEMPERATURE, token_cap
-from agent_stdlib.contracts import ColumnSpec
+from synthbatch.agent_stdlib.client.retrying import RETRY_TEMPERATURE, token_cap
+from synthbatch.agent_stdlib.contracts import ColumnSpec
 from tests.agent_runs import produce, recipe_plan, records
 from tests.conftest import REPO
 from tests.integration.runs import require_llamacpp
@@ -52,7 +52,8 @@ def llama(tmp_path: Path):
     env_dir = require_llamacpp()
     port = _free_port()
     log = (tmp_path / "server.log").open("wb")
-    argv = [str(env_dir / "venv" / "bin" / "python"), "-m", "agent_stdlib", "serve-llamacpp",
+    argv = [str(env_dir / "venv" / "bin" / "python"), "-m", "synthbatch.agent_stdlib",
+            "serve-llamacpp",
             "-m", str(env_dir / "model.gguf"), "--port", str(port), "-a", "smollm2",
             "-t", "1", "-np", "2", "-c", "2048"]
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from control import api
-from control.errors import SchedulerRejected
+from synthbatch.control import api
+from synthbatch.control.errors import SchedulerRejected
 from tests.integration.runs import (
     cli_json,
     invoke,

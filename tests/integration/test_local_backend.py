@@ -19,10 +19,10 @@ from typing import Any, Dict, List
 
 import pytest
 
-from agent_stdlib.attempts import load_attempt
-from agent_stdlib.layout import RunLayout
-from control.backends.local.jobs import Table
 from fixtures.fake_openai_server import expected_completion
+from synthbatch.agent_stdlib.attempts import load_attempt
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.control.backends.local.jobs import Table
 from tests.conftest import FAKE_SERVER, REPO
 from tests.integration.runs import (
     cli_json,

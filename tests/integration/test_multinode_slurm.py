@@ -21,13 +21,13 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from agent_stdlib.allocation.preflight import plan_sites
-from agent_stdlib.contracts import Plan
-from agent_stdlib.publish import load_winner
-from agent_stdlib.statefile import read_json
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.planning.planner import make_plan
+from synthbatch.agent_stdlib.allocation.preflight import plan_sites
+from synthbatch.agent_stdlib.contracts import Plan
+from synthbatch.agent_stdlib.publish import load_winner
+from synthbatch.agent_stdlib.statefile import read_json
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.planning.planner import make_plan
 from tests.conftest import FAKE_SERVER, REPO
 from tests.integration.allocations import (
     Job,

@@ -14,10 +14,10 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from agent_stdlib.allocation.launch import Site
-from agent_stdlib.allocation.preflight import plan_sites
-from agent_stdlib.contracts import Plan, ReplicaSpec
-from agent_stdlib.publish import load_winner
+from synthbatch.agent_stdlib.allocation.launch import Site
+from synthbatch.agent_stdlib.allocation.preflight import plan_sites
+from synthbatch.agent_stdlib.contracts import Plan, ReplicaSpec
+from synthbatch.agent_stdlib.publish import load_winner
 from tests.integration.allocations import (
     Job,
     assert_failed_in_preflight,

@@ -22,9 +22,9 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from agent_stdlib.attempts import load_attempt, load_readiness
-from agent_stdlib.layout import RunLayout
 from fixtures.fake_openai_server import expected_completion
+from synthbatch.agent_stdlib.attempts import load_attempt, load_readiness
+from synthbatch.agent_stdlib.layout import RunLayout
 from tests.integration.runs import (
     cli_json,
     crash_wrapper,
@@ -189,7 +189,7 @@ def test_resumed_shards_did_not_regenerate_finished_records(scenario):
 def test_concurrent_retries_converge_on_one_submission(slurm_cluster, tmp_path):
     import sys
 
-    from control import api
+    from synthbatch.control import api
 
     model = f"fake-{secrets.token_hex(4)}"
     profile, run, state = _files(tmp_path, sys.executable, model)

@@ -18,14 +18,14 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
 
-from agent_stdlib.allocation.preflight import assign_ports
-from agent_stdlib.publish import load_winner
-from agent_stdlib.statefile import read_json
-from control.runs import normalize as norm
-from control.runs.reconcile import complete_missing_winner, mark_ended
-from control.runs.status import SchedulerView, gone
-from control.slurm.parsers import index_rows
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.allocation.preflight import assign_ports
+from synthbatch.agent_stdlib.publish import load_winner
+from synthbatch.agent_stdlib.statefile import read_json
+from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs.reconcile import complete_missing_winner, mark_ended
+from synthbatch.control.runs.status import SchedulerView, gone
+from synthbatch.control.slurm.parsers import index_rows
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.integration.allocations import (
     Job,
     assert_failed_in_preflight,

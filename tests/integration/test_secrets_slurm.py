@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Set
 import pytest
 from click.testing import CliRunner
 
-from control.cli.main import cli
+from synthbatch.control.cli.main import cli
 from tests.conftest import FAKE_SERVER, REPO
 from tests.integration.runs import write_profile
 

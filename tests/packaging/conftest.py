@@ -60,6 +60,6 @@ def agent_src_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def agent_pyz(tmp_path_factory: pytest.TempPathFactory, agent_src_snapshot: Path) -> Path:
     """A bundle built once per session from the snapshot of the agent sources."""
-    from control.bundle import build_agent_bundle
+    from synthbatch.control.bundle import build_agent_bundle
 
     return build_agent_bundle(tmp_path_factory.mktemp("pyz"), agent_src_snapshot)

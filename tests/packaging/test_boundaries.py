@@ -35,6 +35,7 @@ CONTROL_LAYERS = {"errors": 0, "secrets": 0, "bundle": 0, "config": 1, "images":
 PROXY_LAYERS = {"config": 0, "http": 0, "loop": 0, "route": 1, "exchange": 2, "client": 3,
                 "upstream": 3, "core": 4, "main": 5}
 # Names whose use in control/planning would be I/O (or a clock or randomness).
+PREFIX = "synthbatch."  # the installed import name of control/ and agent_stdlib/
 IMPURE_MODULES = {"subprocess", "socket", "shutil", "tempfile", "glob", "secrets", "random",
                   "time", "urllib", "http", "io", "sqlite3"}
 IMPURE_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "mkdir",
@@ -55,21 +56,31 @@ def modules() -> Dict[str, Path]:
     return found
 
 
-def imports(path: Path, name: str) -> Iterator[Tuple[str, int]]:
-    """Every module ``path`` imports, absolute, with its line (relative imports resolved)."""
+def raw_imports(path: Path, name: str) -> Iterator[Tuple[str, int, int]]:
+    """Every import of ``path``: (module as written, resolved if relative; level; line)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield alias.name, node.lineno
+                yield alias.name, 0, node.lineno
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(parent + ([base] if base else []))
-            yield base, node.lineno
+            yield base, node.level, node.lineno
             for alias in node.names:  # ``from agent_stdlib.allocation import slurmjob``
-                yield f"{base}.{alias.name}", node.lineno
+                yield f"{base}.{alias.name}", node.level, node.lineno
+
+
+def imports(path: Path, name: str) -> Iterator[Tuple[str, int]]:
+    """Every module ``path`` imports, absolute, with its line (relative imports resolved).
+
+    ``synthbatch.control.x`` is the installed name of the checkout's ``control/x.py``: the
+    rules below speak of the folders, so the prefix is dropped.
+    """
+    for target, _, line in raw_imports(path, name):
+        yield target[len(PREFIX):] if target.startswith(PREFIX) else target, line
 
 
 def graph() -> Dict[str, Set[str]]:
@@ -221,3 +232,20 @@ def test_there_is_no_import_cycle() -> None:
         if node not in index:
             visit(node)
     assert cycles == []
+
+
+def test_the_import_name_is_synthbatch() -> None:
+    """The wheel installs control/ and agent_stdlib/ under ``synthbatch``: nothing may import
+    them by their folder names (a top-level ``control`` is PyPI's python-control), and the agent
+    imports itself only relatively, so the same files run as the zipapp's ``agent_stdlib``."""
+    bad = []
+    for top in ("control", "agent_stdlib", "tests", "fixtures", "benchmarks", "scripts"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            for target, level, line in raw_imports(path, name):
+                first = target.split(".")[0]
+                if level == 0 and first in ("control", "agent_stdlib"):
+                    bad.append(f"{path.relative_to(REPO)}:{line} imports {target}")
+                if top == "agent_stdlib" and level == 0 and first == "synthbatch":
+                    bad.append(f"{path.relative_to(REPO)}:{line} imports {target} (relative only)")
+    assert bad == []

@@ -21,13 +21,15 @@ from typing import List
 
 import pytest
 
-from control.bundle import build_agent_bundle, check_agent_bundle, sha256_file
+from synthbatch.control.bundle import build_agent_bundle, check_agent_bundle, sha256_file
 
 from .conftest import snapshot_repo
 
 pytestmark = pytest.mark.slow
 
-BUNDLE_PREFIX = "control/_bundle/"
+BUNDLE_PREFIX = "synthbatch/control/_bundle/"
+# PyPI's ``control`` (python-control), fetched by ``make install`` (no index at test time)
+PYTHON_CONTROL_WHEELS = Path(sys.prefix) / "test-wheels"
 
 
 def run(
@@ -145,7 +147,7 @@ def test_installed_control_plane_locates_the_prebuilt_bundle(
     installed: Installed, tmp_path: Path
 ) -> None:
     code = (
-        "import sys; from pathlib import Path; import control.bundle as b; "
+        "import sys; from pathlib import Path; import synthbatch.control.bundle as b; "
         "print(b.locate_agent_bundle(Path(sys.argv[1])))"
     )
     proc = run([installed.python, "-c", code, tmp_path / "cache"], cwd=tmp_path)
@@ -157,7 +159,8 @@ def test_installed_control_plane_locates_the_prebuilt_bundle(
 
 
 def test_installed_bundle_runs(installed: Installed, tmp_path: Path) -> None:
-    (pyz,) = installed.venv.glob("lib/python*/site-packages/control/_bundle/agent-*.pyz")
+    (pyz,) = installed.venv.glob(
+        "lib/python*/site-packages/synthbatch/control/_bundle/agent-*.pyz")
     home = tmp_path / "home"
     home.mkdir()
     proc = run(
@@ -205,7 +208,7 @@ def test_editable_install_builds_the_bundle_on_demand(built: Built, tmp_path: Pa
         cwd=tmp_path)
     assert not (src / "control" / "_bundle").exists()
     code = (
-        "import sys; from pathlib import Path; import control.bundle as b; "
+        "import sys; from pathlib import Path; import synthbatch.control.bundle as b; "
         "print(b.locate_agent_bundle(Path(sys.argv[1])))"
     )
     proc = run([python, "-c", code, tmp_path / "cache"], cwd=tmp_path)
@@ -214,3 +217,30 @@ def test_editable_install_builds_the_bundle_on_demand(built: Built, tmp_path: Pa
     assert (tmp_path / "cache" / "index.json").is_file()
     assert wheel_bundles(built.wheel) == [BUNDLE_PREFIX + located.name]
     assert not (src / "control" / "_bundle").exists()
+
+
+def test_the_wheel_installs_one_top_level_name(built: Built) -> None:
+    """It shipped top-level ``control`` and ``agent_stdlib`` (``control`` is python-control)."""
+    with zipfile.ZipFile(built.wheel) as zf:
+        tops = {name.split("/")[0] for name in zf.namelist()}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"synthbatch"}
+
+
+def test_pypi_control_installs_beside_synthbatch(installed: Installed, tmp_path: Path) -> None:
+    """Installing python-control overwrote synthbatch's ``control/__init__.py`` and
+    ``synthbatch --help`` died with "No module named 'numpy'"; uninstalling it deleted
+    synthbatch's own file. Now both live side by side, and either can go."""
+    (wheel,) = PYTHON_CONTROL_WHEELS.glob("control-*.whl")
+    python, synthbatch = installed.python, installed.venv / "bin" / "synthbatch"
+    run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", wheel], cwd=tmp_path)
+    try:
+        assert "usage" in run([synthbatch, "--help"], cwd=tmp_path).stdout.lower()
+        where = ("import importlib.util as u; "
+                 "print(u.find_spec('control').origin, u.find_spec('synthbatch.control').origin)")
+        theirs, ours = run([python, "-c", where], cwd=tmp_path).stdout.split()
+        assert "/site-packages/control/" in theirs
+        assert "/site-packages/synthbatch/control/" in ours
+        run([python, "-c", "import synthbatch, synthbatch.control.api"], cwd=tmp_path)
+    finally:
+        run([python, "-m", "pip", "uninstall", "-q", "-y", "control"], cwd=tmp_path)
+    assert "usage" in run([synthbatch, "--help"], cwd=tmp_path).stdout.lower()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from control import bundle
-from control.bundle import (
+from synthbatch.control import bundle
+from synthbatch.control.bundle import (
     BundleError,
     build_agent_bundle,
     check_agent_bundle,
@@ -219,7 +219,7 @@ def test_build_zipapp_check_fails_on_a_bad_bundle(tmp_path: Path) -> None:
 
 def test_bundle_module_imports_no_third_party_packages() -> None:
     code = (
-        "import sys; import control.bundle; "
+        "import sys; import synthbatch.control.bundle; "
         "bad = [m for m in ('pydantic', 'click', 'shiv') if m in sys.modules]; "
         "assert not bad, bad"
     )

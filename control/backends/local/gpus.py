@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Sequence
 
-from control.errors import SynthbatchError
-from control.slurm.runner import Runner, run_command
+from synthbatch.control.errors import SynthbatchError
+from synthbatch.control.slurm.runner import Runner, run_command
 
 GPU_LINE = re.compile(r"^GPU (\d+): ", re.MULTILINE)
 DETECT_TIMEOUT_S = 10.0

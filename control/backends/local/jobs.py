@@ -32,10 +32,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from agent_stdlib.arrays import is_job_id, task_job_id
-from agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
-from control.backends.local import proc
-from control.slurm.parsers import JobRow
+from synthbatch.agent_stdlib.arrays import is_job_id, task_job_id
+from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
+from synthbatch.control.backends.local import proc
+from synthbatch.control.slurm.parsers import JobRow
 
 ROOT = "local"
 PENDING, RUNNING, COMPLETING = "PENDING", "RUNNING", "COMPLETING"

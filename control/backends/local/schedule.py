@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence, Set, Tuple
 
-from control.backends.local.jobs import PENDING, Job
+from synthbatch.control.backends.local.jobs import PENDING, Job
 
 Key = Tuple[str, int]  # (job id, task)
 LIMIT, RESOURCES, PRIORITY = "JobArrayTaskLimit", "Resources", "Priority"

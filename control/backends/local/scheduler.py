@@ -24,11 +24,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
 
-from agent_stdlib.arrays import array_job_id, is_job_id
-from agent_stdlib.statefile import StateError, ensure_dir, write_json_atomic
-from control.backends.local import gpus as gpu_detection
-from control.backends.local import proc
-from control.backends.local.jobs import (
+from synthbatch.agent_stdlib.arrays import array_job_id, is_job_id
+from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, write_json_atomic
+from synthbatch.control.backends.local import gpus as gpu_detection
+from synthbatch.control.backends.local import proc
+from synthbatch.control.backends.local.jobs import (
     CANCELLED,
     PENDING,
     RUNNING,
@@ -40,15 +40,17 @@ from control.backends.local.jobs import (
     task_row,
     workspace_root,
 )
-from control.errors import SchedulerRejected, SchedulerUnavailable
-from control.slurm.parsers import JobRow, JobUsage, Partition
+from synthbatch.control.errors import SchedulerRejected, SchedulerUnavailable
+from synthbatch.control.slurm.parsers import JobRow, JobUsage, Partition
 
 FIRST_IDS = 900_000  # first job ids of a new workspace: random below this (port blocks)
 START_TIMEOUT_S = 30.0
 SOURCE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding ``control/``
 # The supervisor's entry point; a constant, its arguments come as argv (never code).
-BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-        "from control.backends.local.supervisor import main; sys.exit(main(sys.argv[2:]))")
+# It runs with this interpreter, which has synthbatch installed (-I keeps site-packages).
+BOOT = ("import sys; "
+        "from synthbatch.control.backends.local.supervisor import main; "
+        "sys.exit(main(sys.argv[1:]))")
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,8 @@ class LocalScheduler:
     def submit_held_array(self, script: str, indices: Sequence[int], throttle: int,
                           job_name: str) -> Tuple[str, List[str]]:
         """Record a held job running ``script`` for each of ``indices``; its id and argv."""
-        from control.slurm.directives import read_directives, time_limit_seconds
-        from control.slurm.scheduler import array_spec
+        from synthbatch.control.slurm.directives import read_directives, time_limit_seconds
+        from synthbatch.control.slurm.scheduler import array_spec
 
         settings = self.settings or Settings()
         try:
@@ -157,7 +159,7 @@ class LocalScheduler:
         log = os.open(table.supervisor_log(job_id),
                       os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         read_fd, write_fd = os.pipe()
-        argv = [self.python, "-I", "-c", BOOT, SOURCE_ROOT, "--root", str(table.root),
+        argv = [self.python, "-I", "-c", BOOT, "--root", str(table.root),
                 "--job", job_id, "--ready-fd", str(write_fd)]
         try:
             first = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,

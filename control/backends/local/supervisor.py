@@ -47,10 +47,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional
 
-from agent_stdlib import localjob
-from agent_stdlib.statefile import ensure_dir
-from control.backends.local import proc
-from control.backends.local.jobs import (
+from synthbatch.agent_stdlib import localjob
+from synthbatch.agent_stdlib.statefile import ensure_dir
+from synthbatch.control.backends.local import proc
+from synthbatch.control.backends.local.jobs import (
     CANCELLED,
     COMPLETED,
     FAILED,
@@ -64,7 +64,7 @@ from control.backends.local.jobs import (
     Task,
     supervisor_alive,
 )
-from control.backends.local.schedule import plan_starts
+from synthbatch.control.backends.local.schedule import plan_starts
 
 POLL_S = 0.2
 SWEEP_S = 1.0

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from agent_stdlib.arrays import (
+from synthbatch.agent_stdlib.arrays import (
     ArrayError,
     array_job_id,
     array_task,
@@ -14,8 +14,8 @@ from agent_stdlib.arrays import (
     task_job_id,
     task_shard,
 )
-from control.planning.arrays import array_chunks
-from control.runs.store import ArrayView
+from synthbatch.control.planning.arrays import array_chunks
+from synthbatch.control.runs.store import ArrayView
 
 
 def test_array_task_and_task_shard_invert_each_other_over_random_splits() -> None:

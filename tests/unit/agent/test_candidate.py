@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.candidate import (
+from synthbatch.agent_stdlib.candidate import (
     CandidateError,
     build_manifest,
     count_records,

@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from agent_stdlib.containers import (
+from synthbatch.agent_stdlib.containers import (
     IMAGE_PATH,
     RUN_DIR_MOUNT,
     SCRATCH_MOUNT,
@@ -17,7 +17,7 @@ from agent_stdlib.containers import (
     with_scratch,
     wrap,
 )
-from agent_stdlib.contracts import ContainerSpec, MountSpec
+from synthbatch.agent_stdlib.contracts import ContainerSpec, MountSpec
 
 MOUNTS = (MountSpec("/shared/models", "/models", True),
           MountSpec("/shared/models/private", "/private", False),

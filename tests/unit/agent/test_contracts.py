@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Type
 
 import pytest
 
-from agent_stdlib.contracts import (
+from synthbatch.agent_stdlib.contracts import (
     SCHEMA_VERSION,
     AttemptRecord,
     BackendStatus,
@@ -33,9 +33,9 @@ from agent_stdlib.contracts import (
     dd_check_report,
     sha256_bytes,
 )
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.planning.planner import make_plan
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.planning.planner import make_plan
 from tests.conftest import GOLDENS, REPO
 
 if sys.version_info >= (3, 11):

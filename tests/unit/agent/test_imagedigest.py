@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.imagedigest import TREE_MAGIC, image_digest, tree_digest, tree_stamp
+from synthbatch.agent_stdlib.imagedigest import TREE_MAGIC, image_digest, tree_digest, tree_stamp
 
 
 def make_tree(root: Path) -> Path:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib import localjob
-from agent_stdlib.allocation import slurmjob
-from agent_stdlib.allocation.errors import AllocationFailure
-from agent_stdlib.allocation.invocation import resolve_shard
+from synthbatch.agent_stdlib import localjob
+from synthbatch.agent_stdlib.allocation import slurmjob
+from synthbatch.agent_stdlib.allocation.errors import AllocationFailure
+from synthbatch.agent_stdlib.allocation.invocation import resolve_shard
 from tests.agent_runs import local_plan
 
 ENV = {localjob.JOB_ID: "1203", localjob.ARRAY_JOB_ID: "1200",

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.candidate import CandidateError, count_records
-from agent_stdlib.contracts import AttemptRecord
-from agent_stdlib.resume import covered, record_index, scan_kept
+from synthbatch.agent_stdlib.candidate import CandidateError, count_records
+from synthbatch.agent_stdlib.contracts import AttemptRecord
+from synthbatch.agent_stdlib.resume import covered, record_index, scan_kept
 from tests.agent_runs import kept_line as line
 from tests.agent_runs import write_text as write
 
@@ -70,7 +70,7 @@ def test_scan_kept_counts_the_dropped_records_as_done(tmp_path: Path) -> None:
 
 
 def test_completion_tokens_of_both_record_shapes() -> None:
-    from agent_stdlib.resume import completion_tokens
+    from synthbatch.agent_stdlib.resume import completion_tokens
 
     assert completion_tokens({"usage": {"completion_tokens": 4}}) == 4
     assert completion_tokens({"_meta": {"columns": {

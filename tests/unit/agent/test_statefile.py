@@ -10,8 +10,8 @@ from typing import Iterator, List
 
 import pytest
 
-from agent_stdlib import states
-from agent_stdlib.attempts import (
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.attempts import (
     advance_attempt,
     create_attempt,
     implied_attempt,
@@ -19,8 +19,8 @@ from agent_stdlib.attempts import (
     load_readiness,
     publish_readiness,
 )
-from agent_stdlib.contracts import AttemptRecord, BackendStatus
-from agent_stdlib.statefile import (
+from synthbatch.agent_stdlib.contracts import AttemptRecord, BackendStatus
+from synthbatch.agent_stdlib.statefile import (
     StateError,
     dumps,
     ensure_dir,
@@ -31,7 +31,7 @@ from agent_stdlib.statefile import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from agent_stdlib.states import TransitionError, check_transition
+from synthbatch.agent_stdlib.states import TransitionError, check_transition
 
 
 @pytest.fixture(autouse=True)
@@ -423,7 +423,7 @@ def test_readiness_malformed(tmp_path: Path) -> None:
 
 
 def test_write_many_json_replaces_each_file_atomically_with_private_modes(tmp_path):
-    from agent_stdlib.statefile import write_many_json
+    from synthbatch.agent_stdlib.statefile import write_many_json
 
     paths = [tmp_path / f"r{i}.json" for i in range(5)]
     paths[0].write_text('{"old": true}')
@@ -434,8 +434,8 @@ def test_write_many_json_replaces_each_file_atomically_with_private_modes(tmp_pa
 
 
 def test_bulk_attempts_check_every_edge_before_writing_any(tmp_path):
-    from agent_stdlib.attempts import advance_attempts, create_attempts, load_attempt
-    from agent_stdlib.states import TransitionError
+    from synthbatch.agent_stdlib.attempts import advance_attempts, create_attempts, load_attempt
+    from synthbatch.agent_stdlib.states import TransitionError
 
     paths = [tmp_path / f"a{i}.json" for i in range(3)]
     create_attempts([(p, "run", i, 1, None) for i, p in enumerate(paths)])
@@ -451,7 +451,7 @@ def test_bulk_attempts_check_every_edge_before_writing_any(tmp_path):
 def test_canonical_is_json_dumps_byte_for_byte():
     import random
 
-    from agent_stdlib.statefile import canonical
+    from synthbatch.agent_stdlib.statefile import canonical
 
     rng = random.Random(20)
 
@@ -472,20 +472,20 @@ def test_canonical_is_json_dumps_byte_for_byte():
 
 
 def test_sync_filesystem_syncs_that_filesystem_not_the_machine(tmp_path, monkeypatch):
-    from agent_stdlib import statefile
+    from synthbatch.agent_stdlib import statefile
 
     monkeypatch.setattr(statefile.os, "sync", lambda: pytest.fail("sync(2) of every fs"))
     statefile.sync_filesystem(tmp_path)  # syncfs(2) of the one filesystem (Linux)
 
 
 def test_submit_attempts_advances_created_ones_and_writes_no_new_record(tmp_path):
-    from agent_stdlib.attempts import (
+    from synthbatch.agent_stdlib.attempts import (
         advance_attempt,
         create_attempts,
         load_attempt,
         submit_attempts,
     )
-    from agent_stdlib.states import TransitionError
+    from synthbatch.agent_stdlib.states import TransitionError
 
     paths = [tmp_path / f"a{i}.json" for i in range(4)]
     create_attempts([(paths[1], "run", 1, 2, 1), (paths[2], "run", 2, 1, None),
@@ -535,7 +535,7 @@ def test_advance_from_an_implied_first_revision_makes_the_folder(tmp_path: Path)
 
 def test_a_record_published_first_is_advanced_not_overwritten(tmp_path: Path,
                                                               monkeypatch) -> None:
-    from agent_stdlib import attempts
+    from synthbatch.agent_stdlib import attempts
 
     path = tmp_path / "attempt-0001" / "attempt.json"
     real = attempts.publish_json_immutable

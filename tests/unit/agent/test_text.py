@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from agent_stdlib.allocation.supervisor import tail
-from agent_stdlib.text import CONTROL, visible
-from control.cli.output import VisibleStream, emit_json, shown
-from control.errors import one_line
+from synthbatch.agent_stdlib.allocation.supervisor import tail
+from synthbatch.agent_stdlib.text import CONTROL, visible
+from synthbatch.control.cli.output import VisibleStream, emit_json, shown
+from synthbatch.control.errors import one_line
 
 
 @pytest.mark.parametrize("text, expected", [

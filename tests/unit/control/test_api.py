@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from control import api
-from control.errors import InvalidInput, NotFound
-from control.runs.results import MergeResult, PlanResult, RunStatus, RunSummary
+from synthbatch.control import api
+from synthbatch.control.errors import InvalidInput, NotFound
+from synthbatch.control.runs.results import MergeResult, PlanResult, RunStatus, RunSummary
 from tests.conftest import REPO
 from tests.fakes import Shard, make_run
 

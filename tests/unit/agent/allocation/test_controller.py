@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent_stdlib import localjob
-from agent_stdlib.allocation.errors import AllocationFailure
-from agent_stdlib.allocation.invocation import resolve_shard
-from agent_stdlib.attempts import advance_attempt, load_attempt, load_readiness
-from agent_stdlib.contracts import (
+from fixtures.fake_openai_server import expected_completion
+from synthbatch.agent_stdlib import localjob
+from synthbatch.agent_stdlib.allocation.errors import AllocationFailure
+from synthbatch.agent_stdlib.allocation.invocation import resolve_shard
+from synthbatch.agent_stdlib.attempts import advance_attempt, load_attempt, load_readiness
+from synthbatch.agent_stdlib.contracts import (
     ArraySpec,
     CommandClientSpec,
     ContainerSpec,
@@ -29,10 +30,9 @@ from agent_stdlib.contracts import (
     RunRecord,
     WinnerRecord,
 )
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import publish_immutable, read_json
-from control.cli.main import cli
-from fixtures.fake_openai_server import expected_completion
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import publish_immutable, read_json
+from synthbatch.control.cli.main import cli
 from tests.agent_runs import (
     TESTBED,
     local_plan,

@@ -18,16 +18,16 @@ from typing import Any, Dict, List
 import pytest
 from click.testing import CliRunner
 
-from agent_stdlib import localjob
-from agent_stdlib.allocation.ranks import RankId, exit_line
-from agent_stdlib.allocation.reasons import cause, ended
-from agent_stdlib.allocation.serving import Services, exit_reason
-from agent_stdlib.attempts import load_attempt
-from agent_stdlib.contracts import RunRecord
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import publish_immutable
-from control import api
-from control.cli.main import cli
+from synthbatch.agent_stdlib import localjob
+from synthbatch.agent_stdlib.allocation.ranks import RankId, exit_line
+from synthbatch.agent_stdlib.allocation.reasons import cause, ended
+from synthbatch.agent_stdlib.allocation.serving import Services, exit_reason
+from synthbatch.agent_stdlib.attempts import load_attempt
+from synthbatch.agent_stdlib.contracts import RunRecord
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import publish_immutable
+from synthbatch.control import api
+from synthbatch.control.cli.main import cli
 from tests.agent_runs import (
     TESTBED,
     local_plan,
@@ -187,7 +187,7 @@ class _Process:
 
 
 def _child(tmp_path: Path, code: Any, log: str, ranks: int = 1, step: bool = True) -> Any:
-    from agent_stdlib.allocation.supervisor import Managed
+    from synthbatch.agent_stdlib.allocation.supervisor import Managed
 
     path = tmp_path / "server-big-0.log"
     path.write_text(log)
@@ -250,8 +250,8 @@ def test_cause_is_the_last_error_line(text, found):
 
 
 def test_the_whole_reason_is_kept_by_status_and_shown_cut_in_the_summary():
-    from control.cli.render import REASON_SHOWN, failure_lines
-    from control.runs import normalize as norm
+    from synthbatch.control.cli.render import REASON_SHOWN, failure_lines
+    from synthbatch.control.runs import normalize as norm
 
     reason = "client exited with status 1: HTTP 500 " + "y" * 2000
     evidence = norm.Evidence(attempt_state="failed", attempt_reason=reason)
@@ -266,7 +266,7 @@ def test_the_whole_reason_is_kept_by_status_and_shown_cut_in_the_summary():
 def test_the_log_of_a_replica_reason_is_found(tmp_path):
     """status's ``log`` (and ``logs``' default step) come from the reason's ``log PATH``:
     also in a replica's ``(srun status N; log PATH, rank R: ...)``."""
-    from control.runs.status import LOG_IN_REASON
+    from synthbatch.control.runs.status import LOG_IN_REASON
 
     who = RankId("server-big-0", "node2", 1, 2)
     child = _child(tmp_path, 137, f"1: {exit_line(who, -9, 0.0)}\n", ranks=2)

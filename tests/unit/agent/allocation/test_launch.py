@@ -8,7 +8,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import pytest
 
-from agent_stdlib.allocation.launch import (
+from synthbatch.agent_stdlib.allocation.launch import (
     ClientPaths,
     Launch,
     LaunchError,
@@ -17,8 +17,8 @@ from agent_stdlib.allocation.launch import (
     fill_placeholders,
     server_launch,
 )
-from agent_stdlib.allocation.serve import narrow
-from agent_stdlib.contracts import (
+from synthbatch.agent_stdlib.allocation.serve import narrow
+from synthbatch.agent_stdlib.contracts import (
     CommandClientSpec,
     ContainerSpec,
     DataDesignerSpec,
@@ -362,7 +362,7 @@ def test_every_srun_step_exports_exactly_the_env_the_agent_gives_it() -> None:
 
 
 def test_an_allowed_proxy_variable_never_covers_loopback() -> None:
-    from agent_stdlib.allocation.steps import step_env
+    from synthbatch.agent_stdlib.allocation.steps import step_env
 
     plan = srun_plan()
     runtime = dataclasses.replace(plan.runtime, env_allow=("HTTPS_PROXY", "NO_PROXY"))
@@ -375,7 +375,7 @@ def test_an_allowed_proxy_variable_never_covers_loopback() -> None:
 
 
 def test_the_job_env_allow_list_names_every_secret_and_nothing_else() -> None:
-    from agent_stdlib.contracts import JOB_ENV
+    from synthbatch.agent_stdlib.contracts import JOB_ENV
 
     plan = command_plan(None)
     plan = plan.replace(runtime=dataclasses.replace(plan.runtime, secrets=("HF_TOKEN",)),

@@ -7,8 +7,8 @@ import json
 import subprocess
 import sys
 
-from agent_stdlib.allocation.nodecheck import _verdict, check_command, remote_paths
-from agent_stdlib.contracts import ReplicaSpec
+from synthbatch.agent_stdlib.allocation.nodecheck import _verdict, check_command, remote_paths
+from synthbatch.agent_stdlib.contracts import ReplicaSpec
 from tests.agent_runs import local_plan
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from agent_stdlib import imagedigest
-from agent_stdlib.allocation import imagehash, preflight
-from agent_stdlib.allocation.launch import Site
-from agent_stdlib.allocation.preflight import (
+from synthbatch.agent_stdlib import imagedigest
+from synthbatch.agent_stdlib.allocation import imagehash, preflight
+from synthbatch.agent_stdlib.allocation.launch import Site
+from synthbatch.agent_stdlib.allocation.preflight import (
     Context,
     PreflightError,
     assign_ports,
@@ -33,8 +33,8 @@ from agent_stdlib.allocation.preflight import (
     run_preflight,
     visible_gpus,
 )
-from agent_stdlib.allocation.slurmjob import identity, parse_hostnames, parse_node_addrs
-from agent_stdlib.contracts import (
+from synthbatch.agent_stdlib.allocation.slurmjob import identity, parse_hostnames, parse_node_addrs
+from synthbatch.agent_stdlib.contracts import (
     AttemptRecord,
     ColumnSpec,
     CommandClientSpec,

@@ -8,7 +8,7 @@ from typing import Iterator, List, Tuple
 
 import pytest
 
-from agent_stdlib.allocation.probes import http_ok
+from synthbatch.agent_stdlib.allocation.probes import http_ok
 
 
 @pytest.fixture

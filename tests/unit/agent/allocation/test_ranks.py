@@ -14,9 +14,9 @@ from typing import Any, Callable, Dict, List
 
 import pytest
 
-from agent_stdlib.allocation.launch import LaunchError, Site, server_launch
-from agent_stdlib.allocation.preflight import plan_sites
-from agent_stdlib.allocation.ranks import (
+from synthbatch.agent_stdlib.allocation.launch import LaunchError, Site, server_launch
+from synthbatch.agent_stdlib.allocation.preflight import plan_sites
+from synthbatch.agent_stdlib.allocation.ranks import (
     EXIT_RANK_ENDED,
     RankError,
     RankId,
@@ -25,10 +25,10 @@ from agent_stdlib.allocation.ranks import (
     rank_argv,
     rank_of,
 )
-from agent_stdlib.contracts import Plan
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.planning.planner import make_plan
+from synthbatch.agent_stdlib.contracts import Plan
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.planning.planner import make_plan
 from tests.conftest import REPO
 from tests.fakes import poll
 
@@ -183,7 +183,7 @@ def test_exit_lines_say_how_the_engine_ended() -> None:
 
 
 def serve(tmp_path: Path, engine: List[str], env: Dict[str, str]) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "agent_stdlib", "serve", "--gpus", "0", "--replica",
+    argv = [sys.executable, "-m", "synthbatch.agent_stdlib", "serve", "--gpus", "0", "--replica",
             "server-big-0", "--nnodes", "2", "--hosts", "127.0.0.1,127.0.0.2",
             "--follower-arg=--headless", "--", *engine]
     full = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "0,1",

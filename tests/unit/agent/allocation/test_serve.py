@@ -10,7 +10,7 @@ from typing import Dict, Tuple
 
 import pytest
 
-from agent_stdlib.allocation.serve import (
+from synthbatch.agent_stdlib.allocation.serve import (
     EXIT_NOT_FOUND,
     EXIT_UNCOVERED,
     EXIT_USAGE,
@@ -108,7 +108,7 @@ ENGINE = ("import json, os; print(json.dumps({'pid': os.getpid(), 'cvd': "
 
 def run_serve(*args: str, env: Dict[str, str]) -> Tuple[subprocess.Popen, str, str]:
     base = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": "node1"}
-    proc = subprocess.Popen([sys.executable, "-m", "agent_stdlib", "serve", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "synthbatch.agent_stdlib", "serve", *args],
                             cwd=REPO, env={**base, **env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=30)

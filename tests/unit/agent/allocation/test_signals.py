@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from agent_stdlib.allocation.signals import HANDLED, Interrupted, SignalCoordinator
-from agent_stdlib.allocation.slurmjob import (
+from synthbatch.agent_stdlib.allocation.signals import HANDLED, Interrupted, SignalCoordinator
+from synthbatch.agent_stdlib.allocation.slurmjob import (
     CANCELLED,
     REQUEUED,
     TIME_LIMIT,

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent_stdlib.allocation.signals import SignalCoordinator
-from agent_stdlib.allocation.steps import StepControl, parse_steps, step_argv
-from agent_stdlib.allocation.supervisor import Supervisor, wait_group_gone
+from synthbatch.agent_stdlib.allocation.signals import SignalCoordinator
+from synthbatch.agent_stdlib.allocation.steps import StepControl, parse_steps, step_argv
+from synthbatch.agent_stdlib.allocation.supervisor import Supervisor, wait_group_gone
 from tests.agent_runs import local_plan
 from tests.conftest import REPO
 
@@ -68,8 +68,8 @@ def test_log_files_are_never_reused(tmp_path):
 def test_children_die_with_the_agent(tmp_path):
     agent = (
         "import sys, os; from pathlib import Path; "
-        "from agent_stdlib.allocation.signals import SignalCoordinator; "
-        "from agent_stdlib.allocation.supervisor import Supervisor; "
+        "from synthbatch.agent_stdlib.allocation.signals import SignalCoordinator; "
+        "from synthbatch.agent_stdlib.allocation.supervisor import Supervisor; "
         "s = Supervisor(SignalCoordinator()); "
         f"c = s.start('sleeper', ['sleep', '60'], {{'PATH': os.environ['PATH']}}, "
         f"Path({str(tmp_path / 'sleep.log')!r})); print(c.pid, flush=True); os._exit(0)")
@@ -104,7 +104,7 @@ def test_parse_steps_keeps_only_this_array_task():
 
 
 def test_step_control_names_the_array_task(monkeypatch):
-    from agent_stdlib.allocation.steps import step_control
+    from synthbatch.agent_stdlib.allocation.steps import step_control
 
     monkeypatch.setenv("SLURM_JOB_ID", "461")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "460")
@@ -123,7 +123,7 @@ def test_step_control_without_slurm_reports_it_cannot_ask(monkeypatch):
 def test_a_step_is_signalled_unless_scancel_names_it_in_an_error():
     import subprocess
 
-    from agent_stdlib.allocation.steps import signalled
+    from synthbatch.agent_stdlib.allocation.steps import signalled
 
     steps = {"server-big-0": "460_0.1", "server-judge-0": "460_0.2"}
     ok = subprocess.CompletedProcess([], 0, "", "")

@@ -36,7 +36,8 @@ def test_the_generate_role_spends_no_retry_on_backpressure(tmp_path: Path) -> No
                "SYNTHBATCH_ENDPOINTS": json.dumps({"tiny": server.url}),
                "SYNTHBATCH_RECORD_OFFSET": "0", "SYNTHBATCH_NUM_RECORDS": "24",
                "SYNTHBATCH_OUTPUT_DIR": str(output)}
-        done = subprocess.run([sys.executable, "-m", "agent_stdlib", "generate", "--plan",
+        done = subprocess.run([sys.executable, "-m", "synthbatch.agent_stdlib",
+                               "generate", "--plan",
                                str(tmp_path / "plan.json")], env=env, capture_output=True,
                               text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-500:]

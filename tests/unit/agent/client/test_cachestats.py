@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import http.client
 
-from agent_stdlib.client.cachestats import (
+from fixtures.fake_openai_server import DEFAULT_MODEL, serve_in_thread
+from synthbatch.agent_stdlib.client.cachestats import (
     ProxySampler,
     cache_view,
     cached_tokens,
     parse_proxy_metrics,
 )
-from agent_stdlib.client.concurrency import Limiter
-from agent_stdlib.client.progress import AliasCounters
-from agent_stdlib.contracts import CacheProgress, ProgressRecord
-from agent_stdlib.proxy.config import ProxyConfig
-from agent_stdlib.proxy.main import Proxy
-from agent_stdlib.proxy.route import Router, Stats
-from fixtures.fake_openai_server import DEFAULT_MODEL, serve_in_thread
+from synthbatch.agent_stdlib.client.concurrency import Limiter
+from synthbatch.agent_stdlib.client.progress import AliasCounters
+from synthbatch.agent_stdlib.contracts import CacheProgress, ProgressRecord
+from synthbatch.agent_stdlib.proxy.config import ProxyConfig
+from synthbatch.agent_stdlib.proxy.main import Proxy
+from synthbatch.agent_stdlib.proxy.route import Router, Stats
 
 
 def test_cached_tokens_from_llamacpp_timings_and_openai_usage() -> None:

@@ -12,15 +12,15 @@ from typing import List
 
 import pytest
 
-from agent_stdlib.client import concurrency
-from agent_stdlib.client.concurrency import NOISE_FLOOR_S, LatencyLimit, Limiter
-from agent_stdlib.client.generate import Shard, limiters, run_shard, window
-from agent_stdlib.client.output import Output
-from agent_stdlib.client.progress import Progress
-from agent_stdlib.client.recipe import compile_recipe
-from agent_stdlib.contracts import ColumnSpec, ShardSpec
-from agent_stdlib.resume import KeptRecords
 from fixtures.fake_openai_server import serve_in_thread
+from synthbatch.agent_stdlib.client import concurrency
+from synthbatch.agent_stdlib.client.concurrency import NOISE_FLOOR_S, LatencyLimit, Limiter
+from synthbatch.agent_stdlib.client.generate import Shard, limiters, run_shard, window
+from synthbatch.agent_stdlib.client.output import Output
+from synthbatch.agent_stdlib.client.progress import Progress
+from synthbatch.agent_stdlib.client.recipe import compile_recipe
+from synthbatch.agent_stdlib.contracts import ColumnSpec, ShardSpec
+from synthbatch.agent_stdlib.resume import KeptRecords
 from tests.agent_runs import recipe_plan
 
 ONE = (ColumnSpec("text", "llm-text", {"model": "gen", "prompt": "Item {index}.",

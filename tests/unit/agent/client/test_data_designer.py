@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.client.data_designer import (
+from synthbatch.agent_stdlib.client.data_designer import (
     DDError,
     Progress,
     ShardFile,
@@ -18,8 +18,8 @@ from agent_stdlib.client.data_designer import (
     fill,
     version_problem,
 )
-from agent_stdlib.contracts import DataDesignerSpec, split_dd_config
-from agent_stdlib.resume import scan_kept
+from synthbatch.agent_stdlib.contracts import DataDesignerSpec, split_dd_config
+from synthbatch.agent_stdlib.resume import scan_kept
 
 
 def line(index: int, text: str = "") -> bytes:
@@ -211,8 +211,8 @@ class _Results:
 
 
 def test_each_pass_s_profile_is_kept_beside_the_records(tmp_path: Path, capsys) -> None:
-    from agent_stdlib.candidate import DD_PROFILE
-    from agent_stdlib.client.data_designer import keep_profile
+    from synthbatch.agent_stdlib.candidate import DD_PROFILE
+    from synthbatch.agent_stdlib.client.data_designer import keep_profile
 
     out = tmp_path / "output"
     out.mkdir()

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from agent_stdlib.client.ddshard import (
+from synthbatch.agent_stdlib.client.ddshard import (
     INDEX_COLUMN,
     batch_targets,
     missing,

@@ -18,10 +18,10 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
-from agent_stdlib.candidate import build_manifest
-from agent_stdlib.client.records import GenerateError
-from agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec
 from fixtures.fake_openai_server import RunningServer, serve_in_thread
+from synthbatch.agent_stdlib.candidate import build_manifest
+from synthbatch.agent_stdlib.client.records import GenerateError
+from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec
 from tests.agent_runs import QA_COLUMNS, logged, produce, recipe_plan, records
 from tests.conftest import REPO
 
@@ -199,7 +199,7 @@ def start_role(plan: Plan, tmp_path: Path, env: Dict[str, str],
     plan_json = tmp_path / "plan.json"
     plan_json.write_text(plan.to_json())
     Path(env.get("SYNTHBATCH_OUTPUT_DIR", tmp_path)).mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "agent_stdlib", "generate", "--plan",
+    return subprocess.Popen([sys.executable, "-m", "synthbatch.agent_stdlib", "generate", "--plan",
                              str(plan_json), *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
 
@@ -332,7 +332,7 @@ class _StubbornProducer:
 
 
 def test_a_stopped_producer_abandons_requests_that_swallow_their_cancellation() -> None:
-    from agent_stdlib.client.generate import drive
+    from synthbatch.agent_stdlib.client.generate import drive
 
     producer, result = _StubbornProducer(), []
     worker = threading.Thread(target=lambda: result.append(drive(producer, 7)), daemon=True)

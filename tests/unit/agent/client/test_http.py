@@ -9,7 +9,7 @@ from typing import List, Tuple
 
 import pytest
 
-from agent_stdlib.client.http import Endpoint, HttpError
+from synthbatch.agent_stdlib.client.http import Endpoint, HttpError
 
 
 class Canned:

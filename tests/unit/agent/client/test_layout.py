@@ -9,11 +9,11 @@ from typing import Any, Dict, List
 
 import pytest
 
-from agent_stdlib.client import http
-from agent_stdlib.client.llm import messages
-from agent_stdlib.client.order import DispatchOrder, rank
-from agent_stdlib.contracts import ColumnSpec, SeedDataSpec
 from fixtures.fake_openai_server import serve_in_thread
+from synthbatch.agent_stdlib.client import http
+from synthbatch.agent_stdlib.client.llm import messages
+from synthbatch.agent_stdlib.client.order import DispatchOrder, rank
+from synthbatch.agent_stdlib.contracts import ColumnSpec, SeedDataSpec
 from tests.agent_runs import produce, recipe_plan, records
 
 DOCS = ["the moon pulls the sea " * 20, "rivers run to the ocean " * 20]

@@ -7,14 +7,14 @@ from typing import Any, Dict
 
 import pytest
 
-from agent_stdlib.client.llm import (
+from synthbatch.agent_stdlib.client.llm import (
     InvalidOutput,
     json_answer,
     judge_schema,
     parse_answer,
     request_body,
 )
-from agent_stdlib.recipe.schema import check
+from synthbatch.agent_stdlib.recipe.schema import check
 
 SCORES = [{"name": "correct", "description": "Is it right?",
            "options": {"1": "correct", "0": "wrong"}},

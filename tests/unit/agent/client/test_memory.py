@@ -18,7 +18,7 @@ from typing import List
 
 import pytest
 
-from agent_stdlib.contracts import ColumnSpec, SeedDataSpec
+from synthbatch.agent_stdlib.contracts import ColumnSpec, SeedDataSpec
 from tests.agent_runs import recipe_plan
 from tests.conftest import FAKE_SERVER, REPO
 
@@ -58,7 +58,8 @@ def test_rss_of_a_200000_record_shard_stays_flat(tmp_path: Path) -> None:
                "SYNTHBATCH_RECORD_OFFSET": "0", "SYNTHBATCH_NUM_RECORDS": str(RECORDS),
                "SYNTHBATCH_OUTPUT_DIR": str(out),
                "SYNTHBATCH_PROGRESS_FILE": str(tmp_path / "progress.json")}
-        proc = subprocess.Popen([sys.executable, "-m", "agent_stdlib", "generate", "--plan",
+        proc = subprocess.Popen([sys.executable, "-m", "synthbatch.agent_stdlib",
+                                 "generate", "--plan",
                                  str(tmp_path / "plan.json")], env=env,
                                 stderr=subprocess.DEVNULL)
         samples: List[tuple] = []  # (records done, rss kB)

@@ -15,13 +15,13 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from agent_stdlib.candidate import build_manifest
-from agent_stdlib.client.generate import Shard, kept_records, run_shard
-from agent_stdlib.client.output import Output
-from agent_stdlib.client.progress import Progress
-from agent_stdlib.contracts import GenerateSpec, Plan
-from agent_stdlib.resume import KeptRecords, scan_kept
 from fixtures.fake_openai_server import serve_in_thread
+from synthbatch.agent_stdlib.candidate import build_manifest
+from synthbatch.agent_stdlib.client.generate import Shard, kept_records, run_shard
+from synthbatch.agent_stdlib.client.output import Output
+from synthbatch.agent_stdlib.client.progress import Progress
+from synthbatch.agent_stdlib.contracts import GenerateSpec, Plan
+from synthbatch.agent_stdlib.resume import KeptRecords, scan_kept
 from tests.agent_runs import kept_line as line
 from tests.agent_runs import local_plan
 from tests.agent_runs import write_text as write
@@ -138,7 +138,7 @@ def test_generate_main_reads_synthbatch_resume_dir(tmp_path: Path, server) -> No
         "SYNTHBATCH_PROGRESS_FILE": str(tmp_path / "progress.json"),
         "SYNTHBATCH_RESUME_DIR": str(previous),
     }
-    done = subprocess.run([sys.executable, "-m", "agent_stdlib", "generate", "--plan",
+    done = subprocess.run([sys.executable, "-m", "synthbatch.agent_stdlib", "generate", "--plan",
                            str(plan_json)], env=env, capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr

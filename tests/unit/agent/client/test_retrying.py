@@ -8,8 +8,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from agent_stdlib.client.retrying import RETRY_TEMPERATURE, retry_body, token_cap
 from fixtures.fake_openai_server import serve_in_thread
+from synthbatch.agent_stdlib.client.retrying import RETRY_TEMPERATURE, retry_body, token_cap
 from tests.agent_runs import QA_COLUMNS, logged, produce, recipe_plan, records
 
 

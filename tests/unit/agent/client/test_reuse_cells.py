@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from agent_stdlib.client.generate import Shard, run_shard
-from agent_stdlib.client.output import Output
-from agent_stdlib.client.progress import Progress
-from agent_stdlib.client.reuse import Cells, run_files
-from agent_stdlib.contracts import ColumnSpec, Plan
-from agent_stdlib.resume import KeptRecords
 from fixtures.fake_openai_server import serve_in_thread
+from synthbatch.agent_stdlib.client.generate import Shard, run_shard
+from synthbatch.agent_stdlib.client.output import Output
+from synthbatch.agent_stdlib.client.progress import Progress
+from synthbatch.agent_stdlib.client.reuse import Cells, run_files
+from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan
+from synthbatch.agent_stdlib.resume import KeptRecords
 from tests.agent_runs import recipe_plan
 
 RECORDS = 24

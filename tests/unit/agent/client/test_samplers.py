@@ -12,8 +12,8 @@ from typing import Any, Dict
 
 import pytest
 
-from agent_stdlib.client.samplers import SAMPLERS, cell_bits, uniform
-from agent_stdlib.client.seeds import permute, row_for
+from synthbatch.agent_stdlib.client.samplers import SAMPLERS, cell_bits, uniform
+from synthbatch.agent_stdlib.client.seeds import permute, row_for
 from tests.conftest import REPO
 
 
@@ -32,7 +32,7 @@ def test_cell_bits_depend_on_seed_column_and_index_only() -> None:
 
 SCRIPT = """
 import json, sys
-from agent_stdlib.client.samplers import SAMPLERS, cell_bits
+from synthbatch.agent_stdlib.client.samplers import SAMPLERS, cell_bits
 kinds = {"category": {"values": ["a", "b", "c"], "weights": [1, 2, 3]},
          "gaussian": {"mean": 0, "stddev": 1}, "uuid": {}, "integer": {"low": 0, "high": 99},
          "datetime": {"start": "2024-01-01T00:00:00", "end": "2024-12-31T00:00:00"}}

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from agent_stdlib.engines.llamacpp import build_parser, make_params
+from synthbatch.agent_stdlib.engines.llamacpp import build_parser, make_params
 
 
 class FakeParams:

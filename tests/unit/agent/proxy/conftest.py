@@ -6,9 +6,9 @@ from typing import Callable, Iterator, List
 
 import pytest
 
-from agent_stdlib.proxy.config import ProxyConfig
-from agent_stdlib.proxy.main import Proxy
 from fixtures.fake_openai_server import RunningServer, serve_in_thread
+from synthbatch.agent_stdlib.proxy.config import ProxyConfig
+from synthbatch.agent_stdlib.proxy.main import Proxy
 from tests.unit.agent.proxy.harness import Backend
 
 

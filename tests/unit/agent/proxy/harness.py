@@ -14,10 +14,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, Optional, Tuple
 
-from agent_stdlib.proxy.main import Proxy
 from fixtures.fake_openai_server import (
     DEFAULT_MODEL,
 )
+from synthbatch.agent_stdlib.proxy.main import Proxy
 
 WAIT = 10.0
 

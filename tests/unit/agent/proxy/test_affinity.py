@@ -6,10 +6,10 @@ import json
 import math
 import random
 
-from agent_stdlib.contracts import AFFINITY_HEADER
-from agent_stdlib.proxy.config import ProxyConfig
-from agent_stdlib.proxy.http import HOP_BY_HOP, parse_head, parse_prefix_cache
-from agent_stdlib.proxy.route import LOAD_BOUND, Router, Stats, affinity_key, rendezvous
+from synthbatch.agent_stdlib.contracts import AFFINITY_HEADER
+from synthbatch.agent_stdlib.proxy.config import ProxyConfig
+from synthbatch.agent_stdlib.proxy.http import HOP_BY_HOP, parse_head, parse_prefix_cache
+from synthbatch.agent_stdlib.proxy.route import LOAD_BOUND, Router, Stats, affinity_key, rendezvous
 from tests.unit.agent.proxy.harness import request, wait_for
 
 NOW = 100.0

@@ -14,8 +14,8 @@ from typing import List
 
 import pytest
 
-from agent_stdlib.proxy.config import ProxyConfig
-from agent_stdlib.proxy.main import Proxy
+from synthbatch.agent_stdlib.proxy.config import ProxyConfig
+from synthbatch.agent_stdlib.proxy.main import Proxy
 from tests.unit.agent.proxy.harness import (
     WAIT,
     in_flight,
@@ -86,7 +86,7 @@ def test_max_connections(backends, proxy) -> None:
 
 def test_accept_failure_pauses_accepting_then_serves_the_waiting_client(
         backends, proxy, caplog, monkeypatch) -> None:
-    from agent_stdlib.proxy import core as proxy_core
+    from synthbatch.agent_stdlib.proxy import core as proxy_core
 
     monkeypatch.setattr(proxy_core, "ACCEPT_PAUSE_S", 0.2)
     be = backends()

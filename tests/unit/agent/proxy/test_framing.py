@@ -13,10 +13,10 @@ import random
 from http.client import HTTPResponse
 from typing import Any, List, Tuple
 
-from agent_stdlib.proxy.client import HEAD, LINGER, Client
-from agent_stdlib.proxy.config import ProxyConfig
-from agent_stdlib.proxy.core import Core
-from agent_stdlib.proxy.upstream import Upstream
+from synthbatch.agent_stdlib.proxy.client import HEAD, LINGER, Client
+from synthbatch.agent_stdlib.proxy.config import ProxyConfig
+from synthbatch.agent_stdlib.proxy.core import Core
+from synthbatch.agent_stdlib.proxy.upstream import Upstream
 
 
 class FakeStream:

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_stdlib.proxy.config import ProxyConfig
-from agent_stdlib.proxy.main import Proxy
+from synthbatch.agent_stdlib.proxy.config import ProxyConfig
+from synthbatch.agent_stdlib.proxy.main import Proxy
 from tests.fakes import budget, fuzz
 from tests.unit.agent.proxy.harness import Backend, request, wait_for
 

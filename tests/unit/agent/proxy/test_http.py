@@ -7,8 +7,8 @@ from typing import Tuple
 
 import pytest
 
-from agent_stdlib.proxy import http as proxy_http
-from agent_stdlib.proxy.http import (
+from synthbatch.agent_stdlib.proxy import http as proxy_http
+from synthbatch.agent_stdlib.proxy.http import (
     REQUEST_LINES,
     STATUS_LINES,
     HttpError,

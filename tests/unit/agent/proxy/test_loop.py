@@ -9,7 +9,7 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from agent_stdlib.proxy.loop import HIGH_WATER, Connecting, Loop, Stream
+from synthbatch.agent_stdlib.proxy.loop import HIGH_WATER, Connecting, Loop, Stream
 
 
 class Recorder:

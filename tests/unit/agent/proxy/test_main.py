@@ -26,7 +26,7 @@ def test_main_subprocess_port_file_and_sigterm(backends, tmp_path) -> None:
         [
             sys.executable,
             "-m",
-            "agent_stdlib",
+            "synthbatch.agent_stdlib",
             "proxy",
             "--listen",
             "127.0.0.1:0",
@@ -63,7 +63,7 @@ def test_main_subprocess_port_file_and_sigterm(backends, tmp_path) -> None:
 
 
 def test_main_bad_arguments_return_nonzero() -> None:
-    from agent_stdlib.proxy.main import main
+    from synthbatch.agent_stdlib.proxy.main import main
 
     assert main([]) == 2
     assert main(["--backend", "ftp://x", "--listen", "127.0.0.1:0"]) == 1

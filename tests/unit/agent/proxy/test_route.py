@@ -7,9 +7,9 @@ import threading
 import time
 from typing import List
 
-from agent_stdlib.proxy.config import ProxyConfig
-from agent_stdlib.proxy.http import parse_queue_metric
-from agent_stdlib.proxy.route import Router
+from synthbatch.agent_stdlib.proxy.config import ProxyConfig
+from synthbatch.agent_stdlib.proxy.http import parse_queue_metric
+from synthbatch.agent_stdlib.proxy.route import Router
 from tests.unit.agent.proxy.harness import (
     WAIT,
     in_flight,

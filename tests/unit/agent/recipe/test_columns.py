@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from agent_stdlib.recipe.columns import ColumnError, Node, analyze
+from synthbatch.agent_stdlib.recipe.columns import ColumnError, Node, analyze
 
 
 def col(name: str, kind: str, **params: Any) -> Node:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from agent_stdlib.recipe.columns import Node, analyze
-from agent_stdlib.recipe.reuse import compare, definition_digests, request_digest
+from synthbatch.agent_stdlib.recipe.columns import Node, analyze
+from synthbatch.agent_stdlib.recipe.reuse import compare, definition_digests, request_digest
 
 MODELS = {"m": {"engine": "vllm", "model": "/models/a", "served_name": "a",
                 "image_digest": "sha256:00", "args": ["--dtype", "bfloat16"]}}

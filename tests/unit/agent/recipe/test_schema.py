@@ -7,7 +7,7 @@ from typing import Any, Dict
 
 import pytest
 
-from agent_stdlib.recipe.schema import SchemaError, check, fields, validate
+from synthbatch.agent_stdlib.recipe.schema import SchemaError, check, fields, validate
 
 ANSWER = {"type": "object",
           "properties": {"answer": {"type": "string", "minLength": 1},

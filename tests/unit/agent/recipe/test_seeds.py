@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.recipe.seeds import SeedError, open_rows, read_row, scan
+from synthbatch.agent_stdlib.recipe.seeds import SeedError, open_rows, read_row, scan
 
 
 def write(path: Path, data: str) -> str:

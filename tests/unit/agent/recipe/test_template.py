@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from agent_stdlib.recipe.template import TemplateError, names, parse, references, render_text
+from synthbatch.agent_stdlib.recipe.template import (
+    TemplateError,
+    names,
+    parse,
+    references,
+    render_text,
+)
 
 
 def test_references_in_order_with_field_paths() -> None:

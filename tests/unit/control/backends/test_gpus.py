@@ -6,9 +6,14 @@ from typing import List
 
 import pytest
 
-from control.backends.local.gpus import default_concurrency, detect, gpu_pool, parse_nvidia_smi
-from control.errors import SchedulerUnavailable
-from control.slurm.runner import CommandResult
+from synthbatch.control.backends.local.gpus import (
+    default_concurrency,
+    detect,
+    gpu_pool,
+    parse_nvidia_smi,
+)
+from synthbatch.control.errors import SchedulerUnavailable
+from synthbatch.control.slurm.runner import CommandResult
 
 SMI = """GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5f8b2a8e-0c1f-7c3e-aaaa-000000000000)
 GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-5f8b2a8e-0c1f-7c3e-aaaa-000000000001)

@@ -15,9 +15,9 @@ from typing import Optional
 
 import pytest
 
-from agent_stdlib.statefile import StateError
-from control.backends.local import proc
-from control.backends.local.jobs import (
+from synthbatch.agent_stdlib.statefile import StateError
+from synthbatch.control.backends.local import proc
+from synthbatch.control.backends.local.jobs import (
     CANCELLED,
     COMPLETED,
     COMPLETING,
@@ -36,8 +36,8 @@ from control.backends.local.jobs import (
     supervisor_alive,
     task_row,
 )
-from control.runs import normalize as norm
-from control.slurm.parsers import ACTIVE_STATES, TERMINAL_STATES
+from synthbatch.control.runs import normalize as norm
+from synthbatch.control.slurm.parsers import ACTIVE_STATES, TERMINAL_STATES
 
 
 def job(**changes: object) -> Job:

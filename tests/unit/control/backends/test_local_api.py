@@ -8,14 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent_stdlib.layout import RunLayout
-from control import api
-from control.backends.local.scheduler import LocalScheduler, Settings
-from control.cli.render import backend_lines, status_text
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.workspace import load_workspace_profile
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.control import api
+from synthbatch.control.backends.local.scheduler import LocalScheduler, Settings
+from synthbatch.control.cli.render import backend_lines, status_text
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.workspace import load_workspace_profile
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import RUN_ID, Shard, make_run
 
@@ -71,10 +71,10 @@ def test_status_of_a_local_run_imports_no_pydantic(tmp_path: Path, workspace: Pa
     profile = tmp_path / "local.toml"
     profile.write_text(LOCAL.read_text().replace('"/tmp/synthbatch-workspace"',
                                                  json.dumps(str(workspace))))
-    code = ("import sys\nfrom control.cli.main import main\n"
+    code = ("import sys\nfrom synthbatch.control.cli.main import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pydantic'"
-            " or m == 'agent_stdlib.contracts'))")
+            " or m == 'synthbatch.agent_stdlib.contracts'))")
     out = subprocess.run([sys.executable, "-c", code, "status", RUN_ID, "--profile",
                           str(profile), "--json"], capture_output=True, text=True, cwd=REPO,
                          check=False)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Tuple
 
-from control.backends.local.jobs import CANCELLED, PENDING, RUNNING, Job, Task
-from control.backends.local.schedule import LIMIT, PRIORITY, RESOURCES, plan_starts
+from synthbatch.control.backends.local.jobs import CANCELLED, PENDING, RUNNING, Job, Task
+from synthbatch.control.backends.local.schedule import LIMIT, PRIORITY, RESOURCES, plan_starts
 
 
 def job(job_id: str, tasks: int, gpus: int = 1, pool: Tuple[str, ...] = ("0", "1", "2", "3"),

@@ -16,12 +16,12 @@ from typing import Callable, Dict, Iterator, List, Optional
 
 import pytest
 
-from agent_stdlib import localjob
-from control.backends.local import proc
-from control.backends.local.jobs import Table, supervisor_alive
-from control.backends.local.scheduler import LocalScheduler, Settings
-from control.errors import SchedulerRejected
-from control.slurm.parsers import JobRow
+from synthbatch.agent_stdlib import localjob
+from synthbatch.control.backends.local import proc
+from synthbatch.control.backends.local.jobs import Table, supervisor_alive
+from synthbatch.control.backends.local.scheduler import LocalScheduler, Settings
+from synthbatch.control.errors import SchedulerRejected
+from synthbatch.control.slurm.parsers import JobRow
 
 NAME = "synthbatch-test"
 

@@ -9,9 +9,9 @@ from typing import Any, Dict
 
 import pytest
 
-from control.benchmark.accounting import parse_times
-from control.benchmark.analyze import analyze, pareto, percentile, recommend
-from control.benchmark.report import charts, text, write
+from synthbatch.control.benchmark.accounting import parse_times
+from synthbatch.control.benchmark.analyze import analyze, pareto, percentile, recommend
+from synthbatch.control.benchmark.report import charts, text, write
 from tests.fakes import NOW, RUN_ID, Shard, fill, make_run, template_line
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -139,8 +139,8 @@ def test_sacct_lines_parse_and_unknown_times_are_none() -> None:
 def test_job_times_on_the_local_backend_are_empty_not_a_crash(tmp_path) -> None:
     """The local backend has no sacct (its scheduler has no ``query``): analyze then has
     no job times, as on a cluster without accounting (it raised AttributeError)."""
-    from control.backends.local.scheduler import LocalScheduler
-    from control.benchmark.accounting import job_times
+    from synthbatch.control.backends.local.scheduler import LocalScheduler
+    from synthbatch.control.benchmark.accounting import job_times
 
     assert not hasattr(LocalScheduler, "query")
     assert job_times(object(), ["12_0"]) == {}

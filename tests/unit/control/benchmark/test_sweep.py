@@ -8,10 +8,10 @@ from typing import Any, Dict
 
 import pytest
 
-from control.benchmark.sweep import compile_sweep
-from control.config.benchmark import BenchmarkConfig
-from control.config.loader import load_model
-from control.errors import InvalidInput
+from synthbatch.control.benchmark.sweep import compile_sweep
+from synthbatch.control.config.benchmark import BenchmarkConfig
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.errors import InvalidInput
 from tests.fakes import run_data, write_json
 
 BENCH: Dict[str, Any] = {

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from control.benchmark import store
-from control.benchmark.sweep import compile_sweep
-from control.config.benchmark import BenchmarkConfig
+from synthbatch.control.benchmark import store
+from synthbatch.control.benchmark.sweep import compile_sweep
+from synthbatch.control.config.benchmark import BenchmarkConfig
 from tests.fakes import QUICKSTART, invoke, run_data
 
 BENCH = {"schema_version": 1, "name": "b", "run": str(QUICKSTART), "concurrency": [1, 2],

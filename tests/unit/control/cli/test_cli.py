@@ -11,14 +11,14 @@ from typing import Any, Dict, List
 import pytest
 from click.testing import Result
 
-from agent_stdlib.candidate import build_manifest
-from agent_stdlib.contracts import RunRecord, WinnerRecord, sha256_bytes
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.planning.planner import make_plan
+from synthbatch.agent_stdlib.candidate import build_manifest
+from synthbatch.agent_stdlib.contracts import RunRecord, WinnerRecord, sha256_bytes
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.planning.planner import make_plan
 from tests.conftest import REPO
 from tests.fakes import invoke
 
@@ -138,7 +138,7 @@ def test_plan_json_is_one_object() -> None:
 def test_plan_shows_no_run_id_that_submit_would_not_use() -> None:
     """plan printed a fresh id (name-time-random) that no submit ever used: it shows the
     pattern submit's id follows instead, the same in the summary, script and JSON."""
-    from control.runs.store import RUN_ID
+    from synthbatch.control.runs.store import RUN_ID
 
     result = invoke("plan", str(QUICKSTART), "--profile", str(TESTBED), "--json")
     data = json.loads(result.stdout)
@@ -214,7 +214,7 @@ def test_profile_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_debug_raises() -> None:
     result = invoke("plan", str(QUICKSTART), "--debug")
-    from control.errors import NotFound
+    from synthbatch.control.errors import NotFound
 
     assert isinstance(result.exception, NotFound)
 
@@ -427,13 +427,13 @@ def test_status_watch_plain_lines_until_the_run_ends(tmp_path: Path, profile_fil
 def test_ctrl_c_on_status_watch_exits_130(workspace: Path, profile_file: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """It exited 0, as if the run had been watched to its end."""
-    import control.runs.watch
+    import synthbatch.control.runs.watch
 
     def interrupted(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt
 
     make_run(workspace, [Shard("running")])
-    monkeypatch.setattr(control.runs.watch, "watch", interrupted)
+    monkeypatch.setattr(synthbatch.control.runs.watch, "watch", interrupted)
     result = invoke("status", "obs-20240101-000000-abcdef", "--watch", "--profile",
                     str(profile_file))
     assert result.exit_code == 130, result.output
@@ -529,7 +529,7 @@ def test_status_shows_reasons_from_state_files_only_as_visible_escapes(
 
 def test_status_watch_frame_shows_reasons_as_visible_escapes(
         profile_file: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("control.cli.status.is_tty", lambda: True)
+    monkeypatch.setattr("synthbatch.control.cli.status.is_tty", lambda: True)
     make_run(workspace, [Shard("failed", ESCAPES)])
     result = invoke("status", "obs-20240101-000000-abcdef", "--watch", "--profile",
                     str(profile_file))
@@ -575,7 +575,7 @@ def test_logs_escape_control_characters_on_a_terminal_and_json_but_not_in_a_pipe
     data = json.loads(invoke(*args, "--json").stdout)
     assert data["text"].startswith(f"step 1\t{SHOWN}ok\n") and not CONTROL.search(
         data["text"].replace("\t", ""))
-    monkeypatch.setattr("control.cli.logs.is_tty", lambda: True)
+    monkeypatch.setattr("synthbatch.control.cli.logs.is_tty", lambda: True)
     shown = invoke(*args)
     assert shown.exit_code == 0, shown.stderr
     assert shown.stdout == f"step 1\t{SHOWN}ok\nbad \\xff byte \u2713\n"

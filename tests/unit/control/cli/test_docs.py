@@ -11,11 +11,11 @@ from typing import Iterator, List, Tuple
 import click
 import pytest
 
-from control.cli.main import cli
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.planning.planner import make_plan
+from synthbatch.control.cli.main import cli
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.planning.planner import make_plan
 from tests.conftest import REPO
 from tests.fakes import fenced_blocks, fenced_infos
 
@@ -86,7 +86,7 @@ def test_the_python_examples_compile(path: Path) -> None:
 
 
 def test_the_python_api_table_names_real_functions() -> None:
-    from control import api
+    from synthbatch.control import api
 
     text = PYTHON_API.read_text()
     for name in re.findall(r"`api\.([a-z_]+)\(", text):
@@ -97,7 +97,7 @@ def test_the_python_api_page_names_every_option_of_status_and_wait() -> None:
     """``api.status(auto_retry=)`` was undocumented."""
     import inspect
 
-    from control import api
+    from synthbatch.control import api
 
     text = PYTHON_API.read_text()
     for function in (api.status, api.wait):

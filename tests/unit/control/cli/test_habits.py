@@ -12,7 +12,7 @@ from typing import Any, List
 import click
 import pytest
 
-from control.cli.main import COMMANDS, cli
+from synthbatch.control.cli.main import COMMANDS, cli
 from tests.conftest import REPO
 from tests.fakes import NOW, Shard, invoke, make_run
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from control.config.overrides import Overrides
-from control.errors import InvalidInput
+from synthbatch.control.config.overrides import Overrides
+from synthbatch.control.errors import InvalidInput
 from tests.conftest import REPO
 from tests.fakes import invoke
 

@@ -11,10 +11,10 @@ from typing import Any, Dict, List
 
 import pytest
 
-from control.cli.output import paint, use_colour
-from control.cli.render import blocked_lines, frame, runs_text, status_text
-from control.cli.status import Screen
-from control.runs.pending import blocked, explain
+from synthbatch.control.cli.output import paint, use_colour
+from synthbatch.control.cli.render import blocked_lines, frame, runs_text, status_text
+from synthbatch.control.cli.status import Screen
+from synthbatch.control.runs.pending import blocked, explain
 from tests.fakes import NOW, Shard, fake_slurm_bin, invoke, make_run, profile_with_bin
 
 RUN = "obs-20240101-000000-abcdef"

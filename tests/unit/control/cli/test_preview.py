@@ -134,7 +134,7 @@ def test_the_text_view_is_one_row_per_record(run_file: Path, profile_file: Path)
 
 
 def test_a_long_value_is_cut_and_control_characters_escaped() -> None:
-    from control.cli.preview_table import cell_text, table
+    from synthbatch.control.cli.preview_table import cell_text, table
 
     assert cell_text("x" * 100) == "x" * 37 + "..."
     assert cell_text("a\x1b[31mb\nc") == "a\\x1b[31mb c"

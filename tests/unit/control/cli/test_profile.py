@@ -11,10 +11,10 @@ from typing import List, Sequence
 
 import pytest
 
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.runs import doctor as checks
-from control.slurm.runner import CommandResult
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.runs import doctor as checks
+from synthbatch.control.slurm.runner import CommandResult
 from tests.conftest import REPO
 from tests.fakes import invoke, tomllib
 
@@ -110,7 +110,7 @@ comment = "team:llm/batch"
 
 @pytest.mark.parametrize("source", ["testbed", "pyxis", "hostile"])
 def test_show_prints_a_profile_that_reads_back_as_itself(tmp_path: Path, source: str) -> None:
-    from control.config.document import tomllib
+    from synthbatch.control.config.document import tomllib
 
     path = {"testbed": TESTBED, "pyxis": REPO / "examples" / "profiles" / "pyxis.toml",
             "hostile": tmp_path / "hostile.toml"}[source]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from control.errors import (
+from synthbatch.control.errors import (
     RUN_CANCELLED,
     RUN_FAILED,
     RUN_STUCK,
@@ -22,7 +22,7 @@ from control.errors import (
     SchedulerUnavailable,
     StillRunning,
 )
-from control.runs.watch import outcome
+from synthbatch.control.runs.watch import outcome
 from tests.fakes import Shard, fake_slurm_bin, invoke, make_run, profile_with_bin
 
 RUN = "obs-20240101-000000-abcdef"
@@ -147,7 +147,7 @@ def test_status_json_of_a_settled_run_is_the_api_status(workspace: Path,
                                                         profile_file: Path) -> None:
     """Printed from the settled index (the second status), ``status --json`` still carries
     what the API's status says: backend, blocked, totals, record failures."""
-    from control import api
+    from synthbatch.control import api
 
     make_run(workspace, [Shard("winner", progress=10), Shard("failed", "x", progress=3,
                                                           updated_at=1.0)])

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent_stdlib.contracts import Plan
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.planning.planner import make_plan
+from synthbatch.agent_stdlib.contracts import Plan
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.planning.planner import make_plan
 from tests.fakes import profile_data
 
 RECIPE = """schema_version = 1

@@ -12,10 +12,10 @@ from typing import Any, Dict, Type
 import pytest
 from pydantic import BaseModel
 
-from control.config.loader import load_model
-from control.config.profile import Profile, load_profile, resolve_profile_path
-from control.config.run import RunConfig
-from control.errors import InvalidInput, NotFound
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile, load_profile, resolve_profile_path
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.errors import InvalidInput, NotFound
 from tests.conftest import REPO
 from tests.fakes import profile_data, run_data, write_json
 

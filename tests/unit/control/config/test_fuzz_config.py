@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from control.cli.main import cli
+from synthbatch.control.cli.main import cli
 from tests.conftest import REPO
 from tests.fakes import fuzz
 

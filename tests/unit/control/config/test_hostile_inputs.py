@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 import pytest
 from click.testing import CliRunner, Result
 
-from control.cli.main import cli
+from synthbatch.control.cli.main import cli
 from tests.conftest import REPO
 
 if sys.version_info >= (3, 11):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from control.errors import InvalidInput
+from synthbatch.control.errors import InvalidInput
 from tests.unit.control.config.recipes import RECIPE as BASE
 from tests.unit.control.config.recipes import load, plan_of
 

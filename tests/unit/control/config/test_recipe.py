@@ -8,9 +8,9 @@ from typing import Any, Dict
 
 import pytest
 
-from agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec
-from control.errors import InvalidInput
-from control.runs.seeds import check_seed_data
+from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec
+from synthbatch.control.errors import InvalidInput
+from synthbatch.control.runs.seeds import check_seed_data
 from tests.unit.control.config.recipes import RECIPE, load, plan_of
 
 
@@ -256,7 +256,7 @@ def test_an_invisible_seed_file_is_left_to_preflight(tmp_path: Path) -> None:
 
 
 def test_the_plan_summary_shows_the_recipe_and_each_aliases_sizing(tmp_path: Path) -> None:
-    from control.planning.summary import plan_summary
+    from synthbatch.control.planning.summary import plan_summary
 
     (tmp_path / "topics.jsonl").write_text('{"topic": "tides"}\n')
     plan = check_seed_data(plan_of(tmp_path), load(tmp_path).client, tmp_path / "run.toml")

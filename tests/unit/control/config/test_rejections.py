@@ -13,8 +13,8 @@ from typing import Any, Callable, Dict, List, Optional
 import pytest
 from click.testing import CliRunner
 
-from control.cli.main import cli
-from control.images import registry
+from synthbatch.control.cli.main import cli
+from synthbatch.control.images import registry
 from tests.conftest import REPO
 
 if sys.version_info >= (3, 11):

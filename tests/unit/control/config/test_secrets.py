@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from control.config.loader import load_model
-from control.config.run import RunConfig
-from control.errors import one_line
-from control.secrets import credential, literal_secret, redact, redact_text
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.errors import one_line
+from synthbatch.control.secrets import credential, literal_secret, redact, redact_text
 from tests.fakes import run_data, write_json
 
 HF = "hf_" + "A1b2C3d4E5f6G7h8I9j0K1l2"

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from control.config.document import tomllib
-from control.config.tomltext import toml_text, value
+from synthbatch.control.config.document import tomllib
+from synthbatch.control.config.tomltext import toml_text, value
 
 TRICKY = ["", 'a "quoted" word', "back\\slash", "tab\there", "new\nline", "ünïcödé",
           "\x7f\x01 control", "# not a comment", "key = value", "[not.a.table]"]

@@ -10,11 +10,11 @@ from typing import Any, Dict
 
 import pytest
 
-from control.config import workspace
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.workspace import load_workspace_profile
-from control.errors import InvalidInput
+from synthbatch.control.config import workspace
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.workspace import load_workspace_profile
+from synthbatch.control.errors import InvalidInput
 from tests.conftest import REPO
 from tests.fakes import profile_data
 
@@ -102,10 +102,10 @@ def test_status_imports_no_pydantic(tmp_path: Path) -> None:
     profile = tmp_path / "p.toml"
     profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
                                                    json.dumps(str(tmp_path / "ws"))))
-    code = ("import sys\nfrom control.cli.main import main\n"
+    code = ("import sys\nfrom synthbatch.control.cli.main import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pydantic'"
-            " or m == 'agent_stdlib.contracts'))")
+            " or m == 'synthbatch.agent_stdlib.contracts'))")
     out = subprocess.run([sys.executable, "-c", code, "status", "no-such-run", "--profile",
                           str(profile)], capture_output=True, text=True, cwd=REPO,
                          check=False)
@@ -127,7 +127,7 @@ def _profile_for(tmp_path: Path, root: Path) -> Path:
 def _invoke(args: tuple, profile: Path):
     from click.testing import CliRunner
 
-    from control.cli.main import cli
+    from synthbatch.control.cli.main import cli
     from tests.fakes import QUICKSTART
 
     argv = [str(QUICKSTART) if a == "RUN" else a for a in args]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from control.images import registry
-from control.images.inspect import PROBE, describe, image_argv, inspect_image
+from synthbatch.control.images import registry
+from synthbatch.control.images.inspect import PROBE, describe, image_argv, inspect_image
 from tests.fakes import invoke
 
 FAKE_CH_RUN = '''#!{python}

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.imagedigest import tree_digest
-from control.cli.output import ByteProgress
-from control.errors import Conflict, InvalidInput, NotFound
-from control.images import registry
+from synthbatch.agent_stdlib.imagedigest import tree_digest
+from synthbatch.control.cli.output import ByteProgress
+from synthbatch.control.errors import Conflict, InvalidInput, NotFound
+from synthbatch.control.images import registry
 from tests.conftest import REPO
 from tests.fakes import invoke
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from control.config.engines import RESERVED, check_extra_args, reserved_flag
-from control.planning.engines import engine_argv
+from synthbatch.control.config.engines import RESERVED, check_extra_args, reserved_flag
+from synthbatch.control.planning.engines import engine_argv
 
 
 def test_vllm_argv() -> None:

@@ -16,7 +16,7 @@ from typing import Optional
 
 import pytest
 
-from control.planning.layout import (
+from synthbatch.control.planning.layout import (
     KV_SEQUENCES,
     MIN_CONTEXT,
     choose_parallel,
@@ -24,8 +24,8 @@ from control.planning.layout import (
     tp_choices,
     valid_tp,
 )
-from control.planning.modelfacts import FactsError, facts_from_config
-from control.runs.modelinfo import ModelUnreadable, read_facts, weight_bytes
+from synthbatch.control.planning.modelfacts import FactsError, facts_from_config
+from synthbatch.control.runs.modelinfo import ModelUnreadable, read_facts, weight_bytes
 from tests.conftest import REPO
 
 MODELS = REPO / "fixtures" / "models"
@@ -133,7 +133,7 @@ def test_tp_divides_the_heads_and_the_kv_heads_as_vllm_requires() -> None:
 
 def test_tp_beyond_the_kv_heads_counts_the_replicated_cache() -> None:
     qwen = facts("Qwen3-235B-A22B")
-    from control.planning.layout import per_gpu_bytes
+    from synthbatch.control.planning.layout import per_gpu_bytes
     with_copy = per_gpu_bytes(qwen, 8, 1, KV_TOKENS)
     half = (qwen.weight_bytes + KV_TOKENS * qwen.kv_bytes_per_token) / 8 + 2e9
     assert with_copy > half  # TP 8 over 4 KV heads keeps two copies of the cache
@@ -216,8 +216,8 @@ def test_a_moe_without_experts_per_token_names_the_key() -> None:
 def test_the_recipe_tokens_per_alias() -> None:
     """max_tokens out; the prompt's text at 4 characters a token, a placeholder naming an
     LLM column counting that column's max_tokens (the judge reads the writer's draft)."""
-    from control.config.client import GenerateClient
-    from control.planning.layout import alias_tokens
+    from synthbatch.control.config.client import GenerateClient
+    from synthbatch.control.planning.layout import alias_tokens
 
     client = GenerateClient.model_validate({"columns": [
         {"name": "topic", "type": "category", "values": ["a", "b"]},

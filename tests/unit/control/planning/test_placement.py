@@ -11,11 +11,11 @@ from typing import Any, Dict, List
 
 import pytest
 
-from agent_stdlib.contracts import DIST_PORTS, ReplicaSpec
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.planning.placement import PlacementError, Shape, place
-from control.planning.planner import make_plan, replica_nodes
+from synthbatch.agent_stdlib.contracts import DIST_PORTS, ReplicaSpec
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.planning.placement import PlacementError, Shape, place
+from synthbatch.control.planning.planner import make_plan, replica_nodes
 
 
 def spans(placement: Any) -> List[List[tuple]]:
@@ -162,7 +162,7 @@ def test_a_plan_of_a_405b_model_across_two_nodes_and_a_judge() -> None:
 
 
 def test_the_plan_summary_shows_every_rank() -> None:
-    from control.planning.summary import plan_summary
+    from synthbatch.control.planning.summary import plan_summary
 
     plan = make_plan(run(vllm(tensor_parallel=8, pipeline_parallel=2)), profile(), "r-1",
                      Path("/cfg"))
@@ -175,8 +175,8 @@ def test_the_plan_summary_shows_every_rank() -> None:
 
 
 def test_the_big_model_example_plans_on_the_h100_profile(tmp_path: Path) -> None:
-    from control.images import registry
-    from control.runs.plan import dry_run
+    from synthbatch.control.images import registry
+    from synthbatch.control.runs.plan import dry_run
     from tests.conftest import REPO
 
     workspace = tmp_path / "ws"

@@ -10,20 +10,20 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from agent_stdlib.contracts import ArraySpec, Plan, ResourceSpec, ShardSpec
-from control.config.deployment import Deployment
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.errors import InvalidInput
-from control.images import registry
-from control.planning.arrays import array_chunks
-from control.planning.placement import PlacementError, Shape, place, spread
-from control.planning.planner import make_plan, resolve_command, split_records
-from control.planning.summary import plan_summary
-from control.runs.plan import dry_run
-from control.slurm.directives import apply_directives
-from control.slurm.parsers import parse_max_array_size
+from synthbatch.agent_stdlib.contracts import ArraySpec, Plan, ResourceSpec, ShardSpec
+from synthbatch.control.config.deployment import Deployment
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.errors import InvalidInput
+from synthbatch.control.images import registry
+from synthbatch.control.planning.arrays import array_chunks
+from synthbatch.control.planning.placement import PlacementError, Shape, place, spread
+from synthbatch.control.planning.planner import make_plan, resolve_command, split_records
+from synthbatch.control.planning.summary import plan_summary
+from synthbatch.control.runs.plan import dry_run
+from synthbatch.control.slurm.directives import apply_directives
+from synthbatch.control.slurm.parsers import parse_max_array_size
 from tests.conftest import REPO
 
 if sys.version_info >= (3, 11):
@@ -284,7 +284,7 @@ def test_step_memory_too_small() -> None:
 
 
 def test_plan_lookup_helpers() -> None:
-    from agent_stdlib.contracts import ContractError
+    from synthbatch.agent_stdlib.contracts import ContractError
 
     plan = make_plan(run_config(), profile(), RUN_ID, QUICKSTART.parent)
     assert plan.shard(2).record_offset == 20

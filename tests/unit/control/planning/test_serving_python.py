@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.planning.planner import make_plan
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.planning.planner import make_plan
 
 
 def _run(**deployment: object) -> dict:

@@ -12,12 +12,12 @@ from typing import Dict, List, Sequence, Set
 
 import pytest
 
-from control import api
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.runs.doctor import check_profile
-from control.slurm.runner import CommandResult, run_command
-from control.slurm.scheduler import Scheduler
+from synthbatch.control import api
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.runs.doctor import check_profile
+from synthbatch.control.slurm.runner import CommandResult, run_command
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 
 TESTBED = REPO / "examples" / "profiles" / "testbed.toml"
@@ -85,7 +85,7 @@ def test_validate_and_plan_agree(case: str, tmp_path: Path,
     run.write_text((REPO / "examples" / "fake-server.toml").read_text()
                    .replace("{config_dir}/..", str(REPO))
                    .replace('time_limit = "00:10:00"', ""))
-    monkeypatch.setattr("control.runs.checks.run_command", slurm)
+    monkeypatch.setattr("synthbatch.control.runs.checks.run_command", slurm)
 
     validated = statuses([(c.name, c.status) for c in check_profile(prof, slurm,
                                                                     lambda n: "/x")])

@@ -8,11 +8,11 @@ from typing import List, Sequence
 
 import pytest
 
-from control.cli import autoround
-from control.runs import autoretry
-from control.runs.autoretry import ShardNow, decide, render_script, sbatch_argv, story
-from control.runs.cancel import cancel_run
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.cli import autoround
+from synthbatch.control.runs import autoretry
+from synthbatch.control.runs.autoretry import ShardNow, decide, render_script, sbatch_argv, story
+from synthbatch.control.runs.cancel import cancel_run
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import FakeSlurm, Shard, make_run
 
 S, F, C, R = "succeeded", "failed", "cancelled", "running"
@@ -56,7 +56,8 @@ def test_runs_tells_the_story_while_a_round_is_pending() -> None:
 
 def test_the_round_script_quotes_every_word() -> None:
     text = render_script("/opt/py env/bin/python", "run-1", "/ws; rm -rf ~")
-    assert text.splitlines()[-1] == ("exec '/opt/py env/bin/python' -m control.cli.autoround "
+    assert text.splitlines()[-1] == ("exec '/opt/py env/bin/python' -m "
+                                     "synthbatch.control.cli.autoround "
                                      "--workspace '/ws; rm -rf ~' run-1")
 
 
@@ -128,11 +129,11 @@ def test_a_damaged_round_record_reads_as_none(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv", [[], ["run-1"], ["--ws", "w", "run-1"]])
 def test_the_round_entry_point_names_its_usage(argv: List[str], capsys) -> None:
     assert autoround.main(argv) == 2
-    assert "usage: python -m control.cli.autoround" in capsys.readouterr().err
+    assert "usage: python -m synthbatch.control.cli.autoround" in capsys.readouterr().err
 
 
 def test_submit_starts_one_round_after_the_arrays_unless_turned_off(tmp_path: Path) -> None:
-    from control.runs.autoround import start
+    from synthbatch.control.runs.autoround import start
 
     layout = make_run(tmp_path, [Shard("submitted")])
     q = Queue()
@@ -146,7 +147,7 @@ def test_submit_starts_one_round_after_the_arrays_unless_turned_off(tmp_path: Pa
 
 
 def test_status_shows_the_pending_round_and_wait_keeps_waiting(tmp_path: Path) -> None:
-    from control.runs.watch import finished
+    from synthbatch.control.runs.watch import finished
 
     layout = make_run(tmp_path, [Shard("failed")])
     q = Queue()

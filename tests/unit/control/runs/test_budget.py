@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent_stdlib.recipe.budget import budget_problem, estimate_tokens, minimal_answer
-from agent_stdlib.recipe.schema import validate
+from synthbatch.agent_stdlib.recipe.budget import budget_problem, estimate_tokens, minimal_answer
+from synthbatch.agent_stdlib.recipe.schema import validate
 from tests.conftest import REPO
 from tests.fakes import plan_json
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.statefile import write_json_atomic
-from control.cli.render import shard_text
-from control.runs.status import observe
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.statefile import write_json_atomic
+from synthbatch.control.cli.render import shard_text
+from synthbatch.control.runs.status import observe
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import NOW, FakeSlurm, Shard, make_run
 
 FIGURES = {"requests": 10, "tokens_in": 1000, "tokens_out": 80, "concurrency": 64,

@@ -8,10 +8,10 @@ from typing import List
 
 import pytest
 
-from control.errors import InvalidInput
-from control.runs.cancel import BY_CANCEL, cancel_run
-from control.runs.ledger import cancel_requested
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.errors import InvalidInput
+from synthbatch.control.runs.cancel import BY_CANCEL, cancel_run
+from synthbatch.control.runs.ledger import cancel_requested
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import FakeSlurm, Shard, make_run
 
 
@@ -148,7 +148,7 @@ DOWN = "scancel: error: Unable to contact slurm controller (connect failure)\n"
 
 def _cancel_during_outage(tmp_path: Path):  # type: ignore[no-untyped-def]
     """``cancel`` of a running run while slurmctld is down: exit 5, the request kept."""
-    from control.errors import SchedulerUncertain
+    from synthbatch.control.errors import SchedulerUncertain
 
     layout = make_run(tmp_path, [Shard("running"), Shard("running")])
     fake, clock = FakeSlurm(), Clock()
@@ -164,7 +164,7 @@ def test_a_cancel_slurm_did_not_answer_is_carried_out_by_the_next_status(
         tmp_path: Path) -> None:
     """Before: status said "cancel requested; squeue says RUNNING" for good, and the job
     ran on until someone cancelled again."""
-    from control.runs.status import observe
+    from synthbatch.control.runs.status import observe
 
     layout, record = _cancel_during_outage(tmp_path)
     fake = FakeSlurm()  # slurmctld is back
@@ -183,7 +183,7 @@ def test_a_cancel_slurm_did_not_answer_is_carried_out_by_the_next_status(
 
 
 def test_a_status_during_the_outage_leaves_the_cancel_pending(tmp_path: Path) -> None:
-    from control.runs.status import observe
+    from synthbatch.control.runs.status import observe
 
     layout, record = _cancel_during_outage(tmp_path)
     fake = FakeSlurm()

@@ -14,11 +14,11 @@ from typing import Dict, List
 
 import pytest
 
-from agent_stdlib.contracts import ResourceSpec
-from control.runs import checks
-from control.runs.checks import ERROR, NODE, OK, WARNING, Finding, Sight
-from control.runs.fit import Origins, check_fit
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.contracts import ResourceSpec
+from synthbatch.control.runs import checks
+from synthbatch.control.runs.checks import ERROR, NODE, OK, WARNING, Finding, Sight
+from synthbatch.control.runs.fit import Origins, check_fit
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import FakeSlurm, invoke, partition, plan_json
 
@@ -200,7 +200,7 @@ def test_a_bare_program_name_is_looked_up_on_the_jobs_path(tmp_path: Path) -> No
 
 
 def test_a_serving_environment_needs_the_engines_module(tmp_path: Path) -> None:
-    from control.slurm.runner import run_command
+    from synthbatch.control.slurm.runner import run_command
 
     ok = checks.check_module("f", sys.executable, "json", run_command)
     bad = checks.check_module("f", sys.executable, "vllm_not_installed_here", run_command)
@@ -335,7 +335,7 @@ def test_a_missing_seed_file_follows_the_path_rule_of_a_script(tmp_path: Path,
 def fake_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                  nodes: str = "node1|8|4096|gpu:4|idle\n") -> FakeSlurm:
     """The testbed's answers to submit's queries (sbatch answers job 901)."""
-    from control import api, bundle
+    from synthbatch.control import api, bundle
 
     fake = FakeSlurm()
     fake.replies["scontrol"] = lambda args: (0, "MaxArraySize = 1001\n", "") \
@@ -366,7 +366,7 @@ def test_submit_refuses_what_plan_flags(tmp_path: Path, profile_file: Path,
 def test_submit_keeps_the_warnings_in_the_run(tmp_path: Path, profile_file: Path,
                                               workspace: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent_stdlib.contracts import RunRecord
+    from synthbatch.agent_stdlib.contracts import RunRecord
 
     fake_cluster(monkeypatch, tmp_path, nodes="node1|8|4096|gpu:4|drained\n")
     path = run_file(tmp_path, "count = 3", "count = 3")
@@ -383,7 +383,7 @@ def test_submit_keeps_the_warnings_in_the_run(tmp_path: Path, profile_file: Path
 
 
 def test_an_old_run_json_without_warnings_still_reads() -> None:
-    from agent_stdlib.contracts import RunRecord
+    from synthbatch.agent_stdlib.contracts import RunRecord
 
     old = {"schema_version": 1, "run_id": "r-1", "name": "r", "created_at": 1.0,
            "plan_sha256": "a" * 64, "agent_pyz": "agent-x.pyz", "agent_sha256": "b" * 64,
@@ -444,7 +444,7 @@ python = "{sys.executable}"
 
 
 def test_an_image_file_that_moved(tmp_path: Path, workspace: Path) -> None:
-    from agent_stdlib.contracts import ContainerSpec
+    from synthbatch.agent_stdlib.contracts import ContainerSpec
 
     container = ContainerSpec(runtime="apptainer", image="vllm", path=str(tmp_path / "v.sif"),
                               sha256="0" * 64, mounts=())

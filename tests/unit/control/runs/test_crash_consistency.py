@@ -34,10 +34,10 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 import pytest
 
-import agent_stdlib.allocation.controller  # noqa: F401 - imported once, not in every child
-import agent_stdlib.client.generate  # noqa: F401
-from agent_stdlib import states
-from agent_stdlib.contracts import (
+import synthbatch.agent_stdlib.allocation.controller  # noqa: F401 - imported once, not in every child
+import synthbatch.agent_stdlib.client.generate  # noqa: F401
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.contracts import (
     AttemptRecord,
     Plan,
     ProgressRecord,
@@ -46,16 +46,16 @@ from agent_stdlib.contracts import (
     RunRecord,
     SubmissionRecord,
 )
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.publish import verify_winner
-from agent_stdlib.statefile import load_record, read_json
-from control.runs.cancel import cancel_run
-from control.runs.merge import merge_run
-from control.runs.retry import retry_run
-from control.runs.status import observe
-from control.runs.store import scan_shard
-from control.runs.submit import remove_uncommitted
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.publish import verify_winner
+from synthbatch.agent_stdlib.statefile import load_record, read_json
+from synthbatch.control.runs.cancel import cancel_run
+from synthbatch.control.runs.merge import merge_run
+from synthbatch.control.runs.retry import retry_run
+from synthbatch.control.runs.status import observe
+from synthbatch.control.runs.store import scan_shard
+from synthbatch.control.runs.submit import remove_uncommitted
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests import fakes
 from tests.fakes import (
     FakeClient,
@@ -129,7 +129,7 @@ def check_readable(world: World) -> Dict[str, Any]:
     for path in state_files(layout):
         rel = str(path.relative_to(layout.root))
         if path.name == "settled.json":  # one row a line, not one JSON document
-            from control.runs import settled
+            from synthbatch.control.runs import settled
 
             index = settled.load(layout)
             assert index.problem is None, index.problem

@@ -17,20 +17,20 @@ from typing import Dict
 import pytest
 from click.testing import CliRunner, Result
 
-from agent_stdlib.candidate import build_manifest
-from agent_stdlib.contracts import WinnerRecord, sha256_bytes
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.publish import load_winner
-from agent_stdlib.statefile import StateError, ensure_dir, publish_json_immutable
-from control.cli.main import cli
-from control.runs import normalize as norm
-from control.runs.listing import durable_state
-from control.runs.merge import merge_run
-from control.runs.retry import select
-from control.runs.status import observe
-from control.runs.store import Expected, load_plan, scan_shard
-from control.slurm.runner import CommandResult
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.candidate import build_manifest
+from synthbatch.agent_stdlib.contracts import WinnerRecord, sha256_bytes
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.publish import load_winner
+from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, publish_json_immutable
+from synthbatch.control.cli.main import cli
+from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs.listing import durable_state
+from synthbatch.control.runs.merge import merge_run
+from synthbatch.control.runs.retry import select
+from synthbatch.control.runs.status import observe
+from synthbatch.control.runs.store import Expected, load_plan, scan_shard
+from synthbatch.control.slurm.runner import CommandResult
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import RUN_ID, SbatchRecorder, Shard, make_run
 
@@ -140,7 +140,7 @@ def test_a_damaged_winner_is_unknown_in_the_table() -> None:
 
 
 def test_plain_merge_names_every_bad_shard(tmp_path: Path) -> None:
-    from control.errors import Conflict
+    from synthbatch.control.errors import Conflict
 
     layout = damaged_run(tmp_path)
     with pytest.raises(Conflict) as info:
@@ -163,7 +163,7 @@ def test_partial_merge_leaves_bad_shards_out_and_says_why(tmp_path: Path) -> Non
 
 
 def test_content_failing_its_digest_in_two_shards_names_both(tmp_path: Path) -> None:
-    from control.errors import Conflict
+    from synthbatch.control.errors import Conflict
 
     layout = make_run(tmp_path, [Shard("succeeded")] * 3)
     for shard in range(3):
@@ -201,7 +201,7 @@ def test_retry_skips_damaged_shards_and_selects_the_healthy_ones(tmp_path: Path)
 
 @pytest.fixture
 def cli_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dict[str, object]:
-    from control import api
+    from synthbatch.control import api
 
     workspace = tmp_path / "ws"
     layout = damaged_run(workspace)
@@ -263,7 +263,7 @@ def test_a_truncated_attempt_record_beside_a_winner_keeps_the_verdict_and_is_rep
     """Issue 28 item 7: it showed ``succeeded`` with ``attempt: null`` and no note. The
     winner decides (succeeded, its attempt named); the damaged record is reported in
     ``status``, ``status --json`` and ``api.status``."""
-    from control import api
+    from synthbatch.control import api
 
     workspace = tmp_path / "ws"
     layout = make_run(workspace, [Shard("succeeded"), Shard("succeeded")])
@@ -300,7 +300,7 @@ def test_a_truncated_attempt_record_beside_a_winner_keeps_the_verdict_and_is_rep
 def test_damaged_shards_are_never_kept_in_the_settled_index(tmp_path: Path) -> None:
     """Status keeps only shards whose every record read cleanly: the second refresh (from
     the index) says what the first said, and the damaged shards are read again each time."""
-    from control.runs import settled
+    from synthbatch.control.runs import settled
 
     layout = damaged_run(tmp_path)
     now = time.time()
@@ -316,7 +316,7 @@ def test_damaged_shards_are_never_kept_in_the_settled_index(tmp_path: Path) -> N
 
 
 def test_a_half_written_index_is_ignored_and_rebuilt(tmp_path: Path) -> None:
-    from control.runs import settled
+    from synthbatch.control.runs import settled
 
     layout = damaged_run(tmp_path)
     now = time.time()
@@ -354,7 +354,7 @@ def test_a_job_id_that_is_not_one_is_the_shards_problem_never_a_slurm_argument(
     assert rows[0]["state"] == "running"
     assert rows[1]["state"] == "unknown"
     assert "attempt.json: field 'job_id' is not a Slurm job id" in rows[1]["reason"]
-    from control.runs.cancel import cancel_run
+    from synthbatch.control.runs.cancel import cancel_run
 
     cancel_run(layout, Scheduler(runner=fake), wait_s=0)
     scancel = [call for call in fake.calls if call[0] == "scancel"]
@@ -362,7 +362,7 @@ def test_a_job_id_that_is_not_one_is_the_shards_problem_never_a_slurm_argument(
 
 
 def test_the_scheduler_refuses_a_job_id_that_is_not_one() -> None:
-    from control.errors import InvalidInput
+    from synthbatch.control.errors import InvalidInput
     from tests.fakes import FakeSlurm as QueueFake
 
     fake = QueueFake()
@@ -392,7 +392,7 @@ def test_status_printed_while_slurm_is_unreachable_is_made_visible(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the exit-5 path printed the summary with click.echo, past text.visible: a plan's
     # run id (or any other text from the records) reached the terminal raw
-    from control import api
+    from synthbatch.control import api
     from tests.fakes import FakeSlurm as QueueFake
 
     layout = make_run(tmp_path / "ws", [Shard("running")])
@@ -491,7 +491,7 @@ def test_a_hard_link_to_another_users_file_is_refused_per_shard(tmp_path: Path) 
 
 @needs_root
 def test_the_agent_refuses_another_users_file_in_output(tmp_path: Path) -> None:
-    from agent_stdlib.candidate import CandidateError, verify_files
+    from synthbatch.agent_stdlib.candidate import CandidateError, verify_files
 
     out = ensure_dir(tmp_path / "output")
     (out / "a.jsonl").write_text('{"index": 0}\n')

@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from control.runs.plan import dry_run
+from synthbatch.control.runs.plan import dry_run
 from tests.fakes import invoke
 
 CONFIG = "data_designer:\n  columns: []\n"
@@ -112,7 +112,7 @@ def test_the_plan_pins_the_config_file_it_read(tmp_path: Path, profile_file: Pat
                                                workspace: Path) -> None:
     import hashlib
 
-    from control.runs.plan import resolve
+    from synthbatch.control.runs.plan import resolve
 
     run = write_run(tmp_path, str(stand_in(tmp_path, [], [], 0)))
     spec = resolve(run, str(profile_file)).plan.client_data_designer

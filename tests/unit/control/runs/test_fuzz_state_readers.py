@@ -34,13 +34,13 @@ from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_stdlib.candidate import build_manifest
-from agent_stdlib.contracts import WinnerRecord, sha256_bytes
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import ensure_dir, publish_json_immutable, write_json_atomic
-from control.cli.main import cli
-from control.slurm.runner import CommandResult
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.candidate import build_manifest
+from synthbatch.agent_stdlib.contracts import WinnerRecord, sha256_bytes
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import ensure_dir, publish_json_immutable, write_json_atomic
+from synthbatch.control.cli.main import cli
+from synthbatch.control.slurm.runner import CommandResult
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import RUN_ID, Shard, fuzz, make_run, write_readiness
 
@@ -121,8 +121,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Dict[str, Any]:
-    from control import api
-    from control.cli import logs as logs_cli
+    from synthbatch.control import api
+    from synthbatch.control.cli import logs as logs_cli
 
     slurm = Slurm()
     monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
@@ -216,7 +216,7 @@ def commands(layout: RunLayout, profile: str, env: Dict[str, Any]) -> List[Resul
 @pytest.fixture(scope="module")
 def baseline(template: Path, tmp_path_factory: pytest.TempPathFactory) -> List[str]:
     """What status shows for each shard of the healthy run."""
-    from control.runs.status import observe
+    from synthbatch.control.runs.status import observe
 
     copy = tmp_path_factory.mktemp("baseline") / "ws"
     shutil.copytree(template, copy, symlinks=True)

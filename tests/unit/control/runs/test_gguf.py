@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from control.planning.layout import llamacpp_context, llamacpp_gpus
-from control.planning.modelfacts import FactsError, gguf_facts
-from control.runs.gguf import read_header
-from control.runs.modelinfo import ModelUnreadable, read_facts
+from synthbatch.control.planning.layout import llamacpp_context, llamacpp_gpus
+from synthbatch.control.planning.modelfacts import FactsError, gguf_facts
+from synthbatch.control.runs.gguf import read_header
+from synthbatch.control.runs.modelinfo import ModelUnreadable, read_facts
 from tests.conftest import REPO
 from tests.gguf import LLAMA_8B, gguf_bytes, write_gguf
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.attempts import load_attempt
-from control.runs.cancel import cancel_run
-from control.runs.retry import select
-from control.runs.status import observe
-from control.runs.store import load_plan, shard_scanner
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.attempts import load_attempt
+from synthbatch.control.runs.cancel import cancel_run
+from synthbatch.control.runs.retry import select
+from synthbatch.control.runs.status import observe
+from synthbatch.control.runs.store import load_plan, shard_scanner
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import World, harness_plan
 
 SHARDS = 4
@@ -70,7 +70,7 @@ def test_a_named_retry_of_a_pending_shard_is_refused_in_status_words(world) -> N
 
 
 def test_status_lists_the_shards_once_instead_of_a_lookup_each(world, monkeypatch) -> None:
-    from control.runs import store
+    from synthbatch.control.runs import store
 
     looked: list = []
     real = store._exists
@@ -80,9 +80,9 @@ def test_status_lists_the_shards_once_instead_of_a_lookup_each(world, monkeypatc
 
 
 def test_a_shard_read_again_after_a_write_is_not_taken_from_the_listing(world) -> None:
-    from agent_stdlib import states
-    from agent_stdlib.attempts import advance_attempt
-    from control.runs import status, store
+    from synthbatch.agent_stdlib import states
+    from synthbatch.agent_stdlib.attempts import advance_attempt
+    from synthbatch.control.runs import status, store
     from tests.fakes import first_record
 
     layout = world.layout

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from control.config.deployment import Deployment
-from control.errors import InvalidInput
-from control.planning.layout import LayoutError, _Slot, split_budget
-from control.runs.plan import dry_run, resolve
+from synthbatch.control.config.deployment import Deployment
+from synthbatch.control.errors import InvalidInput
+from synthbatch.control.planning.layout import LayoutError, _Slot, split_budget
+from synthbatch.control.runs.plan import dry_run, resolve
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "auto-layout.toml"
@@ -149,7 +149,7 @@ def test_a_budget_below_one_replica_each_names_what_they_need() -> None:
 
 
 def test_the_budget_on_the_command_line_beats_the_run_file(tmp_path: Path) -> None:
-    from control.config.overrides import Overrides
+    from synthbatch.control.config.overrides import Overrides
 
     over = Overrides.from_dict(Overrides(gpus="16").to_dict())  # as run.json keeps it
     assert over.gpus == 16 and over.to_dict() == {"gpus": "16"}
@@ -163,7 +163,7 @@ def test_the_budget_on_the_command_line_beats_the_run_file(tmp_path: Path) -> No
 def test_plan_takes_gpus_on_the_command_line(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from control.cli.main import cli
+    from synthbatch.control.cli.main import cli
 
     text = EXAMPLE.read_text().replace("gpus = 64", "")
     result = CliRunner().invoke(cli, ["plan", str(run_file(tmp_path, text)), "--profile",
@@ -183,9 +183,9 @@ def test_plan_takes_gpus_on_the_command_line(tmp_path: Path) -> None:
 ])
 def test_gpu_memory_against_the_partitions_gres_type_names(tmp_path: Path, gres, memory,
                                                            warned: bool) -> None:
-    from control.config.profile import Profile
-    from control.runs.layout import layout_memory
-    from control.slurm.parsers import NodeShape
+    from synthbatch.control.config.profile import Profile
+    from synthbatch.control.runs.layout import layout_memory
+    from synthbatch.control.slurm.parsers import NodeShape
 
     class Sinfo:
         def partition_nodes(self, name: str):

@@ -8,10 +8,10 @@ from typing import List, Optional
 
 import pytest
 
-from agent_stdlib.statefile import ensure_dir
-from control.errors import NotFound
-from control.runs.logs import copy_from, follow, locate, newer_target, read_tail
-from control.runs.watch import Backoff
+from synthbatch.agent_stdlib.statefile import ensure_dir
+from synthbatch.control.errors import NotFound
+from synthbatch.control.runs.logs import copy_from, follow, locate, newer_target, read_tail
+from synthbatch.control.runs.watch import Backoff
 from tests.fakes import Shard, make_run
 
 
@@ -151,7 +151,7 @@ def test_follow_moves_on_to_a_retry_attempt(tmp_path: Path) -> None:
 
 
 def test_await_target_waits_for_the_client_log_to_appear(tmp_path: Path) -> None:
-    from control.runs.logs import await_target
+    from synthbatch.control.runs.logs import await_target
 
     layout = make_run(tmp_path, [Shard("submitted")])
     notes: List[str] = []
@@ -171,7 +171,7 @@ def test_await_target_waits_for_the_client_log_to_appear(tmp_path: Path) -> None
 
 
 def test_await_target_of_a_shard_that_failed_before_its_client_ran(tmp_path: Path) -> None:
-    from control.runs.logs import await_target
+    from synthbatch.control.runs.logs import await_target
 
     layout = make_run(tmp_path, [Shard("failed", reason="preflight: no GPUs")])
     (layout.slurm_logs / "slurm-500_0.out").write_text("agent: preflight failed\n")
@@ -180,7 +180,7 @@ def test_await_target_of_a_shard_that_failed_before_its_client_ran(tmp_path: Pat
 
 
 def test_await_target_of_a_named_step_says_which(tmp_path: Path) -> None:
-    from control.runs.logs import await_target
+    from synthbatch.control.runs.logs import await_target
 
     layout = make_run(tmp_path, [Shard("running")])
     notes: List[str] = []
@@ -194,7 +194,7 @@ def test_await_target_of_a_named_step_says_which(tmp_path: Path) -> None:
 
 
 def test_await_target_gives_up_once_the_shard_ended_without_the_log(tmp_path: Path) -> None:
-    from control.runs.logs import await_target
+    from synthbatch.control.runs.logs import await_target
 
     layout = make_run(tmp_path, [Shard("cancelled", reason="cancelled before it started")])
     with pytest.raises(NotFound, match="no log for step 'client'"):
@@ -206,7 +206,7 @@ def test_logs_follow_right_after_submit_waits_instead_of_exiting_3(
     import json
     import time
 
-    from agent_stdlib.attempts import advance_attempt
+    from synthbatch.agent_stdlib.attempts import advance_attempt
     from tests.fakes import invoke
 
     profile = tmp_path / "profile.toml"

@@ -12,15 +12,15 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from agent_stdlib.candidate import CandidateError, build_manifest, verify_files
-from agent_stdlib.contracts import (
+from synthbatch.agent_stdlib.candidate import CandidateError, build_manifest, verify_files
+from synthbatch.agent_stdlib.contracts import (
     WinnerRecord,
     sha256_bytes,
 )
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
-from control.errors import Conflict
-from control.runs.merge import files_sha256, merge_run, verify_jsonl
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
+from synthbatch.control.errors import Conflict
+from synthbatch.control.runs.merge import files_sha256, merge_run, verify_jsonl
 from tests.fakes import make_plan_for
 
 # ----------------------------------------------------------------------------- build_manifest
@@ -320,7 +320,7 @@ def test_merge_deleted_winner_file(tmp_path: Path) -> None:
 
 
 def test_merge_without_plan(tmp_path: Path) -> None:
-    from control.errors import NotFound
+    from synthbatch.control.errors import NotFound
 
     layout = RunLayout(ensure_dir(tmp_path / "run"))
     with pytest.raises(NotFound, match="plan.json"):
@@ -402,7 +402,7 @@ def test_merge_checks_sizes_before_reading_anything(tmp_path: Path) -> None:
 
 
 def test_merge_rejects_an_output_in_a_missing_directory(tmp_path: Path) -> None:
-    from control.errors import InvalidInput
+    from synthbatch.control.errors import InvalidInput
 
     layout = build_run(tmp_path / "run")
     with pytest.raises(InvalidInput, match="is not a directory"):
@@ -433,7 +433,7 @@ def test_concurrent_merges_give_the_same_bytes(tmp_path: Path) -> None:
 
 
 def test_merge_of_many_blocks_streams_and_verifies(tmp_path: Path, monkeypatch) -> None:
-    from control.runs import merge as merging
+    from synthbatch.control.runs import merge as merging
 
     monkeypatch.setattr(merging, "CHUNK", 64)  # many blocks per file, every buffer reused
     layout = build_run(tmp_path / "run", records=300, count=3)
@@ -452,7 +452,7 @@ def test_merge_parquet_without_pyarrow_says_how_to_install(tmp_path: Path,
                                                            monkeypatch) -> None:
     import sys
 
-    from control.errors import InvalidInput
+    from synthbatch.control.errors import InvalidInput
 
     layout = build_run(tmp_path / "run")
     monkeypatch.setitem(sys.modules, "pyarrow", None)
@@ -484,7 +484,7 @@ def test_the_copy_is_made_in_the_kernel_and_hashed_in_the_output(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """copy_file_range moves the bytes; a chunk larger than one map granule and files that
     do not start on a page boundary of the output are hashed where they landed."""
-    from control.runs import merge
+    from synthbatch.control.runs import merge
 
     monkeypatch.setattr(merge, "COPY_CHUNK", 5000)  # many chunks, unaligned offsets
     layout = build_run(tmp_path / "run", records=400, count=3)
@@ -516,8 +516,8 @@ def test_a_file_changed_during_the_copy_fails_its_digest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The output's bytes are what is hashed: a source rewritten after the copy began
     (between two copy_file_range calls) is caught, and nothing is published."""
-    from control.errors import Conflict
-    from control.runs import merge
+    from synthbatch.control.errors import Conflict
+    from synthbatch.control.runs import merge
 
     monkeypatch.setattr(merge, "COPY_CHUNK", 64)
     layout = build_run(tmp_path / "run", records=80, count=2)

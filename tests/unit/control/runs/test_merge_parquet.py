@@ -14,8 +14,8 @@ from typing import Any, Dict, List
 
 import pytest
 
-from agent_stdlib.candidate import build_manifest, dropped_name
-from agent_stdlib.contracts import (
+from synthbatch.agent_stdlib.candidate import build_manifest, dropped_name
+from synthbatch.agent_stdlib.contracts import (
     ColumnSpec,
     CommandClientSpec,
     GenerateSpec,
@@ -23,10 +23,10 @@ from agent_stdlib.contracts import (
     WinnerRecord,
     sha256_bytes,
 )
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
-from control.errors import Conflict
-from control.runs.merge import merge_run
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import ensure_dir, publish_immutable, publish_json_immutable
+from synthbatch.control.errors import Conflict
+from synthbatch.control.runs.merge import merge_run
 from tests.fakes import make_plan_for
 
 pa = pytest.importorskip("pyarrow")
@@ -188,7 +188,7 @@ def test_the_generator_s_records_take_the_plan_s_schema(tmp_path: Path) -> None:
 
 def test_a_large_run_is_several_files_of_bounded_row_groups(tmp_path: Path,
                                                             monkeypatch) -> None:
-    from control.runs import parquet
+    from synthbatch.control.runs import parquet
 
     monkeypatch.setattr(parquet, "CHUNK", 4096)
     monkeypatch.setattr(parquet, "FILE_BYTES", 8192)
@@ -226,7 +226,7 @@ def test_the_card_says_what_was_dropped_and_where(tmp_path: Path) -> None:
 
 def test_yaml_features_are_what_datasets_writes(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
-    from control.runs.card import feature
+    from synthbatch.control.runs.card import feature
 
     schema = pa.schema([("index", pa.int64()), ("w", pa.float64()), ("b", pa.bool_()),
                         ("n", pa.null()), ("tags", pa.list_(pa.string())),
@@ -294,7 +294,7 @@ def test_records_that_fit_the_first_chunk_s_schema_are_parsed_once(tmp_path: Pat
                                                                    monkeypatch) -> None:
     """No widening after the first chunk (later nulls, ints where floats were, missing
     struct fields): one pass, no schema pass; a widening later falls back to two."""
-    from control.runs import parquet
+    from synthbatch.control.runs import parquet
 
     def no_second_pass(*_: Any) -> None:
         raise AssertionError("the schema pass ran")

@@ -9,17 +9,17 @@ from typing import Any, Dict, List
 
 import pytest
 
-from control.benchmark import store
-from control.benchmark.pilot import read_pilot
-from control.config.loader import load_model
-from control.config.overrides import Overrides
-from control.config.run import RunConfig
-from control.errors import InvalidInput
-from control.planning.layout import Gpu, LayoutError, resolve_layout
-from control.planning.pilot import PilotError, measure, shards_for_deadline
-from control.planning.planner import config_path
-from control.runs.modelinfo import read_facts
-from control.runs.plan import resolve as resolve_plan
+from synthbatch.control.benchmark import store
+from synthbatch.control.benchmark.pilot import read_pilot
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.overrides import Overrides
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.errors import InvalidInput
+from synthbatch.control.planning.layout import Gpu, LayoutError, resolve_layout
+from synthbatch.control.planning.pilot import PilotError, measure, shards_for_deadline
+from synthbatch.control.planning.planner import config_path
+from synthbatch.control.runs.modelinfo import read_facts
+from synthbatch.control.runs.plan import resolve as resolve_plan
 from tests.conftest import REPO
 from tests.fakes import QUICKSTART, RUN_ID, Shard, fill, make_run, template_line
 

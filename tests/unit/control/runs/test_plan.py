@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from control.runs.plan import local_fit, resolve
+from synthbatch.control.runs.plan import local_fit, resolve
 from tests.conftest import REPO
 
 RUN = REPO / "examples" / "fake-server.toml"  # one replica of 1 GPU per allocation
@@ -28,7 +28,8 @@ def test_a_local_run_fits_when_this_machine_has_its_gpus(tmp_path: Path) -> None
 
 def test_more_gpus_than_the_machine_has_is_an_error_naming_the_deployments(
         tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("control.backends.local.gpus.detect", lambda *a: [0])  # nvidia-smi
+    monkeypatch.setattr("synthbatch.control.backends.local.gpus.detect",
+lambda *a: [0])  # nvidia-smi
     run = tmp_path / "two-gpus.toml"  # one replica of 2 GPUs per allocation
     run.write_text(RUN.read_text().replace("gpus = 1", "gpus = 2").replace(
         "{config_dir}/../fixtures", str(REPO / "fixtures")))

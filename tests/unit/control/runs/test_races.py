@@ -23,12 +23,12 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from agent_stdlib import states
-from agent_stdlib.attempts import load_attempt, load_readiness
-from agent_stdlib.publish import verify_winner
-from control.runs.status import observe
-from control.runs.store import load_submissions
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.attempts import load_attempt, load_readiness
+from synthbatch.agent_stdlib.publish import verify_winner
+from synthbatch.control.runs.status import observe
+from synthbatch.control.runs.store import load_submissions
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import (
     RUN_ID,
@@ -44,7 +44,7 @@ from tests.fakes import (
     run_jobs,
 )
 
-SYNTHBATCH = [sys.executable, "-c", "from control.cli.main import main; main()"]
+SYNTHBATCH = [sys.executable, "-c", "from synthbatch.control.cli.main import main; main()"]
 ORDER = {"created": 0, "pending": 1, "running": 2, "succeeded": 3}
 
 

@@ -12,19 +12,19 @@ from typing import Callable, Dict, List, Optional, TypeVar
 import pytest
 from click.testing import CliRunner
 
-from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt
-from agent_stdlib.contracts import WinnerRecord
-from agent_stdlib.statefile import publish_json_immutable
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
-from control.planning.planner import make_plan
-from control.runs import retry as retrying
-from control.runs.retry import RetryLock, resume_source, retry_run, select
-from control.runs.submit import Staged, commit_run, stage_run, submit_all
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt
+from synthbatch.agent_stdlib.contracts import WinnerRecord
+from synthbatch.agent_stdlib.statefile import publish_json_immutable
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
+from synthbatch.control.planning.planner import make_plan
+from synthbatch.control.runs import retry as retrying
+from synthbatch.control.runs.retry import RetryLock, resume_source, retry_run, select
+from synthbatch.control.runs.submit import Staged, commit_run, stage_run, submit_all
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import SbatchRecorder, first_record
 
@@ -124,7 +124,7 @@ def test_select_refuses_a_running_named_shard(tmp_path: Path, agent_pyz: Path) -
 
 
 def test_named_refusals_use_the_words_of_status(tmp_path: Path, agent_pyz: Path) -> None:
-    from control.runs import normalize as norm
+    from synthbatch.control.runs import normalize as norm
 
     staged, _ = _run(tmp_path, agent_pyz, shards=3)
     for shard in (0, 1):
@@ -172,7 +172,7 @@ def test_a_manual_retry_past_max_attempts_says_so(tmp_path: Path, agent_pyz: Pat
     assert [(c.shard, c.attempt) for c in selection.choices] == [(0, 3), (1, 2)]
     assert selection.over_limit == {
         0: "shard 0: attempt 3 goes past max_attempts = 2 (a manual retry is not bounded by it)"}
-    from control.cli.retry import describe
+    from synthbatch.control.cli.retry import describe
     text = describe({"shards": [c.to_dict() for c in selection.choices], "submissions": [],
                      "exhausted": [], "skipped": [],
                      "over_limit": list(selection.over_limit.values())})
@@ -353,7 +353,7 @@ def test_a_submit_killed_before_sbatch_is_submitted_by_the_next_retry(
     # found by the crash harness: the submission record was written (no job id yet), then
     # the process died before sbatch; status found no job to adopt and retry counted the
     # attempts as submitted: the shards stayed "created" forever
-    from control.runs import submit as submitting
+    from synthbatch.control.runs import submit as submitting
     from tests.fakes import Crash, crash_on_call
 
     run = load_model(REPO / "examples" / "fake-server.toml", RunConfig)
@@ -382,7 +382,7 @@ def test_a_retry_killed_after_making_the_attempt_folder_shows_the_attempt_before
     # found by the crash harness: mkdir attempt-0002, then killed before its record; status
     # showed the shard "unknown: no attempt record" forever (retry would have taken it,
     # but nothing said so)
-    from control.runs.status import observe
+    from synthbatch.control.runs.status import observe
 
     staged, profile = failed_run
     from tests.fakes import FakeSlurm
@@ -424,14 +424,15 @@ def test_uncommitted_run_is_refused(tmp_path: Path, agent_pyz: Path) -> None:
 
 
 def _cli_env(staged: Staged, profile: Profile, tmp_path: Path, monkeypatch) -> Path:
-    from control import api
+    from synthbatch.control import api
 
     path = tmp_path / "profile.toml"
     path.write_text((REPO / "examples" / "profiles" / "testbed.toml").read_text()
                     .replace(_workspace_line(), f'workspace = "{profile.workspace}"'))
     slurm = SbatchRecorder()
     monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
-    monkeypatch.setattr("control.runs.status.observe", lambda layout, sched: {"shards": []})
+    monkeypatch.setattr("synthbatch.control.runs.status.observe",
+lambda layout, sched: {"shards": []})
     return path
 
 
@@ -443,7 +444,7 @@ def _workspace_line() -> str:
 
 
 def test_cli_needs_yes_when_not_interactive(failed_run, tmp_path: Path, monkeypatch) -> None:
-    from control.cli.main import cli
+    from synthbatch.control.cli.main import cli
 
     staged, profile = failed_run
     prof = _cli_env(staged, profile, tmp_path, monkeypatch)
@@ -464,8 +465,8 @@ def test_cli_needs_yes_when_not_interactive(failed_run, tmp_path: Path, monkeypa
 
 
 def test_cli_prompts_on_a_terminal(failed_run, tmp_path: Path, monkeypatch) -> None:
-    from control.cli import retry as cli_retry
-    from control.cli.main import cli
+    from synthbatch.control.cli import retry as cli_retry
+    from synthbatch.control.cli.main import cli
 
     staged, profile = failed_run
     prof = _cli_env(staged, profile, tmp_path, monkeypatch)

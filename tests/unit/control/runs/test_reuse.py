@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.contracts import ColumnSpec, Plan
-from control.errors import InvalidInput, NotFound
-from control.runs.reuse import comparison, reused_runs
+from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan
+from synthbatch.control.errors import InvalidInput, NotFound
+from synthbatch.control.runs.reuse import comparison, reused_runs
 from tests.agent_runs import recipe_plan
 
 COLUMNS = (ColumnSpec("topic", "category", {"values": ["a", "b"]}),
@@ -56,7 +56,7 @@ def test_the_plan_carries_the_reused_runs_through_its_contract() -> None:
 
 
 def test_the_run_files_reuse_comes_first_and_each_run_once(tmp_path: Path) -> None:
-    from control.runs.reuse import run_ids_of
+    from synthbatch.control.runs.reuse import run_ids_of
 
     class Config:
         reuse = ["a", "b"]

@@ -20,26 +20,26 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
-from agent_stdlib import states
-from agent_stdlib.attempts import advance_attempt, load_attempt
-from agent_stdlib.contracts import ProgressRecord, SubmissionRecord, WinnerRecord
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import (
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.attempts import advance_attempt, load_attempt
+from synthbatch.agent_stdlib.contracts import ProgressRecord, SubmissionRecord, WinnerRecord
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import (
     StateError,
     ensure_dir,
     publish_json_immutable,
     write_json_atomic,
 )
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.runs import settled, status
-from control.runs.listing import durable_state
-from control.runs.retry import retry_run
-from control.runs.status import observe, refresh
-from control.runs.store import Expected, run_job_ids, submission_views, submissions_key
-from control.runs.totals import ended_at
-from control.slurm.runner import CommandResult
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.runs import settled, status
+from synthbatch.control.runs.listing import durable_state
+from synthbatch.control.runs.retry import retry_run
+from synthbatch.control.runs.status import observe, refresh
+from synthbatch.control.runs.store import Expected, run_job_ids, submission_views, submissions_key
+from synthbatch.control.runs.totals import ended_at
+from synthbatch.control.slurm.runner import CommandResult
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import (
     NOW,
     RUN_ID,
@@ -595,7 +595,7 @@ def test_a_settled_shard_is_judged_by_its_records_whether_or_not_squeue_is_asked
 
 
 def test_cancel_leaves_the_index_agreeing(tmp_path: Path) -> None:
-    from control.runs.cancel import cancel_run
+    from synthbatch.control.runs.cancel import cancel_run
 
     layout = make_run(tmp_path, [Shard("winner")] * 3 + [Shard("submitted")] * 2)
     cluster = Cluster()

@@ -11,20 +11,20 @@ from typing import Dict, List
 
 import pytest
 
-from agent_stdlib import states
-from agent_stdlib.attempts import create_attempt, load_attempt, publish_readiness
-from agent_stdlib.layout import RunLayout
-from agent_stdlib.statefile import (
+from synthbatch.agent_stdlib import states
+from synthbatch.agent_stdlib.attempts import create_attempt, load_attempt, publish_readiness
+from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import (
     StateError,
     ensure_dir,
     write_json_atomic,
 )
-from control.errors import EvidenceConflict
-from control.runs import normalize as norm
-from control.runs import store
-from control.runs.ledger import lag_path
-from control.runs.status import observe
-from control.runs.store import (
+from synthbatch.control.errors import EvidenceConflict
+from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs import store
+from synthbatch.control.runs.ledger import lag_path
+from synthbatch.control.runs.status import observe
+from synthbatch.control.runs.store import (
     Expected,
     expected_lookup,
     load_plan_view,
@@ -32,8 +32,8 @@ from control.runs.store import (
     scan_shard,
     submission_views,
 )
-from control.slurm.parsers import ACTIVE_STATES, TERMINAL_STATES, JobRow
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.slurm.parsers import ACTIVE_STATES, TERMINAL_STATES, JobRow
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import NOW, RUN_ID, FakeSlurm, Shard, make_run
 
 # ============================================================================= the table
@@ -268,7 +268,7 @@ def test_pending_running_finished_in_one_squeue_call(tmp_path: Path, fake: FakeS
 
 def test_the_generators_figures_per_alias_are_added_up_over_running_shards(
         tmp_path: Path, fake: FakeSlurm) -> None:
-    from control.cli.render import status_text
+    from synthbatch.control.cli.render import status_text
 
     layout = make_run(tmp_path, [Shard("running", progress=4), Shard("running", progress=2),
                                  Shard("winner", progress=10)])
@@ -413,7 +413,7 @@ def test_a_job_ended_on_a_full_filesystem_says_so(tmp_path: Path, fake: FakeSlur
     import errno
     import os
 
-    from control.runs import reconcile, status
+    from synthbatch.control.runs import reconcile, status
 
     def no_space(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -525,7 +525,7 @@ def test_both_terminal_and_agreeing_prefers_accounting_detail() -> None:
 
 # ============================================================================= polling
 
-from control.runs.watch import Backoff, watch  # noqa: E402
+from synthbatch.control.runs.watch import Backoff, watch  # noqa: E402
 
 
 def test_backoff_grows_to_the_cap_and_resets_on_change() -> None:
@@ -753,7 +753,7 @@ def test_a_plan_over_one_mebibyte_is_read(tmp_path: Path, fake: FakeSlurm) -> No
 
 def test_record_failures_from_progress_reach_status_and_the_watch_frame(
         tmp_path: Path, fake: FakeSlurm) -> None:
-    from control.cli.render import frame
+    from synthbatch.control.cli.render import frame
 
     layout = make_run(tmp_path, [Shard("running", progress=4), Shard("running", progress=2)])
     for shard, failures in ((0, {"failures": 3}), (1, {})):  # shard 1: an older client's

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from control.runs.store import RUN_ID as RUN_ID_PATTERN
-from control.runs.store import new_run_id
+from synthbatch.control.runs.store import RUN_ID as RUN_ID_PATTERN
+from synthbatch.control.runs.store import new_run_id
 
 
 def test_new_run_id_format() -> None:

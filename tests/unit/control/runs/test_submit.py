@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from agent_stdlib.attempts import load_attempt
-from control.config.loader import load_model
-from control.config.profile import Profile
-from control.config.run import RunConfig
-from control.planning.planner import make_plan
-from control.runs.submit import array_groups, commit_run, stage_run, submit_all
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.attempts import load_attempt
+from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.profile import Profile
+from synthbatch.control.config.run import RunConfig
+from synthbatch.control.planning.planner import make_plan
+from synthbatch.control.runs.submit import array_groups, commit_run, stage_run, submit_all
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import Crash, SbatchRecorder, crash_on_call
 
@@ -26,7 +26,7 @@ def _first(staged, profile, runner, count: int = 5):
 
 def _shown(layout, count: int = 5):
     """(state, job id) of each shard as status reads it."""
-    from control.runs.store import shard_scanner
+    from synthbatch.control.runs.store import shard_scanner
 
     scan = shard_scanner(layout)
     return [(v.attempt.state, v.attempt.job_id) if v.attempt else None
@@ -79,8 +79,8 @@ def test_submit_all_sends_one_held_array_per_chunk(tmp_path: Path, agent_pyz: Pa
 
 def test_recovery_of_a_crashed_submit_releases_every_array(
         tmp_path: Path, agent_pyz: Path, monkeypatch) -> None:
-    from control.runs import submit
-    from control.slurm.parsers import JobRow
+    from synthbatch.control.runs import submit
+    from synthbatch.control.slurm.parsers import JobRow
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
     real = submit._release_held  # dies after every array's sbatch, before any release
@@ -109,8 +109,8 @@ def test_recovery_of_a_crashed_submit_releases_every_array(
 
 def test_arrays_held_before_a_failed_sbatch_are_released_and_the_error_raised(
         tmp_path: Path, agent_pyz: Path) -> None:
-    from control.errors import SchedulerRejected
-    from control.runs import submit
+    from synthbatch.control.errors import SchedulerRejected
+    from synthbatch.control.runs import submit
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
     runner = SbatchRecorder(next_id=700, fail_on=3)
@@ -129,7 +129,7 @@ def test_arrays_held_before_a_failed_sbatch_are_released_and_the_error_raised(
 
 def test_cancel_folds_the_tasks_of_a_split_array_into_its_job_id(
         tmp_path: Path, agent_pyz: Path) -> None:
-    from control.runs.cancel import scancel_targets
+    from synthbatch.control.runs.cancel import scancel_targets
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
     _first(staged, profile, SbatchRecorder(next_id=700))
@@ -141,8 +141,8 @@ def test_cancel_folds_the_tasks_of_a_split_array_into_its_job_id(
 
 def test_first_attempts_have_no_record_and_are_as_their_submission_implies(
         tmp_path: Path, agent_pyz: Path, monkeypatch) -> None:
-    from control.runs import submit
-    from control.runs.store import UNSUBMITTED, shard_scanner
+    from synthbatch.control.runs import submit
+    from synthbatch.control.runs.store import UNSUBMITTED, shard_scanner
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
     layout = staged.layout
@@ -170,9 +170,9 @@ def test_first_attempts_have_no_record_and_are_as_their_submission_implies(
 
 def test_a_release_that_fails_leaves_the_arrays_released_before_it_recorded(
         tmp_path: Path, agent_pyz: Path) -> None:
-    from control.errors import SchedulerRejected
-    from control.runs import submit
-    from control.slurm.runner import CommandResult
+    from synthbatch.control.errors import SchedulerRejected
+    from synthbatch.control.runs import submit
+    from synthbatch.control.slurm.runner import CommandResult
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
     sbatch = SbatchRecorder(next_id=700)
@@ -198,7 +198,7 @@ def _withdrawing(staged, profile, runner, count: int = 5):
 def test_a_run_whose_sbatch_slurm_refused_is_not_kept(tmp_path: Path, agent_pyz: Path) -> None:
     """Before: run.json stayed, the run read ``running`` forever with its shards "created
     ... not submitted", and as the latest run a bare ``wait`` never ended."""
-    from control.errors import SchedulerRejected
+    from synthbatch.control.errors import SchedulerRejected
 
     staged, profile = _committed(tmp_path, agent_pyz, 100)
     runner = SbatchRecorder(refuse=True)
@@ -214,7 +214,7 @@ def test_a_run_whose_sbatch_slurm_refused_is_not_kept(tmp_path: Path, agent_pyz:
 
 def test_a_refused_chunk_cancels_the_held_arrays_before_it_and_keeps_no_run(
         tmp_path: Path, agent_pyz: Path) -> None:
-    from control.errors import SchedulerRejected
+    from synthbatch.control.errors import SchedulerRejected
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
     runner = SbatchRecorder(next_id=700, fail_on=3)
@@ -227,8 +227,8 @@ def test_a_refused_chunk_cancels_the_held_arrays_before_it_and_keeps_no_run(
 
 def test_a_refused_run_is_kept_when_its_held_arrays_cannot_be_cancelled(
         tmp_path: Path, agent_pyz: Path) -> None:
-    from control.errors import SchedulerRejected
-    from control.slurm.runner import CommandResult
+    from synthbatch.control.errors import SchedulerRejected
+    from synthbatch.control.slurm.runner import CommandResult
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
     sbatch = SbatchRecorder(next_id=700, fail_on=3)

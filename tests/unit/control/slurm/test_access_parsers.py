@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from control.errors import SchedulerUnavailable
-from control.slurm import parsers
-from control.slurm.parsers import Association, ParseError, Reservation
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.errors import SchedulerUnavailable
+from synthbatch.control.slurm import parsers
+from synthbatch.control.slurm.parsers import Association, ParseError, Reservation
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import FakeSlurm
 from tests.slurm_outputs import (
     ASSOC,

@@ -20,13 +20,13 @@ from typing import Callable, List
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_stdlib.allocation import slurmjob
-from agent_stdlib.allocation.steps import parse_steps
-from control.errors import SynthbatchError
-from control.slurm import parsers
-from control.slurm.parsers import KNOWN_STATES, ParseError
-from control.slurm.runner import CommandResult
-from control.slurm.scheduler import Scheduler
+from synthbatch.agent_stdlib.allocation import slurmjob
+from synthbatch.agent_stdlib.allocation.steps import parse_steps
+from synthbatch.control.errors import SynthbatchError
+from synthbatch.control.slurm import parsers
+from synthbatch.control.slurm.parsers import KNOWN_STATES, ParseError
+from synthbatch.control.slurm.runner import CommandResult
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import fuzz
 

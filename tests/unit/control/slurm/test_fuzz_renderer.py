@@ -25,9 +25,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_stdlib.contracts import ResourceSpec
-from control.errors import InvalidInput
-from control.slurm.renderer import BatchScript, render_batch_script
+from synthbatch.agent_stdlib.contracts import ResourceSpec
+from synthbatch.control.errors import InvalidInput
+from synthbatch.control.slurm.renderer import BatchScript, render_batch_script
 from tests.fakes import fuzz
 
 BASH = "/bin/bash"

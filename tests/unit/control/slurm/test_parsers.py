@@ -8,8 +8,8 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from control.slurm import parsers
-from control.slurm.parsers import (
+from synthbatch.control.slurm import parsers
+from synthbatch.control.slurm.parsers import (
     MAX_JOB_ID,
     JobRow,
     ParseError,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from control.errors import SchedulerUnavailable
-from control.slurm import parsers
-from control.slurm.parsers import ParseError, seconds_of
-from control.slurm.scheduler import Scheduler
+from synthbatch.control.errors import SchedulerUnavailable
+from synthbatch.control.slurm import parsers
+from synthbatch.control.slurm.parsers import ParseError, seconds_of
+from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import FakeSlurm
 
 # Captured on the testbed (`scontrol show partition -o`), with a second partition made by

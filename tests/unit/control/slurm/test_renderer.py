@@ -15,9 +15,9 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
-from agent_stdlib.contracts import ResourceSpec
-from control.slurm.directives import read_directives, time_limit_seconds
-from control.slurm.renderer import BatchScript, render_batch_script, sbatch_directives
+from synthbatch.agent_stdlib.contracts import ResourceSpec
+from synthbatch.control.slurm.directives import read_directives, time_limit_seconds
+from synthbatch.control.slurm.renderer import BatchScript, render_batch_script, sbatch_directives
 from tests.conftest import GOLDENS, REPO
 
 BASH = "/bin/bash"
@@ -207,8 +207,8 @@ def test_every_plain_value_appears_unquoted_when_safe() -> None:
 
 
 def test_validated_profile_with_trailing_newline_renders_valid_script(tmp_path: Path) -> None:
-    from control.config.loader import load_model
-    from control.config.profile import Profile
+    from synthbatch.control.config.loader import load_model
+    from synthbatch.control.config.profile import Profile
 
     repo = REPO
     text = (repo / "examples" / "profiles" / "testbed.toml").read_text()
@@ -375,14 +375,14 @@ def test_a_newline_in_a_value_is_refused_not_rendered_as_a_line(tmp_path: Path,
         hostile = spec(resources=resources(options={"comment": payload}))
     else:
         hostile = spec(**{field: payload})
-    from control.errors import InvalidInput
+    from synthbatch.control.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="control characters are not allowed"):
         render_batch_script(hostile)
 
 
 def test_an_option_name_that_is_not_one_is_refused() -> None:
-    from control.errors import InvalidInput
+    from synthbatch.control.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="not an sbatch option name"):
         render_batch_script(spec(resources=resources(options={"x y": "1"})))
@@ -428,7 +428,7 @@ def test_the_job_environment_is_an_allow_list_of_names() -> None:
     script = render_batch_script(spec(export=("HF_TOKEN", "HOME", "PATH")))
     assert read_directives(script)["export"] == "HF_TOKEN,HOME,PATH"
     assert "--export=ALL" not in script
-    from control.errors import InvalidInput
+    from synthbatch.control.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="export: 'A,B' is not a variable name"):
         render_batch_script(spec(export=("A,B",)))

@@ -11,10 +11,15 @@ from typing import List, Sequence
 
 import pytest
 
-from control.errors import SchedulerRejected, SchedulerUnavailable, SchedulerUncertain
-from control.slurm.parsers import JobRow
-from control.slurm.runner import CommandResult, CommandTimeout, binary, run_command
-from control.slurm.scheduler import ACCOUNTING_DISABLED, SQUEUE_FORMAT, Scheduler, array_spec
+from synthbatch.control.errors import SchedulerRejected, SchedulerUnavailable, SchedulerUncertain
+from synthbatch.control.slurm.parsers import JobRow
+from synthbatch.control.slurm.runner import CommandResult, CommandTimeout, binary, run_command
+from synthbatch.control.slurm.scheduler import (
+    ACCOUNTING_DISABLED,
+    SQUEUE_FORMAT,
+    Scheduler,
+    array_spec,
+)
 from tests.fakes import FakeSlurm, Reply
 
 # ----------------------------------------------------------------------------- array_spec
