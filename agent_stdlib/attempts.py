@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, List, Optional, Tuple, Union
 
 from . import states
 from .contracts import AttemptRecord, ReadinessRecord
@@ -103,21 +103,6 @@ def submit_attempts(items: Iterable[Submitted], only_created: bool = False) -> i
     write_many_json((path, record.to_dict()) for path, record in updated)
     return len(updated)
 
-
-def advance_attempts(items: Sequence[Tuple[Path, Dict[str, Any]]],
-                     state: str) -> List[AttemptRecord]:
-    """``advance_attempt`` for many ``(path, fields)`` with one sync; all edges checked first."""
-    now = time.time()
-    updated = []
-    for path, fields in items:
-        current = load_attempt(path)
-        if current is None:
-            raise StateError(f"{path}: attempt record is missing")
-        states.check_transition(current.state, state)
-        updated.append(current.replace(state=state, revision=current.revision + 1,
-                                       updated_at=now, **fields))
-    write_many_json((item[0], r.to_dict()) for item, r in zip(items, updated))
-    return updated
 
 
 def advance_attempt(path: Path, state: str, first: Optional[AttemptRecord] = None,

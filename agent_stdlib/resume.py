@@ -200,8 +200,3 @@ def _dropped_lines(folder: Path, offset: int, count: int) -> Dict[int, bytes]:
                 if index is not None and offset <= index < offset + count:
                     found.setdefault(index, line)
     return found
-
-
-def covered(folder: Path, offset: int, count: int) -> List[int]:
-    """The record indices (ascending) that ``folder`` already holds complete."""
-    return sorted(scan_kept(folder, offset, count).spans)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.client
-import socket
 from urllib.parse import urlsplit
 
 
@@ -22,10 +21,3 @@ def http_ok(url: str, timeout_s: float = 2.0) -> bool:
         return False
     finally:
         conn.close()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """Ask the kernel for a currently free TCP port on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])

@@ -20,7 +20,7 @@ import json
 import os
 from array import array
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Dict, List, Sequence, Tuple
 
 from ..errors import AgentError
 
@@ -212,8 +212,3 @@ def read_row(handle: BinaryIO, index: SeedIndex, row: int,
 def open_rows(path: str) -> BinaryIO:
     """The seed file opened for :func:`read_row`; SeedError if it cannot be opened."""
     return _open(path)
-
-
-def check_known(index: SeedIndex, names: Sequence[str]) -> Optional[str]:
-    """The first of ``names`` that is not a field of the file, or None."""
-    return next((n for n in names if n not in index.fields), None)

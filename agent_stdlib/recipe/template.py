@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Sequence, Tuple, Union
 
 from ..errors import AgentError
 
@@ -116,8 +116,3 @@ def render(parts: Sequence[Part], value_of: Callable[[str], Any]) -> str:
         else:
             out.append(show(lookup(value_of(part[0]), part[1])))
     return "".join(out)
-
-
-def render_text(text: Optional[str], value_of: Callable[[str], Any]) -> Optional[str]:
-    """``render(parse(text), value_of)``; None stays None."""
-    return None if text is None else render(parse(text), value_of)

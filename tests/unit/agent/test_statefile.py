@@ -433,20 +433,6 @@ def test_write_many_json_replaces_each_file_atomically_with_private_modes(tmp_pa
     assert sorted(x.name for x in tmp_path.iterdir()) == sorted(p.name for p in paths)
 
 
-def test_bulk_attempts_check_every_edge_before_writing_any(tmp_path):
-    from synthbatch.agent_stdlib.attempts import advance_attempts, create_attempts, load_attempt
-    from synthbatch.agent_stdlib.states import TransitionError
-
-    paths = [tmp_path / f"a{i}.json" for i in range(3)]
-    create_attempts([(p, "run", i, 1, None) for i, p in enumerate(paths)])
-    advance_attempts([(paths[0], {"job_id": "7_0"})], "submitted")
-    with pytest.raises(TransitionError):
-        advance_attempts([(p, {}) for p in paths], "pending")  # a1/a2 are still created
-    assert [load_attempt(p).state for p in paths] == ["submitted", "created", "created"]
-    done = advance_attempts([(p, {"job_id": f"7_{i}"}) for i, p in enumerate(paths[1:], 1)],
-                            "submitted")
-    assert [r.revision for r in done] == [2, 2] and load_attempt(paths[2]).job_id == "7_2"
-
 
 def test_canonical_is_json_dumps_byte_for_byte():
     import random

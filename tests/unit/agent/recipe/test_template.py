@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import pytest
 
 from synthbatch.agent_stdlib.recipe.template import (
@@ -9,8 +11,13 @@ from synthbatch.agent_stdlib.recipe.template import (
     names,
     parse,
     references,
-    render_text,
+    render,
 )
+
+
+def render_text(text: str, value_of: Callable[[str], Any]) -> str:
+    """``render(parse(text), value_of)``: what the generator does with a column's text."""
+    return render(parse(text), value_of)
 
 
 def test_references_in_order_with_field_paths() -> None:
