@@ -6,15 +6,19 @@ with ``link`` so that the first writer wins. Every write fsyncs the parent direc
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import json
 import os
 import stat
+import time
 from pathlib import Path
 from typing import (
     Any,
     Dict,
     Iterable,
+    Iterator,
     Optional,
     Tuple,
     Type,
@@ -30,6 +34,40 @@ FILE_MODE = 0o600
 
 class StateError(AgentError):
     """A state file is unreadable, half-published or malformed; the message names it."""
+
+
+LOCK_POLL_S = 0.05
+
+
+@contextlib.contextmanager
+def locked(path: Path, wait_s: Optional[float] = None) -> Iterator[Optional[int]]:
+    """Hold an exclusive ``flock`` on ``path`` (created 0600, never through a symlink).
+
+    The one lock of the tree. ``wait_s`` None: block until it is had; 0: one try; more:
+    try until that many seconds have passed. Yields the lock file's descriptor (a holder
+    may write who it is into it), or None when the lock could not be had in time; closing
+    the descriptor at the end of the block releases it.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        if wait_s is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as err:
+                    if err.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                    if time.monotonic() >= deadline:
+                        yield None
+                        return
+                    time.sleep(LOCK_POLL_S)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def ensure_dir(path: Path) -> Path:

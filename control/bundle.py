@@ -454,29 +454,6 @@ def _write_index(index: Path, entries: Dict[str, str]) -> None:
     os.replace(tmp, index)
 
 
-class _CacheLock:
-    """Advisory ``flock`` on the cache dir so concurrent submitters build once."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd: Optional[int] = None
-
-    def __enter__(self) -> _CacheLock:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            import fcntl
-
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-        except ImportError:  # pragma: no cover - non-POSIX
-            pass
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # releases the lock
-            self.fd = None
-
-
 def _prebuilt_bundles() -> List[Path]:
     if not PREBUILT_DIR.is_dir():
         return []
@@ -515,7 +492,10 @@ def locate_agent_bundle(cache_dir: Path) -> Path:
     source_dir = agent_source_dir()
     digest = source_digest(source_dir)
     index = cache_dir / INDEX_NAME
-    with _CacheLock(cache_dir / ".lock"):
+    # statefile's lock: imported here, so that setup.py can load this module by its path
+    from synthbatch.agent_stdlib.statefile import locked
+
+    with locked(cache_dir / ".lock"):
         entries = _read_index(index)
         name = entries.get(digest)
         if name and (cache_dir / name).is_file():

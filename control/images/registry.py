@@ -15,15 +15,13 @@ or re-add never changes a submitted run.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from synthbatch.agent_stdlib.imagedigest import DigestError, Progress, image_digest
-from synthbatch.agent_stdlib.statefile import StateError, read_json, write_json_atomic
+from synthbatch.agent_stdlib.statefile import StateError, locked, read_json, write_json_atomic
 from synthbatch.agent_stdlib.text import quoted
 from synthbatch.control.config.fields import NAME, SAFE_PATH
 from synthbatch.control.config.rules import check_version
@@ -149,12 +147,8 @@ def _save(workspace: Path, entries: Dict[str, ImageEntry]) -> None:
 @contextlib.contextmanager
 def _locked(workspace: Path) -> Iterator[None]:
     workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(workspace / (REGISTRY_FILE + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with locked(workspace / (REGISTRY_FILE + ".lock")):
         yield
-    finally:
-        os.close(fd)
 
 
 def get(workspace: Path, alias: str) -> ImageEntry:

@@ -25,7 +25,7 @@ never create attempts, so they never count against ``max_attempts``.
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import os
 import socket
 import time
@@ -40,7 +40,7 @@ from synthbatch.agent_stdlib.contracts import AttemptRecord, Plan, SubmissionRec
 from synthbatch.agent_stdlib.layout import FIRST_ATTEMPT, RunLayout
 from synthbatch.agent_stdlib.publish import load_winner
 from synthbatch.agent_stdlib.resume import scan_kept
-from synthbatch.agent_stdlib.statefile import StateError, ensure_dir
+from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, read_bytes
 from synthbatch.control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
 from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs import settled
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 POLICIES = ("auto", "always", "never")
 LOCK_NAME = "retry.lock"
 LOCK_WAIT_S = 60.0
-LOCK_POLL_S = 0.1
 ABANDONED_AFTER_S = 120.0  # a created, unsubmitted attempt this old lost its submitter
 
 
@@ -270,33 +269,27 @@ class RetryLock:
     def __init__(self, layout: RunLayout, wait_s: float = LOCK_WAIT_S) -> None:
         self.path: Path = layout.root / LOCK_NAME
         self.wait_s = wait_s
-        self.fd: Optional[int] = None
+        self._held: Optional[contextlib.ExitStack] = None
 
     def __enter__(self) -> RetryLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        deadline = time.monotonic() + self.wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
-                    os.close(fd)
-                    raise Conflict(f"{self.path}: another retry of this run is in progress "
-                                   f"({holder or 'holder unknown'})",
-                                   hint="wait for it, then run status") from None
-                time.sleep(LOCK_POLL_S)
+        stack = contextlib.ExitStack()
+        fd = stack.enter_context(locked(self.path, self.wait_s))
+        if fd is None:
+            stack.close()
+            holder = (read_bytes(self.path) or b"").decode("utf-8", "replace").strip()
+            raise Conflict(f"{self.path}: another retry of this run is in progress "
+                           f"({holder or 'holder unknown'})",
+                           hint="wait for it, then run status")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
                       f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
-        self.fd = fd
+        self._held = stack
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing releases the flock
-            self.fd = None
+        if self._held is not None:
+            self._held.close()  # closing the descriptor releases the flock
+            self._held = None
 
 
 def create_attempts(layout: RunLayout, run_id: str, choices: Sequence[Choice]) -> List[Choice]:

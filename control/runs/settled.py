@@ -41,12 +41,9 @@ it is, newlines made ``, ``), then ``#sha256=<digest of everything before it>``.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import json
 import os
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import lt
@@ -65,7 +62,7 @@ from typing import (
 )
 
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, write_bytes_atomic
+from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, write_bytes_atomic
 from synthbatch.control.errors import Conflict
 from synthbatch.control.runs.store import read_limited, submissions_key
 
@@ -79,8 +76,7 @@ CODE_STATES = {code: state for state, code in STATE_CODES.items()}
 COLUMNS = ("attempt", "job_id", "records", "records_done", "tokens", "record_failures",
            "records_dropped")
 LOCK_WAIT_S = 30.0  # an invalidator waits this long; status never waits
-LOCK_TRIES = 3  # status: non-blocking tries, LOCK_POLL_S apart, then it writes nothing
-LOCK_POLL_S = 0.02
+STATUS_WAIT_S = 0.05  # status: a few non-blocking tries, then it writes nothing
 Identity = Tuple[int, ...]  # (dev, ino, size, mtime_ns, ctime_ns) of plan.json
 Row = Dict[str, Any]
 
@@ -488,26 +484,8 @@ def _locked(layout: RunLayout, wait_s: Optional[float]) -> Iterator[bool]:
     """Hold ``settled.lock``; yields False when it could not be had (``wait_s`` None:
     a few non-blocking tries, for status)."""
     ensure_dir(lock_path(layout).parent)
-    fd = os.open(lock_path(layout), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        deadline = time.monotonic() + (wait_s or 0.0)
-        tries = 0
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as err:
-                if err.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                tries += 1
-                if (wait_s is None and tries >= LOCK_TRIES) or \
-                        (wait_s is not None and time.monotonic() >= deadline):
-                    yield False
-                    return
-                time.sleep(LOCK_POLL_S)
-        yield True
-    finally:
-        os.close(fd)  # closing releases the flock
+    with locked(lock_path(layout), STATUS_WAIT_S if wait_s is None else wait_s) as fd:
+        yield fd is not None
 
 
 @contextmanager

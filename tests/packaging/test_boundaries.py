@@ -249,3 +249,12 @@ def test_the_import_name_is_synthbatch() -> None:
                 if top == "agent_stdlib" and level == 0 and first == "synthbatch":
                     bad.append(f"{path.relative_to(REPO)}:{line} imports {target} (relative only)")
     assert bad == []
+
+
+def test_one_lock_helper() -> None:
+    """Every ``flock`` goes through ``agent_stdlib/statefile.locked`` (six helpers before)."""
+    calls = [f"{path.relative_to(REPO)}:{node.lineno}"
+             for path in modules().values()
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Attribute) and node.attr == "flock"]
+    assert calls and {c.split(":")[0] for c in calls} == {"agent_stdlib/statefile.py"}

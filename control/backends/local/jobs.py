@@ -23,7 +23,6 @@ is the one rule for "is its supervisor still there".
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import socket
@@ -33,7 +32,13 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from synthbatch.agent_stdlib.arrays import is_job_id, task_job_id
-from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
+from synthbatch.agent_stdlib.statefile import (
+    StateError,
+    ensure_dir,
+    locked,
+    read_json,
+    write_json_atomic,
+)
 from synthbatch.control.backends.local import proc
 from synthbatch.control.slurm.parsers import JobRow
 
@@ -284,12 +289,8 @@ class Table:
     def locked(self) -> Iterator[None]:
         """Hold the table's flock."""
         ensure_dir(self.root)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with locked(self.lock_path):
             yield
-        finally:
-            os.close(fd)
 
 
 def supervisor_alive(record: Optional[Supervisor], now: Optional[float] = None) -> Optional[bool]:

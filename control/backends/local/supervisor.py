@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import fcntl
 import os
 import signal
 import socket
@@ -48,7 +47,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional
 
 from synthbatch.agent_stdlib import localjob
-from synthbatch.agent_stdlib.statefile import ensure_dir
+from synthbatch.agent_stdlib.statefile import ensure_dir, locked
 from synthbatch.control.backends.local import proc
 from synthbatch.control.backends.local.jobs import (
     CANCELLED,
@@ -344,16 +343,8 @@ class JobSupervisor:
 @contextlib.contextmanager
 def exclusive(path: Path) -> Iterator[bool]:
     """Hold ``path``'s flock while inside; yields False if another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+    with locked(path, wait_s=0) as fd:
+        yield fd is not None
 
 
 def main(argv: List[str]) -> int:

@@ -541,3 +541,23 @@ def test_an_illegal_edge_from_the_implied_revision_writes_nothing(tmp_path: Path
     with pytest.raises(TransitionError):
         advance_attempt(path, states.SUCCEEDED, first=_implied())
     assert not path.parent.exists()
+
+
+def test_locked_blocks_tries_once_or_waits_a_while(tmp_path: Path) -> None:
+    """The one lock of the tree (six hand-written flock helpers before)."""
+    from synthbatch.agent_stdlib.statefile import locked
+
+    path = tmp_path / "x.lock"
+    with locked(path) as fd:
+        assert fd is not None and oct(path.stat().st_mode & 0o777) == "0o600"
+        with locked(path, wait_s=0) as other:  # another descriptor: flock is per open file
+            assert other is None
+        with locked(path, wait_s=0.2) as other:  # polled until the deadline, then None
+            assert other is None
+    with locked(path, wait_s=0) as fd:
+        assert fd is not None  # released when the block ended
+    link = tmp_path / "link.lock"
+    link.symlink_to(path)
+    with pytest.raises(OSError):
+        with locked(link):
+            pass
