@@ -319,7 +319,7 @@ def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Refr
     where each supervisor of the run is)."""
     from synthbatch.control.runs.status import refresh
 
-    fresh = refresh(layout, sched)
+    fresh = refresh(layout, sched, with_usage=True)
     fresh.summary["backend"] = sched.describe(job_name(layout.root.name))
     return fresh
 
@@ -336,7 +336,7 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
     summary["blocked"] = blocked(fresh.fresh)
     summary["pending_reasons"] = reasons(fresh.fresh)
     summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
-                               ended=fresh.ended_at, job_ids=fresh.job_ids)
+                               ended=fresh.ended_at, job_ids=fresh.job_ids, usage=fresh.usage)
     from synthbatch.control.runs.autoretry import round_now  # issue 34: the pending automatic round
     from synthbatch.control.runs.store import load_plan
     summary["auto_retry"] = round_now(layout, sched, fresh.rows,  # the plan: only if pending

@@ -6,6 +6,7 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.control.runs.cachestats import cache_line
 
 Status = Dict[str, Any]
@@ -16,7 +17,6 @@ REASON_SHOWN = 300  # a reason's first characters in the summary (its cause come
 BAR_LIMIT = 40  # a bar per shard up to this many shards; beyond, a compact grid
 BAR_WIDTH = 24
 GRID_WIDTH = 64
-FINAL_STATES = ("succeeded", "failed", "cancelled")
 GLYPH = {"succeeded": "#", "running": ">", "cancelling": "x", "pending": ".",
          "created": " ", "failed": "F", "cancelled": "C", "lost": "L", "unknown": "?"}
 
@@ -56,7 +56,7 @@ def metrics(data: Status) -> str:
     dropped = data.get("records_dropped", 0)
     failures = (f"  record failures {failed:,}" if failed else "") + (
         f"  dropped {dropped:,}" if dropped else "")
-    if data.get("state") in FINAL_STATES and totals:
+    if data.get("state") in TERMINAL and totals:
         return tokens + finished_numbers(totals) + failures
     so_far = finished_numbers(totals) if "elapsed_s" in totals else ""
     return (f"{tokens}  rate {data.get('rate', 0.0):.2f} records/s"

@@ -24,19 +24,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from synthbatch.agent_stdlib.states import (
+    CANCELLED,
+    CREATED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    TERMINAL,
+)
 from synthbatch.control.errors import MAX_REASON, EvidenceConflict, one_line
 from synthbatch.control.slurm.parsers import ACTIVE_STATES, JobRow
 
-CREATED, PENDING, RUNNING, CANCELLING = "created", "pending", "running", "cancelling"
-SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
-UNKNOWN, LOST = "unknown", "lost"
+# A shard's states: the attempt words (agent_stdlib.states, next to their edge table) plus
+# the three only status derives.
+CANCELLING, UNKNOWN, LOST = "cancelling", "unknown", "lost"
 LOST_REASON = "lost: "  # reason prefix of attempts status recorded as lost
 NO_OUTCOME = "before the agent recorded an outcome"  # in the reason of failures status recorded
 COMPLETING_REASON = "its job is still completing in Slurm (COMPLETING)"
 SHARD_STATES = (CREATED, PENDING, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED,
                 UNKNOWN, LOST)
 FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, LOST})
-ATTEMPT_TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 RUNNING_ROWS = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT",
                           "RESIZING", "SUSPENDED", "STOPPED", "UPDATE_DB"})
 FAILURE_TEXT = {
@@ -163,7 +171,7 @@ def decide(ev: Evidence) -> Verdict:
     if ev.attempt_state is None:
         return Verdict(UNKNOWN, ev.attempt_reason or "no attempt record", "none")
     ended = _terminal_row(ev)
-    if ev.attempt_state in ATTEMPT_TERMINAL:
+    if ev.attempt_state in TERMINAL:
         return _from_attempt(ev, ended)
     if ev.attempt_state == CREATED:
         return Verdict(CREATED, ev.attempt_reason or "not submitted", "attempt")

@@ -56,6 +56,7 @@ from synthbatch.control.runs.store import (
     submission_views,
     submissions_key,
 )
+from synthbatch.control.runs.totals import Usage
 from synthbatch.control.slurm.parsers import JobRow, index_rows
 from synthbatch.control.slurm.scheduler import Scheduler
 
@@ -79,6 +80,7 @@ class SchedulerView:
     rows: Optional[List[JobRow]] = None  # squeue's rows for the run's job name
     # squeue answered, sacct failed: (message, hint); see ``accounting_down``
     accounting_error: Optional[Tuple[str, Optional[str]]] = None
+    usage: Optional[Usage] = None  # the run's GPU usage, asked in the same sacct call
 
 
 def needs_scheduler(view: ShardView, now: float) -> bool:
@@ -87,18 +89,21 @@ def needs_scheduler(view: ShardView, now: float) -> bool:
     if view.winner or view.winner_problem or view.problem or attempt is None \
             or not attempt.job_id:
         return False
-    if attempt.state not in norm.ATTEMPT_TERMINAL:
+    if attempt.state not in states.TERMINAL:
         return True
     recent = now - attempt.updated_at < ENRICH_WINDOW_S
     return attempt.state in (norm.FAILED, norm.CANCELLED) and recent
 
 
 def ask_scheduler(scheduler: Scheduler, name: str, job_ids: Set[str],
-                  shared: Sequence[str] = ()) -> SchedulerView:
+                  shared: Sequence[str] = (),
+                  usage_ids: Optional[List[str]] = None) -> SchedulerView:
     """One squeue call for every job called ``name`` (and one for the ``shared`` arrays the
     run's tasks are in, which have names of their own); one sacct call for ``job_ids``
     that squeue no longer knows or shows ended (sacct adds exit codes and who cancelled).
-    ``rows`` keeps only the first call's rows: recovery reads them as the run's own jobs."""
+    ``rows`` keeps only the first call's rows: recovery reads them as the run's own jobs.
+    With ``usage_ids`` (the run's job ids) that one sacct call also answers ``totals``'s
+    GPU usage (``usage``): one sacct call per refresh."""
     view = SchedulerView()
     try:
         view.rows = scheduler.queue(name=name)
@@ -109,14 +114,24 @@ def ask_scheduler(scheduler: Scheduler, name: str, job_ids: Set[str],
         view.hint = err.hint
         return view
     absent = {j for j in job_ids if j not in view.queue or view.queue[j].terminal}
+    # both: states and the run's usage in one call (without ``absent``, ``totals`` asks)
+    both = bool(absent) and usage_ids is not None and hasattr(scheduler, "accounting_usage")
     if absent:
+        state_ids = sorted({array_job_id(j) for j in absent}, key=int)
         try:
-            rows = scheduler.accounting(sorted({array_job_id(j) for j in absent}, key=int))
+            if both:
+                answer = scheduler.accounting_usage(state_ids, usage_ids or [])
+                rows = None if answer is None else answer[0]
+                view.usage = Usage(usage_ids or [], None if answer is None else answer[1])
+            else:
+                rows = scheduler.accounting(state_ids)
         except SchedulerUnavailable as err:
             # slurmctld answered, accounting did not (slurmdbd down): squeue's rows stand;
             # only the jobs squeue no longer lists are not asked (``accounting_down``)
             view.asked = {j for j in job_ids if j in view.queue}
             view.accounting_error = (one_line(err.message, 300), err.hint)
+            if both:
+                view.usage = Usage(usage_ids or [], None, err)
             return view
         view.accounting = rows is not None
         # Only for the jobs sacct was asked about: just after a cancel, slurmdbd may
@@ -160,7 +175,7 @@ def _evidence(shard: ShardView, sched: SchedulerView, lost: Set[str],
         attempt_state=attempt.state, attempt_reason=attempt.reason,
         queue=sched.queue.get(job) if asks else None,
         acct=sched.acct.get(job) if asks else None,
-        asked=job in sched.asked or attempt.state in norm.ATTEMPT_TERMINAL,
+        asked=job in sched.asked or attempt.state in states.TERMINAL,
         accounting=sched.accounting is not False, lag_expired=job in lost,
         cancel_requested=shard.index in cancels)
 
@@ -174,7 +189,7 @@ def settles(view: ShardView, now: float) -> bool:
     """
     attempt = view.attempt
     if view.problem or view.winner_problem or view.progress_problem or attempt is None \
-            or attempt.state not in norm.ATTEMPT_TERMINAL:
+            or attempt.state not in states.TERMINAL:
         return False
     if view.winner:
         return True
@@ -255,6 +270,7 @@ class Refresh:
     fresh: List[Dict[str, Any]]  # the rows read this refresh, in shard order
     ended_at: Optional[float] = None  # latest update of any shard's attempt (None: none)
     job_ids: Optional[List[str]] = None  # ``run_job_ids`` of the submissions (None: unknown)
+    usage: Optional[Usage] = None  # GPU usage of ``job_ids`` if this refresh asked sacct
 
     def rows(self) -> List[Dict[str, Any]]:
         """Every shard's row, in shard order."""
@@ -347,8 +363,10 @@ def observe(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
 
 
 def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None,
-            lag_grace_s: float = LAG_GRACE_S, use_index: bool = True) -> Refresh:
-    """One refresh (``observe`` without making the settled rows dicts)."""
+            lag_grace_s: float = LAG_GRACE_S, use_index: bool = True,
+            with_usage: bool = False) -> Refresh:
+    """One refresh (``observe`` without making the settled rows dicts); ``with_usage``:
+    the one sacct call also asks the run's GPU usage (``Refresh.usage``, for ``totals``)."""
     now = time.time() if now is None else now
     index = settled.load(layout, expand=False) if use_index else settled.Index()
     plan, plan_copy = _plan(layout, index)
@@ -378,7 +396,8 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     recover = needs_recovery(submissions, committed, now)
     shared = {s.job_id for s in submissions if s.job_name and s.job_id}
     sched = ask_scheduler(scheduler, job_name(plan.run_id), wanted,
-                          sorted(shared & {array_job_id(j) for j in wanted}, key=int)) \
+                          sorted(shared & {array_job_id(j) for j in wanted}, key=int),
+                          job_ids if with_usage else None) \
         if wanted or recover else SchedulerView()
     notes: List[str] = list(damaged)
     if index.problem:
@@ -422,7 +441,7 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     ended = max((s.attempt.updated_at for s in shards if s.attempt), default=0.0)
     if known:
         ended = max(ended, index.ended_at)
-    return Refresh(summary, count, index, known, fresh, ended or None, job_ids)
+    return Refresh(summary, count, index, known, fresh, ended or None, job_ids, sched.usage)
 
 
 def recover_crashed(layout: RunLayout, scheduler: Scheduler, committed: bool,
@@ -535,7 +554,7 @@ def full_disk(layout: RunLayout, verdicts: List[norm.Verdict]) -> List[norm.Verd
 def _verdicts(layout: RunLayout, shards: List[ShardView], sched: SchedulerView, now: float,
               lag_grace_s: float) -> List[norm.Verdict]:
     missing = {s.attempt.job_id for s in shards if s.attempt and s.attempt.job_id in sched.asked
-               and s.attempt.state not in norm.ATTEMPT_TERMINAL
+               and s.attempt.state not in states.TERMINAL
                and s.attempt.job_id not in sched.queue and s.attempt.job_id not in sched.acct}
     lost = expired_missing(layout, missing, sched.asked - missing, now, lag_grace_s) \
         if sched.asked else set()

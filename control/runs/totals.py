@@ -9,12 +9,15 @@ run (requeues and retries included, ``sacct -D``), ``ElapsedRaw`` x the ``gres/g
 ``AllocTRES``. Without accounting (or while Slurm cannot be asked) ``gpu_hours`` is None
 and ``gpu_hours_from`` says why. The numbers of a finished run are kept in
 ``<run>/totals.json`` once accounting has a row for every shard's job, so later ``status``
-calls ask Slurm nothing; a retry (new job ids) makes them be counted again.
+calls ask Slurm nothing; a retry (new job ids) makes them be counted again. When the
+status refresh asks sacct for states, the same call brings the usage (``Usage``): one
+sacct call per refresh.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from synthbatch.agent_stdlib.layout import RunLayout
@@ -29,7 +32,7 @@ from synthbatch.control.runs.store import (
     shard_scanner,
     submission_views,
 )
-from synthbatch.control.slurm.parsers import ParseError, split_job_id
+from synthbatch.control.slurm.parsers import JobUsage, ParseError, split_job_id
 from synthbatch.control.slurm.scheduler import Scheduler
 
 CACHE = "totals.json"
@@ -49,15 +52,45 @@ def ended_at(layout: RunLayout, shards: int) -> Optional[float]:
     return max(times) if times else None
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What the refresh's one sacct call said the jobs ``ids`` used (``rows`` None: the
+    cluster keeps no accounting; ``error``: sacct failed), so ``totals`` asks no more."""
+
+    ids: Sequence[str]
+    rows: Optional[List[JobUsage]]
+    error: Optional[SchedulerUnavailable] = None
+
+    def of(self, job_ids: Sequence[str]) -> Optional[List[JobUsage]]:
+        """The rows of ``job_ids`` (the call also asked whole arrays for states: a task
+        of an array shared with another run is counted only if the run's own)."""
+        if self.error is not None:
+            raise self.error
+        if self.rows is None:
+            return None
+        wanted = set(job_ids)
+        kept = []
+        for row in self.rows:
+            try:
+                job, tasks = split_job_id(row.job_id)
+            except ParseError:
+                continue
+            if job in wanted or any(f"{job}_{t}" in wanted for t in tasks or ()):
+                kept.append(row)
+        return kept
+
+
 def gpu_hours(scheduler: Scheduler, job_ids: List[str],
-              shard_jobs: List[str]) -> Dict[str, Any]:
-    """``{"gpu_hours", "gpu_hours_from", "complete"}`` from accounting.
+              shard_jobs: List[str], known: Optional[Usage] = None) -> Dict[str, Any]:
+    """``{"gpu_hours", "gpu_hours_from", "complete"}`` from accounting (``known``: what the
+    refresh's sacct call already said, used when it asked every one of ``job_ids``).
 
     ``complete``: accounting has a row for every job in ``shard_jobs`` (each shard's latest
     job; rows can lag a job's end by a few seconds).
     """
     try:
-        rows = scheduler.usage(job_ids)
+        rows = known.of(job_ids) if known is not None and set(job_ids) <= set(known.ids) \
+            else scheduler.usage(job_ids)
     except SchedulerUnavailable as err:
         return {"gpu_hours": None, "gpu_hours_from": f"Slurm could not be asked: "
                                                       f"{err.message}", "complete": False}
@@ -111,17 +144,20 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
            now: Optional[float] = None,
            jobs: Optional[Callable[[], List[Optional[str]]]] = None,
            ended: Optional[float] = None,
-           job_ids: Optional[List[str]] = None) -> Dict[str, Any]:
+           job_ids: Optional[List[str]] = None,
+           usage: Optional[Usage] = None) -> Dict[str, Any]:
     """The run's numbers for ``status`` (``data`` is its refresh).
 
     ``jobs`` gives each shard's job id in shard order when ``data`` leaves the rows out
     (called only for a finished run not yet counted); ``ended``, when given, is when the
     last shard was recorded, else it is read from every shard's attempt; ``job_ids``,
-    when given, are ``run_job_ids`` of the submission records (else they are read).
+    when given, are ``run_job_ids`` of the submission records (else they are read);
+    ``usage``, when given, is what the refresh's sacct call said (no second call).
     While the run goes on, the numbers so far: GPU-hours of the executions until now
     (never kept).
     """
     now = time.time() if now is None else now
+    known = usage
     created = created_at(layout)
     if created is None:
         return {}
@@ -130,7 +166,7 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
     if job_ids is None:
         job_ids = run_job_ids(submission_views(layout))
     if not final:
-        usage = gpu_hours(scheduler, job_ids, [])
+        usage = gpu_hours(scheduler, job_ids, [], known)
         return {**_numbers(layout, created, now, done, tokens),
                 "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
     cached = _cached(layout, job_ids)
@@ -140,7 +176,7 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
                                                  for row in data.get("shards", [])]
     end = (ended if ended is not None else ended_at(layout, len(per_shard))) or now
     shard_jobs = [job for job in per_shard if job]
-    usage = gpu_hours(scheduler, job_ids, shard_jobs)
+    usage = gpu_hours(scheduler, job_ids, shard_jobs, known)
     found = {**_numbers(layout, created, last_moment(end, now), done, tokens),
              "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
     if usage["complete"]:

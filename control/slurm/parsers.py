@@ -363,6 +363,14 @@ def parse_usage(text: str) -> List[JobUsage]:
     return found
 
 
+def parse_sacct_usage(text: str) -> Tuple[List[JobRow], List[JobUsage]]:
+    """Rows of ``sacct -n -P -X -D --format=JobID,State,ExitCode,ElapsedRaw,AllocTRES``:
+    the states (as ``parse_sacct``; later rows win) and the usage (as ``parse_usage``)."""
+    lines = list(_fields(text, 5, "sacct"))
+    return (parse_sacct("".join("|".join(f[:3]) + "\n" for f in lines)),
+            parse_usage("".join("|".join((f[0], f[3], f[4])) + "\n" for f in lines)))
+
+
 # ----------------------------------------------------------------------------- access
 # ``sacctmgr -n -P show assoc where user=U format=Account,Partition,QOS``: one line per
 # association of the user; ``sacctmgr -n -P show qos format=Name``; ``scontrol show

@@ -39,6 +39,7 @@ from synthbatch.control.slurm.parsers import (
     parse_qos_names,
     parse_reservations,
     parse_sacct,
+    parse_sacct_usage,
     parse_sbatch_id,
     parse_sinfo,
     parse_squeue,
@@ -61,6 +62,7 @@ SACCT_FORMAT = "JobID,State,ExitCode"
 SINFO_FORMAT = "%P|%a|%D|%t"
 NODES_FORMAT = "%N|%c|%m|%G|%T"
 USAGE_FORMAT = "JobID,ElapsedRaw,AllocTRES"
+BOTH_FORMAT = f"{SACCT_FORMAT},ElapsedRaw,AllocTRES"  # states and usage in one sacct call
 NO_PARTITION = "not found"  # scontrol: "Partition NAME not found"
 # sacctmgr on a cluster without slurmdbd (AccountingStorageType=accounting_storage/none)
 NO_ACCOUNTING = "not running a supported accounting_storage plugin"
@@ -281,6 +283,17 @@ class Scheduler:
         result = self._sacct("-X", "-D", "-j", ",".join(job_ids_only(job_ids)),
                              f"--format={USAGE_FORMAT}")
         return None if result is None else self._parse(parse_usage, result)
+
+    def accounting_usage(self, state_ids: Sequence[str], usage_ids: Sequence[str]
+                         ) -> Optional[Tuple[List[JobRow], List[JobUsage]]]:
+        """``accounting(state_ids)`` and ``usage(usage_ids)`` in ONE ``sacct -D`` call (a
+        status refresh of a running run needs both); the rows are those of every job
+        asked (the caller keeps its own); None when the cluster keeps no accounting."""
+        ids = sorted(set(job_ids_only(state_ids)) | set(job_ids_only(usage_ids)))
+        if not ids:
+            return [], []
+        result = self._sacct("-X", "-D", "-j", ",".join(ids), f"--format={BOTH_FORMAT}")
+        return None if result is None else self._parse(parse_sacct_usage, result)
 
     def describe(self, job_name: str) -> Dict[str, Any]:
         """``status``'s ``backend``: this is Slurm (no call is made)."""

@@ -443,7 +443,8 @@ def test_status_watch_json_prints_one_object_at_the_end(tmp_path: Path, profile_
                                                         workspace: Path) -> None:
     make_run(workspace, [Shard("running")])
     folder = fake_slurm_bin(tmp_path, squeue='echo "500_0|CANCELLED|None"',
-                            sacct='echo "500_0|CANCELLED by 0|0:0"')
+                            sacct='case "$*" in *ElapsedRaw*) echo "500_0|CANCELLED by 0|0:0|5|";;'
+                                  ' *) echo "500_0|CANCELLED by 0|0:0";; esac')
     result = invoke("status", "obs-20240101-000000-abcdef", "--watch", "--json", "--profile",
                     profile_with_bin(profile_file, folder))
     assert result.exit_code == 0, result.stderr

@@ -78,6 +78,29 @@ def test_status_shows_a_run_that_can_never_start(tmp_path: Path, workspace: Path
 # ----------------------------------------------------------------------------- totals
 
 
+SACCT_BY_FORMAT = (  # answers what is asked: states, usage, or both in one call
+    'case "$*" in\n'
+    "  *State*ElapsedRaw*) echo '500_0|RUNNING|0:0|30|gres/gpu=1'; "
+    "echo '500_1|CANCELLED by 0|0:15|10|gres/gpu=1';;\n"
+    "  *ElapsedRaw*) echo '500_0|30|gres/gpu=1'; echo '500_1|10|gres/gpu=1';;\n"
+    "  *) echo '500_0|RUNNING|0:0'; echo '500_1|CANCELLED by 0|0:15';;\n"
+    "esac")
+
+
+def test_one_sacct_call_per_refresh_of_a_running_run(tmp_path: Path, workspace: Path,
+                                                     profile_file: Path) -> None:
+    """A shard squeue no longer lists needs sacct's state, the running run's GPU-hours
+    need sacct's usage: both come from one call."""
+    make_run(workspace, [Shard("running"), Shard("submitted")])
+    calls = tmp_path / "sacct-calls"
+    folder = fake_slurm_bin(tmp_path, squeue="echo '500_0|RUNNING|None'",
+                            sacct=f'echo "$*" >> {calls}\n' + SACCT_BY_FORMAT)
+    data = status_json(profile_with_bin(profile_file, folder))
+    assert [s["state"] for s in data["shards"]] == ["running", "cancelled"]
+    assert data["totals"]["gpu_hours"] == round(40 / 3600, 4)
+    assert len(calls.read_text().splitlines()) == 1, calls.read_text()
+
+
 def test_a_finished_run_keeps_its_numbers(tmp_path: Path, workspace: Path,
                                           profile_file: Path) -> None:
     make_run(workspace, [Shard("winner", progress=10, updated_at=NOW + 50),

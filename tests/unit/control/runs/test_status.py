@@ -106,7 +106,7 @@ def test_conflicting_terminal_evidence_is_an_error_naming_both() -> None:
 
 def test_terminal_attempt_records_are_final() -> None:
     for ev in all_evidence():
-        if ev.winner or ev.attempt_state not in norm.ATTEMPT_TERMINAL:
+        if ev.winner or ev.attempt_state not in states.TERMINAL:
             continue
         try:
             verdict = norm.decide(ev)

@@ -411,3 +411,17 @@ def test_index_rows_later_rows_win_and_ranges_expand() -> None:
 def test_sinfo_malformed(line: str) -> None:
     with pytest.raises(ParseError):
         parsers.parse_sinfo(line + "\n")
+
+
+def test_states_and_usage_of_one_sacct_call() -> None:
+    """``status`` of a running run asks states and GPU usage in one call (-D: a requeued
+    job's earlier execution is a usage row, its newest row gives the state)."""
+    rows, usage = parsers.parse_sacct_usage(
+        "12_0|FAILED|1:0|60|billing=1,gres/gpu=2\n12_0|COMPLETED|0:0|30|gres/gpu=2\n"
+        "12_1|CANCELLED by 0|0:15|0|\n")
+    assert [(r.job_id, r.state) for r in rows][-2:] == [("12_0", "COMPLETED"),
+                                                         ("12_1", "CANCELLED")]
+    assert [(u.job_id, u.elapsed_s, u.gpus) for u in usage] == [
+        ("12_0", 60, 2), ("12_0", 30, 2), ("12_1", 0, 0)]
+    with pytest.raises(ParseError):
+        parsers.parse_sacct_usage("12_0|COMPLETED|0:0\n")
