@@ -25,7 +25,11 @@ STRING_KINDS = ("uuid", "datetime", "expression", "llm-text")
 META_CELL = (("model", pa.string()), ("served_model", pa.string()),
              ("finish_reason", pa.string()), ("attempts", pa.int64()),
              ("latency_ms", pa.float64()), ("request_digest", pa.string()),
-             ("reused_from", pa.string()))
+             ("reused_from", pa.string()),
+             # what each retry of an invalid answer changed (docs/generator.md)
+             ("retries", pa.list_(pa.struct([("attempt", pa.int64()), ("seed", pa.int64()),
+                                             ("max_tokens", pa.int64()),
+                                             ("temperature", pa.float64())]))))
 LEGACY = (("index", pa.int64()), ("prompt", pa.string()), ("completion", pa.string()),
           ("finish_reason", pa.string()), ("model", pa.string()),
           ("served_model", pa.string()))

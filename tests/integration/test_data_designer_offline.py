@@ -25,7 +25,7 @@ def refuse(self, address, *args):
 socket.socket.connect = refuse
 socket.getaddrinfo = lambda host, *a, **k: tried.append(host) or (_ for _ in ()).throw(
     OSError("no DNS in this test"))
-from synthbatch.agent_stdlib.client.data_designer import dd_environment, keep_tiktoken_offline
+from agent_stdlib.client.data_designer import dd_environment, keep_tiktoken_offline
 os.environ.update(dd_environment(os.environ, os.path.join(sys.argv[2], "home")))
 os.environ["TIKTOKEN_CACHE_DIR"] = sys.argv[2]  # an empty cache
 note = keep_tiktoken_offline()

@@ -52,7 +52,7 @@ def llama(tmp_path: Path):
     env_dir = require_llamacpp()
     port = _free_port()
     log = (tmp_path / "server.log").open("wb")
-    argv = [str(env_dir / "venv" / "bin" / "python"), "-m", "synthbatch.agent_stdlib",
+    argv = [str(env_dir / "venv" / "bin" / "python"), "-m", "agent_stdlib",
             "serve-llamacpp",
             "-m", str(env_dir / "model.gguf"), "--port", str(port), "-a", "smollm2",
             "-t", "1", "-np", "2", "-c", "2048"]
