@@ -50,6 +50,7 @@ from typing import Any, Dict, List, Optional, Tuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.trees import export  # noqa: E402
 from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec  # noqa: E402
 from tests.agent_runs import recipe_plan  # noqa: E402
 
@@ -313,13 +314,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="synthbatch-bench-prefix-") as tmp:
         workdir = Path(tmp)
-        before = workdir / "before"
-        before.mkdir()
-        commit = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=REPO,
-                                check=True, capture_output=True, text=True).stdout.strip()
-        archive = subprocess.run(["git", "archive", args.before], cwd=REPO, check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
+        before, commit = export(args.before, workdir / "before")
         trees = {"before": before, "after": REPO}
         seeds = seed_file(workdir / "docs.jsonl", args.records or RECORDS["grounded"])
         print(f"engine: {args.replicas} fake replicas x {args.capacity} slots, "

@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import prefix_cache  # noqa: E402
 from prefix_cache import JUDGE, plan_file, side  # noqa: E402
 
+from benchmarks.trees import export  # noqa: E402
 from synthbatch.agent_stdlib.contracts import ColumnSpec, SeedDataSpec  # noqa: E402
 
 TEXT_TOKENS = 8
@@ -196,13 +197,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="synthbatch-bench-prefix-real-") as tmp:
         workdir = Path(tmp)
-        before = workdir / "before-tree"
-        before.mkdir()
-        commit = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=REPO,
-                                check=True, capture_output=True, text=True).stdout.strip()
-        archive = subprocess.run(["git", "archive", args.before], cwd=REPO, check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
+        before, commit = export(args.before, workdir / "before-tree")
         seeds = seed_file(workdir / "docs.jsonl", args.records, args.words)
         print(f"engine: llama.cpp SmolLM2-135M, {args.replicas} replicas x {args.slots} "
               f"slots, {args.threads} thread(s) each; {args.records} records of the "

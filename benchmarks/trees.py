@@ -11,10 +11,24 @@ of this environment's editable install. The agent imports itself relatively, so
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 from pathlib import Path
+from typing import Tuple
 
 FOLDERS = ("control", "agent_stdlib")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def export(ref: str, into: Path) -> Tuple[Path, str]:
+    """``git archive REF`` of this repository unpacked into ``into``; (it, REF's short id)."""
+    into.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", ref], cwd=REPO, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    archive = subprocess.run(["git", "archive", ref], cwd=REPO, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into, commit
 
 
 def control_package(tree: Path) -> str:
