@@ -20,11 +20,11 @@ One builder per step kind, no I/O, so the exact command lines are golden-tested
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..clientenv import PATH_VARS, ClientEnv
 from ..containers import (
     IMAGE_PYTHON,
     container_env,
@@ -40,8 +40,6 @@ from .steps import local_devices, step_argv, step_env
 
 LOOPBACK = "127.0.0.1"
 _PLACEHOLDER = re.compile(r"\{(host|port|agent|node_rank|leader_host|dist_port)\}")
-# SYNTHBATCH_* variables that hold host paths (translated inside a container).
-PATH_VARS = ("SYNTHBATCH_OUTPUT_DIR", "SYNTHBATCH_PROGRESS_FILE", "SYNTHBATCH_RESUME_DIR")
 
 
 
@@ -265,23 +263,11 @@ def client_contract(plan: Plan, paths: ClientPaths,
     deployments = {alias: {"base_url": openai_base_url(url),
                            "model": plan.deployment(alias).served_name}
                    for alias, url in endpoints.items()}
-    env = {
-        "SYNTHBATCH_ENDPOINTS": json.dumps(dict(endpoints), sort_keys=True),
-        "SYNTHBATCH_DEPLOYMENTS": json.dumps(deployments, sort_keys=True),
-        "SYNTHBATCH_SHARD_INDEX": str(paths.shard),
-        "SYNTHBATCH_SHARD_COUNT": str(len(plan.shards)),
-        "SYNTHBATCH_RECORD_OFFSET": str(paths.record_offset),
-        "SYNTHBATCH_NUM_RECORDS": str(paths.num_records),
-        "SYNTHBATCH_OUTPUT_DIR": paths.output,
-        "SYNTHBATCH_PROGRESS_FILE": paths.progress_json,
-    }
-    if paths.resume:
-        env["SYNTHBATCH_RESUME_DIR"] = paths.resume
-    if len(deployments) == 1:
-        only = next(iter(deployments.values()))
-        env["SYNTHBATCH_OPENAI_BASE_URL"] = only["base_url"]
-        env["SYNTHBATCH_MODEL"] = only["model"]
-    return env
+    return ClientEnv(endpoints=dict(endpoints), deployments=deployments,
+                     shard_index=paths.shard, shard_count=len(plan.shards),
+                     record_offset=paths.record_offset, num_records=paths.num_records,
+                     output_dir=paths.output, progress_file=paths.progress_json,
+                     resume_dir=paths.resume or None).to_environ()
 
 
 def _contract_inside(contract: Dict[str, str], container: Optional[ContainerSpec]) -> None:

@@ -68,6 +68,7 @@ from typing import (
 )
 
 from ..candidate import dd_profile_name
+from ..clientenv import ClientEnv
 from ..contracts import DataDesignerSpec, Plan, ProgressRecord, split_dd_config
 from ..errors import AgentError
 from ..resume import KeptRecords, resume_count, scan_kept
@@ -665,8 +666,8 @@ def stop_on_signals() -> threading.Event:
     return stop
 
 
-def _kept(output: Path, offset: int, count: int) -> Optional[KeptRecords]:
-    resume = os.environ.get("SYNTHBATCH_RESUME_DIR")
+def _kept(resume: Optional[str], output: Path, offset: int,
+          count: int) -> Optional[KeptRecords]:
     if not resume or Path(resume).resolve() == output.resolve():
         return None
     return scan_kept(Path(resume), offset, count)
@@ -674,16 +675,17 @@ def _kept(output: Path, offset: int, count: int) -> Optional[KeptRecords]:
 
 def run_shard(plan: Plan, stop: threading.Event, artifacts: str) -> int:
     """Generate this step's shard; the exit status."""
-    offset = int(os.environ["SYNTHBATCH_RECORD_OFFSET"])
-    count = int(os.environ["SYNTHBATCH_NUM_RECORDS"])
-    output = Path(os.environ["SYNTHBATCH_OUTPUT_DIR"])
-    progress_file = os.environ.get("SYNTHBATCH_PROGRESS_FILE")
-    endpoints = json.loads(os.environ["SYNTHBATCH_ENDPOINTS"])
+    contract = ClientEnv.from_environ(os.environ)
+    offset = contract.record_offset
+    count, output_dir = contract.shard_output()
+    output = Path(output_dir)
+    progress_file = contract.progress_file
+    endpoints = contract.endpoints
     shard = ShardFile(output, offset, count)
-    kept = _kept(output, offset, count)
+    kept = _kept(contract.resume_dir, output, offset, count)
     if kept is not None:
         copied = shard.adopt(kept)
-        print(f"dd: resuming: {copied} records copied from {os.environ['SYNTHBATCH_RESUME_DIR']}",
+        print(f"dd: resuming: {copied} records copied from {contract.resume_dir}",
               file=sys.stderr, flush=True)
     progress = Progress(Path(progress_file) if progress_file else None, count,
                         len(shard.present))

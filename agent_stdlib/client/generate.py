@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import signal
@@ -36,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ..clientenv import ClientEnv
 from ..contracts import ContractError, Plan
 from ..recipe.reuse import model_identity
 from ..recipe.seeds import SeedError
@@ -158,14 +158,8 @@ class Producer:
                 future.cancel()
 
 
-def _endpoints(recipe: Recipe, preview: bool) -> Dict[str, str]:
-    raw = os.environ.get("SYNTHBATCH_ENDPOINTS", "{}")
-    try:
-        endpoints = json.loads(raw)
-    except ValueError as err:
-        raise GenerateError(f"SYNTHBATCH_ENDPOINTS: not JSON ({err})") from err
-    if not isinstance(endpoints, dict):
-        raise GenerateError("SYNTHBATCH_ENDPOINTS: expected an object alias -> URL")
+def _endpoints(recipe: Recipe, contract: ClientEnv, preview: bool) -> Dict[str, str]:
+    endpoints = contract.endpoints
     missing = [a for a in recipe.aliases if a not in endpoints]
     if missing and not preview:
         raise GenerateError(f"SYNTHBATCH_ENDPOINTS has no endpoint for model {missing[0]!r}")
@@ -303,16 +297,15 @@ class Printed(Output):
     close = flush
 
 
-def _shard_from_env(count: Optional[int]) -> Shard:
-    offset = int(os.environ.get("SYNTHBATCH_RECORD_OFFSET", "0"))
+def _shard_from_env(contract: ClientEnv, count: Optional[int]) -> Shard:
+    offset = contract.record_offset
     if count is not None:  # preview
         return Shard(offset, count, Printed(), Progress(None, count), KeptRecords())
-    count = int(os.environ["SYNTHBATCH_NUM_RECORDS"])
-    folder = Path(os.environ["SYNTHBATCH_OUTPUT_DIR"])
-    progress_env = os.environ.get("SYNTHBATCH_PROGRESS_FILE")
-    kept = kept_records(os.environ.get("SYNTHBATCH_RESUME_DIR"), folder, offset, count)
-    return Shard(offset, count, Output(folder, offset),
-                 Progress(Path(progress_env) if progress_env else None, count), kept)
+    count, output = contract.shard_output()
+    folder = Path(output)
+    progress = Path(contract.progress_file) if contract.progress_file else None
+    kept = kept_records(contract.resume_dir, folder, offset, count)
+    return Shard(offset, count, Output(folder, offset), Progress(progress, count), kept)
 
 
 def reused_cells(sources: List[str], first: int, count: int) -> Optional[Cells]:
@@ -363,11 +356,12 @@ def main(argv: List[str]) -> int:
     try:
         plan = seed_data_at(Plan.from_dict(data), args.seed_data)
         recipe = compile_recipe(plan)
-        endpoints = _endpoints(recipe, args.preview is not None)
-        shard = _shard_from_env(args.preview)
+        contract = ClientEnv.from_environ(os.environ)
+        endpoints = _endpoints(recipe, contract, args.preview is not None)
+        shard = _shard_from_env(contract, args.preview)
         cells = reused_cells(args.reuse, shard.offset, shard.count)
         written = run_shard(plan, endpoints, shard, stop, preview=args.preview is not None,
-                            api_key=os.environ.get("SYNTHBATCH_API_KEY") or None,
+                            api_key=contract.api_key,
                             reuse=cells)
     except (GenerateError, RecipeError, SeedError, ContractError, KeyError, ValueError,
             OSError) as err:

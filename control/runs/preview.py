@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
+from synthbatch.agent_stdlib.clientenv import ClientEnv
 from synthbatch.agent_stdlib.contracts import Plan
 from synthbatch.control.errors import InvalidInput, SynthbatchError
 from synthbatch.control.runs.plan import resolve
@@ -77,15 +78,12 @@ def served_as(plan: Plan, models: Mapping[str, str], run_file: Path) -> Plan:
 
 def _environment(endpoints: Mapping[str, str], scratch: Path,
                  api_key_env: Optional[str]) -> Dict[str, str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8",
-           "SHIV_ROOT": str(scratch / "shiv"),
-           "SYNTHBATCH_ENDPOINTS": json.dumps(dict(endpoints), sort_keys=True),
-           "SYNTHBATCH_RECORD_OFFSET": "0"}
-    if api_key_env:
-        if not os.environ.get(api_key_env):
-            raise InvalidInput(f"--api-key-env {api_key_env}: that variable is not set")
-        env["SYNTHBATCH_API_KEY"] = os.environ[api_key_env]
-    return env
+    if api_key_env and not os.environ.get(api_key_env):
+        raise InvalidInput(f"--api-key-env {api_key_env}: that variable is not set")
+    contract = ClientEnv(endpoints=dict(endpoints),
+                         api_key=os.environ[api_key_env] if api_key_env else None)
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8",
+            "SHIV_ROOT": str(scratch / "shiv"), **contract.to_environ()}
 
 
 def run_preview(run_file: Path, profile: Optional[str], count: int,

@@ -27,8 +27,9 @@ from tests.conftest import REPO
 # import there (inside functions only).
 CLIENT_ENV_MODULE = "agent_stdlib.client.data_designer"
 CLIENT_ENV_PACKAGES = {"data_designer", "pandas", "pyarrow", "tiktoken"}
-SHARED = {"arrays", "attempts", "candidate", "containers", "contracts", "errors", "imagedigest",
-          "layout", "localjob", "publish", "recipe", "resume", "statefile", "states", "text"}
+SHARED = {"arrays", "attempts", "candidate", "clientenv", "containers", "contracts", "errors",
+          "imagedigest", "layout", "localjob", "publish", "recipe", "resume", "statefile", "states",
+          "text"}
 ROLES = ("allocation", "proxy", "client", "engines")
 CONTROL_LAYERS = {"errors": 0, "secrets": 0, "bundle": 0, "config": 1, "images": 2, "planning": 3,
                   "slurm": 3, "backends": 4, "runs": 5, "benchmark": 6, "api": 7, "cli": 8}
