@@ -109,4 +109,11 @@ def task_job_id(array_job_id: str, task: int) -> str:
 
 def array_job_id(job_id: str) -> str:
     """The array job id of ``12_3`` (``12``), or the id itself."""
-    return job_id.split("_", 1)[0]
+    return job_and_task(job_id)[0]
+
+
+def job_and_task(job_id: str) -> Tuple[str, Optional[int]]:
+    """``12_3`` -> ``("12", 3)``; ``12`` -> ``("12", None)`` (check :func:`is_job_id` first:
+    a task part that is not a number reads as no task)."""
+    job, _, task = job_id.partition("_")
+    return job, int(task) if task.isascii() and task.isdigit() else None

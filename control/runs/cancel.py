@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from synthbatch.agent_stdlib import states
-from synthbatch.agent_stdlib.arrays import Array, array_job_id, array_task, task_job_id
+from synthbatch.agent_stdlib.arrays import (
+    Array,
+    array_job_id,
+    array_task,
+    job_and_task,
+    task_job_id,
+)
 from synthbatch.agent_stdlib.layout import RunLayout, job_name
 from synthbatch.agent_stdlib.statefile import StateError
 from synthbatch.control.errors import (
@@ -176,5 +182,5 @@ def _state(view: ShardView) -> str:
 
 
 def _task_key(job_id: str) -> tuple:
-    job, _, task = job_id.partition("_")
-    return (int(array_job_id(job)), int(task) if task.isdigit() else -1)
+    job, task = job_and_task(job_id)
+    return (int(job), -1 if task is None else task)

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from synthbatch.agent_stdlib.arrays import task_job_id
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, read_json, write_json_atomic
 from synthbatch.agent_stdlib.states import TERMINAL
@@ -75,7 +76,7 @@ class Usage:
                 job, tasks = split_job_id(row.job_id)
             except ParseError:
                 continue
-            if job in wanted or any(f"{job}_{t}" in wanted for t in tasks or ()):
+            if job in wanted or any(task_job_id(job, t) in wanted for t in tasks or ()):
                 kept.append(row)
         return kept
 
@@ -103,7 +104,7 @@ def gpu_hours(scheduler: Scheduler, job_ids: List[str],
             job, tasks = split_job_id(row.job_id)
         except ParseError:
             continue
-        seen.update([job] if tasks is None else [f"{job}_{t}" for t in tasks])
+        seen.update([job] if tasks is None else [task_job_id(job, t) for t in tasks])
     used = sum(row.elapsed_s * row.gpus for row in rows) / 3600.0
     return {"gpu_hours": round(used, 4), "gpu_hours_from": scheduler.USAGE_FROM,
             "complete": all(job in seen for job in shard_jobs)}

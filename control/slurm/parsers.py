@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from synthbatch.agent_stdlib.arrays import task_job_id
+
 JOB_ID = re.compile(r"([0-9]{1,10})(;[A-Za-z0-9_.-]+)?")
 MAX_JOB_ID = 2**32 - 1
 MAX_TASKS = 4_000_001  # above any MaxArraySize; guards against absurd ranges
@@ -182,7 +184,7 @@ def index_rows(rows: Iterable[JobRow]) -> Dict[str, JobRow]:
             index[job] = row
         else:
             for task in tasks:
-                index[f"{job}_{task}"] = row
+                index[task_job_id(job, task)] = row
     return index
 
 

@@ -24,7 +24,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Set, Tuple
 
-from synthbatch.agent_stdlib.arrays import array_job_id, is_job_id
+from synthbatch.agent_stdlib.arrays import (
+    array_job_id,
+    is_job_id,
+    job_and_task,
+    task_job_id,
+)
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, write_json_atomic
 from synthbatch.control.backends.local import gpus as gpu_detection
 from synthbatch.control.backends.local import proc
@@ -197,11 +202,11 @@ class LocalScheduler:
         for text in job_ids:
             if not is_job_id(text):  # ('²'.isdigit() holds; int() refuses it)
                 continue
-            job, _, task = text.partition("_")
-            if not task:
+            job, task = job_and_task(text)
+            if task is None:
                 wanted[job] = None
             elif wanted.get(job, set()) is not None:
-                wanted.setdefault(job, set()).add(int(task))  # type: ignore[union-attr]
+                wanted.setdefault(job, set()).add(task)  # type: ignore[union-attr]
         orphans: List[Task] = []
         table = self.table
         by = f"by {os.getuid()}"
@@ -301,7 +306,7 @@ class LocalScheduler:
                 if task.started_at is None:
                     continue
                 end = task.ended_at if task.ended_at is not None else now
-                found.append(JobUsage(job_id=f"{job_id}_{task.task}",
+                found.append(JobUsage(job_id=task_job_id(job_id, task.task),
                                       elapsed_s=int(max(0.0, end - task.started_at)),
                                       gpus=len(task.gpus)))
         return found

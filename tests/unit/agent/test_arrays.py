@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 
+from synthbatch.agent_stdlib import arrays
 from synthbatch.agent_stdlib.arrays import (
     ArrayError,
     array_job_id,
@@ -16,6 +19,7 @@ from synthbatch.agent_stdlib.arrays import (
 )
 from synthbatch.control.planning.arrays import array_chunks
 from synthbatch.control.runs.store import ArrayView
+from tests.conftest import REPO
 
 
 def test_array_task_and_task_shard_invert_each_other_over_random_splits() -> None:
@@ -104,3 +108,25 @@ def test_array_tasks_answers_as_array_task_for_every_shard_in_any_order() -> Non
 
 def test_array_tasks_without_arrays_is_the_shard_itself() -> None:
     assert list(array_tasks((), [3, 0])) == [(3, None, 3), (0, None, 0)]
+
+
+@pytest.mark.parametrize(("job_id", "parts"), [("12_3", ("12", 3)), ("12", ("12", None)),
+                                               ("4294967295_0", ("4294967295", 0))])
+def test_a_job_id_splits_into_its_array_job_and_task(job_id: str, parts: tuple) -> None:
+    assert arrays.job_and_task(job_id) == parts
+    assert arrays.array_job_id(job_id) == parts[0]
+    if parts[1] is not None:
+        assert arrays.task_job_id(*parts) == job_id
+
+
+def test_only_arrays_builds_or_splits_a_task_job_id() -> None:
+    """The ``<job>_<task>`` rule has one home (issue 29): no f-string joins two values with
+    ``_`` and no ``partition("_")`` outside ``agent_stdlib/arrays.py``."""
+    pattern = re.compile(r"""f["']\{[^{}]+\}_\{[^{}]+\}["']|\.partition\(["']_["']\)""")
+    home = Path(arrays.__file__).resolve()
+    found = [f"{path.relative_to(REPO)}:{n + 1}"
+             for root in ("agent_stdlib", "control")
+             for path in sorted((REPO / root).rglob("*.py")) if path.resolve() != home
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines())
+             if pattern.search(line)]
+    assert found == []
