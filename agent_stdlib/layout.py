@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 JOB_PREFIX = "synthbatch-"
 
@@ -40,9 +40,28 @@ def shard_name(shard: int) -> str:
 FIRST_ATTEMPT = 1
 
 
+ATTEMPTS = "attempts"  # a shard's folder of attempt folders
+_ATTEMPT_PREFIX = "attempt-"
+
+
 def attempt_name(attempt: int) -> str:
     """``attempt-0002``: the folder of an attempt under ``shards/shard-NNNNN/attempts/``."""
-    return f"attempt-{attempt:04d}"
+    return f"{_ATTEMPT_PREFIX}{attempt:04d}"
+
+
+def attempt_number(name: str) -> Optional[int]:
+    """The number of an attempt folder's name (``attempt-0002`` -> 2); None for any other
+    name (four or more ASCII digits, as :func:`attempt_name` writes them)."""
+    digits = name[len(_ATTEMPT_PREFIX):]
+    if not name.startswith(_ATTEMPT_PREFIX) or len(digits) < 4 or \
+            not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits)
+
+
+def attempt_path(shard_folder: str, attempt: int) -> str:
+    """``<shard folder>/attempts/attempt-NNNN`` as a string (bulk readers skip Path)."""
+    return f"{shard_folder}/{ATTEMPTS}/{attempt_name(attempt)}"
 
 
 @dataclass(frozen=True)
@@ -102,15 +121,19 @@ class RunLayout:
         """Immutable winner record of a shard."""
         return self.shard_dir(shard) / "winner.json"
 
+    def attempts_dir(self, shard: int) -> Path:
+        """The folder of a shard's attempt folders."""
+        return self.shard_dir(shard) / ATTEMPTS
+
     def attempt(self, shard: int, attempt: int) -> AttemptLayout:
         """Layout of one attempt."""
-        return AttemptLayout(self.shard_dir(shard) / "attempts" / attempt_name(attempt))
+        return AttemptLayout(self.attempts_dir(shard) / attempt_name(attempt))
 
     def attempt_json_path(self, shard: int, attempt: int) -> str:
         """``attempt(shard, attempt).attempt_json`` as a string, made without five Path
         objects (the bulk writers of submit and its recovery: 100,000 a run)."""
-        return f"{self.root}/shards/{shard_name(shard)}/attempts/{attempt_name(attempt)}/" \
-            "attempt.json"
+        return attempt_path(f"{self.root}/shards/{shard_name(shard)}", attempt) + \
+            "/attempt.json"
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,12 @@ has: the job's start -> first record when ``sacct`` knows it, else ready -> firs
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from synthbatch.agent_stdlib.contracts import Plan, ProgressRecord, ResultManifest
-from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.layout import RunLayout, attempt_number
 from synthbatch.agent_stdlib.resume import request_cells
 from synthbatch.control.planning.sizing import percentile, size
 
@@ -66,8 +67,16 @@ def attempt_dir(layout: RunLayout, shard: int) -> Optional[Path]:
     winner = _json(layout.winner_json(shard))
     if winner and isinstance(winner.get("attempt"), int):
         return layout.attempt(shard, winner["attempt"]).root
-    found = sorted((layout.shard_dir(shard) / "attempts").glob("attempt-*"))
-    return found[-1] if found else None
+    folder = layout.attempts_dir(shard)
+    found = sorted(n for n in map(attempt_number, _names(folder)) if n is not None)
+    return layout.attempt(shard, found[-1]).root if found else None
+
+
+def _names(folder: Path) -> List[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[str, Any]:

@@ -24,7 +24,16 @@ from typing import (
 )
 
 from synthbatch.agent_stdlib.arrays import ArrayError, is_job_id, task_finder, task_job_id
-from synthbatch.agent_stdlib.layout import FIRST_ATTEMPT, RunLayout, run_dir, runs_root, shard_name
+from synthbatch.agent_stdlib.layout import (
+    ATTEMPTS,
+    FIRST_ATTEMPT,
+    RunLayout,
+    attempt_number,
+    attempt_path,
+    run_dir,
+    runs_root,
+    shard_name,
+)
 from synthbatch.agent_stdlib.statefile import StateError, load_record, open_state_file
 from synthbatch.control.errors import InvalidInput, NotFound
 from synthbatch.control.runs.cachestats import cache_figures
@@ -34,7 +43,6 @@ if TYPE_CHECKING:  # the contract classes cost ~11 ms to import; status needs th
     from synthbatch.agent_stdlib.contracts import Plan, RunRecord, SubmissionRecord
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-ATTEMPT_DIR = re.compile(r"^attempt-(\d{4,})$")
 SUBMISSION = re.compile(r"^[0-9]{4}\.json$")
 RUNS_HINT = "'synthbatch runs' lists the runs of this workspace"
 
@@ -145,9 +153,9 @@ def attempt_numbers(layout: RunLayout, shard: int,
     """Attempt numbers of ``shard``, ascending: those with a folder on disk, and
     ``expected``'s (the newest a submission names: a first attempt has no folder until
     it starts)."""
-    folder = layout.shard_dir(shard) / "attempts"
-    numbers = {int(m.group(1)) for m in (ATTEMPT_DIR.match(p.name) for p in folder.iterdir())
-               if m} if folder.is_dir() else set()
+    folder = layout.attempts_dir(shard)
+    numbers = {n for n in (attempt_number(p.name) for p in folder.iterdir())
+               if n is not None} if folder.is_dir() else set()
     if expected is not None and expected.attempt == FIRST_ATTEMPT:
         numbers.add(expected.attempt)
     return sorted(numbers)
@@ -511,15 +519,15 @@ def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[st
     except FileNotFoundError:
         return False, None
     winner = "winner.json" in names
-    if "attempts" not in names:
+    if ATTEMPTS not in names:
         return winner, None
-    attempts = sorted((n for n in os.listdir(f"{folder}/attempts") if ATTEMPT_DIR.match(n)),
-                      key=lambda n: int(n[8:]), reverse=True)
-    if not attempts:
+    numbers = sorted((n for n in map(attempt_number, os.listdir(f"{folder}/{ATTEMPTS}"))
+                      if n is not None), reverse=True)
+    if not numbers:
         return winner, None
-    recorded = next((n for n in attempts
-                     if _exists(f"{folder}/attempts/{n}/attempt.json")), attempts[0])
-    return winner, f"{folder}/attempts/{recorded}"
+    recorded = next((n for n in numbers
+                     if _exists(f"{attempt_path(folder, n)}/attempt.json")), numbers[0])
+    return winner, attempt_path(folder, recorded)
 
 
 UNRECORDED = "not recorded yet (its submission has not written it)"
@@ -599,7 +607,7 @@ def _scan_expected(layout: RunLayout, shard: int, expected: Expected) -> Optiona
             _exists(folder) if expected.folder is None else expected.folder):
         return ShardView(shard, False, implied_view(expected), None)
     present = _exists(f"{folder}/winner.json")
-    base = f"{folder}/attempts/attempt-{expected.attempt:04d}"
+    base = attempt_path(folder, expected.attempt)
     try:
         attempt = _attempt_view(f"{base}/attempt.json")
     except StateError:
@@ -607,7 +615,7 @@ def _scan_expected(layout: RunLayout, shard: int, expected: Expected) -> Optiona
     if attempt is None or attempt.number != expected.attempt:
         return None
     if attempt.state in RETRIED_STATES and \
-            _exists(f"{folder}/attempts/attempt-{expected.attempt + 1:04d}"):
+            _exists(attempt_path(folder, expected.attempt + 1)):
         return None
     progress, progress_problem = (None, None) if attempt.state in NOT_STARTED else \
         _progress(base, attempt.state == "running")
