@@ -1,0 +1,75 @@
+"""docs/architecture.md's layout tree names every module of the tree (issue 29).
+
+The tree is the newcomer's map: a module it does not name is a room nobody finds. Each
+``agent_stdlib/`` and ``control/`` module must be named in the tree block: a top-level
+module as ``name.py`` anywhere in its package's part, a module of a sub-package as the word
+``name`` in that sub-package's part (``client/``, ``runs/``, ``backends/local/`` ...); every
+sub-package the tree names must exist.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from tests.conftest import REPO
+
+PACKAGES = ("agent_stdlib", "control")
+FOLDER = re.compile(r"^  ([a-z_]+(?:/[a-z_]+)*)/\s")
+
+
+def tree_block() -> List[str]:
+    """The lines of the first fenced block after the "## Layout" heading."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    after = text.split("\n## Layout\n", 1)[1]
+    return after.split("```\n", 2)[1].splitlines()
+
+
+def parts(lines: List[str]) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """(package -> its whole text, "package/sub" -> the text of that sub-package's part)."""
+    whole: Dict[str, str] = {}
+    subs: Dict[str, str] = {}
+    package = sub = None
+    for line in lines:
+        top = re.match(r"^([a-z_]+)/\s", line)
+        if top:
+            package, sub = top.group(1), None
+        else:
+            folder = FOLDER.match(line)
+            if folder and package:
+                sub = f"{package}/{folder.group(1)}"
+        if package:
+            whole[package] = whole.get(package, "") + line + "\n"
+            if sub:
+                subs[sub] = subs.get(sub, "") + line + "\n"
+    return whole, subs
+
+
+def modules(package: str) -> List[Path]:
+    """The package's modules (no ``__init__``), relative to the repository."""
+    return sorted(p.relative_to(REPO) for p in (REPO / package).rglob("*.py")
+                  if p.name != "__init__.py" and "__pycache__" not in p.parts)
+
+
+def test_every_module_is_named_in_the_tree() -> None:
+    whole, subs = parts(tree_block())
+    missing = []
+    for package in PACKAGES:
+        for module in modules(package):
+            folder = module.parent.as_posix()
+            if folder == package:
+                named = re.search(rf"(?<![\w.]){re.escape(module.name)}\b", whole[package])
+            else:
+                text = subs.get(folder, "")
+                named = text and re.search(rf"(?<![\w.]){re.escape(module.stem)}\b", text)
+            if not named:
+                missing.append(module.as_posix())
+    assert missing == [], "docs/architecture.md's layout tree does not name: " + \
+        ", ".join(missing)
+
+
+def test_every_folder_the_tree_names_exists() -> None:
+    _, subs = parts(tree_block())
+    assert [s for s in subs if not (REPO / s).is_dir()] == []
+    assert len(subs) >= 12  # the parse found the tree's folders
