@@ -25,17 +25,19 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from synthbatch.agent_stdlib.contracts import Plan, ProgressRecord, ResultManifest
 from synthbatch.agent_stdlib.layout import RunLayout, attempt_number
 from synthbatch.agent_stdlib.resume import request_cells
+from synthbatch.agent_stdlib.statefile import StateError, read_json
 from synthbatch.control.planning.sizing import percentile, size
 
 ERROR_KINDS_NOT_429 = ("503", "5xx", "4xx", "timeout", "connection", "invalid_output")
 
 
 def _json(path: Path) -> Optional[Dict[str, Any]]:
+    """A run's state record through the one tolerant reader (``statefile.read_json``: no
+    symlink, this user's regular file); None if absent or damaged (the point is missing)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        return read_json(path)
+    except StateError:
         return None
-    return data if isinstance(data, dict) else None
 
 
 def record_cells(output: Path) -> Iterator[Dict[str, Any]]:

@@ -5,12 +5,12 @@ pilot.py``). Every problem is one ``InvalidInput`` line naming the field and ben
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from synthbatch.agent_stdlib.contracts import Plan
 from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import StateError, load_record
 from synthbatch.control.benchmark import store
 from synthbatch.control.benchmark.analyze import analyze, attempt_dir, record_cells
 from synthbatch.control.errors import InvalidInput, SynthbatchError
@@ -61,9 +61,11 @@ def _deployments(layout: RunLayout, models: Mapping[str, str],
     """alias -> (GPUs a replica, replicas) of the pilot's run, checked to serve the same
     models under the same aliases."""
     try:
-        plan = Plan.from_dict(json.loads(layout.plan_json.read_text(encoding="utf-8")))
-    except Exception as err:  # noqa: BLE001 - a damaged plan is named, not raised
-        raise InvalidInput(f"{head}: {layout.plan_json}: unreadable ({err})") from err
+        plan = load_record(layout.plan_json, Plan)
+    except StateError as err:
+        raise InvalidInput(f"{head}: unreadable: {err}") from None
+    if plan is None:
+        raise InvalidInput(f"{head}: {layout.plan_json}: missing")
     found = {d.alias: d for d in plan.deployments}
     out = {}
     for alias, model in models.items():

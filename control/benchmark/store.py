@@ -3,11 +3,10 @@ sweep: cases, their run ids and points, the targets) and each case's run file.""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-from synthbatch.agent_stdlib.statefile import ensure_dir, write_json_atomic
+from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
 from synthbatch.control.benchmark.sweep import CaseRun
 from synthbatch.control.config.benchmark import BenchmarkConfig
 from synthbatch.control.errors import InvalidInput, NotFound
@@ -42,13 +41,13 @@ def load(workspace: Path, bench_id: str) -> Dict[str, Any]:
     """The manifest of ``bench_id``; NotFound or InvalidInput in one line."""
     path = bench_dir(workspace, bench_id) / "benchmark.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        data = read_json(path)
+    except StateError as err:
+        raise InvalidInput(f"unreadable: {err}") from None
+    if data is None:
         raise NotFound(f"benchmark {bench_id}: no such benchmark in "
-                       f"{workspace / 'benchmarks'}") from None
-    except (OSError, ValueError, UnicodeDecodeError) as err:
-        raise InvalidInput(f"{path}: unreadable ({err})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+                       f"{workspace / 'benchmarks'}")
+    if not isinstance(data.get("cases"), list):
         raise InvalidInput(f"{path}: not a benchmark record")
     return data
 
