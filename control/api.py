@@ -29,6 +29,7 @@ from typing import (
 )
 
 from synthbatch.agent_stdlib.layout import RunLayout, job_name
+from synthbatch.agent_stdlib.states import FAILED
 from synthbatch.control.config.workspace import WorkspaceProfile, load_workspace_profile
 from synthbatch.control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
 from synthbatch.control.runs.results import MergeResult, PlanResult, RunStatus, RunSummary
@@ -352,7 +353,7 @@ def _observed(layout: RunLayout, profile: ProfileRef, sched: Scheduler, auto_ret
 
     fresh = _refresh(layout, sched)
     data = fresh.summary
-    if not auto_retry or not data["counts"].get("failed") or unreachable(data):
+    if not auto_retry or not data["counts"].get(FAILED) or unreachable(data):
         return fresh
     from synthbatch.control.errors import Conflict
     from synthbatch.control.runs.retry import retry_run

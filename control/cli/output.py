@@ -22,6 +22,7 @@ from synthbatch.agent_stdlib.statefile import StateError
 from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.cli.render import state_cell
 from synthbatch.control.errors import MAX_MESSAGE, DamagedState, SynthbatchError, one_line
+from synthbatch.control.runs import normalize as norm
 
 KEEP = "\n\t"
 # A control character other than newline and tab as json.dumps writes it (ASCII only).
@@ -67,8 +68,9 @@ def emit_text(text: str, err: bool = False, colour: bool = False) -> None:
 
 
 # States as status, runs and wait print them -> their colour on a terminal.
-COLOURS = {"succeeded": "green", "running": "cyan", "pending": "yellow", "cancelling": "yellow",
-           "failed": "red", "lost": "red", "cancelled": "magenta", "unknown": "yellow"}
+COLOURS = {norm.SUCCEEDED: "green", norm.RUNNING: "cyan", norm.PENDING: "yellow",
+           norm.CANCELLING: "yellow", norm.FAILED: "red", norm.LOST: "red",
+           norm.CANCELLED: "magenta", norm.UNKNOWN: "yellow"}
 STATE_CELL = state_cell(COLOURS)
 
 

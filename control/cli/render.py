@@ -7,6 +7,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from synthbatch.agent_stdlib.states import TERMINAL
+from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs.cachestats import cache_line
 
 Status = Dict[str, Any]
@@ -17,8 +18,9 @@ REASON_SHOWN = 300  # a reason's first characters in the summary (its cause come
 BAR_LIMIT = 40  # a bar per shard up to this many shards; beyond, a compact grid
 BAR_WIDTH = 24
 GRID_WIDTH = 64
-GLYPH = {"succeeded": "#", "running": ">", "cancelling": "x", "pending": ".",
-         "created": " ", "failed": "F", "cancelled": "C", "lost": "L", "unknown": "?"}
+GLYPH = {norm.SUCCEEDED: "#", norm.RUNNING: ">", norm.CANCELLING: "x", norm.PENDING: ".",
+         norm.CREATED: " ", norm.FAILED: "F", norm.CANCELLED: "C", norm.LOST: "L",
+         norm.UNKNOWN: "?"}
 
 
 def state_cell(states: Sequence[str]) -> re.Pattern[str]:
@@ -276,7 +278,7 @@ def runs_text(runs: List[Dict[str, Any]]) -> str:
         submitted = time.strftime("%Y-%m-%d %H:%M", time.localtime(run["created_at"])) \
             if "created_at" in run else "-"
         records = f"{run['records_done']}/{run['records']}" if "records" in run else "-"
-        settled = run.get("counts", {}).get("succeeded", 0)
+        settled = run.get("counts", {}).get(norm.SUCCEEDED, 0)
         shards = f"{settled}/{run['shards']}" if "shards" in run else "-"
         elapsed = duration(run.get("elapsed_s")) if "elapsed_s" in run else "-"
         note = f"  ({run['problem']})" if run.get("problem") else ""

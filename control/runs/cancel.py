@@ -32,6 +32,7 @@ from synthbatch.control.errors import (
 )
 from synthbatch.control.runs import autoretry, settled
 from synthbatch.control.runs.ledger import carried_out, pending_cancels, record_cancel
+from synthbatch.control.runs.normalize import UNKNOWN
 from synthbatch.control.runs.store import (
     ShardView,
     load_plan_view,
@@ -178,7 +179,7 @@ def _wait(scheduler: Scheduler, name: str, jobs: Set[str], wait_s: float,
 def _state(view: ShardView) -> str:
     if view.winner:
         return states.SUCCEEDED
-    return view.attempt.state if view.attempt else "unknown"
+    return view.attempt.state if view.attempt else UNKNOWN
 
 
 def _task_key(job_id: str) -> tuple:

@@ -48,8 +48,8 @@ def durable_shard_state(view: ShardView) -> str:
 
 
 # What a settled row says without Slurm: a lost shard's attempt is recorded ``failed``.
-SETTLED = {"succeeded": norm.SUCCEEDED, "failed": norm.FAILED, "cancelled": norm.CANCELLED,
-           "lost": norm.FAILED}
+SETTLED = {norm.SUCCEEDED: norm.SUCCEEDED, norm.FAILED: norm.FAILED,
+           norm.CANCELLED: norm.CANCELLED, norm.LOST: norm.FAILED}
 
 
 def durable_state(layout: RunLayout, shard_count: int,
@@ -111,7 +111,7 @@ def list_runs(workspace: Path, now: Optional[float] = None) -> List[Dict[str, An
         except SynthbatchError:
             continue
         except Exception as err:  # noqa: BLE001 - one bad run must not hide the rest
-            found.append({"run_id": folder.name, "state": "unknown", "problem": str(err)})
+            found.append({"run_id": folder.name, "state": norm.UNKNOWN, "problem": str(err)})
             continue
         if record is None:
             continue
@@ -120,7 +120,7 @@ def list_runs(workspace: Path, now: Optional[float] = None) -> List[Dict[str, An
         except Exception:  # noqa: BLE001 - a damaged plan: the records still give a state
             sizes = None
         if sizes is not None and len(sizes) != record.shard_count:
-            found.append({"run_id": folder.name, "state": "unknown",
+            found.append({"run_id": folder.name, "state": norm.UNKNOWN,
                           "problem": f"{layout.run_json}: shard_count {record.shard_count} "
                                      f"is not the plan's {len(sizes)} shards"})
             continue

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from synthbatch.agent_stdlib.states import PENDING
+
 FIX = "cancel the run, fix the request (synthbatch plan checks it against the partition) " \
       "and submit again"
 NEVER: Dict[str, str] = {
@@ -59,7 +61,7 @@ def blocked(shards: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Pending shards grouped by a reason ``explain`` knows: reason, shards, hint, never."""
     groups: Dict[str, Dict[str, Any]] = {}
     for row in shards:
-        if row.get("state") != "pending":
+        if row.get("state") != PENDING:
             continue
         known = explain(row.get("reason"))
         if known is None:
@@ -76,6 +78,6 @@ def reasons(shards: List[Dict[str, Any]]) -> Dict[str, int]:
     counts: Dict[str, int] = {}
     for row in shards:
         reason = row.get("reason")
-        if row.get("state") == "pending" and reason and reason != "None":
+        if row.get("state") == PENDING and reason and reason != "None":
             counts[reason] = counts.get(reason, 0) + 1
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
+from synthbatch.agent_stdlib.states import CANCELLED, FAILED, SUCCEEDED
+
 Data = Dict[str, Any]
 
 
@@ -129,12 +131,12 @@ class RunStatus(Result):
     @property
     def finished(self) -> bool:
         """True once the run cannot change by itself (succeeded, failed, cancelled)."""
-        return self.state in ("succeeded", "failed", "cancelled")
+        return self.state in (SUCCEEDED, FAILED, CANCELLED)
 
     @property
     def succeeded(self) -> bool:
         """True when every shard succeeded."""
-        return self.state == "succeeded"
+        return self.state == SUCCEEDED
 
     @property
     def failures(self) -> Tuple[Failure, ...]:

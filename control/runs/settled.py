@@ -64,6 +64,7 @@ from typing import (
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, write_bytes_atomic
 from synthbatch.control.errors import Conflict
+from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs.store import read_limited, submissions_key
 
 SCHEMA = 3  # 2: record_failures and records_dropped; 3: header/columns/rows sections
@@ -71,7 +72,7 @@ SCHEMA = 3  # 2: record_failures and records_dropped; 3: header/columns/rows sec
 MAX_INDEX = 1 << 30
 DIGEST = b"#sha256="
 DIGEST_TAIL = 128  # the digest line (73 bytes) is looked for in the file's last bytes
-STATE_CODES = {"succeeded": "s", "failed": "f", "cancelled": "c", "lost": "l"}
+STATE_CODES = {norm.SUCCEEDED: "s", norm.FAILED: "f", norm.CANCELLED: "c", norm.LOST: "l"}
 CODE_STATES = {code: state for state, code in STATE_CODES.items()}
 COLUMNS = ("attempt", "job_id", "records", "records_done", "tokens", "record_failures",
            "records_dropped")
@@ -245,7 +246,7 @@ class Index:
                  "records_dropped": dropped[p]} for p in positions]
         if codes.count("s") != len(codes):
             for row in rows:
-                if row["state"] != "succeeded":
+                if row["state"] != norm.SUCCEEDED:
                     row["log"] = None
         return rows
 

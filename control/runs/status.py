@@ -64,7 +64,7 @@ ENRICH_WINDOW_S = 600.0  # ask Slurm why a shard failed or was cancelled this re
 FRESH_PROGRESS_S = 60.0  # progress older than this does not count towards the rate
 # the agent's "(log PATH: ..." or, for a replica across nodes, "(srun status N; log PATH, rank"
 LOG_IN_REASON = re.compile(r"(?:\(|; )log (/[^\s:),]+)")
-NOT_SUCCEEDED = re.compile(f"[^{settled.STATE_CODES['succeeded']}]")  # in the index's codes
+NOT_SUCCEEDED = re.compile(f"[^{settled.STATE_CODES[norm.SUCCEEDED]}]")  # in the index's codes
 
 
 @dataclass

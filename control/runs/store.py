@@ -23,6 +23,7 @@ from typing import (
     Tuple,
 )
 
+from synthbatch.agent_stdlib import states
 from synthbatch.agent_stdlib.arrays import ArrayError, is_job_id, task_finder, task_job_id
 from synthbatch.agent_stdlib.layout import (
     ATTEMPTS,
@@ -174,10 +175,11 @@ MAX_PLAN = 1 << 28  # plan.json grows ~90 bytes a shard: 100,000 shards are ~9 M
 # A submission record maps every shard it submitted to its attempt (~16 bytes a shard as
 # written): one of 100,000 shards is ~1.6 MiB, more than any other record.
 MAX_SUBMISSION = 1 << 26
-RETRIED_STATES = frozenset({"failed", "cancelled"})  # retry adds an attempt only after these
+# retry adds an attempt only after these
+RETRIED_STATES = frozenset({states.FAILED, states.CANCELLED})
 # The agent records ``running`` before its client can write progress, and states never move
 # back: an attempt read in one of these states has no progress file to read.
-NOT_STARTED = frozenset({"created", "submitted", "pending"})
+NOT_STARTED = frozenset({states.CREATED, states.SUBMITTED, states.PENDING})
 _decode = json.JSONDecoder().decode
 
 
@@ -542,7 +544,7 @@ def _unrecorded(folder: str, expected: Optional[Expected]) -> AttemptView:
     number = int(os.path.basename(folder)[8:])
     if expected is not None and expected.attempt == number == FIRST_ATTEMPT:
         return implied_view(expected)
-    return AttemptView(number, "created", None, UNRECORDED, os.lstat(folder).st_mtime)
+    return AttemptView(number, states.CREATED, None, UNRECORDED, os.lstat(folder).st_mtime)
 
 
 def implied_view(expected: Expected) -> AttemptView:
@@ -550,9 +552,9 @@ def implied_view(expected: Expected) -> AttemptView:
     (``attempts.implied_attempt``): ``submitted`` with its task's job id, dated by the
     submission, or ``created`` while the record has no job id."""
     if expected.job_id is None:
-        return AttemptView(expected.attempt, "created", None, UNSUBMITTED,
+        return AttemptView(expected.attempt, states.CREATED, None, UNSUBMITTED,
                            expected.submitted_at)
-    return AttemptView(expected.attempt, "submitted", expected.job_id, None,
+    return AttemptView(expected.attempt, states.SUBMITTED, expected.job_id, None,
                        expected.submitted_at)
 
 
@@ -618,7 +620,7 @@ def _scan_expected(layout: RunLayout, shard: int, expected: Expected) -> Optiona
             _exists(attempt_path(folder, expected.attempt + 1)):
         return None
     progress, progress_problem = (None, None) if attempt.state in NOT_STARTED else \
-        _progress(base, attempt.state == "running")
+        _progress(base, attempt.state == states.RUNNING)
     winner, winner_problem, won = _winner(folder, shard, present)
     return ShardView(shard, winner, attempt, progress, None, winner_problem, progress_problem,
                      won)
@@ -652,7 +654,7 @@ def scan_shard(layout: RunLayout, shard: int, expected: Optional[Expected] = Non
         except (StateError, OSError) as err:
             problem = str(err)
         progress, progress_problem = _progress(folder, attempt is not None
-                                               and attempt.state == "running")
+                                               and attempt.state == states.RUNNING)
     elif expected is not None and expected.attempt == FIRST_ATTEMPT:
         attempt = implied_view(expected)
     return ShardView(shard, winner, attempt, progress, problem, winner_problem,

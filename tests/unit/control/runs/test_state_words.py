@@ -42,3 +42,29 @@ def test_shard_states_reuse_the_attempt_words() -> None:
     assert not hasattr(norm, "ATTEMPT_TERMINAL")
     assert set(states.ATTEMPT_STATES) - {states.SUBMITTED} <= set(norm.SHARD_STATES)
     assert norm.TERMINAL is states.TERMINAL
+
+
+# The same letters used for something else than a run's, shard's or attempt's state.
+NOT_A_STATE = {
+    ("control/api.py", "submitted"): "a benchmark case's JSON key",
+    ("control/cli/benchmark.py", "submitted"): "the same key read back",
+    ("control/cli/retry.py", "submitted"): "the verb of a retry's message",
+    ("control/runs/card.py", "unknown"): "a dataset card's licence and missing dates",
+    ("control/runs/doctor.py", "unknown"): "a filesystem type not found",
+    ("control/images/probe.py", "unknown"): "an image's OS not found",
+    ("control/slurm/parsers.py", "unknown"): "Slurm's own word in squeue output",
+    ("control/runs/settled.py", "pending"): "the settled index's key of unsettled shards",
+}
+
+
+def test_no_state_word_is_spelled_outside_its_module() -> None:
+    """A shard state is written as ``norm.X`` or ``states.X`` everywhere in the control
+    plane: changing how a state is reported never means hunting bare strings (issue 29)."""
+    from synthbatch.control.runs import normalize as norm
+    words = set(norm.SHARD_STATES) | set(states.ATTEMPT_STATES)
+    homes = {ROOT / "control/runs/normalize.py"}
+    spelled = sorted({(path.relative_to(ROOT).as_posix(), node.value)
+                      for path in sorted((ROOT / "control").rglob("*.py")) if path not in homes
+                      for node in ast.walk(ast.parse(path.read_text()))
+                      if isinstance(node, ast.Constant) and node.value in words})
+    assert [hit for hit in spelled if hit not in NOT_A_STATE] == []
