@@ -1,7 +1,7 @@
 """Step launch specs: the argv and environment of every server and client step (pure).
 
 One builder per step kind, no I/O, so the exact command lines are golden-tested
-(``tests/unit/test_serving.py``):
+(``tests/unit/agent/allocation/test_launch.py``):
 
 * a server replica runs ``dep.command`` with ``{host}``, ``{port}`` and ``{agent}`` filled,
   on its placement node (``srun --relative``), wrapped for its container; a replica with

@@ -10,7 +10,8 @@ rejected. The other fields are not validated here; ``profile validate``, ``plan`
 ``submit`` and ``retry`` validate the whole profile.
 
 The single source of truth stays ``Profile``: its field names must equal ``FIELDS`` and
-its defaults and bounds are the constants below (asserted in tests/unit/test_config.py).
+its defaults and bounds are the constants below (asserted in
+tests/unit/control/config/test_workspace.py).
 """
 
 from __future__ import annotations

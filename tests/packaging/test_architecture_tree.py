@@ -73,3 +73,15 @@ def test_every_folder_the_tree_names_exists() -> None:
     _, subs = parts(tree_block())
     assert [s for s in subs if not (REPO / s).is_dir()] == []
     assert len(subs) >= 12  # the parse found the tree's folders
+
+
+def test_every_test_file_the_code_and_docs_point_at_exists() -> None:
+    """Docstrings and docs name test files as evidence; a moved test leaves them stale."""
+    pointer = re.compile(r"tests/[A-Za-z0-9_/]+\.py")
+    sources = [p for folder in ("control", "agent_stdlib", "docs", "benchmarks", "scripts")
+               for p in sorted((REPO / folder).rglob("*")) if p.suffix in (".py", ".md")]
+    stale = sorted({f"{path.relative_to(REPO)}: {hit}"
+                    for path in sources + [REPO / "README.md"]
+                    for hit in pointer.findall(path.read_text(encoding="utf-8"))
+                    if not (REPO / hit).is_file()})
+    assert stale == []
