@@ -42,6 +42,7 @@ from ..recipe.seeds import SeedError
 from ..recipe.sizing import bounds
 from ..resume import KeptRecords, scan_kept
 from ..statefile import read_json
+from ..text import visible
 from .cachestats import ProxySampler
 from .concurrency import Limiter
 from .http import Endpoint
@@ -115,6 +116,7 @@ class Producer:
                 outcome = self.finished.pop(write)
                 (out.drop if outcome.dropped else out.record)(outcome.line)
                 progress.settled(outcome.tokens, dropped=outcome.dropped)
+                progress.cells(*outcome.cells)
                 write += 1
             else:
                 break
@@ -329,6 +331,8 @@ def reused_cells(sources: List[str], first: int, count: int) -> Optional[Cells]:
     print(f"generate: reuse: {len(cells.cells)} cells from {len(sources)} run(s)"
           + (f", {cells.damaged} damaged lines skipped" if cells.damaged else ""),
           file=sys.stderr, flush=True)
+    for problem in cells.problems:
+        print(f"generate: reuse: {visible(problem)}", file=sys.stderr, flush=True)
     return cells
 
 

@@ -96,6 +96,7 @@ class Outcome:
     line: bytes
     dropped: bool = False
     tokens: int = 0
+    cells: Tuple[int, int] = (0, 0)  # LLM cells (reused, generated) of the record (issue 31)
 
 
 def retry_after(reply: Reply) -> Optional[float]:
@@ -197,8 +198,11 @@ class Engine:
                  meta: Dict[str, Dict[str, Any]], failure: Optional[CellFailure]) -> Outcome:
         tokens = sum(int(m.get("usage", {}).get("completion_tokens") or 0)
                      for m in meta.values() if "reused_from" not in m)  # generated only
+        reused = sum(1 for m in meta.values() if "reused_from" in m)
+        cells = (reused, len(meta) - reused)
         if self.recipe.legacy:
-            return Outcome(index, self._legacy_line(index, values, meta), tokens=tokens)
+            return Outcome(index, self._legacy_line(index, values, meta), tokens=tokens,
+                           cells=cells)
         record: Dict[str, Any] = {"index": index}
         record.update(row)
         for column in self.recipe.columns:
@@ -208,7 +212,7 @@ class Engine:
         if failure is not None:
             record["_error"] = {"column": failure.column, "message": failure.message}
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-        return Outcome(index, line.encode("utf-8") + b"\n", tokens=tokens)
+        return Outcome(index, line.encode("utf-8") + b"\n", tokens=tokens, cells=cells)
 
     def _legacy_line(self, index: int, values: Dict[str, Any],
                      meta: Dict[str, Dict[str, Any]]) -> bytes:

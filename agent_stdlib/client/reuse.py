@@ -6,7 +6,8 @@ only, and keeps per record index and column the cell's request digest, value and
 kept one takes that value instead of asking a model; its ``_meta`` says
 ``reused_from``. Records match by index, so the shard layouts need not agree; a reused
 cell that was itself reused (a chain) carries its digest along. Damaged lines are
-skipped and counted (the cell is then generated), never fatal.
+skipped and counted per file, and a file that cannot be read is named and skipped (its
+cells are then generated): never fatal.
 """
 
 from __future__ import annotations
@@ -24,32 +25,43 @@ class Cells:
     def __init__(self) -> None:
         self.cells: Dict[Tuple[int, str], Cell] = {}
         self.damaged = 0  # lines that were no record
+        self.problems: List[str] = []  # one line per damaged or unreadable file
         self.reused = 0  # cells handed out
 
     def add_run(self, run_id: str, files: Iterable[Path], first: int, count: int) -> None:
         """Keep the cells of records ``first .. first+count-1`` of ``files`` (a run)."""
         for path in files:
-            with open(path, "rb") as handle:
-                for line in handle:
-                    self._add_line(run_id, line, first, first + count)
+            damaged = 0
+            try:
+                with open(path, "rb") as handle:
+                    for line in handle:
+                        damaged += not self._add_line(run_id, line, first, first + count)
+            except OSError as err:
+                self.problems.append(f"{run_id}: {path}: unreadable ({err.strerror}): "
+                                     "skipped, its cells are generated")
+            if damaged:
+                self.damaged += damaged
+                self.problems.append(f"{run_id}: {path}: {damaged} damaged line(s) "
+                                     "skipped, their cells are generated")
 
-    def _add_line(self, run_id: str, line: bytes, low: int, high: int) -> None:
+    def _add_line(self, run_id: str, line: bytes, low: int, high: int) -> bool:
+        """Keep one line's cells; False when it is no record."""
         try:
             record = json.loads(line)
             index = record["index"]
             columns = record["_meta"]["columns"]
         except (ValueError, KeyError, TypeError):
-            self.damaged += 1
-            return
+            return False
         if not isinstance(index, int) or not low <= index < high or not isinstance(
                 columns, dict) or record.get("_error") is not None:
-            return
+            return True
         for name, meta in columns.items():
             digest = meta.get("request_digest") if isinstance(meta, dict) else None
             if isinstance(digest, str) and name in record:
                 kept = dict(meta)
                 kept.setdefault("reused_from", run_id)
                 self.cells.setdefault((index, name), (digest, record[name], kept))
+        return True
 
     def take(self, index: int, column: str, digest: str) -> Optional[Tuple[Any, Dict[str, Any]]]:
         """(value, meta) of a kept cell whose request is ``digest``; None: generate it."""

@@ -78,6 +78,28 @@ def test_changing_the_last_column_regenerates_only_it_in_another_shard_layout(
         assert "reused_from" not in record["_meta"]["columns"]["d"]
 
 
+def test_progress_counts_reused_cells_apart(tmp_path: Path) -> None:
+    _rerun(tmp_path, columns("Judge  {c}.")[4], 4)
+    progress = [json.loads(p.read_text()) for p in (tmp_path / "two").glob("p*.json")]
+    assert sum(p["cells_reused"] for p in progress) == 3 * RECORDS
+    assert sum(p["cells_generated"] for p in progress) == RECORDS
+    assert sum(p["records_reused"] for p in progress) == 0  # each record sent one request
+    assert sum(p["tokens"] for p in progress) == sum(  # the generated column's tokens only
+        r["_meta"]["columns"]["d"]["usage"]["completion_tokens"]
+        for path in (tmp_path / "two").glob("shard-*/records-*.jsonl")
+        for r in map(json.loads, path.read_text().splitlines()))
+
+
+def test_the_rate_leaves_out_records_whose_every_cell_was_reused() -> None:
+    progress = Progress(None, 10)
+    for reused, generated in ((2, 0), (2, 0), (1, 1)):
+        progress.settled()
+        progress.cells(reused, generated)
+    assert (progress.reused, progress.generated, progress.records_reused) == (5, 1, 2)
+    assert progress.rate(progress.started + 2.0) == 0.5  # one generated record in 2 s
+    assert "reused 5 of 6 cells" in progress.line(progress.started + 2.0)
+
+
 def test_changing_the_first_column_regenerates_everything(tmp_path: Path) -> None:
     changed = ColumnSpec("a", "llm-text", {"model": "gen", "prompt": "Ask about {topic}!",
                                            "max_tokens": 4})
@@ -92,8 +114,12 @@ def test_damaged_and_out_of_range_lines_are_skipped(tmp_path: Path) -> None:
     path.write_text("{not json\n" + json.dumps(good) + "\n"
                     + json.dumps({**good, "index": 99}) + "\n")
     cells = Cells()
-    cells.add_run("r", [path], 0, 10)
+    cells.add_run("r", [path, tmp_path / "gone.jsonl"], 0, 10)  # one damaged, one missing
     assert cells.damaged == 1 and list(cells.cells) == [(3, "a")]
+    assert cells.problems == [
+        f"r: {path}: 1 damaged line(s) skipped, their cells are generated",
+        f"r: {tmp_path / 'gone.jsonl'}: unreadable (No such file or directory): skipped, "
+        "its cells are generated"]
     assert cells.take(3, "a", "sha256:2") is None
     assert cells.take(3, "a", "sha256:1") == ("x", {"request_digest": "sha256:1",
                                                     "reused_from": "r"})
