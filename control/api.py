@@ -340,6 +340,12 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
     summary["pending_reasons"] = reasons(fresh.fresh)
     summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
                                ended=fresh.ended_at, job_ids=fresh.job_ids, usage=fresh.usage)
+    from synthbatch.control.runs import reusecount  # issue 31: reused cells apart
+
+    summary["reuse"] = reusecount.counts(layout, sum(summary.get("counts", {}).values()))
+    if summary["reuse"] is not None:
+        reusecount.generated(summary["totals"], summary.get("records_done", 0),
+                             summary["reuse"])
     from synthbatch.control.runs.autoretry import round_now  # issue 34: the pending automatic round
     from synthbatch.control.runs.store import load_plan
     summary["auto_retry"] = round_now(layout, sched, fresh.rows,  # the plan: only if pending
