@@ -327,7 +327,7 @@ def reused_cells(sources: List[str], first: int, count: int) -> Optional[Cells]:
         run_id, _, folder = source.partition("=")
         if not run_id or not folder or not (Path(folder) / "run.json").is_file():
             raise ValueError(f"--reuse {source}: not RUN_ID=DIR of a run directory")
-        cells.add_run(run_id, run_files(Path(folder)), first, count)
+        cells.add_run(run_id, run_files(Path(folder), first, count), first, count)
     print(f"generate: reuse: {len(cells.cells)} cells from {len(sources)} run(s)"
           + (f", {cells.damaged} damaged lines skipped" if cells.damaged else ""),
           file=sys.stderr, flush=True)

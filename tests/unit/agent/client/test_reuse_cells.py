@@ -135,3 +135,43 @@ def test_run_files_takes_the_winner_else_the_latest_attempt(tmp_path: Path) -> N
     got = [p.relative_to(tmp_path / "shards").parts[:3] for p in run_files(tmp_path)]
     assert got == [("shard-00000", "attempts", "attempt-0001"),
                    ("shard-00001", "attempts", "attempt-0002")]
+
+
+def test_a_shard_reads_only_the_earlier_records_of_its_own_range(tmp_path: Path) -> None:
+    """Issue 31's "reads each reused record once": only the earlier run's shards that
+    overlap the new shard's range, and within a file from about where the range starts
+    (a bisection) to where it ends."""
+    import dataclasses
+
+    from synthbatch.agent_stdlib.client import reuse as reuse_module
+    from synthbatch.agent_stdlib.contracts import ShardSpec
+    from synthbatch.agent_stdlib.layout import RunLayout
+
+    layout = RunLayout(tmp_path)
+    plan = recipe_plan(columns(), records=40_000)
+    specs = (ShardSpec(0, 0, 20_000), ShardSpec(1, 20_000, 20_000))
+    layout.plan_json.write_text(dataclasses.replace(plan, shards=specs).to_json())
+    for spec in specs:
+        out = layout.attempt(spec.index, 1).output
+        out.mkdir(parents=True)
+        (out / f"records-{spec.record_offset:012d}.jsonl").write_text("".join(
+            json.dumps({"index": i, "a": f"x{i}", "_meta": {"columns": {
+                "a": {"request_digest": f"d{i}"}}}}) + "\n"
+            for i in range(spec.record_offset, spec.record_offset + spec.num_records)))
+    files = run_files(tmp_path, 25_000, 100)
+    assert [p.relative_to(tmp_path).parts[1] for p in files] == ["shard-00001"]
+    assert len(run_files(tmp_path, 19_990, 100)) == 2 and len(run_files(tmp_path)) == 2
+    seen: List[int] = []
+
+    class Counted(Cells):
+        def _add_line(self, *args: Any) -> Optional[int]:
+            index = super()._add_line(*args)
+            seen.append(-1 if index is None else index)
+            return index
+
+    cells = Counted()
+    cells.add_run("r", files, 25_000, 100)
+    assert sorted(i for (i, _) in cells.cells) == list(range(25_000, 25_100))
+    assert cells.take(25_050, "a", "d25050") == ("x25050", {"request_digest": "d25050",
+                                                            "reused_from": "r"})
+    assert max(seen) == 25_100 and len(seen) < 100 + reuse_module.SCAN_BYTES // 50
