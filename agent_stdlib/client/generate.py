@@ -131,6 +131,7 @@ class Producer:
         write = nxt = first
         running: Dict[asyncio.Future, int] = {}
         inline = not self.engine.recipe.aliases  # samplers only: nothing to wait for
+        reusing = self.engine.reuse is not None and not self.engine.recipe.legacy
         try:
             while True:
                 write = self.drain(write)
@@ -139,10 +140,13 @@ class Producer:
                     return write
                 while nxt < end and nxt - write < self.width and not self.stop.is_set():
                     if nxt not in self.shard.kept:
-                        if inline:
+                        start = self.engine.reused(nxt) if reusing else None
+                        if isinstance(start, Outcome):  # every LLM cell reused: no task
+                            self.finished[nxt] = start
+                        elif inline:
                             self.finished[nxt] = await self.engine.record(nxt)
                         else:
-                            running[asyncio.ensure_future(self.engine.record(nxt))] = nxt
+                            running[asyncio.ensure_future(self.engine.record(nxt, start))] = nxt
                     nxt += 1
                 if inline:
                     await asyncio.sleep(0)

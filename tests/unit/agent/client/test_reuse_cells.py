@@ -90,6 +90,20 @@ def test_progress_counts_reused_cells_apart(tmp_path: Path) -> None:
         for r in map(json.loads, path.read_text().splitlines()))
 
 
+def test_a_rerun_of_the_same_recipe_sends_nothing_and_writes_the_same_records(
+        tmp_path: Path) -> None:
+    """Every LLM cell reused: each record is built at once (``Engine.reused``)."""
+    sent, first, second = _rerun(tmp_path, columns()[4], 4)
+    assert sent == 0
+    strip = [{**r, "_meta": {**r["_meta"], "columns": {
+        k: {x: y for x, y in m.items() if x != "reused_from"}
+        for k, m in r["_meta"]["columns"].items()}}} for r in second]
+    assert sorted(strip, key=lambda r: r["index"]) == sorted(first, key=lambda r: r["index"])
+    progress = [json.loads(p.read_text()) for p in (tmp_path / "two").glob("p*.json")]
+    assert sum(p["records_reused"] for p in progress) == RECORDS
+    assert sum(p["cells_generated"] for p in progress) == 0
+
+
 def test_the_rate_leaves_out_records_whose_every_cell_was_reused() -> None:
     progress = Progress(None, 10)
     for reused, generated in ((2, 0), (2, 0), (1, 1)):
