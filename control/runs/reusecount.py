@@ -82,4 +82,3 @@ def line(reused: Optional[Dict[str, int]]) -> Optional[str]:
     if reused is None:
         return None
     return f"reused {reused['cells_reused']:,} of {reused['cells']:,} cells"
-
