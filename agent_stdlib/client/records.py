@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 from ..errors import AgentError
-from ..recipe.reuse import request_digest
+from ..recipe.reuse import canonical_json, request_digest
 from ..recipe.template import render
 from .cachestats import cached_tokens
 from .concurrency import Limiter
@@ -132,6 +132,7 @@ class Engine:
         self.recipe, self.seed, self.on_error = recipe, seed, on_error
         self.reuse = reuse  # cells of reused runs (issue 31), None: generate every cell
         self.identities = identities or {}  # alias -> model identity (recipe.reuse)
+        self._models: Dict[str, Tuple[Dict[str, Any], bytes]] = {}  # and its JSON, once
         self.max_retries, self.timeout_s = max_retries, timeout_s
         self.aliases, self.seeds = aliases, seeds
         self._names = {c.name for c in recipe.columns}
@@ -277,8 +278,11 @@ class Engine:
 
     def _digest(self, column: Column, body: Dict[str, Any]) -> str:
         """The cell's request digest (``recipe.reuse``)."""
-        return request_digest(self.identities.get(column.alias,
-                                                  {"served_name": column.served}), body)
+        model = self._models.get(column.alias)
+        if model is None:
+            identity = self.identities.get(column.alias, {"served_name": column.served})
+            model = self._models[column.alias] = (identity, canonical_json(dict(identity)))
+        return request_digest(model[0], body, model[1])
 
     async def _cell(self, column: Column, index: int, values: Dict[str, Any],
                     rec: Open) -> Tuple[Any, Dict[str, Any]]:
