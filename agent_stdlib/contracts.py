@@ -644,6 +644,11 @@ class ProgressRecord(Record):
     failures: int = 0  # records the client gave up on so far (it may generate them again)
     started_at: Optional[float] = None  # wall time the generator started (endpoints ready)
     first_record_at: Optional[float] = None  # wall time the first record of this run settled
+    # issue 31: LLM cells this execution took from reused runs / generated, and the records
+    # every LLM cell of which was reused (no request sent; ``requests_per_s`` leaves them out)
+    cells_reused: int = 0
+    cells_generated: int = 0
+    records_reused: int = 0
 
 
 @dataclass(frozen=True)

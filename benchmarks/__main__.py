@@ -75,6 +75,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
     "concurrency": ("concurrency.py", [], ["--quick"],
                     "default concurrency >= 0.95 of the best fixed (capacity 16/128/512, "
                     "slowing when over-queued); 10 s job >= 0.93 of nominal", lambda: None),
+    "reuse": ("reuse.py", [], ["--records", "20000"],
+              "rerun reusing every cell <= 0.05 of the first run's wall time (100,000 "
+              "records, 1 s per request); each reused record read once", lambda: None),
 }
 
 

@@ -135,10 +135,11 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
     run's too), as ``-p/-A/-q/-t/--reservation`` do; ``gpus`` is the automatic layout's
     budget (``--gpus``, the run's ``resources.gpus``), ``deadline_hours`` and ``pilot`` its
     deadline and measured pilot (``--deadline``, ``--pilot``); ``reuse``: earlier runs
-    whose matching columns the summary names (issue 31)."""
+    whose matching columns the summary names, after the run file's ``reuse`` list
+    (issue 31)."""
     from synthbatch.control.benchmark.pilot import read_pilot
     from synthbatch.control.runs.plan import dry_run
-    from synthbatch.control.runs.reuse import summary_lines
+    from synthbatch.control.runs.reuse import merged, summary_lines
 
     sched = scheduler or scheduler_for(_profile(profile))
     size, unavailable = _max_array_size(sched)
@@ -146,11 +147,12 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
                       deadline_hours, pilot)
     data = dry_run(Path(run_file), profile_ref(profile), max_array_size=size, overrides=over,
                    scheduler=sched, unavailable=unavailable, read_pilot=read_pilot)
-    if reuse:
+    run_ids = merged(data.get("reuse", []), reuse)  # the run file's list, then --reuse
+    if run_ids:
         from synthbatch.agent_stdlib.contracts import Plan
 
         lines = summary_lines(Plan.from_dict(data["plan"]),
-                              Path(_profile(profile).workspace), list(reuse))
+                              Path(_profile(profile).workspace), run_ids)
         data["summary"] = data["summary"].rstrip("\n") + "\n" + "".join(
             f"{x}\n" for x in lines)
     return PlanResult.from_dict(data)
@@ -203,7 +205,8 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
         with_reuse,  # the run file's reuse and --reuse (issue 31)
     )
 
-    ready = ready._replace(resolved=with_reuse(ready.resolved, Path(prof.workspace), reuse))
+    resolved, notes = with_reuse(ready.resolved, Path(prof.workspace), reuse)
+    ready = ready._replace(resolved=resolved, warnings=ready.warnings + notes)
     staged = _staged(ready, prof)
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
                                     {s.index: 1 for s in staged.plan.shards}, implied=True,
@@ -338,6 +341,12 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
     summary["pending_reasons"] = reasons(fresh.fresh)
     summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
                                ended=fresh.ended_at, job_ids=fresh.job_ids, usage=fresh.usage)
+    from synthbatch.control.runs import reusecount  # issue 31: reused cells apart
+
+    summary["reuse"] = reusecount.counts(layout, sum(summary.get("counts", {}).values()))
+    if summary["reuse"] is not None:
+        reusecount.generated(summary["totals"], summary.get("records_done", 0),
+                             summary["reuse"])
     from synthbatch.control.runs.autoretry import round_now  # issue 34: the pending automatic round
     from synthbatch.control.runs.store import load_plan
     summary["auto_retry"] = round_now(layout, sched, fresh.rows,  # the plan: only if pending

@@ -42,6 +42,7 @@ from ..recipe.seeds import SeedError
 from ..recipe.sizing import bounds
 from ..resume import KeptRecords, scan_kept
 from ..statefile import read_json
+from ..text import visible
 from .cachestats import ProxySampler
 from .concurrency import Limiter
 from .http import Endpoint
@@ -115,6 +116,7 @@ class Producer:
                 outcome = self.finished.pop(write)
                 (out.drop if outcome.dropped else out.record)(outcome.line)
                 progress.settled(outcome.tokens, dropped=outcome.dropped)
+                progress.cells(*outcome.cells)
                 write += 1
             else:
                 break
@@ -129,6 +131,7 @@ class Producer:
         write = nxt = first
         running: Dict[asyncio.Future, int] = {}
         inline = not self.engine.recipe.aliases  # samplers only: nothing to wait for
+        reusing = self.engine.reuse is not None and not self.engine.recipe.legacy
         try:
             while True:
                 write = self.drain(write)
@@ -137,10 +140,13 @@ class Producer:
                     return write
                 while nxt < end and nxt - write < self.width and not self.stop.is_set():
                     if nxt not in self.shard.kept:
-                        if inline:
+                        start = self.engine.reused(nxt) if reusing else None
+                        if isinstance(start, Outcome):  # every LLM cell reused: no task
+                            self.finished[nxt] = start
+                        elif inline:
                             self.finished[nxt] = await self.engine.record(nxt)
                         else:
-                            running[asyncio.ensure_future(self.engine.record(nxt))] = nxt
+                            running[asyncio.ensure_future(self.engine.record(nxt, start))] = nxt
                     nxt += 1
                 if inline:
                     await asyncio.sleep(0)
@@ -318,10 +324,12 @@ def reused_cells(sources: List[str], first: int, count: int) -> Optional[Cells]:
         run_id, _, folder = source.partition("=")
         if not run_id or not folder or not (Path(folder) / "run.json").is_file():
             raise ValueError(f"--reuse {source}: not RUN_ID=DIR of a run directory")
-        cells.add_run(run_id, run_files(Path(folder)), first, count)
+        cells.add_run(run_id, run_files(Path(folder), first, count), first, count)
     print(f"generate: reuse: {len(cells.cells)} cells from {len(sources)} run(s)"
           + (f", {cells.damaged} damaged lines skipped" if cells.damaged else ""),
           file=sys.stderr, flush=True)
+    for problem in cells.problems:
+        print(f"generate: reuse: {visible(problem)}", file=sys.stderr, flush=True)
     return cells
 
 

@@ -2,7 +2,9 @@
 
 ``records_done`` counts every record settled (generated, copied from an earlier attempt
 or dropped); the rate is records settled per second over the last ``WINDOW_S`` seconds of
-this execution (what an ETA needs). Per alias: requests answered, prompt and completion
+this execution (what an ETA needs), leaving out the records every LLM cell of which was
+reused from an earlier run (issue 31: the rate is generated work). LLM cells reused and
+generated are counted apart. Per alias: requests answered, prompt and completion
 tokens the engine reported, errors by kind, and the current concurrency limit.
 """
 
@@ -61,6 +63,7 @@ class Progress:
     def __init__(self, path: Optional[Path], total: int) -> None:
         self.path, self.total = path, total
         self.done = self.dropped = self.tokens = 0
+        self.reused = self.generated = self.records_reused = 0  # LLM cells; issue 31
         self.aliases: Dict[str, AliasCounters] = {}  # set by the generator
         self.started = time.monotonic()
         self.started_at = time.time()
@@ -82,13 +85,22 @@ class Progress:
         self.tokens += tokens
         self.dropped += count if dropped else 0
 
+    def cells(self, reused: int, generated: int) -> None:
+        """One settled record had ``reused`` LLM cells taken from earlier runs and
+        ``generated`` ones asked of a model (issue 31)."""
+        self.reused += reused
+        self.generated += generated
+        if reused and not generated:
+            self.records_reused += 1
+
     def rate(self, now: float) -> float:
-        """Records settled per second over the last ``WINDOW_S`` seconds."""
-        self._samples.append((now, self.done))
+        """Records settled per second over the last ``WINDOW_S`` seconds, reused ones
+        left out."""
+        self._samples.append((now, self.done - self.records_reused))
         while len(self._samples) > 2 and now - self._samples[1][0] >= WINDOW_S:
             self._samples.popleft()
         first_at, first_done = self._samples[0]
-        return (self.done - first_done) / max(1e-6, now - first_at)
+        return (self.done - self.records_reused - first_done) / max(1e-6, now - first_at)
 
     def tick(self, force: bool = False) -> None:
         """Write ``progress.json`` once a second and the log line every ``LOG_S``."""
@@ -109,14 +121,18 @@ class Progress:
             requests_per_s=self.rate(time.monotonic() if now is None else now),
             updated_at=time.time(), records_dropped=self.dropped,
             aliases={a: c.view() for a, c in sorted(self.aliases.items())},
-            started_at=self.started_at, first_record_at=self.first_record_at)
+            started_at=self.started_at, first_record_at=self.first_record_at,
+            cells_reused=self.reused, cells_generated=self.generated,
+            records_reused=self.records_reused)
         write_json_atomic(self.path, record.to_dict())
 
     def line(self, now: float) -> str:
         """``120/400 records (2 dropped), 3.1 records/s; gen 64/64 in flight, ...``."""
         text = (f"{self.done}/{self.total} records"
                 + (f" ({self.dropped} dropped)" if self.dropped else "")
-                + f", {self.rate(now):.1f} records/s")
+                + f", {self.rate(now):.1f} records/s"
+                + (f", reused {self.reused} of {self.reused + self.generated} cells"
+                   if self.reused else ""))
         for alias, c in sorted(self.aliases.items()):
             errors = ", ".join(f"{k} x{v}" for k, v in sorted(c.errors.items()))
             text += (f"; {alias} {c.limiter.in_flight}/{c.limiter.current} in flight, "

@@ -18,10 +18,10 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 from ..errors import AgentError
-from ..recipe.reuse import request_digest
+from ..recipe.reuse import canonical_json, request_digest
 from ..recipe.template import render
 from .cachestats import cached_tokens
 from .concurrency import Limiter
@@ -74,6 +74,16 @@ class Open:
     conversations: Dict[str, List[Dict[str, str]]]
 
 
+class Started(NamedTuple):
+    """A record begun: its seed row, values and cells so far, and the columns filled."""
+
+    row: Dict[str, Any]
+    values: Dict[str, Any]
+    meta: Dict[str, Dict[str, Any]]
+    rec: Open
+    filled: Set[str]
+
+
 def affinity(recipe: Recipe, index: int, values: Dict[str, Any]) -> str:
     """A record's affinity key: records whose recipe-level context differs by record share
     a key when their context is the same text (the same seed document); otherwise one key
@@ -96,6 +106,7 @@ class Outcome:
     line: bytes
     dropped: bool = False
     tokens: int = 0
+    cells: Tuple[int, int] = (0, 0)  # LLM cells (reused, generated) of the record (issue 31)
 
 
 def retry_after(reply: Reply) -> Optional[float]:
@@ -121,6 +132,7 @@ class Engine:
         self.recipe, self.seed, self.on_error = recipe, seed, on_error
         self.reuse = reuse  # cells of reused runs (issue 31), None: generate every cell
         self.identities = identities or {}  # alias -> model identity (recipe.reuse)
+        self._models: Dict[str, Tuple[Dict[str, Any], bytes]] = {}  # and its JSON, once
         self.max_retries, self.timeout_s = max_retries, timeout_s
         self.aliases, self.seeds = aliases, seeds
         self._names = {c.name for c in recipe.columns}
@@ -132,16 +144,40 @@ class Engine:
 
     # ---- one record -------------------------------------------------------------------
 
-    async def record(self, index: int) -> Outcome:
-        """Build record ``index``; GenerateError when ``on_error`` is ``fail``."""
+    def _start(self, index: int) -> Started:
         row = self.seeds.row(index) if self.seeds is not None else {}
         for name in RESERVED:
             row.pop(name, None)  # a seed field cannot stand in for the record's own
         values: Dict[str, Any] = dict(row)
         values["index"] = index
-        meta: Dict[str, Dict[str, Any]] = {}
-        rec = Open(None, self.order.rank(index), {})
-        failure = await self._columns(index, values, meta, rec)
+        return Started(row, values, {}, Open(None, self.order.rank(index), {}), set())
+
+    def reused(self, index: int) -> Union[Outcome, Started]:
+        """Record ``index`` built at once when every LLM cell of it is in the reused runs
+        (issue 31: no task, no wait); else what was filled in column order up to the first
+        cell to generate, for :meth:`record` to go on from."""
+        start = self._start(index)
+        row, values, meta, rec, filled = start
+        assert self.reuse is not None
+        for column in self.recipe.order:
+            if not column.llm:
+                values[column.name] = self._local(column, index, values)
+            elif column.name in self.recipe.continued:
+                return start
+            else:
+                body = self._body(column, values, rec)
+                kept = self.reuse.take(index, column.name, self._digest(column, body))
+                if kept is None:
+                    return start
+                values[column.name], meta[column.name] = kept
+            filled.add(column.name)
+        return self._outcome(index, row, values, meta, None)
+
+    async def record(self, index: int, start: Optional[Started] = None) -> Outcome:
+        """Build record ``index`` (from ``start``: :meth:`reused`'s part); GenerateError
+        when ``on_error`` is ``fail``."""
+        row, values, meta, rec, filled = start or self._start(index)
+        failure = await self._columns(index, values, meta, rec, filled)
         if failure is not None and self.on_error == "fail":
             raise GenerateError(f"record {index}: column {failure.column}: {failure.message}")
         if failure is not None and self.on_error == "drop":
@@ -151,10 +187,11 @@ class Engine:
         return self._outcome(index, row, values, meta, failure)
 
     async def _columns(self, index: int, values: Dict[str, Any],
-                       meta: Dict[str, Dict[str, Any]], rec: Open) -> Optional[CellFailure]:
-        """Fill ``values`` column by column; the first cell failure (the rest that use it
-        stay unset)."""
-        todo = list(self.recipe.order)
+                       meta: Dict[str, Dict[str, Any]], rec: Open,
+                       filled: Set[str]) -> Optional[CellFailure]:
+        """Fill ``values`` column by column (but the ``filled`` ones); the first cell
+        failure (the rest that use it stay unset)."""
+        todo = [c for c in self.recipe.order if c.name not in filled]
         running: Dict[asyncio.Future, Column] = {}
         failed: List[str] = []
         failure: Optional[CellFailure] = None
@@ -197,8 +234,11 @@ class Engine:
                  meta: Dict[str, Dict[str, Any]], failure: Optional[CellFailure]) -> Outcome:
         tokens = sum(int(m.get("usage", {}).get("completion_tokens") or 0)
                      for m in meta.values() if "reused_from" not in m)  # generated only
+        reused = sum(1 for m in meta.values() if "reused_from" in m)
+        cells = (reused, len(meta) - reused)
         if self.recipe.legacy:
-            return Outcome(index, self._legacy_line(index, values, meta), tokens=tokens)
+            return Outcome(index, self._legacy_line(index, values, meta), tokens=tokens,
+                           cells=cells)
         record: Dict[str, Any] = {"index": index}
         record.update(row)
         for column in self.recipe.columns:
@@ -208,7 +248,7 @@ class Engine:
         if failure is not None:
             record["_error"] = {"column": failure.column, "message": failure.message}
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-        return Outcome(index, line.encode("utf-8") + b"\n", tokens=tokens)
+        return Outcome(index, line.encode("utf-8") + b"\n", tokens=tokens, cells=cells)
 
     def _legacy_line(self, index: int, values: Dict[str, Any],
                      meta: Dict[str, Dict[str, Any]]) -> bytes:
@@ -236,11 +276,18 @@ class Engine:
                             render(system, values.get) if system else None, shared,
                             rec.conversations.get(source) if source else None)
 
+    def _digest(self, column: Column, body: Dict[str, Any]) -> str:
+        """The cell's request digest (``recipe.reuse``)."""
+        model = self._models.get(column.alias)
+        if model is None:
+            identity = self.identities.get(column.alias, {"served_name": column.served})
+            model = self._models[column.alias] = (identity, canonical_json(dict(identity)))
+        return request_digest(model[0], body, model[1])
+
     async def _cell(self, column: Column, index: int, values: Dict[str, Any],
                     rec: Open) -> Tuple[Any, Dict[str, Any]]:
         body = self._body(column, values, rec)
-        digest = request_digest(self.identities.get(column.alias,
-                                                    {"served_name": column.served}), body)
+        digest = self._digest(column, body)
         kept = (self.reuse.take(index, column.name, digest)
                 if self.reuse and column.name not in self.recipe.continued else None)
         if kept is not None:

@@ -6,14 +6,17 @@ only, and keeps per record index and column the cell's request digest, value and
 kept one takes that value instead of asking a model; its ``_meta`` says
 ``reused_from``. Records match by index, so the shard layouts need not agree; a reused
 cell that was itself reused (a chain) carries its digest along. Damaged lines are
-skipped and counted (the cell is then generated), never fatal.
+skipped and counted per file, and a file that cannot be read is named and skipped (its
+cells are then generated): never fatal.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Set, Tuple
+
+from ..layout import shard_name
 
 Cell = Tuple[str, Any, Dict[str, Any]]  # request digest, value, meta
 
@@ -24,32 +27,51 @@ class Cells:
     def __init__(self) -> None:
         self.cells: Dict[Tuple[int, str], Cell] = {}
         self.damaged = 0  # lines that were no record
+        self.problems: List[str] = []  # one line per damaged or unreadable file
         self.reused = 0  # cells handed out
 
     def add_run(self, run_id: str, files: Iterable[Path], first: int, count: int) -> None:
         """Keep the cells of records ``first .. first+count-1`` of ``files`` (a run)."""
         for path in files:
-            with open(path, "rb") as handle:
-                for line in handle:
-                    self._add_line(run_id, line, first, first + count)
+            damaged = 0
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(start_of(handle, first))
+                    for line in handle:
+                        index = self._add_line(run_id, line, first, first + count)
+                        if index is None:
+                            damaged += 1
+                        elif index >= first + count:
+                            break  # a shard's records are in index order: no more here
+            except OSError as err:
+                self.problems.append(f"{run_id}: {path}: unreadable ({err.strerror}): "
+                                     "skipped, its cells are generated")
+            if damaged:
+                self.damaged += damaged
+                self.problems.append(f"{run_id}: {path}: {damaged} damaged line(s) "
+                                     "skipped, their cells are generated")
 
-    def _add_line(self, run_id: str, line: bytes, low: int, high: int) -> None:
+    def _add_line(self, run_id: str, line: bytes, low: int, high: int) -> Optional[int]:
+        """Keep one line's cells; the record's index (-1: none), None when it is no
+        record."""
         try:
             record = json.loads(line)
             index = record["index"]
             columns = record["_meta"]["columns"]
         except (ValueError, KeyError, TypeError):
-            self.damaged += 1
-            return
-        if not isinstance(index, int) or not low <= index < high or not isinstance(
-                columns, dict) or record.get("_error") is not None:
-            return
+            return None
+        if not isinstance(index, int) or isinstance(index, bool):
+            return -1
+        if not low <= index < high or not isinstance(columns, dict) or \
+                record.get("_error") is not None:
+            return index
         for name, meta in columns.items():
             digest = meta.get("request_digest") if isinstance(meta, dict) else None
             if isinstance(digest, str) and name in record:
                 kept = dict(meta)
                 kept.setdefault("reused_from", run_id)
                 self.cells.setdefault((index, name), (digest, record[name], kept))
+        return index
 
     def take(self, index: int, column: str, digest: str) -> Optional[Tuple[Any, Dict[str, Any]]]:
         """(value, meta) of a kept cell whose request is ``digest``; None: generate it."""
@@ -60,12 +82,68 @@ class Cells:
         return cell[1], dict(cell[2])
 
 
-def run_files(run_dir: Path) -> List[Path]:
+SCAN_BYTES = 1 << 16  # the bisection stops at this much of a file; the rest is read
+
+
+def _index(line: bytes) -> Optional[int]:
+    try:
+        index = json.loads(line)["index"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return index if isinstance(index, int) and not isinstance(index, bool) else None
+
+
+def start_of(handle: BinaryIO, low: int) -> int:
+    """A byte offset of ``handle`` (a shard's records, one a line in index order) from
+    which every record of index ``low`` on follows: a bisection over byte offsets, each
+    probe one line, stopped within ``SCAN_BYTES``, so a new shard whose range starts in
+    the middle of an earlier shard's file reads little of what comes before it. A probe
+    that finds no record gives up (0 or what was already sure): damage costs reading,
+    never records."""
+    lo, hi = 0, handle.seek(0, 2)
+    while hi - lo > SCAN_BYTES:
+        mid = (lo + hi) // 2
+        handle.seek(mid)
+        handle.readline()  # the rest of the line the probe landed in
+        at = handle.tell()
+        line = handle.readline()
+        if not line:
+            hi = mid
+            continue
+        index = _index(line)
+        if index is None:
+            break
+        if index < low:
+            lo = at  # this line and every one before it come before ``low``
+        else:
+            hi = mid
+    return lo
+
+
+def _overlapping(run_dir: Path, first: int, count: int) -> Optional[Set[str]]:
+    """The folder names of the reused run's shards that hold records ``first ..
+    first+count-1`` (from its ``plan.json``); None when the plan cannot say (every shard
+    is read then)."""
+    try:
+        shards = json.loads((run_dir / "plan.json").read_bytes())["shards"]
+        return {shard_name(s["index"]) for s in shards
+                if s["record_offset"] < first + count
+                and first < s["record_offset"] + s["num_records"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def run_files(run_dir: Path, first: int = 0, count: Optional[int] = None) -> List[Path]:
     """The record files of a reused run, one attempt per shard: the winner's when the
     shard has one, else its latest attempt's (a partially finished run gives what it
-    has). A damaged winner record falls back to the latest attempt."""
+    has). A damaged winner record falls back to the latest attempt. With ``count``,
+    only the shards that hold records ``first .. first+count-1``: a shard of the new
+    run reads the records of its own range, not the whole earlier run."""
+    wanted = _overlapping(run_dir, first, count) if count is not None else None
     files: List[Path] = []
     for shard in sorted((run_dir / "shards").glob("shard-*")):
+        if wanted is not None and shard.name not in wanted:
+            continue
         attempts = sorted((shard / "attempts").glob("attempt-*"))
         chosen = attempts[-1] if attempts else None
         try:

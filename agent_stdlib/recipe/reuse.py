@@ -25,11 +25,15 @@ from .columns import LLM, Node
 DIGEST_VERSION = 1
 
 
+def canonical_json(value: Any) -> bytes:
+    """Canonical JSON (sorted keys, no spaces), UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str).encode("utf-8")
+
+
 def _digest(value: Any) -> str:
-    """sha256 of canonical JSON (sorted keys, no spaces): equal values, equal digests."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=str)
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """sha256 of canonical JSON: equal values, equal digests."""
+    return "sha256:" + hashlib.sha256(canonical_json(value)).hexdigest()
 
 
 def definition_digests(nodes: Sequence[Node], inputs: Sequence[Sequence[str]],
@@ -75,14 +79,21 @@ def model_identity(deployment: DeploymentSpec) -> Dict[str, Any]:
             "image_digest": box.sha256 if box is not None else None}
 
 
-def request_digest(model: Mapping[str, Any], body: Mapping[str, Any]) -> str:
+def request_digest(model: Mapping[str, Any], body: Mapping[str, Any],
+                   model_json: Optional[bytes] = None) -> str:
     """Digest of one LLM request: the model's identity and the request body as sent.
 
     The body carries the messages, sampling parameters and response format; a field
-    that does not change the answer (``stream``) does not count.
+    that does not change the answer (``stream``) does not count. ``model_json``:
+    ``canonical_json(model)`` made once per model (the generator's every cell); the
+    digest is that of ``{"v", "model", "body"}`` in canonical JSON either way.
     """
     sent = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
-    return _digest({"v": DIGEST_VERSION, "model": dict(model), "body": sent})
+    hasher = hashlib.sha256(b'{"body":')  # the keys in sorted order: body, model, v
+    hasher.update(canonical_json(sent))
+    hasher.update(b',"model":' + (model_json or canonical_json(dict(model)))
+                  + b',"v":%d}' % DIGEST_VERSION)
+    return "sha256:" + hasher.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,10 @@ def record_cells(output: Path) -> Iterator[Dict[str, Any]]:
 
 
 def _latencies(output: Path) -> Iterator[float]:
-    """Every request's ``latency_ms`` in the records, in either record shape."""
+    """Every request's ``latency_ms`` in the records, in either record shape; a cell
+    reused from an earlier run (issue 31) was no request of this one."""
     for cell in record_cells(output):
-        value = cell.get("latency_ms")
+        value = cell.get("latency_ms") if "reused_from" not in cell else None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             yield float(value)
 
@@ -100,6 +101,7 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
     ended = progress.updated_at  # the generator's last write, when its last record settled
     started = progress.started_at
     records = result.records if result else progress.records_done
+    generated = max(0, records - progress.records_reused)  # issue 31: generated work only
     wall = (ended - started) if started is not None else None
     aliases = progress.aliases.values()
     requests = sum(a.requests for a in aliases)
@@ -109,14 +111,14 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
     tried = requests + n429 + errors
     lat = list(_latencies(folder / "output"))
     attempt = _json(folder / "attempt.json") or {}
-    rate = records / wall if wall and wall > 0 else None
+    rate = generated / wall if wall and wall > 0 else None
     return {
         **row, "state": "done" if result else "partial", "records": records,
         "job_id": attempt.get("job_id") if isinstance(attempt.get("job_id"), str) else None,
         "started_at": started,
         "boot_s": (progress.first_record_at - started
                    if started is not None and progress.first_record_at is not None else None),
-        "wall_s": wall, "records_per_s": rate,
+        "wall_s": wall, "records_per_s": rate, "cells_reused": progress.cells_reused,
         "output_tokens_per_s": tokens_out / wall if wall and wall > 0 else None,
         "output_tokens_per_s_per_gpu": (tokens_out / wall / gpus
                                         if wall and wall > 0 and gpus else None),

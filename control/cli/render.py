@@ -138,7 +138,10 @@ def backend_lines(data: Status) -> List[str]:
 
 
 def _notes(data: Status) -> List[str]:
-    lines = backend_lines(data) + blocked_lines(data)
+    from synthbatch.control.runs.reusecount import line  # issue 31
+
+    reused = line(data.get("reuse"))
+    lines = ([f"  {reused}"] if reused else []) + backend_lines(data) + blocked_lines(data)
     if data.get("accounting") is False:
         lines.append("  accounting is disabled on this cluster: using squeue and the agent's "
                      "records only")

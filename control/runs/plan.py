@@ -65,6 +65,11 @@ class Resolved:
     client_config: Optional[Path] = None  # a Data Designer config file the run pinned
     layout: Sequence[Choice] = ()  # what the automatic layout chose (control/runs/layout.py)
 
+    @property
+    def reuse(self) -> List[str]:
+        """The run file's ``reuse = [...]`` run ids (issue 31; none without a run file)."""
+        return list(self.config.reuse) if self.config is not None else []
+
 
 def at_first_task(resolved: Resolved, first_task: int,
                   max_array_size: Optional[int]) -> Resolved:
@@ -253,6 +258,7 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
         "checks": [c.to_dict() for c in checks],
         "overrides": resolved.overrides.to_dict(),
         "layout": [c.to_dict() for c in resolved.layout],
+        "reuse": resolved.reuse,  # the run file's reuse list (issue 31)
     }
     if plan.client_data_designer is not None:
         check = check_on_login_node(plan, resolved.plan_bytes, run_file,

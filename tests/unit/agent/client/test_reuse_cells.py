@@ -78,6 +78,42 @@ def test_changing_the_last_column_regenerates_only_it_in_another_shard_layout(
         assert "reused_from" not in record["_meta"]["columns"]["d"]
 
 
+def test_progress_counts_reused_cells_apart(tmp_path: Path) -> None:
+    _rerun(tmp_path, columns("Judge  {c}.")[4], 4)
+    progress = [json.loads(p.read_text()) for p in (tmp_path / "two").glob("p*.json")]
+    assert sum(p["cells_reused"] for p in progress) == 3 * RECORDS
+    assert sum(p["cells_generated"] for p in progress) == RECORDS
+    assert sum(p["records_reused"] for p in progress) == 0  # each record sent one request
+    assert sum(p["tokens"] for p in progress) == sum(  # the generated column's tokens only
+        r["_meta"]["columns"]["d"]["usage"]["completion_tokens"]
+        for path in (tmp_path / "two").glob("shard-*/records-*.jsonl")
+        for r in map(json.loads, path.read_text().splitlines()))
+
+
+def test_a_rerun_of_the_same_recipe_sends_nothing_and_writes_the_same_records(
+        tmp_path: Path) -> None:
+    """Every LLM cell reused: each record is built at once (``Engine.reused``)."""
+    sent, first, second = _rerun(tmp_path, columns()[4], 4)
+    assert sent == 0
+    strip = [{**r, "_meta": {**r["_meta"], "columns": {
+        k: {x: y for x, y in m.items() if x != "reused_from"}
+        for k, m in r["_meta"]["columns"].items()}}} for r in second]
+    assert sorted(strip, key=lambda r: r["index"]) == sorted(first, key=lambda r: r["index"])
+    progress = [json.loads(p.read_text()) for p in (tmp_path / "two").glob("p*.json")]
+    assert sum(p["records_reused"] for p in progress) == RECORDS
+    assert sum(p["cells_generated"] for p in progress) == 0
+
+
+def test_the_rate_leaves_out_records_whose_every_cell_was_reused() -> None:
+    progress = Progress(None, 10)
+    for reused, generated in ((2, 0), (2, 0), (1, 1)):
+        progress.settled()
+        progress.cells(reused, generated)
+    assert (progress.reused, progress.generated, progress.records_reused) == (5, 1, 2)
+    assert progress.rate(progress.started + 2.0) == 0.5  # one generated record in 2 s
+    assert "reused 5 of 6 cells" in progress.line(progress.started + 2.0)
+
+
 def test_changing_the_first_column_regenerates_everything(tmp_path: Path) -> None:
     changed = ColumnSpec("a", "llm-text", {"model": "gen", "prompt": "Ask about {topic}!",
                                            "max_tokens": 4})
@@ -92,8 +128,12 @@ def test_damaged_and_out_of_range_lines_are_skipped(tmp_path: Path) -> None:
     path.write_text("{not json\n" + json.dumps(good) + "\n"
                     + json.dumps({**good, "index": 99}) + "\n")
     cells = Cells()
-    cells.add_run("r", [path], 0, 10)
+    cells.add_run("r", [path, tmp_path / "gone.jsonl"], 0, 10)  # one damaged, one missing
     assert cells.damaged == 1 and list(cells.cells) == [(3, "a")]
+    assert cells.problems == [
+        f"r: {path}: 1 damaged line(s) skipped, their cells are generated",
+        f"r: {tmp_path / 'gone.jsonl'}: unreadable (No such file or directory): skipped, "
+        "its cells are generated"]
     assert cells.take(3, "a", "sha256:2") is None
     assert cells.take(3, "a", "sha256:1") == ("x", {"request_digest": "sha256:1",
                                                     "reused_from": "r"})
@@ -109,3 +149,43 @@ def test_run_files_takes_the_winner_else_the_latest_attempt(tmp_path: Path) -> N
     got = [p.relative_to(tmp_path / "shards").parts[:3] for p in run_files(tmp_path)]
     assert got == [("shard-00000", "attempts", "attempt-0001"),
                    ("shard-00001", "attempts", "attempt-0002")]
+
+
+def test_a_shard_reads_only_the_earlier_records_of_its_own_range(tmp_path: Path) -> None:
+    """Issue 31's "reads each reused record once": only the earlier run's shards that
+    overlap the new shard's range, and within a file from about where the range starts
+    (a bisection) to where it ends."""
+    import dataclasses
+
+    from synthbatch.agent_stdlib.client import reuse as reuse_module
+    from synthbatch.agent_stdlib.contracts import ShardSpec
+    from synthbatch.agent_stdlib.layout import RunLayout
+
+    layout = RunLayout(tmp_path)
+    plan = recipe_plan(columns(), records=40_000)
+    specs = (ShardSpec(0, 0, 20_000), ShardSpec(1, 20_000, 20_000))
+    layout.plan_json.write_text(dataclasses.replace(plan, shards=specs).to_json())
+    for spec in specs:
+        out = layout.attempt(spec.index, 1).output
+        out.mkdir(parents=True)
+        (out / f"records-{spec.record_offset:012d}.jsonl").write_text("".join(
+            json.dumps({"index": i, "a": f"x{i}", "_meta": {"columns": {
+                "a": {"request_digest": f"d{i}"}}}}) + "\n"
+            for i in range(spec.record_offset, spec.record_offset + spec.num_records)))
+    files = run_files(tmp_path, 25_000, 100)
+    assert [p.relative_to(tmp_path).parts[1] for p in files] == ["shard-00001"]
+    assert len(run_files(tmp_path, 19_990, 100)) == 2 and len(run_files(tmp_path)) == 2
+    seen: List[int] = []
+
+    class Counted(Cells):
+        def _add_line(self, *args: Any) -> Optional[int]:
+            index = super()._add_line(*args)
+            seen.append(-1 if index is None else index)
+            return index
+
+    cells = Counted()
+    cells.add_run("r", files, 25_000, 100)
+    assert sorted(i for (i, _) in cells.cells) == list(range(25_000, 25_100))
+    assert cells.take(25_050, "a", "d25050") == ("x25050", {"request_digest": "d25050",
+                                                            "reused_from": "r"})
+    assert max(seen) == 25_100 and len(seen) < 100 + reuse_module.SCAN_BYTES // 50

@@ -62,6 +62,11 @@ def test_request_digest_rules() -> None:
     same = request_digest(MODELS["m"], dict(reversed(list(body.items()))))
     assert request_digest(MODELS["m"], body) == same
     assert request_digest(MODELS["m"], {**body, "stream": True}) == same
+    from synthbatch.agent_stdlib.recipe.reuse import DIGEST_VERSION, _digest, canonical_json
+
+    # the digest is that of the whole request's canonical JSON (runs made before agree)
+    assert same == _digest({"v": DIGEST_VERSION, "model": MODELS["m"], "body": body})
+    assert request_digest({}, body, canonical_json(MODELS["m"])) == same
     assert request_digest(MODELS["m"], {**body, "messages": [
         {"role": "user", "content": "hi "}]}) != same
     assert request_digest(MODELS["m"], {**body, "seed": 1}) != same

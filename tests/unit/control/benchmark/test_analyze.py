@@ -179,3 +179,27 @@ def test_the_recommendation_sizes_jobs_with_the_measured_model_load(tmp_path) ->
     best = unknown["recommendation"]["best"]
     assert (best["jobs"], best["boot_s"], best["boot_from"]) == (2, 0.5, "generator")
     assert "model load is not measured" in best["why"]
+
+
+def test_reused_records_and_cells_are_no_generated_work(tmp_path) -> None:
+    """Issue 31: records every cell of which was reused leave records/s, and a reused
+    cell's latency (the earlier run's request) is not this point's."""
+    import json
+
+    from synthbatch.agent_stdlib.statefile import write_json_atomic
+    from synthbatch.control.benchmark.analyze import point
+
+    layout = make_run(tmp_path / "ws", [Shard("winner")])
+    fill(layout, 0, 10, 10.0, [100.0] * 10)
+    paths = layout.attempt(0, 1)
+    progress = json.loads(paths.progress_json.read_text())
+    write_json_atomic(paths.progress_json, {**progress, "records_reused": 6,
+                                            "cells_reused": 6})
+    out = paths.output / "records-000000000000.jsonl"
+    lines = out.read_text().splitlines()[:-1]
+    reused = [json.dumps({"index": i, "_meta": {"columns": {"text": {
+        "latency_ms": 900.0, "reused_from": "old"}}}}) for i in range(10, 16)]
+    out.write_text("\n".join(lines + reused) + "\n")
+    row = point(layout, 0, 1, 1)
+    assert row["records_per_s"] == 0.4 and row["cells_reused"] == 6  # 4 generated in 10 s
+    assert row["latency_ms"]["requests"] == 10 and row["latency_ms"]["p99"] == 100.0
