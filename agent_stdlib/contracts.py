@@ -646,6 +646,63 @@ class ProgressRecord(Record):
     first_record_at: Optional[float] = None  # wall time the first record of this run settled
 
 
+# Serving telemetry (issue 32): the agent's samples of each replica's own /metrics
+TELEMETRY_SERIES = ("running", "waiting", "kv_cache_usage", "gen_tokens_per_s",
+                    "proxy_in_flight")  # one TelemetryPoint value per replica, in this order
+
+
+@dataclass(frozen=True)
+class ReplicaTelemetry:
+    """The last sample of one replica (None: the engine does not export that figure)."""
+
+    alias: str
+    url: str
+    engine: str = ""  # "vllm", "sglang", "llamacpp" (/metrics or /slots), "" if unreadable
+    running: Optional[float] = None  # requests the engine is running
+    waiting: Optional[float] = None  # requests queued inside the engine
+    kv_cache_usage: Optional[float] = None  # 0-1 share of the KV cache in use
+    prefix_hit_rate: Optional[float] = None  # 0-1 prompt tokens found cached, since last sample
+    gen_tokens_per_s: Optional[float] = None  # generated tokens/s since the last sample
+    proxy_in_flight: Optional[int] = None  # requests the alias's proxy has at this replica
+    error: Optional[str] = None  # why the last sample failed (the previous values stay)
+
+
+@dataclass(frozen=True)
+class ProxyTelemetry:
+    """One alias's proxy counters (over the proxy's lifetime)."""
+
+    requests: int = 0
+    responses_429: int = 0  # the proxy's own backpressure 429s plus engines' 429s
+    retries: int = 0
+
+
+@dataclass(frozen=True)
+class TelemetryPoint:
+    """One sample in the attempt's time series: per replica (``replicas`` order), the
+    ``TELEMETRY_SERIES`` figures."""
+
+    at: float
+    values: Tuple[Tuple[Optional[float], ...], ...]
+
+
+@dataclass(frozen=True)
+class TelemetryRecord(Record):
+    """``telemetry.json``: the agent's serving samples of one attempt (written every
+    ``interval_s``, bounded in size: ``agent_stdlib/allocation/telemetry.py``)."""
+
+    interval_s: float
+    updated_at: float
+    replicas: Tuple[ReplicaTelemetry, ...] = ()
+    proxies: Dict[str, ProxyTelemetry] = field(default_factory=dict)
+    series: Tuple[TelemetryPoint, ...] = ()
+    schema_version: int = SCHEMA_VERSION
+    # where the execution's time went (wall times; None: not reached)
+    started_at: Optional[float] = None  # the agent began this execution
+    ready_at: Optional[float] = None  # every server answered its readiness probe
+    stopping_at: Optional[float] = None  # the agent began stopping the servers
+    stopped_at: Optional[float] = None  # every server and step was gone
+
+
 @dataclass(frozen=True)
 class FileEntry:
     """One output file of a candidate, relative to the attempt's ``output/``."""
