@@ -25,7 +25,9 @@ from synthbatch.control.errors import one_line
 
 # ---- thresholds (the one place)
 WINDOW_POINTS = 12  # the flags look at the last 12 samples (a minute at 5 s)
-MIN_POINTS = 3  # fewer samples than this: no flag yet (servers just started)
+MIN_POINTS = 3  # fewer samples per replica than this: no saturation flag yet
+# idle is only said over a whole window per replica (the client's first requests come a
+# moment after the servers are ready)
 IDLE_BUSY = 0.10  # busy (share of samples with a request running) below this ...
 IDLE_WAITING = 0.0  # ... and never more than this waiting: over-provisioned
 SATURATED_WAITING = 4.0  # mean requests waiting per replica at or above this: saturated
@@ -92,7 +94,8 @@ def flag(load: AliasLoad) -> Optional[str]:
     if load.waiting >= SATURATED_WAITING or (load.kv is not None and load.kv >= SATURATED_KV):
         kv = f"KV cache {load.kv:.0%}, " if load.kv is not None else ""
         return f"{load.alias}: {kv}{waiting_total:.0f} waiting — add replicas"
-    if load.busy < IDLE_BUSY and load.waiting <= IDLE_WAITING:
+    if load.busy < IDLE_BUSY and load.waiting <= IDLE_WAITING \
+            and load.points >= WINDOW_POINTS * load.replicas:
         noun = "replica" if load.replicas == 1 else "replicas"
         return (f"{load.alias}: {load.replicas} {noun}, {load.busy:.0%} busy, "
                 f"{waiting_total:.0f} waiting — over-provisioned")

@@ -62,6 +62,9 @@ def test_a_balanced_alias_and_a_young_one_are_not_flagged() -> None:
     assert flags([busy]) == []
     young = record(["gen"], [(1.0, 50.0, 0.99, 1.0, 1.0)], points=MIN_POINTS - 1)
     assert flags([young]) == []
+    assert flags([record(["gen"], [(1.0, 50.0, 0.99, 1.0, 1.0)], points=MIN_POINTS)])
+    idle_young = record(["judge"], [(0.0, 0.0, 0.0, 0.0, 0.0)], points=WINDOW_POINTS - 1)
+    assert flags([idle_young]) == []  # idle is judged over a whole window
 
 
 def test_waiting_alone_saturates_without_kv_figures() -> None:
