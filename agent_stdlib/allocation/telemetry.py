@@ -214,12 +214,14 @@ class Telemetry:
         self.stopped.set()
 
     def _run(self) -> None:
-        while not self.stopped.wait(self.interval):
+        """Sample at once (the engines as they start serving), then every interval."""
+        while not self.stopped.is_set():
             try:
                 self.sample()
             except Exception as err:  # noqa: BLE001 - telemetry never fails an attempt
                 print(f"agent: telemetry sample failed: {type(err).__name__}: {err}",
                       file=sys.stderr, flush=True)
+            self.stopped.wait(self.interval)
 
     def sample(self) -> None:
         """One round: every proxy, then every replica; then write ``telemetry.json``."""
@@ -252,6 +254,8 @@ class Telemetry:
             error = None if figures is not None else f"no engine metrics (HTTP {status})"
         except (OSError, http.client.HTTPException) as err:
             figures, error = None, f"{type(err).__name__}: {err}"[:200]
+        if self.stopped.is_set():  # the servers are being stopped: keep the last values
+            return
         if figures is None:
             old = self.last.get(key, ReplicaTelemetry(alias=alias, url=url))
             self.last[key] = replace(old, error=error, proxy_in_flight=in_flight)
