@@ -624,6 +624,10 @@ class AliasProgress:
     concurrency: int = 0  # the current limit of requests in flight
     in_flight: int = 0
     cache: CacheProgress = field(default_factory=CacheProgress)  # issue 30's reuse figures
+    # per LLM column: answered requests and the sum of their latencies (client: sent ->
+    # answer), for the mean latency split into proxy queue and engine time (issue 32)
+    column_answers: Dict[str, int] = field(default_factory=dict)
+    column_latency_s: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -674,6 +678,9 @@ class ProxyTelemetry:
     requests: int = 0
     responses_429: int = 0  # the proxy's own backpressure 429s plus engines' 429s
     retries: int = 0
+    timed: int = 0  # answered proxied requests, and their seconds:
+    queue_s: float = 0.0  # arrival at the proxy -> forwarded to a backend (last attempt)
+    upstream_s: float = 0.0  # forwarded -> the whole response written back
 
 
 @dataclass(frozen=True)

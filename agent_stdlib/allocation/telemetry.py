@@ -107,11 +107,16 @@ def parse_slots(body: str) -> Optional[EngineFigures]:
 
 def parse_proxy_metrics(text: str) -> Tuple[ProxyTelemetry, Dict[str, int]]:
     """(the proxy's counters, replica URL -> requests in flight) from its ``/metrics``."""
-    sums = metric_sums(text, (f"{PROXY}requests_total", f"{PROXY}retries_total",
-                              f"{PROXY}responses_429_total"))
-    counters = ProxyTelemetry(requests=int(sums.get(f"{PROXY}requests_total", 0)),
-                              responses_429=int(sums.get(f"{PROXY}responses_429_total", 0)),
-                              retries=int(sums.get(f"{PROXY}retries_total", 0)))
+    names = ("requests_total", "retries_total", "responses_429_total",
+             "timed_requests_total", "queue_seconds_total", "upstream_seconds_total")
+    raw = metric_sums(text, tuple(PROXY + n for n in names))
+    sums = {n: raw.get(PROXY + n, 0.0) for n in names}
+    counters = ProxyTelemetry(requests=int(sums["requests_total"]),
+                              responses_429=int(sums["responses_429_total"]),
+                              retries=int(sums["retries_total"]),
+                              timed=int(sums["timed_requests_total"]),
+                              queue_s=round(sums["queue_seconds_total"], 3),
+                              upstream_s=round(sums["upstream_seconds_total"], 3))
     flights = metric_by_label(text, f"{PROXY}in_flight", "backend")
     return counters, {url: int(v) for url, v in flights.items()}
 

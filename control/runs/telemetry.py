@@ -146,12 +146,43 @@ def time_split(record: Optional[TelemetryRecord], progress: Optional[ProgressRec
             "shutdown_s": span(stopping, stopped)}
 
 
+def latency_split(record: Optional[TelemetryRecord],
+                  progress: Optional[ProgressRecord]) -> List[Dict[str, Any]]:
+    """Per LLM column: answers, mean latency as the client measured it (sent -> answer),
+    the alias's mean proxy queue time (arrival at the proxy -> forwarded to a replica),
+    and the rest (``engine_s``: the column's mean minus that queue time: the engine's
+    own queue and generation, and the loopback transport); per alias also the engine time
+    the proxy measured (``alias_engine_s``, forwarded -> response written)."""
+    rows: List[Dict[str, Any]] = []
+    if progress is None:
+        return rows
+    for alias, figures in sorted(progress.aliases.items()):
+        proxy = record.proxies.get(alias) if record is not None else None
+        queue = proxy.queue_s / proxy.timed if proxy and proxy.timed else None
+        upstream = proxy.upstream_s / proxy.timed if proxy and proxy.timed else None
+        for column, answers in sorted(figures.column_answers.items()):
+            if answers <= 0:
+                continue
+            mean = figures.column_latency_s.get(column, 0.0) / answers
+            rows.append({"column": column, "alias": alias, "answers": answers,
+                         "mean_s": round(mean, 4),
+                         "proxy_queue_s": None if queue is None else round(queue, 4),
+                         "engine_s": None if queue is None else round(max(0.0, mean - queue),
+                                                                     4),
+                         "alias_engine_s": None if upstream is None else round(upstream, 4)})
+    return rows
+
+
 def _pct(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
 def _num(value: Optional[float], fmt: str = "{:.0f}") -> str:
     return "-" if value is None else fmt.format(value)
+
+
+def _ms(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
 
 
 def shard_lines(detail: Dict[str, Any]) -> List[str]:
@@ -165,6 +196,14 @@ def shard_lines(detail: Dict[str, Any]) -> List[str]:
         lines.append("time: " + ", ".join(f"{label} {_num(split.get(key), '{:.1f}')}s"
                                           for key, label in names
                                           if split.get(key) is not None))
+    if detail.get("latency"):
+        lines.append("latency per LLM column:")
+    for row in detail.get("latency") or []:
+        lines.append(f"  {one_line(row['column'], 60)} ({one_line(row['alias'], 40)}): "
+                     f"{row['answers']} answers, mean {_ms(row['mean_s'])} ms = proxy queue "
+                     f"{_ms(row['proxy_queue_s'])} ms + engine {_ms(row['engine_s'])} ms")
+    if detail.get("replicas"):
+        lines.append("serving (last sample):")
     for row in detail.get("replicas") or []:
         text = (f"  {one_line(row['alias'], 40)} {one_line(row['url'], 120)}: "
                 f"{_num(row['running'])} running, {_num(row['waiting'])} waiting, "
@@ -175,8 +214,6 @@ def shard_lines(detail: Dict[str, Any]) -> List[str]:
         if row.get("error"):
             text += f" (last sample: {one_line(row['error'], 120)})"
         lines.append(text)
-    if detail.get("replicas"):
-        lines.insert(1 if lines and lines[0].startswith("time:") else 0, "serving (last sample):")
     if detail.get("problem"):
         lines.append(f"telemetry: {detail['problem']}")
     return lines
@@ -190,6 +227,7 @@ def shard_telemetry(attempt_root: Path, progress: Optional[ProgressRecord],
     return {"replicas": replica_rows(record) if record else [],
             "time": time_split(record, progress, submitted_at, now),
             "flags": flags([record]) if record else [],
+            "latency": latency_split(record, progress),
             "problem": problem}
 
 

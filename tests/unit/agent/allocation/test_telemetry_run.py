@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from synthbatch.agent_stdlib.contracts import ColumnSpec, TelemetryRecord
+from synthbatch.agent_stdlib.contracts import ColumnSpec, ProgressRecord, TelemetryRecord
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import load_record
-from synthbatch.control.runs.telemetry import read, run_flags
+from synthbatch.control.runs.telemetry import read, run_flags, shard_telemetry
 from tests.agent_runs import recipe_plan, server_argv, stage, start_allocation
 
 COLUMNS = (
@@ -61,3 +61,12 @@ def test_status_names_the_starved_and_the_idle_deployment(
     assert record.proxies["gen"].requests > 0
     # where time went: every mark of the execution, in order
     assert record.started_at <= record.ready_at <= record.stopping_at <= record.stopped_at
+    detail = shard_telemetry(layout.attempt(0, 1).root,
+                             load_record(layout.attempt(0, 1).progress_json, ProgressRecord),
+                             None, time.time())
+    assert all(detail["time"][k] is not None for k in
+               ("servers_s", "first_record_s", "generation_s", "shutdown_s")), detail
+    latency = {row["column"]: row for row in detail["latency"]}
+    assert set(latency) == {"question", "grade"}
+    assert latency["question"]["answers"] == latency["grade"]["answers"] == 80
+    assert latency["question"]["proxy_queue_s"] is not None

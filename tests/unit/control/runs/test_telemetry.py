@@ -128,3 +128,29 @@ def test_run_flags_read_running_shards_with_fresh_telemetry(tmp_path: Path) -> N
             {"index": 3, "state": "running", "attempt": 1}]  # no telemetry yet
     assert run_flags(layout, rows, now=1010.0) == ["gen: KV cache 100%, 30 waiting — add "
                                                    "replicas"]
+
+
+def test_latency_per_column_is_split_into_proxy_queue_and_engine() -> None:
+    from synthbatch.agent_stdlib.contracts import AliasProgress
+    from synthbatch.control.runs.telemetry import latency_split
+
+    progress = ProgressRecord(
+        records_done=1, records_total=1, tokens=0, requests_per_s=0.0, updated_at=0.0,
+        aliases={"gen": AliasProgress(column_answers={"question": 4, "answer": 2},
+                                      column_latency_s={"question": 2.0, "answer": 3.0}),
+                 "judge": AliasProgress(column_answers={"grade": 1},
+                                        column_latency_s={"grade": 0.1})})
+    rec = TelemetryRecord(interval_s=5.0, updated_at=0.0, proxies={
+        "gen": ProxyTelemetry(timed=6, queue_s=0.6, upstream_s=4.2)})
+    rows = latency_split(rec, progress)
+    assert rows == [
+        {"column": "answer", "alias": "gen", "answers": 2, "mean_s": 1.5,
+         "proxy_queue_s": 0.1, "engine_s": 1.4, "alias_engine_s": 0.7},
+        {"column": "question", "alias": "gen", "answers": 4, "mean_s": 0.5,
+         "proxy_queue_s": 0.1, "engine_s": 0.4, "alias_engine_s": 0.7},
+        {"column": "grade", "alias": "judge", "answers": 1, "mean_s": 0.1,
+         "proxy_queue_s": None, "engine_s": None, "alias_engine_s": None}]
+    text = "\n".join(shard_lines({"latency": rows}))
+    assert "  answer (gen): 2 answers, mean 1500.0 ms = proxy queue 100.0 ms + engine " \
+           "1400.0 ms" in text
+    assert latency_split(rec, None) == []
