@@ -219,6 +219,15 @@ def shard_lines(detail: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def serving_figures(attempt_root: Path, progress: Optional[ProgressRecord],
+                    now: float) -> Dict[str, Any]:
+    """A benchmark point's ``time`` (``time_split``, without the queue) and
+    ``latency_split``, from its attempt's folder (``benchmark analyze``)."""
+    record, _ = read(attempt_root / "telemetry.json")
+    return {"time": time_split(record, progress, None, now),
+            "latency_split": latency_split(record, progress)}
+
+
 def shard_telemetry(attempt_root: Path, progress: Optional[ProgressRecord],
                     submitted_at: Optional[float], now: float) -> Dict[str, Any]:
     """One attempt's serving data for ``status --shard N``: ``replicas``, ``time``,
