@@ -140,7 +140,8 @@ def replica_view(alias: str, url: str, figures: EngineFigures, at: float,
     kv = now.get("kv")
     return ReplicaTelemetry(alias=alias, url=url, engine=engine,
                             running=now.get("running"), waiting=now.get("waiting"),
-                            kv_cache_usage=None if kv is None else min(1.0, max(0.0, kv)),
+                            kv_cache_usage=None if kv is None else
+                            round(min(1.0, max(0.0, kv)), 4),
                             prefix_hit_rate=hit, gen_tokens_per_s=tok_s,
                             proxy_in_flight=in_flight)
 
