@@ -238,7 +238,9 @@ class Telemetry:
             except (OSError, http.client.HTTPException):
                 continue
             if status == 200:
-                self.counters[alias], inflight = parse_proxy_metrics(body)
+                counters, inflight = parse_proxy_metrics(body)
+                with self.lock:  # record() may be copying it on the agent's thread
+                    self.counters[alias] = counters
                 flights.update(inflight)
         for alias, urls in self.urls.items():
             for url in urls:
@@ -264,10 +266,12 @@ class Telemetry:
             return
         if figures is None:
             old = self.last.get(key, ReplicaTelemetry(alias=alias, url=url))
-            self.last[key] = replace(old, error=error, proxy_in_flight=in_flight)
-            return
-        self.last[key] = replica_view(alias, url, figures, at, self.before.get(key), in_flight)
-        self.before[key] = (at, figures)
+            view = replace(old, error=error, proxy_in_flight=in_flight)
+        else:
+            view = replica_view(alias, url, figures, at, self.before.get(key), in_flight)
+            self.before[key] = (at, figures)
+        with self.lock:  # record() may be reading it on the agent's thread
+            self.last[key] = view
 
     def record(self) -> TelemetryRecord:
         """What ``telemetry.json`` says now."""
