@@ -8,7 +8,11 @@ records/s (median of the per-round ratios; goal >= 0.99), plus an ``info`` line 
 interval (five times the default's work). It also prints the size of ``telemetry.json``
 at the end of each run and what one shard-hour makes of it: bytes per series point (the
 file's size over its points) x the points of an hour (capped at the ring's ``MAX_POINTS``)
-plus the rest of the file; goal <= 1 MB. Usage:
+plus the rest of the file; goal <= 1 MB. Last, an ``info`` line: the sampler's own CPU
+time per replica sample (``time.process_time`` over 200 rounds against a fake engine in
+another process: one GET of /metrics, the parse, the rewrite of telemetry.json) as a share
+of one core at the default interval: what the records/s ratio cannot resolve below its
+noise. Usage:
 ``python benchmarks/telemetry.py [--runs N] [--records N]`` (~4 minutes at 3 rounds).
 """
 
@@ -17,19 +21,22 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.generator import ONE, one_run  # noqa: E402
+from benchmarks.generator import FAKE_SERVER, ONE, one_run  # noqa: E402
 from synthbatch.agent_stdlib.allocation.telemetry import (  # noqa: E402
     INTERVAL_ENV,
     INTERVAL_S,
     MAX_POINTS,
+    Telemetry,
 )
 from synthbatch.agent_stdlib.layout import RunLayout  # noqa: E402
 from synthbatch.control.bundle import build_agent_bundle  # noqa: E402
@@ -50,6 +57,29 @@ def hour_bytes(path: Path) -> Dict[str, float]:
     rest = len(raw) - per_point * points
     return {"bytes": len(raw), "points": points,
             "hour_bytes": rest + per_point * hour_points}
+
+
+def sample_cpu_s(workdir: Path, rounds: int = 200) -> float:
+    """The sampler's CPU seconds per replica sample, against a fake engine (its own
+    process) with 128 requests' worth of counters."""
+    port_file = workdir / "engine.port"
+    server = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--port", "0", "--port-file",
+                               str(port_file), "--max-concurrency", "128"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not port_file.exists():
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{int(port_file.read_text())}"
+        telemetry = Telemetry(workdir / "telemetry.json", interval=0)
+        telemetry.start({"gen": [url]}, {})
+        telemetry.sample()
+        before = time.process_time()
+        for _ in range(rounds):
+            telemetry.sample()
+        return (time.process_time() - before) / rounds
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -84,6 +114,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"sampling {name:8s}: {statistics.median(rates[name]):7.2f} records/s vs off "
               f"{statistics.median(rates['off']):7.2f} -> {ratio:.4f} (rounds "
               f"{', '.join(f'{r:.4f}' for r in ratios)}; goal >= {GOAL}) {verdict}")
+    with tempfile.TemporaryDirectory(prefix="synthbatch-bench-telemetry-cpu-") as tmp:
+        cpu = sample_cpu_s(Path(tmp))
+    print(f"sampler CPU: {cpu * 1000:.2f} ms per replica sample = "
+          f"{cpu / INTERVAL_S:.4%} of one core at {INTERVAL_S:g} s per replica (info)")
     hour = sizes["default"]["hour_bytes"]
     ok = ok and hour <= MAX_BYTES_PER_HOUR
     print(f"state per shard-hour at {INTERVAL_S:g} s (1 replica): {hour / 1024:.1f} KB "
