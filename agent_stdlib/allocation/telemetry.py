@@ -9,8 +9,8 @@ go to the attempt's ``telemetry.json`` (``TelemetryRecord``), rewritten after ea
 
 Size bound: the series keeps at most ``MAX_POINTS`` points (one hour at 5 s) and the file
 is trimmed, oldest points first, to ``MAX_BYTES`` (1 MB): at most 1 MB of state per
-attempt whatever its length, so at most 1 MB per shard-hour. A point is ~16 bytes plus
-~30 per replica: 720 points of 2 replicas are ~55 KB.
+attempt whatever its length, so at most 1 MB per shard-hour. A point is ~25 bytes plus
+~30 per replica: 720 points of 2 replicas are ~60 KB.
 """
 
 from __future__ import annotations
