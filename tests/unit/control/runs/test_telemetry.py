@@ -130,6 +130,19 @@ def test_run_flags_read_running_shards_with_fresh_telemetry(tmp_path: Path) -> N
                                                    "replicas"]
 
 
+def test_run_flags_read_a_bounded_sample_of_the_running_shards(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """10,000 running shards: status reads FLAG_SHARDS telemetry files, spread out."""
+    from synthbatch.control.runs import telemetry
+
+    read_paths = []
+    monkeypatch.setattr(telemetry, "read", lambda path: (read_paths.append(path), (None, None))[1])
+    rows = [{"index": i, "state": "running", "attempt": 1} for i in range(10_000)]
+    assert run_flags(RunLayout(tmp_path), rows, now=0.0) == []
+    assert len(read_paths) == telemetry.FLAG_SHARDS
+    assert [p.parent.parent.parent.name for p in read_paths][::7] == ["shard-00000", "shard-08750"]
+
+
 def test_latency_per_column_is_split_into_proxy_queue_and_engine() -> None:
     from synthbatch.agent_stdlib.contracts import AliasProgress
     from synthbatch.control.runs.telemetry import latency_split
