@@ -624,6 +624,10 @@ class AliasProgress:
     concurrency: int = 0  # the current limit of requests in flight
     in_flight: int = 0
     cache: CacheProgress = field(default_factory=CacheProgress)  # issue 30's reuse figures
+    # per LLM column: answered requests and the sum of their latencies (client: sent ->
+    # answer), for the mean latency split into proxy queue and engine time (issue 32)
+    column_answers: Dict[str, int] = field(default_factory=dict)
+    column_latency_s: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -649,6 +653,66 @@ class ProgressRecord(Record):
     cells_reused: int = 0
     cells_generated: int = 0
     records_reused: int = 0
+
+
+# Serving telemetry (issue 32): the agent's samples of each replica's own /metrics
+TELEMETRY_SERIES = ("running", "waiting", "kv_cache_usage", "gen_tokens_per_s",
+                    "proxy_in_flight")  # one TelemetryPoint value per replica, in this order
+
+
+@dataclass(frozen=True)
+class ReplicaTelemetry:
+    """The last sample of one replica (None: the engine does not export that figure)."""
+
+    alias: str
+    url: str
+    engine: str = ""  # "vllm", "sglang", "llamacpp" (/metrics or /slots), "" if unreadable
+    running: Optional[float] = None  # requests the engine is running
+    waiting: Optional[float] = None  # requests queued inside the engine
+    kv_cache_usage: Optional[float] = None  # 0-1 share of the KV cache in use
+    prefix_hit_rate: Optional[float] = None  # 0-1 prompt tokens found cached, since last sample
+    gen_tokens_per_s: Optional[float] = None  # generated tokens/s since the last sample
+    proxy_in_flight: Optional[int] = None  # requests the alias's proxy has at this replica
+    error: Optional[str] = None  # why the last sample failed (the previous values stay)
+
+
+@dataclass(frozen=True)
+class ProxyTelemetry:
+    """One alias's proxy counters (over the proxy's lifetime)."""
+
+    requests: int = 0
+    responses_429: int = 0  # the proxy's own backpressure 429s plus engines' 429s
+    retries: int = 0
+    timed: int = 0  # answered proxied requests, and their seconds:
+    queue_s: float = 0.0  # arrival at the proxy -> forwarded to a backend (last attempt)
+    upstream_s: float = 0.0  # forwarded -> the whole response written back
+
+
+@dataclass(frozen=True)
+class TelemetryPoint:
+    """One sample in the attempt's time series: per replica (``replicas`` order), the
+    ``TELEMETRY_SERIES`` figures."""
+
+    at: float
+    values: Tuple[Tuple[Optional[float], ...], ...]
+
+
+@dataclass(frozen=True)
+class TelemetryRecord(Record):
+    """``telemetry.json``: the agent's serving samples of one attempt (written every
+    ``interval_s``, bounded in size: ``agent_stdlib/allocation/telemetry.py``)."""
+
+    interval_s: float
+    updated_at: float
+    replicas: Tuple[ReplicaTelemetry, ...] = ()
+    proxies: Dict[str, ProxyTelemetry] = field(default_factory=dict)
+    series: Tuple[TelemetryPoint, ...] = ()
+    schema_version: int = SCHEMA_VERSION
+    # where the execution's time went (wall times; None: not reached)
+    started_at: Optional[float] = None  # the agent began this execution
+    ready_at: Optional[float] = None  # every server answered its readiness probe
+    stopping_at: Optional[float] = None  # the agent began stopping the servers
+    stopped_at: Optional[float] = None  # every server and step was gone
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,11 @@ class AttemptLayout:
         return self.root / "progress.json"
 
     @property
+    def telemetry_json(self) -> Path:
+        """The agent's serving samples (issue 32)."""
+        return self.root / "telemetry.json"
+
+    @property
     def output(self) -> Path:
         """The only directory the client writes into."""
         return self.root / "output"

@@ -72,6 +72,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
     "prefix_cache": ("prefix_cache.py", [], ["--only", "grounded"],
                      "grounded >= 1.5x main and >= 0.9 of the limit; independent >= 0.98x; "
                      "shared system prompt: replicas' busy time within 10%", lambda: None),
+    "telemetry": ("telemetry.py", [], ["--runs", "1", "--records", "1500"],
+                  "records/s with serving telemetry sampled >= 0.99 of without; <= 1 MB "
+                  "of telemetry state per shard-hour", lambda: None),
     "concurrency": ("concurrency.py", [], ["--quick"],
                     "default concurrency >= 0.95 of the best fixed (capacity 16/128/512, "
                     "slowing when over-queued); 10 s job >= 0.93 of nominal", lambda: None),

@@ -161,14 +161,16 @@ def _progress(path: Path) -> Optional[Dict[str, Any]]:
 
 
 def one_run(workdir: Path, pyz: Path, columns: Tuple[ColumnSpec, ...],
-            records: int) -> Dict[str, Any]:
-    """Run one shard of ``records`` through the real batch script; its figures."""
+            records: int, extra_env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Run one shard of ``records`` through the real batch script (``extra_env`` added to
+    its environment); its figures."""
     root = workdir / "run"
     script = stage_batch(root, pyz, _plan(columns, records))
     paths = RunLayout(root).attempt(0, 1)
     output = paths.output / "records-000000000000.jsonl"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir),
-           "SLURM_TMPDIR": str(workdir / "scratch"), "SLURM_ARRAY_TASK_ID": "0"}
+           "SLURM_TMPDIR": str(workdir / "scratch"), "SLURM_ARRAY_TASK_ID": "0",
+           **(extra_env or {})}
     (workdir / "scratch").mkdir()
     started = time.monotonic()
     proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.DEVNULL,

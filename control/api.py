@@ -15,6 +15,7 @@ use, no pydantic); ``plan``, ``submit`` and ``retry`` validate the whole profile
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import (
     TYPE_CHECKING,
@@ -349,6 +350,9 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
                              summary["reuse"])
     from synthbatch.control.runs.autoretry import round_now  # issue 34: the pending automatic round
     from synthbatch.control.runs.store import load_plan
+    from synthbatch.control.runs.telemetry import run_flags  # issue 32: idle or saturated
+
+    summary["serving_flags"] = run_flags(layout, fresh.fresh, time.time())
     summary["auto_retry"] = round_now(layout, sched, fresh.rows,  # the plan: only if pending
                                       lambda: load_plan(layout).max_attempts)
     return fresh
@@ -448,8 +452,12 @@ def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileR
             log = str(locate(run_dir(data["run_id"], profile), shard).path)
         except NotFound:
             log = None
+    from synthbatch.control.runs.telemetry import shard_serving  # issue 32
+
+    _, layout = _run(data["run_id"], profile)
     return {"run_id": data["run_id"], "shard": row, "log": log,
-            "log_tail": tail_lines(Path(log), lines) if log else []}
+            "log_tail": tail_lines(Path(log), lines) if log else [],
+            "serving": shard_serving(layout, shard, row.get("attempt"), time.time())}
 
 
 def merge(run_id: str, output: Optional[PathLike] = None, allow_partial: bool = False,

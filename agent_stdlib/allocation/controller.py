@@ -51,6 +51,7 @@ from .signals import Interrupted, SignalCoordinator
 from .slurmjob import JobIdentity
 from .steps import current_env, step_control
 from .supervisor import URGENT_GRACE_S, Managed, Supervisor
+from .telemetry import Telemetry, from_env
 
 POLL_S = 0.2
 
@@ -80,6 +81,7 @@ class Allocation:
     execution: int = 0
     sites: Dict[str, List[Site]] = field(default_factory=dict)
     manifest: Optional[ResultManifest] = None
+    telemetry: Optional[Telemetry] = None  # serving samples and boot/shutdown times
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.signals, step_control(self.inv.plan.runtime))
@@ -172,6 +174,8 @@ class Allocation:
                                  node=self.job.node, restarts=restarts)
         ensure_dir(self.paths.output)
         self.execution = self._new_execution(restarts + 1)
+        self.telemetry = from_env(self.paths.telemetry_json)
+        self.telemetry.write()
         self.services = Services(self.inv.plan, self.supervisor, self.signals, self.logs,
                                  self.inv.agent_pyz)
         self.readiness(states.READY_RESTARTING if restarting else states.READY_STARTING)
@@ -191,7 +195,11 @@ class Allocation:
         services = self._services
         services.start_servers(self.sites)
         services.wait_ready()
+        if self.telemetry is not None:
+            self.telemetry.mark("ready_at")
         services.start_proxies()
+        if self.telemetry is not None:
+            self.telemetry.start(services.urls, services.endpoints)
         self.readiness(states.READY, endpoints=dict(services.endpoints),
                        backends=services.backends())
 
@@ -311,7 +319,13 @@ class Allocation:
         """Stop everything (idempotent), confirm it is gone, then publish ``stopped``."""
         endpoints = dict(self.services.endpoints) if self.services else {}
         self.readiness(states.READY_STOPPING, endpoints=endpoints, reason=reason)
-        if self.supervisor.stop_all(self.inv.plan.runtime.grace_s):
+        if self.telemetry is not None:
+            self.telemetry.stop()
+            self.telemetry.mark("stopping_at")
+        stopped = self.supervisor.stop_all(self.inv.plan.runtime.grace_s)
+        if self.telemetry is not None:
+            self.telemetry.mark("stopped_at")
+        if stopped:
             self.readiness(states.READY_STOPPED, reason=reason)
         else:
             what = self.supervisor.unconfirmed or "a managed process or step survived SIGKILL"

@@ -34,6 +34,13 @@ class AliasCounters:
         self.requests = self.tokens_in = self.tokens_out = self.cached = 0
         self.errors: Counter = Counter()
         self.sampler: Optional[ProxySampler] = None  # the proxy's affinity counters
+        self.column_answers: Counter = Counter()  # column -> answered requests
+        self.column_latency: Dict[str, float] = {}  # column -> their latencies' sum (s)
+
+    def timed(self, column: str, latency_s: float) -> None:
+        """One answer of ``column`` took ``latency_s`` seconds (sent -> answer)."""
+        self.column_answers[column] += 1
+        self.column_latency[column] = self.column_latency.get(column, 0.0) + latency_s
 
     def answered(self, usage: Dict[str, object], cached: int = 0) -> None:
         """Count one answered request, the tokens it reports and its ``cached`` prompt
@@ -49,7 +56,10 @@ class AliasCounters:
                              tokens_out=self.tokens_out, errors=dict(self.errors),
                              concurrency=self.limiter.current,
                              in_flight=self.limiter.in_flight,
-                             cache=cache_view(self.cached, self.sampler))
+                             cache=cache_view(self.cached, self.sampler),
+                             column_answers=dict(self.column_answers),
+                             column_latency_s={k: round(v, 3) for k, v in
+                                               self.column_latency.items()})
 
 
 def _count(value: object) -> int:

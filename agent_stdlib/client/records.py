@@ -353,7 +353,8 @@ class Engine:
             return "connection", str(err), None
         finally:
             alias.limiter.release()
-        latency_ms = round((time.monotonic() - sent_at) * 1000.0, 1)
+        latency_s = time.monotonic() - sent_at
+        latency_ms = round(latency_s * 1000.0, 1)
         if reply.status != 200:
             alias.counters.requests += 1
         if reply.status in BACKPRESSURE:
@@ -363,6 +364,7 @@ class Engine:
             kind = "5xx" if reply.status >= 500 or reply.status in RETRYABLE else "4xx"
             return kind, _status_text(reply), None
         alias.limiter.succeeded(sent_at, column.name)
+        alias.counters.timed(column.name, latency_s)
         data: Any = None
         try:
             data = json.loads(reply.body)

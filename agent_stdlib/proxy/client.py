@@ -150,6 +150,7 @@ class Client:
             self.error(400, f"bad request: {exc}")
             return
         ex = Exchange(self, method, target, version == b"HTTP/1.0", head)
+        ex.started = core.loop.now
         self.ex = ex
         path = target.split(b"?", 1)[0] if method in (b"GET", b"HEAD") else b""
         if path in (b"/health", b"/metrics"):
@@ -261,6 +262,11 @@ class Client:
         if self.ex is not ex:
             return
         self.ex = None
+        if ex.forwarded:  # proxied: before forwarding (queue) and at the backend
+            stats = self.core.stats
+            stats.queue_s_total += ex.forwarded - ex.started
+            stats.upstream_s_total += self.core.loop.now - ex.forwarded
+            stats.timed_total += 1
         if not (ex.keep and ex.body_done) or self.state == CLOSED:
             self.linger()
             return

@@ -108,6 +108,8 @@ class Exchange:
     last_retry: Optional[tuple] = None  # (status, reason, head, body) of a 429/503
     last_error = "no backend available"
     dead = False
+    started = 0.0  # loop time the request head arrived
+    forwarded = 0.0  # loop time its last attempt was sent to a backend (0: never)
 
     def __init__(self, client: ClientSide, method: bytes, target: bytes, http10: bool,
                  head: Head) -> None:

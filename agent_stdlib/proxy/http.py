@@ -343,7 +343,7 @@ def parse_queue_metric(text: str) -> Optional[float]:
 
     Returns None when the exposition contains no such metric.
     """
-    sums = _sums(text, QUEUE_METRICS)
+    sums = metric_sums(text, QUEUE_METRICS)
     return sum(sums.values()) if sums else None
 
 
@@ -353,7 +353,7 @@ def parse_prefix_cache(text: str) -> Optional[Tuple[float, float]]:
     when the exposition has no such counters. llama.cpp's: queries are the tokens it
     evaluated plus those it took from a slot's cache (``llamacpp:prompt_tokens_total``,
     ``llamacpp:prompt_tokens_cached_total``)."""
-    sums = _sums(text, PREFIX_CACHE_METRICS + LLAMACPP_CACHE_METRICS)
+    sums = metric_sums(text, PREFIX_CACHE_METRICS + LLAMACPP_CACHE_METRICS)
     if LLAMACPP_CACHE_METRICS[1] in sums:
         cached = sums[LLAMACPP_CACHE_METRICS[1]]
         return sums.get(LLAMACPP_CACHE_METRICS[0], 0.0) + cached, cached
@@ -362,8 +362,9 @@ def parse_prefix_cache(text: str) -> Optional[Tuple[float, float]]:
     return sums[PREFIX_CACHE_METRICS[0]], sums.get(PREFIX_CACHE_METRICS[1], 0.0)
 
 
-def _sums(text: str, names: Tuple[str, ...]) -> Dict[str, float]:
-    """Each of ``names`` that the exposition has, summed over its labels."""
+def metric_sums(text: str, names: Tuple[str, ...]) -> Dict[str, float]:
+    """Each of ``names`` that the Prometheus exposition has, summed over its labels (the
+    one parser of engine and proxy ``/metrics``; see also :func:`metric_by_label`)."""
     out: Dict[str, float] = {}
     for raw in text.splitlines():
         line = raw.strip()
@@ -373,6 +374,25 @@ def _sums(text: str, names: Tuple[str, ...]) -> Dict[str, float]:
         if sample is None or sample[0] not in names:
             continue
         out[sample[0]] = out.get(sample[0], 0.0) + sample[1]
+    return out
+
+
+def metric_by_label(text: str, name: str, label: str) -> Dict[str, float]:
+    """The samples of metric ``name`` by the value of its label ``label`` (summed when
+    other labels differ); samples without that label are left out."""
+    out: Dict[str, float] = {}
+    needle = f'{label}="'
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line.startswith(name + "{"):
+            continue
+        sample = _split_sample(line)
+        start = line.find(needle)
+        if sample is None or sample[0] != name or start < 0:
+            continue
+        start += len(needle)
+        key = line[start:line.find('"', start)]
+        out[key] = out.get(key, 0.0) + sample[1]
     return out
 
 

@@ -79,6 +79,11 @@ class Stats:
     bytes_out: int = 0
     affinity_hits_total: int = 0  # keyed requests sent to their key's home
     affinity_fallbacks_total: int = 0  # keyed requests whose home was over the load bound
+    # answered proxied requests (timed_total): seconds from arrival to the last attempt's
+    # forwarding (queue_s_total), and from then to the whole response (upstream_s_total)
+    timed_total: int = 0
+    queue_s_total: float = 0.0
+    upstream_s_total: float = 0.0
 
 
 class Router:
@@ -246,6 +251,12 @@ class Router:
             f"# TYPE {p}affinity_total counter",
             f'{p}affinity_total{{result="hit"}} {s.affinity_hits_total}',
             f'{p}affinity_total{{result="fallback"}} {s.affinity_fallbacks_total}',
+            f"# TYPE {p}timed_requests_total counter",
+            f"{p}timed_requests_total {s.timed_total}",
+            f"# TYPE {p}queue_seconds_total counter",
+            f"{p}queue_seconds_total {s.queue_s_total:.6f}",
+            f"# TYPE {p}upstream_seconds_total counter",
+            f"{p}upstream_seconds_total {s.upstream_s_total:.6f}",
         ]
         for name, kind, fn in (
             ("in_flight", "gauge", lambda b: b.in_flight),

@@ -68,6 +68,7 @@ class Upstream:
         """Start sending ``ex`` on this connection."""
         self.ex = ex
         ex.up = self
+        ex.forwarded = self.core.loop.now
         self.reused = reused
         self.got = False
         self.state = _HEAD

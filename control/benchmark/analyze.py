@@ -27,6 +27,7 @@ from synthbatch.agent_stdlib.layout import RunLayout, attempt_number
 from synthbatch.agent_stdlib.resume import request_cells
 from synthbatch.agent_stdlib.statefile import StateError, read_json
 from synthbatch.control.planning.sizing import percentile, size
+from synthbatch.control.runs.telemetry import serving_figures
 
 ERROR_KINDS_NOT_429 = ("503", "5xx", "4xx", "timeout", "connection", "invalid_output")
 
@@ -112,6 +113,7 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
     lat = list(_latencies(folder / "output"))
     attempt = _json(folder / "attempt.json") or {}
     rate = generated / wall if wall and wall > 0 else None
+    row.update(serving_figures(folder, progress, ended))  # issue 32: where time goes
     return {
         **row, "state": "done" if result else "partial", "records": records,
         "job_id": attempt.get("job_id") if isinstance(attempt.get("job_id"), str) else None,

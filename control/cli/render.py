@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs.cachestats import cache_line
+from synthbatch.control.runs.telemetry import shard_lines
 
 Status = Dict[str, Any]
 
@@ -149,6 +150,7 @@ def _notes(data: Status) -> List[str]:
         hint = f" (hint: {data['scheduler_hint']})" if data.get("scheduler_hint") else ""
         lines.append(f"  scheduler unavailable: {data['scheduler_error']}{hint}")
     lines.extend(f"  note: {note}" for note in data.get("notes", []))
+    lines.extend(f"  serving: {flag}" for flag in data.get("serving_flags") or [])  # issue 32
     return lines
 
 
@@ -202,6 +204,7 @@ def shard_text(detail: Dict[str, Any]) -> str:
     if row.get("reason"):
         lines.append(f"reason: {row['reason']}")
     lines.extend(filter(None, (cache_line(a, f) for a, f in (row.get("aliases") or {}).items())))
+    lines.extend(shard_lines(detail.get("serving") or {}))  # issue 32
     if detail.get("log"):
         tail = detail.get("log_tail") or []
         lines.append(f"log: {detail['log']}" + (f" (last {len(tail)} lines)" if tail else

@@ -13,6 +13,8 @@ from typing import Any, Dict, List
 
 import pytest
 
+from synthbatch.agent_stdlib.contracts import TelemetryRecord
+from synthbatch.agent_stdlib.statefile import load_record
 from tests.integration.runs import cli_json, serving_env, wait_final, write_profile
 
 pytestmark = pytest.mark.slurm
@@ -92,3 +94,13 @@ def test_vllm_cpu_serves_a_shard_and_the_proxy_reads_its_metrics(slurm_cluster, 
     logs = _server_logs(tmp_path, status["run_id"])
     assert '"GET /metrics HTTP/1.1" 200' in logs  # the proxy's sampler read real metrics
     assert '"POST /v1/chat/completions HTTP/1.1" 200' in logs
+    # the agent's telemetry read vLLM's own names (issue 32): running, waiting, KV usage
+    runs = tmp_path / "workspace" / "runs" / status["run_id"]
+    (path,) = runs.rglob("telemetry.json")
+    record = load_record(path, TelemetryRecord)
+    assert record is not None and record.series, record
+    (replica,) = record.replicas
+    assert replica.engine == "vllm" and replica.error is None, replica
+    assert None not in (replica.running, replica.waiting, replica.kv_cache_usage), replica
+    assert 0.0 <= replica.kv_cache_usage <= 1.0
+    assert record.started_at <= record.ready_at <= record.stopping_at <= record.stopped_at

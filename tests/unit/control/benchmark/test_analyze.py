@@ -203,3 +203,29 @@ def test_reused_records_and_cells_are_no_generated_work(tmp_path) -> None:
     row = point(layout, 0, 1, 1)
     assert row["records_per_s"] == 0.4 and row["cells_reused"] == 6  # 4 generated in 10 s
     assert row["latency_ms"]["requests"] == 10 and row["latency_ms"]["p99"] == 100.0
+
+
+def test_points_say_where_time_went_from_the_agents_telemetry(tmp_path) -> None:
+    """Issue 32: a point's ``time`` (servers ready, first record, generation, shutdown)
+    from the attempt's telemetry.json; none of it without one."""
+    import json
+
+    from synthbatch.agent_stdlib.contracts import TelemetryRecord
+    from synthbatch.agent_stdlib.statefile import write_bytes_atomic
+
+    layout = make_run(tmp_path / "ws", [Shard("winner"), Shard("winner")])
+    fill(layout, 0, 10, 10.0, [100.0] * 10)
+    fill(layout, 1, 10, 10.0, [100.0] * 10)
+    progress = layout.attempt(0, 1).progress_json
+    first_record = json.loads(progress.read_text())["first_record_at"]
+    record = TelemetryRecord(interval_s=5.0, updated_at=0.0, started_at=first_record - 30.0,
+                             ready_at=first_record - 2.0, stopping_at=first_record + 20.0,
+                             stopped_at=first_record + 23.0)
+    write_bytes_atomic(layout.attempt(0, 1).telemetry_json, record.to_json().encode())
+    manifest = {**MANIFEST, "cases": [{"case": "one", "run_id": RUN_ID, "points": [
+        {"shard": 0, "concurrency": 1, "records": 10},
+        {"shard": 1, "concurrency": 2, "records": 10}]}]}
+    rows = {r["concurrency"]: r for r in analyze(manifest, {RUN_ID: layout})["points"]}
+    assert rows[1]["time"] == {"queue_s": None, "servers_s": 28.0, "first_record_s": 2.0,
+                               "generation_s": 20.0, "shutdown_s": 3.0}
+    assert rows[2]["time"]["servers_s"] is None and rows[2]["latency_split"] == []

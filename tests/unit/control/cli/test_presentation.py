@@ -273,3 +273,15 @@ def test_a_node_clock_ahead_does_not_count_into_the_numbers(tmp_path: Path, work
     assert 20 <= totals["elapsed_s"] < 60, totals
     (run,) = json.loads(invoke("runs", "--profile", str(profile_file), "--json").stdout)["runs"]
     assert 20 <= run["elapsed_s"] < 60, run
+
+
+def test_status_shows_the_serving_flags() -> None:
+    """Issue 32: each idle or saturated alias of the running shards, one line each."""
+    data = data_with(["running"])
+    data["serving_flags"] = ["gen: KV cache 98%, 120 waiting — add replicas",
+                             "judge: 2 replicas, 4% busy, 0 waiting — over-provisioned"]
+    lines = status_text(data).splitlines()
+    assert "  serving: gen: KV cache 98%, 120 waiting — add replicas" in lines
+    assert "  serving: judge: 2 replicas, 4% busy, 0 waiting — over-provisioned" in lines
+    assert not any("serving:" in line for line in status_text(data_with(["running"]))
+                   .splitlines())
