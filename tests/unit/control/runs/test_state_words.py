@@ -54,6 +54,7 @@ NOT_A_STATE = {
     ("control/images/probe.py", "unknown"): "an image's OS not found",
     ("control/slurm/parsers.py", "unknown"): "Slurm's own word in squeue output",
     ("control/runs/settled.py", "pending"): "the settled index's key of unsettled shards",
+    ("control/runs/telemetry.py", "running"): "an engine's running requests (a JSON key)",
 }
 
 
