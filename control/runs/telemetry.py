@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from synthbatch.agent_stdlib import states
 from synthbatch.agent_stdlib.contracts import (
     TELEMETRY_SERIES,
     AttemptRecord,
@@ -21,7 +22,6 @@ from synthbatch.agent_stdlib.contracts import (
 )
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, load_record
-from synthbatch.agent_stdlib.states import RUNNING
 from synthbatch.control.errors import one_line
 
 # ---- thresholds (the one place)
@@ -266,7 +266,7 @@ def run_flags(layout: RunLayout, rows: Iterable[Dict[str, Any]], now: float) -> 
     """The flags across the running shards (``rows``: status rows; fresh telemetry only),
     read from at most ``FLAG_SHARDS`` of them, evenly spread (a refresh of 10,000 running
     shards opens 8 more files, not 10,000)."""
-    running = [r for r in rows if r.get("state") == RUNNING and r.get("attempt") is not None]
+    running = [r for r in rows if r.get("state") == states.RUNNING and r.get("attempt") is not None]
     step = max(1, -(-len(running) // FLAG_SHARDS))
     records = []
     for row in running[::step]:
