@@ -291,7 +291,8 @@ def _component(component: Dict[str, Any], where: str) -> ColumnBase:
         first = err.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
         message = first["msg"].removeprefix("Value error, ")
-        raise ValueError(f"{where}{'.' + loc if loc else ''}: {message}") from None
+        raise ValueError(f"{where}.{loc}: {message}" if loc else f"{where}.{message}") \
+            from None
 
 
 class Expression(ColumnBase):
