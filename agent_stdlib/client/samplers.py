@@ -19,7 +19,7 @@ from itertools import accumulate
 from typing import Any, Callable, Dict, List, Mapping
 
 from ..recipe.template import show
-from .names import LOCALES, SEXES
+from ..recipe.names import LOCALES, SEXES
 
 Values = Mapping[str, Any]
 Sampler = Callable[[bytes, Values], Any]  # (cell bits, the record's values so far) -> value
@@ -178,7 +178,7 @@ def _ascii(text: str) -> str:
 
 def identity(params: Dict[str, Any]) -> Sampler:
     """A person-like value ``{first_name, last_name, sex, age, locale, city, state,
-    email}`` from the bundled lists of ``locale`` (:mod:`names`) or the recipe's own
+    email}`` from the bundled lists of ``locale`` (:mod:`agent_stdlib.recipe.names`) or the recipe's own
     ``first_names``/``last_names``/``places``; emails use reserved example domains."""
     locale = str(params.get("locale", "en_US"))
     bundled = LOCALES[locale]

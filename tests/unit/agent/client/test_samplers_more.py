@@ -7,7 +7,7 @@ import datetime as dt
 from collections import Counter
 from typing import Any, Dict
 
-from synthbatch.agent_stdlib.client.names import LOCALES
+from synthbatch.agent_stdlib.recipe.names import LOCALES
 from synthbatch.agent_stdlib.client.samplers import SAMPLERS, cell_bits
 from synthbatch.agent_stdlib.recipe.columns import IDENTITY_FIELDS
 
