@@ -18,8 +18,8 @@ import uuid
 from itertools import accumulate
 from typing import Any, Callable, Dict, List, Mapping
 
-from ..recipe.template import show
 from ..recipe.names import LOCALES, SEXES
+from ..recipe.template import show
 
 Values = Mapping[str, Any]
 Sampler = Callable[[bytes, Values], Any]  # (cell bits, the record's values so far) -> value
@@ -178,8 +178,8 @@ def _ascii(text: str) -> str:
 
 def identity(params: Dict[str, Any]) -> Sampler:
     """A person-like value ``{first_name, last_name, sex, age, locale, city, state,
-    email}`` from the bundled lists of ``locale`` (:mod:`agent_stdlib.recipe.names`) or the recipe's own
-    ``first_names``/``last_names``/``places``; emails use reserved example domains."""
+    email}`` from the bundled lists of ``locale`` (``recipe/names.py``) or the recipe's
+    own ``first_names``/``last_names``/``places``; emails use reserved example domains."""
     locale = str(params.get("locale", "en_US"))
     bundled = LOCALES[locale]
     sexes = [str(params["sex"])] if params.get("sex") else list(SEXES)

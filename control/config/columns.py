@@ -20,8 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from synthbatch.agent_stdlib.recipe.names import LOCALES
 from synthbatch.agent_stdlib.recipe.columns import KINDS, Node
+from synthbatch.agent_stdlib.recipe.names import LOCALES
 from synthbatch.agent_stdlib.recipe.schema import SchemaError, check
 from synthbatch.agent_stdlib.recipe.template import show
 from synthbatch.agent_stdlib.text import quoted

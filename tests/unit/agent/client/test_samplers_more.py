@@ -7,9 +7,9 @@ import datetime as dt
 from collections import Counter
 from typing import Any, Dict
 
-from synthbatch.agent_stdlib.recipe.names import LOCALES
 from synthbatch.agent_stdlib.client.samplers import SAMPLERS, cell_bits
 from synthbatch.agent_stdlib.recipe.columns import IDENTITY_FIELDS
+from synthbatch.agent_stdlib.recipe.names import LOCALES
 
 
 def draw(kind: str, params: Dict[str, Any], index: int, values: Any = None,
