@@ -161,22 +161,32 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
 
 def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
             endpoints: Sequence[str] = (), api_key_env: Optional[str] = None,
-            timeout_s: float = 600.0, models: Sequence[str] = ()) -> Dict[str, Any]:
+            timeout_s: float = 600.0, models: Sequence[str] = (),
+            on_record: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
     """The first ``count`` records of the run's recipe, made here by the agent bundle's
     generator against ``endpoints`` (``ALIAS=URL``; ``models``: ``ALIAS=NAME`` when an
-    endpoint serves another model name); nothing is submitted."""
+    endpoint serves another model name); nothing is submitted. ``on_record`` is called
+    with each record as it is written. Without any profile (no ``--profile``,
+    ``$SYNTHBATCH_PROFILE`` or default profile) the run is planned with a stand-in."""
+    import tempfile
+
     from synthbatch.control import bundle
     from synthbatch.control.runs.preview import parse_endpoints, parse_models, run_preview
+    from synthbatch.control.runs.preview_profile import profile_given, write_standin
 
-    prof = _profile(profile)
     urls = parse_endpoints(endpoints)
     names = parse_models(models)
-    try:
-        pyz = bundle.locate_agent_bundle(Path(prof.workspace) / ".cache" / "bundles")
-    except bundle.BundleError as err:
-        raise InvalidInput(f"agent bundle: {err}") from err
-    return run_preview(Path(run_file), profile_ref(profile), count, urls, pyz, api_key_env,
-                       timeout_s, names)
+    with tempfile.TemporaryDirectory(prefix="synthbatch-preview-profile-") as tmp:
+        ref = profile_ref(profile)
+        if not profile_given(ref):  # no profile at all: plan with a stand-in
+            ref = str(write_standin(Path(tmp)))
+        prof = _profile(ref)
+        try:
+            pyz = bundle.locate_agent_bundle(Path(prof.workspace) / ".cache" / "bundles")
+        except bundle.BundleError as err:
+            raise InvalidInput(f"agent bundle: {err}") from err
+        return run_preview(Path(run_file), ref, count, urls, pyz, api_key_env, timeout_s,
+                           names, on_record)
 
 
 def submit(run_file: PathLike, profile: ProfileRef = None,

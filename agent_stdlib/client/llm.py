@@ -1,6 +1,9 @@
 """The chat-completion requests of LLM columns and what their answers become.
 
 * ``llm-text``: the answer's text;
+* ``llm-code``: the code of the answer's fenced block (:mod:`codeblock`); the cell's meta
+  records the block's ``language``; with ``require_block`` an answer without a fenced
+  block is :class:`InvalidOutput` (retried, then ``on_error`` decides);
 * ``llm-structured``: the column's JSON schema goes out as ``response_format``
   (``{"type": "json_schema", "json_schema": {"name", "schema", "strict": true}}``, which
   vLLM, SGLang and llama.cpp's server accept) and the answer is always checked against it
@@ -23,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..recipe.judge import judge_schema, option_value, reasoning_chars
 from ..recipe.schema import validate
+from .codeblock import extract
 
 FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n(.*?)\n?```\s*$", re.S)
 
@@ -157,6 +161,12 @@ def parse_answer(kind: str, params: Dict[str, Any], data: Any) -> Tuple[Any, Dic
         raise InvalidOutput("the answer has no text")
     if kind == "llm-text":
         return text, meta
+    if kind == "llm-code":
+        code, language, fenced = extract(text, params.get("language"))
+        if params.get("require_block") and not fenced:
+            raise InvalidOutput(f"the answer has no fenced code block: {text[:80]!r}")
+        meta["language"] = language
+        return code, meta
     value = json_answer(text)
     if kind == "llm-judge":
         return _judged(value, params["scores"]), meta

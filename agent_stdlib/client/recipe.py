@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from ..contracts import GenerateSpec, Plan
 from ..errors import AgentError
 from ..recipe import schema as jsonschema
-from ..recipe.columns import LLM, ColumnError, Node, analyze
+from ..recipe.columns import LLM, VALIDATION, ColumnError, Node, analyze
 from ..recipe.template import Part, parse
 from .samplers import SAMPLERS, Sampler
 
@@ -88,7 +88,9 @@ def _column(node: Node, drop: bool, inputs: List[str], plan: Plan, where: str) -
         column.served = plan.deployment(column.alias).served_name
         if node.kind == "llm-structured":
             jsonschema.check(params["schema"], f"{where}.schema")
-    elif node.kind != "expression":
+    elif node.kind == VALIDATION and params.get("validator") == "json_schema":
+        jsonschema.check(params["schema"], f"{where}.schema")
+    elif node.kind not in ("expression", VALIDATION):
         raise RecipeError(f"{where}.type: unknown column type {node.kind!r}")
     return column
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 from ..errors import AgentError
+from ..recipe.columns import VALIDATION
 from ..recipe.reuse import canonical_json, request_digest
 from ..recipe.template import render
 from .cachestats import cached_tokens
@@ -34,6 +35,7 @@ from .retrying import RETRIED_KINDS, retry_body
 from .reuse import Cells
 from .samplers import cell_bits
 from .seeds import SeedRows
+from .validators import check
 
 CHAT = "/v1/chat/completions"
 RESERVED = ("index", "_meta", "_error")  # record keys of the generator's own
@@ -207,15 +209,28 @@ class Engine:
                             rec.key = affinity(self.recipe, index, values)
                         running[asyncio.ensure_future(self._cell(column, index, values,
                                                                  rec))] = column
+                    elif column.kind == VALIDATION:
+                        running[asyncio.ensure_future(self._validate(column, values))] = \
+                            column
                     else:
-                        values[column.name] = self._local(column, index, values)
+                        try:
+                            values[column.name] = self._local(column, index, values)
+                        except (ValueError, TypeError, KeyError) as err:
+                            failed.append(column.name)
+                            failure = failure or CellFailure(column.name, f"{err}")
+                            if self.on_error != "keep":
+                                for other in running:
+                                    other.cancel()
+                                return failure
             if not running:
                 break
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for future in done:
                 column = running.pop(future)
                 try:
-                    values[column.name], meta[column.name] = future.result()
+                    values[column.name], cell = future.result()
+                    if cell is not None:
+                        meta[column.name] = cell
                 except CellFailure as err:
                     failed.append(column.name)
                     failure = failure or err
@@ -224,6 +239,15 @@ class Engine:
                             other.cancel()
                         return failure
         return failure
+
+    async def _validate(self, column: Column, values: Dict[str, Any]) -> Tuple[Any, None]:
+        """A validation cell, off the event loop (it may run a child process); a
+        CellFailure when it is invalid and the column says ``on_invalid = "error"``."""
+        loop = asyncio.get_running_loop()
+        value = await loop.run_in_executor(None, check, column.params, dict(values))
+        if not value["valid"] and column.params.get("on_invalid") == "error":
+            raise CellFailure(column.name, "invalid: " + "; ".join(value["errors"]))
+        return value, None
 
     def _local(self, column: Column, index: int, values: Dict[str, Any]) -> Any:
         if column.sampler is not None:
@@ -309,6 +333,8 @@ class Engine:
                         "latency_ms": meta["latency_ms"], "request_digest": digest}
                 if changes:
                     cell["retries"] = changes
+                if "language" in meta:
+                    cell["language"] = meta["language"]  # llm-code
                 return answer, cell
             alias.counters.errors[kind] += 1
             if kind in ("429", "503"):

@@ -1,5 +1,5 @@
 """Retries that can succeed: what the next request of an LLM cell changes after an
-invalid structured or judge answer (pure: a body in, a body and the change out).
+invalid structured, judge or code answer (pure: a body in, a body and the change out).
 
 Repeating the identical request is pointless at temperature 0 and barely useful above
 it, so a retry of an invalid answer always changes something:
@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional, Tuple
 TOKEN_CAP_FACTOR = 4
 TOKEN_CAP = 8192
 RETRY_TEMPERATURE = 0.3
-RETRIED_KINDS = ("llm-structured", "llm-judge")
+RETRIED_KINDS = ("llm-structured", "llm-judge", "llm-code")
 
 
 def token_cap(max_tokens: int) -> int:

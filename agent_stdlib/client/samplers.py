@@ -13,10 +13,12 @@ import bisect
 import datetime as dt
 import hashlib
 import math
+import unicodedata
 import uuid
 from itertools import accumulate
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Dict, List, Mapping
 
+from ..recipe.names import LOCALES, SEXES
 from ..recipe.template import show
 
 Values = Mapping[str, Any]
@@ -34,7 +36,8 @@ def uniform(bits: bytes, k: int = 0) -> float:
     return (int.from_bytes(bits[7 * k:7 * k + 7], "big") >> 3) / float(1 << 53)
 
 
-def _pick(n: int, u: float) -> int:
+def pick(n: int, u: float) -> int:
+    """An index in 0 .. n-1 from a uniform number ``u``."""
     return min(n - 1, int(u * n))
 
 
@@ -47,7 +50,7 @@ def category(params: Dict[str, Any]) -> Sampler:
     values = list(params["values"])
     weights = params.get("weights")
     if not weights:
-        return lambda bits, _: values[_pick(len(values), uniform(bits))]
+        return lambda bits, _: values[pick(len(values), uniform(bits))]
     bounds = list(accumulate(float(w) for w in weights))
     total = bounds[-1]
     return lambda bits, _: values[min(len(values) - 1,
@@ -60,7 +63,7 @@ def subcategory(params: Dict[str, Any]) -> Sampler:
 
     def draw(bits: bytes, values: Values) -> Any:
         options = choices[show(values[parent])]
-        return options[_pick(len(options), uniform(bits))]
+        return options[pick(len(options), uniform(bits))]
     return draw
 
 
@@ -85,7 +88,7 @@ def gaussian(params: Dict[str, Any]) -> Sampler:
 def integer(params: Dict[str, Any]) -> Sampler:
     """An integer in low .. high, both included."""
     low, high = int(params["low"]), int(params["high"])
-    return lambda bits, _: low + _pick(high - low + 1, uniform(bits))
+    return lambda bits, _: low + pick(high - low + 1, uniform(bits))
 
 
 def bernoulli(params: Dict[str, Any]) -> Sampler:
@@ -109,7 +112,7 @@ def moment(params: Dict[str, Any]) -> Sampler:
     fmt = params.get("format")
 
     def draw(bits: bytes, _: Values) -> str:
-        when = start + dt.timedelta(seconds=step * _pick(steps, uniform(bits)))
+        when = start + dt.timedelta(seconds=step * pick(steps, uniform(bits)))
         if fmt:
             return when.strftime(fmt)
         return when.date().isoformat() if unit == "day" else when.isoformat()
@@ -149,8 +152,75 @@ def binomial(params: Dict[str, Any]) -> Sampler:
     return lambda bits, _: _inverse(uniform(bits), log_pmf, n)
 
 
+def timedelta(params: Dict[str, Any]) -> Sampler:
+    """The ``reference`` column's moment plus a whole number of ``unit`` in
+    [dt_min, dt_max): ISO 8601 text (a date when the reference is a date and the unit a
+    day); ``null`` when the reference is ``null``."""
+    low, high = int(params["dt_min"]), int(params["dt_max"])
+    step, reference = UNITS[params.get("unit", "day")], str(params["reference"])
+
+    def draw(bits: bytes, values: Values) -> Any:
+        base = values.get(reference)
+        if base is None:
+            return None
+        when = dt.datetime.fromisoformat(str(base))
+        offset = dt.timedelta(seconds=step * (low + pick(high - low, uniform(bits))))
+        if len(str(base)) == 10 and step == UNITS["day"]:
+            return (when + offset).date().isoformat()
+        return (when + offset).isoformat()
+    return draw
+
+
+def _ascii(text: str) -> str:
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    return "".join(c for c in folded.lower() if c.isalnum())
+
+
+def identity(params: Dict[str, Any]) -> Sampler:
+    """A person-like value ``{first_name, last_name, sex, age, locale, city, state,
+    email}`` from the bundled lists of ``locale`` (``recipe/names.py``) or the recipe's
+    own ``first_names``/``last_names``/``places``; emails use reserved example domains."""
+    locale = str(params.get("locale", "en_US"))
+    bundled = LOCALES[locale]
+    sexes = [str(params["sex"])] if params.get("sex") else list(SEXES)
+    firsts: Dict[str, List[str]] = {s: list(params.get("first_names") or bundled[s])
+                                    for s in SEXES}
+    lasts = list(params.get("last_names") or bundled["last"])
+    places = [tuple(p) for p in (params.get("places") or bundled["places"])]
+    domains = list(bundled["domains"])
+    low, high = (int(x) for x in params.get("age_range", (18, 85)))
+
+    def draw(bits: bytes, _: Values) -> Dict[str, Any]:
+        more = hashlib.sha256(bits + b"\x00identity").digest()
+        sex = sexes[pick(len(sexes), uniform(bits, 0))]
+        first = firsts[sex][pick(len(firsts[sex]), uniform(bits, 1))]
+        last = lasts[pick(len(lasts), uniform(bits, 2))]
+        city, state = places[pick(len(places), uniform(bits, 3))]
+        number = pick(100, uniform(more, 2))
+        return {"first_name": first, "last_name": last, "sex": sex,
+                "age": low + pick(high - low + 1, uniform(more, 0)), "locale": locale,
+                "city": city, "state": state,
+                "email": f"{_ascii(first)}.{_ascii(last)}{number}@"
+                         f"{domains[pick(len(domains), uniform(more, 1))]}"}
+    return draw
+
+
+def mixture(params: Dict[str, Any]) -> Sampler:
+    """One of ``components`` (each a sampler's ``type`` and parameters, with a
+    ``weight``), picked by weight; the component draws from bits of its own."""
+    parts = [SAMPLERS[c["type"]]({k: v for k, v in c.items() if k not in ("type", "weight")})
+             for c in params["components"]]
+    bounds = list(accumulate(float(c.get("weight", 1.0)) for c in params["components"]))
+
+    def draw(bits: bytes, values: Values) -> Any:
+        i = min(len(parts) - 1, bisect.bisect_right(bounds, uniform(bits, 3) * bounds[-1]))
+        return parts[i](hashlib.sha256(bits + f"\x00mixture{i}".encode()).digest(), values)
+    return draw
+
+
 SAMPLERS: Dict[str, Callable[[Dict[str, Any]], Sampler]] = {
     "category": category, "subcategory": subcategory, "uniform": uniform_float,
     "gaussian": gaussian, "integer": integer, "bernoulli": bernoulli, "uuid": uuid4,
-    "datetime": moment, "poisson": poisson, "binomial": binomial,
+    "datetime": moment, "poisson": poisson, "binomial": binomial, "timedelta": timedelta,
+    "mixture": mixture, "identity": identity,
 }

@@ -1,7 +1,8 @@
 """Column kinds and the dependency graph of a recipe.
 
 A column depends on every column its templates name (``{question}``,
-``{answer.steps}``) and a ``subcategory`` on its ``category``; names that no column
+``{answer.steps}``), a ``subcategory`` on its ``category``, a ``timedelta`` on its
+``reference`` and a ``validation`` on its ``target`` (and ``schema_column``); names that no column
 defines come from the seed data (``{topic}``), and ``{index}`` is the record index.
 :func:`analyze` orders the columns so that each comes after what it uses, and rejects
 unknown names, cycles and fields of values that have none, naming the column's position
@@ -18,14 +19,19 @@ from . import schema as jsonschema
 from .template import TemplateError, references
 
 SAMPLERS = ("category", "subcategory", "uniform", "gaussian", "integer", "bernoulli", "uuid",
-            "datetime", "poisson", "binomial")
-LLM = ("llm-text", "llm-structured", "llm-judge")
-KINDS = SAMPLERS + ("expression",) + LLM
+            "datetime", "poisson", "binomial", "timedelta", "mixture", "identity")
+LLM = ("llm-text", "llm-structured", "llm-judge", "llm-code")
+VALIDATION = "validation"
+KINDS = SAMPLERS + ("expression",) + LLM + (VALIDATION,)
 TEMPLATES: Dict[str, Tuple[str, ...]] = {"expression": ("template",),
                                          **{k: ("context", "system", "prompt") for k in LLM}}
 CONTEXT = "context"  # the recipe-level context's field (client.context)
 INDEX = "index"  # the record index, usable as {index} everywhere
 JUDGE_FIELDS = ("score", "reasoning")
+IDENTITY_FIELDS = ("first_name", "last_name", "sex", "age", "locale", "city", "state", "email")
+VALIDATION_FIELDS = ("valid", "errors")
+NAMED = {"subcategory": ("category",), "timedelta": ("reference",),
+         VALIDATION: ("target", "schema_column")}  # fields naming another column
 
 
 class ColumnError(AgentError, ValueError):
@@ -66,8 +72,9 @@ def _uses(node: Node, where: str) -> List[Tuple[str, str, Tuple[str, ...]]]:
             found += [(key, name, path) for name, path in references(text)]
         except TemplateError as err:
             raise ColumnError(f"{where}.{key}", str(err)) from err
-    if node.kind == "subcategory":
-        found.append(("category", str(node.params.get("category")), ()))
+    for key in NAMED.get(node.kind, ()):
+        if node.params.get(key) is not None:
+            found.append((key, str(node.params[key]), ()))
     if node.kind in LLM and node.params.get("continue_from") is not None:
         found.append(("continue_from", str(node.params["continue_from"]), ()))
     return found
@@ -119,6 +126,12 @@ def field_problem(node: Optional[Node], path: Tuple[str, ...]) -> Optional[str]:
             return f"{node.name} has no score {path[0]!r} (have: {', '.join(map(str, scores))})"
         if len(path) > 1 and path[1] not in JUDGE_FIELDS:
             return f"a score has only {' and '.join(JUDGE_FIELDS)}, not {path[1]!r}"
+        return None
+    own = {"identity": IDENTITY_FIELDS, VALIDATION: VALIDATION_FIELDS}.get(node.kind)
+    if own is not None:
+        if path[0] not in own or len(path) > 1 and path[0] != "errors":
+            return (f"{node.name} has no field {'.'.join(path)!r} (have: "
+                    f"{', '.join(own)})")
         return None
     return f"{node.name} is a {node.kind} value without fields"
 

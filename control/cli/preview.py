@@ -11,13 +11,18 @@ from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.cli.common import common
 
 
-def preview_text(data: Dict[str, Any]) -> str:
-    """The generator's notes, then one row per record (``--json`` shows everything)."""
+def preview_text(data: Dict[str, Any], streamed: bool = False) -> str:
+    """The generator's notes, then one row per record unless they were ``streamed``
+    already, and the time to the first record (``--json`` shows everything)."""
     from synthbatch.control.cli.preview_table import table
 
     notes = [visible(line) for line in data["log"]
              if "left out" in line or "no endpoint" in line]
-    blocks: List[str] = [*notes, *table(data["records"])] if data["records"] else notes
+    rows = table(data["records"]) if data["records"] and not streamed else []
+    blocks: List[str] = [*notes, *rows]
+    if data["records"] and data.get("first_record_s") is not None:
+        blocks.append(f"{len(data['records'])} records; the first after "
+                      f"{data['first_record_s']:.2f} s")
     return "\n".join(blocks) or "no records"
 
 
@@ -38,14 +43,19 @@ def preview_text(data: Dict[str, Any]) -> str:
 @common
 def preview_cmd(run_file: Path, count: int, endpoints: Tuple[str, ...],
                 models: Tuple[str, ...], api_key_env: Optional[str], timeout_s: float,
-                profile: Optional[str]) -> Any:
+                profile: Optional[str], as_json: bool) -> Any:
     """Generate the first records of RUN_FILE here, with the real generator, and print them.
 
     Samplers, seed data and expressions always run; each LLM column runs when its
     deployment alias has an --endpoint (a server you already have: vLLM, SGLang,
-    llama.cpp, any OpenAI-compatible URL). Nothing is submitted or written.
+    llama.cpp, any OpenAI-compatible URL). Nothing is submitted or written. Each
+    record's row is printed as it is made; without any profile the run is planned
+    with a stand-in (preview submits nothing).
     """
     from synthbatch.control import api
+    from synthbatch.control.cli.preview_table import Rows
 
-    data = api.preview(run_file, profile, count, endpoints, api_key_env, timeout_s, models)
-    return {"data": data, "text": preview_text(data)}
+    rows = None if as_json else Rows(click.echo)  # each record's row as it arrives
+    data = api.preview(run_file, profile, count, endpoints, api_key_env, timeout_s, models,
+                       rows)
+    return {"data": data, "text": preview_text(data, streamed=rows is not None)}

@@ -11,9 +11,17 @@ import datetime as dt
 import re
 from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
-from pydantic import AfterValidator, Discriminator, Field, Tag, model_validator
+from pydantic import (
+    AfterValidator,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
 from synthbatch.agent_stdlib.recipe.columns import KINDS, Node
+from synthbatch.agent_stdlib.recipe.names import LOCALES
 from synthbatch.agent_stdlib.recipe.schema import SchemaError, check
 from synthbatch.agent_stdlib.recipe.template import show
 from synthbatch.agent_stdlib.text import quoted
@@ -194,6 +202,99 @@ class Datetime(ColumnBase):
         return out
 
 
+DD_UNITS = {"D": "day", "h": "hour", "m": "minute", "s": "second"}  # DD's unit letters
+
+
+class TimeDelta(ColumnBase):
+    """The ``reference`` column's moment plus a whole number of ``unit`` in
+    ``[dt_min, dt_max)`` (Data Designer's ``timedelta``)."""
+
+    type: Literal["timedelta"]
+    dt_min: int = Field(ge=-1_000_000, le=1_000_000)
+    dt_max: int = Field(ge=-1_000_000, le=1_000_000)
+    reference: ColumnName
+    unit: Literal["day", "hour", "minute", "second", "D", "h", "m", "s"] = "day"
+
+    @model_validator(mode="after")
+    def _range(self) -> TimeDelta:
+        if not self.dt_min < self.dt_max:
+            raise ValueError(f"dt_max: {self.dt_max} is not above dt_min {self.dt_min}")
+        return self
+
+    def params(self) -> Dict[str, Any]:
+        """The unit by its full name."""
+        out = super().params()
+        out["unit"] = DD_UNITS.get(self.unit, self.unit)
+        return out
+
+
+Place = Annotated[List[Text], Field(min_length=2, max_length=2)]
+
+
+class Identity(ColumnBase):
+    """A person-like value (names, sex, age, place, email) from bundled or given lists."""
+
+    type: Literal["identity"]
+    locale: Literal[tuple(LOCALES)] = "en_US"  # type: ignore[valid-type]
+    sex: Optional[Literal["female", "male"]] = None
+    age_range: List[Annotated[int, Field(ge=0, le=120)]] = Field(
+        default=[18, 85], min_length=2, max_length=2)
+    first_names: Optional[List[Text]] = Field(default=None, min_length=1, max_length=100_000)
+    last_names: Optional[List[Text]] = Field(default=None, min_length=1, max_length=100_000)
+    places: Optional[List[Place]] = Field(default=None, min_length=1, max_length=100_000)
+
+    @model_validator(mode="after")
+    def _ages(self) -> Identity:
+        if self.age_range[0] > self.age_range[1]:
+            raise ValueError(f"age_range: {self.age_range[0]} is above {self.age_range[1]}")
+        return self
+
+
+MIXABLE = ("category", "uniform", "gaussian", "integer", "bernoulli", "uuid", "datetime",
+           "poisson", "binomial")
+
+
+class Mixture(ColumnBase):
+    """One of ``components`` (each a sampler's ``type`` and parameters, and a relative
+    ``weight``), picked by weight per record."""
+
+    type: Literal["mixture"]
+    components: List[Dict[str, Any]] = Field(min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _components(self) -> Mixture:
+        for i, component in enumerate(self.components):
+            _component(component, f"components[{i}]")
+        return self
+
+    def params(self) -> Dict[str, Any]:
+        """Each component as its sampler's checked parameters, with type and weight."""
+        return {"components": [
+            {"type": c["type"], "weight": float(c.get("weight", 1.0)),
+             **_component(c, "components").params()} for c in self.components]}
+
+
+def _component(component: Dict[str, Any], where: str) -> ColumnBase:
+    """A mixture's component as its sampler's model; ValueError naming ``where.field``."""
+    kind = component.get("type")
+    if kind not in MIXABLE:
+        raise ValueError(f"{where}.type: {quoted(show(kind))} cannot be mixed (have: "
+                         f"{', '.join(MIXABLE)})")
+    weight = component.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight \
+            < float("inf"):
+        raise ValueError(f"{where}.weight: expected a positive number")
+    fields = {k: v for k, v in component.items() if k != "weight"}
+    try:
+        return MODELS[kind].model_validate({"name": "component", **fields})
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        message = first["msg"].removeprefix("Value error, ")
+        raise ValueError(f"{where}.{loc}: {message}" if loc else f"{where}.{message}") \
+            from None
+
+
 class Expression(ColumnBase):
     """Text from a template over other columns; no model."""
 
@@ -241,6 +342,15 @@ class LLMStructured(LLMColumn):
         return out
 
 
+class LLMCode(LLMColumn):
+    """The code of the answer's fenced block (of ``language`` if given); ``_meta`` records
+    the block's language; with ``require_block`` an answer without a block is an error."""
+
+    type: Literal["llm-code"]
+    language: Optional[Name] = None
+    require_block: bool = False
+
+
 class Score(Strict):
     """One rubric of a judge: its options are the scores it may give."""
 
@@ -266,6 +376,63 @@ class LLMJudge(LLMColumn):
         return self
 
 
+VALIDATOR_FIELDS = {"python": ("run", "timeout_s"), "sql": ("sql_schema", "schema_column"),
+                    "json_schema": ("schema_",), "regex": ("pattern", "full")}
+
+
+class Validation(ColumnBase):
+    """``{"valid": bool, "errors": [...]}``: ``target``'s value checked by ``validator``."""
+
+    type: Literal["validation"]
+    validator: Literal["python", "sql", "json_schema", "regex"]
+    target: ColumnName
+    on_invalid: Literal["keep", "error"] = "keep"
+    run: bool = False
+    timeout_s: float = Field(default=5.0, gt=0, le=600, allow_inf_nan=False)
+    sql_schema: Optional[Prompt] = None
+    schema_column: Optional[ColumnName] = None
+    schema_: Optional[Dict[str, Any]] = Field(default=None, alias="schema")
+    pattern: Optional[Text] = None
+    full: bool = False
+
+    @model_validator(mode="after")
+    def _fields(self) -> Validation:
+        for kind, names in VALIDATOR_FIELDS.items():
+            for name in names:
+                if kind != self.validator and name in self.model_fields_set:
+                    shown = name.rstrip("_")
+                    raise ValueError(f"{shown}: belongs to validator {quoted(kind)}, not "
+                                     f"{quoted(self.validator)}")
+        if self.validator == "json_schema":
+            if self.schema_ is None:
+                raise ValueError("schema: a json_schema validator needs one")
+            try:
+                check(self.schema_)
+            except SchemaError as err:
+                raise ValueError(str(err)) from err
+        if self.validator == "regex":
+            if self.pattern is None:
+                raise ValueError("pattern: a regex validator needs one")
+            try:
+                re.compile(self.pattern)
+            except re.error as err:
+                raise ValueError(f"pattern: not a regular expression ({err})") from err
+        if self.sql_schema is not None and self.schema_column is not None:
+            raise ValueError("schema_column: give sql_schema or schema_column, not both")
+        return self
+
+    def params(self) -> Dict[str, Any]:
+        """Only the validator's own fields (and the schema under its authored name)."""
+        out = super().params()
+        for kind, names in VALIDATOR_FIELDS.items():
+            if kind != self.validator:
+                for name in names:
+                    out.pop(name, None)
+        if "schema_" in out:
+            out["schema"] = out.pop("schema_")
+        return out
+
+
 class Unknown(Strict):
     """A column whose ``type`` is missing or not a kind: reported, never accepted."""
 
@@ -283,8 +450,10 @@ class Unknown(Strict):
 MODELS = {"category": Category, "subcategory": Subcategory, "uniform": Uniform,
           "gaussian": Gaussian, "integer": Integer, "bernoulli": Bernoulli, "uuid": Uuid,
           "datetime": Datetime, "poisson": Poisson, "binomial": Binomial,
+          "timedelta": TimeDelta, "mixture": Mixture, "identity": Identity,
           "expression": Expression, "llm-text": LLMText,
-          "llm-structured": LLMStructured, "llm-judge": LLMJudge}
+          "llm-structured": LLMStructured, "llm-judge": LLMJudge, "llm-code": LLMCode,
+          "validation": Validation}
 assert tuple(MODELS) == KINDS
 
 

@@ -20,12 +20,14 @@ from typing import Any, Dict, List, Optional
 import pyarrow as pa
 
 from synthbatch.agent_stdlib.contracts import GenerateSpec, Plan
+from synthbatch.agent_stdlib.recipe.columns import IDENTITY_FIELDS
 
-STRING_KINDS = ("uuid", "datetime", "expression", "llm-text")
+STRING_KINDS = ("uuid", "datetime", "timedelta", "expression", "llm-text", "llm-code")
 META_CELL = (("model", pa.string()), ("served_model", pa.string()),
              ("finish_reason", pa.string()), ("attempts", pa.int64()),
              ("latency_ms", pa.float64()), ("request_digest", pa.string()),
              ("reused_from", pa.string()),
+             ("language", pa.string()),  # an llm-code cell's fenced block
              # what each retry of an invalid answer changed (docs/generator.md)
              ("retries", pa.list_(pa.struct([("attempt", pa.int64()), ("seed", pa.int64()),
                                              ("max_tokens", pa.int64()),
@@ -131,6 +133,11 @@ def column_type(kind: str, params: Dict[str, Any]) -> pa.DataType:
         return from_json_schema(params.get("schema"))
     if kind == "llm-judge":
         return _judge(params)
+    if kind == "identity":
+        return pa.struct([(name, pa.int64() if name == "age" else pa.string())
+                          for name in IDENTITY_FIELDS])
+    if kind == "validation":
+        return pa.struct([("valid", pa.bool_()), ("errors", pa.list_(pa.string()))])
     return pa.null()
 
 

@@ -15,9 +15,11 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from synthbatch.agent_stdlib.clientenv import ClientEnv
@@ -89,8 +91,11 @@ def _environment(endpoints: Mapping[str, str], scratch: Path,
 def run_preview(run_file: Path, profile: Optional[str], count: int,
                 endpoints: Mapping[str, str], agent_pyz: Path,
                 api_key_env: Optional[str] = None, timeout_s: float = 600.0,
-                models: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
-    """The first ``count`` records of ``run_file`` as plain data (what ``--json`` prints)."""
+                models: Optional[Mapping[str, str]] = None,
+                on_record: Optional[Callable[[Dict[str, Any]], None]] = None
+                ) -> Dict[str, Any]:
+    """The first ``count`` records of ``run_file`` as plain data (what ``--json`` prints),
+    with the seconds to the first record; ``on_record`` sees each record as it comes."""
     if count < 1:
         raise InvalidInput(f"-n {count}: preview at least one record")
     resolved = resolve(run_file, profile, run_id=PREVIEW_ID)
@@ -110,16 +115,54 @@ def run_preview(run_file: Path, profile: Optional[str], count: int,
                               if models else resolved.plan_bytes)
         argv = [sys.executable, "-I", str(agent_pyz), "generate", "--plan", str(plan_json),
                 "--preview", str(count)]
-        try:
-            done = subprocess.run(argv, env=_environment(endpoints, scratch, api_key_env),
-                                  capture_output=True, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired as err:
-            raise PreviewFailed(f"preview: no result within {timeout_s:g} s") from err
-    log = done.stderr.decode("utf-8", "replace").splitlines()
-    if done.returncode != 0:
+        env = _environment(endpoints, scratch, api_key_env)
+        records, first_s, status, timed_out, log = _stream(argv, env, scratch, timeout_s,
+                                                          on_record)
+    if timed_out:
+        raise PreviewFailed(f"preview: no result within {timeout_s:g} s")
+    if status != 0:
         last = next((line for line in reversed(log) if line.strip()), "")
-        raise PreviewFailed(f"preview: the generator exited with status {done.returncode}"
+        raise PreviewFailed(f"preview: the generator exited with status {status}"
                             + (f": {last}" if last else ""))
-    records: List[Any] = [json.loads(line) for line in done.stdout.splitlines() if line]
     return {"run_file": str(run_file), "records": records,
-            "endpoints": dict(endpoints), "log": log}
+            "endpoints": dict(endpoints), "log": log,
+            "first_record_s": None if first_s is None else round(first_s, 3)}
+
+
+def _stream(argv: List[str], env: Dict[str, str], scratch: Path, timeout_s: float,
+            on_record: Optional[Callable[[Dict[str, Any]], None]]
+            ) -> Tuple[List[Any], Optional[float], int, bool, List[str]]:
+    """Run the generator, handing each record line to ``on_record`` as it arrives:
+    (records, seconds to the first, exit status, whether it timed out, its stderr lines)."""
+    started = time.monotonic()
+    first_s: Optional[float] = None
+    records: List[Any] = []
+    with open(scratch / "stderr", "w+b") as errors:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=errors)
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            proc.kill()
+        timer = threading.Timer(timeout_s, expire)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if not line.strip():
+                    continue
+                record = json.loads(line)
+                if first_s is None:
+                    first_s = time.monotonic() - started
+                records.append(record)
+                if on_record is not None:
+                    on_record(record)
+            status = proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        errors.seek(0)
+        log = errors.read().decode("utf-8", "replace").splitlines()
+    return records, first_s, status, expired.is_set(), log

@@ -76,8 +76,9 @@ def test_preview_with_an_endpoint_and_without(run_file: Path, profile_file: Path
     assert any("no endpoint for judge: columns grade left out" in line for line in data["log"])
     text = invoke("preview", str(run_file), "-n", "2", "--profile", str(profile_file))
     assert text.exit_code == 0, text.output
-    assert "no endpoint for gen, judge" in text.output.splitlines()[0]
-    assert text.output.splitlines()[1].split() == ["index", "topic", "source", "level"]
+    lines = text.output.splitlines()  # rows as they come; the generator's notes after
+    assert lines[0].split() == ["index", "topic", "source", "level"]
+    assert "no endpoint for gen, judge" in lines[3]
     assert '"question"' not in text.output  # no endpoint at all: samplers and seed data
 
 
@@ -128,8 +129,9 @@ def test_the_text_view_is_one_row_per_record(run_file: Path, profile_file: Path)
     lines = result.output.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("index"))
     assert lines[header].split() == ["index", "topic", "source", "level", "question"]
-    rows = lines[header + 1:]
+    rows = lines[header + 1:header + 4]
     assert [r.split()[0] for r in rows] == ["0", "1", "2"]
+    assert lines[-1].startswith("3 records; the first after ")
     assert "_meta" not in result.output and all(len(r) < 200 for r in rows)
 
 
@@ -142,3 +144,48 @@ def test_a_long_value_is_cut_and_control_characters_escaped() -> None:
     lines = table([{"index": 0, "a": "y", "_meta": {}},
                    {"index": 1, "a": None, "_error": {"column": "a", "message": "HTTP 500"}}])
     assert lines == ["index  a  error", "0      y  -", "1      -  a: HTTP 500"]
+
+
+def test_rows_stream_as_records_arrive(tmp_path: Path) -> None:
+    """Issue 35: preview printed every record at the end. A stand-in generator prints one
+    record, then waits until the caller has seen it before it prints the next: only a
+    preview that hands over each record as it comes gets the second one in time."""
+    import sys
+
+    from synthbatch.control.cli.preview_table import Rows
+    from synthbatch.control.runs.preview import _stream
+
+    seen = tmp_path / "seen"
+    script = ("import json, os, sys, time\n"
+              "print(json.dumps({'index': 0, 'a': 'x'}), flush=True)\n"
+              f"deadline = time.time() + 60\n"
+              f"while not os.path.exists({str(seen)!r}) and time.time() < deadline:\n"
+              "    time.sleep(0.01)\n"
+              f"print(json.dumps({{'index': 1, 'a': os.path.exists({str(seen)!r})}}))\n")
+    shown: list = []
+    rows = Rows(shown.append)
+
+    def on_record(record: dict) -> None:
+        rows(record)
+        seen.touch()
+    records, first_s, status, timed_out, _ = _stream(
+        [sys.executable, "-c", script], {}, tmp_path, 120, on_record)
+    assert (status, timed_out) == (0, False) and first_s is not None
+    assert records[1]["a"] is True  # the first record was handed over before the second
+    assert shown == ["index  a", "0      x", "1      true"]
+
+
+def test_preview_needs_no_profile_with_an_endpoint(run_file: Path, tmp_path: Path,
+                                                   monkeypatch) -> None:
+    """Issue 35: ``--endpoint`` without ``--profile`` (and no default profile) failed
+    with "profile ...: no such file"; it plans with a stand-in profile now."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SYNTHBATCH_PROFILE", raising=False)
+    with serve_in_thread(model="fake-model") as server:
+        result = invoke("preview", str(run_file), "-n", "2", "--endpoint",
+                        f"gen={server.url}", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [r["index"] for r in data["records"]] == [0, 1]
+    assert all(r["question"] for r in data["records"])
+    assert data["first_record_s"] is not None and data["first_record_s"] >= 0

@@ -344,3 +344,30 @@ def test_the_card_shows_record_values_as_untrusted_text(tmp_path: Path) -> None:
     assert "\\x1b[2Jred\\|x: 4" in readme
     assert json.loads((layout.merged / "card.json").read_text())["statistics"]["tag"][
         "values"] == {"ok": 4, evil: 4}
+
+
+def test_identity_validation_and_llm_code_columns_take_the_plan_s_schema(
+        tmp_path: Path) -> None:
+    """Issue 35's new kinds: an identity and a validation value are structs, llm-code and
+    timedelta text, and an llm-code cell's ``_meta`` keeps the language it found."""
+    columns = (
+        ColumnSpec("who", "identity", {"locale": "en_US"}),
+        ColumnSpec("code", "llm-code", {"model": "tiny", "prompt": "{who.first_name}"}),
+        ColumnSpec("ok", "validation", {"validator": "python", "target": "code"}),
+    )
+    plan = replace(make_plan_for(2, 1), client=GenerateSpec(columns=columns))
+    who = {"first_name": "Ada", "last_name": "L", "sex": "female", "age": 36,
+           "locale": "en_US", "city": "Austin", "state": "TX", "email": "ada.l1@example.com"}
+    records = [{"index": i, "who": who, "code": "x = 1", "ok": {"valid": True, "errors": []},
+                "_meta": {"index": i, "columns": {"code": dict(cell(3), language="python")}}}
+               for i in range(2)]
+    layout = build(tmp_path / "run", plan, [records])
+    merge_run(layout, None, False, fmt="parquet")
+    data = table(layout)
+    assert data.schema.field("who").type.field("age").type == pa.int64()
+    assert data.schema.field("ok").type == pa.struct([("valid", pa.bool_()),
+                                                      ("errors", pa.list_(pa.string()))])
+    assert data.column("code").to_pylist() == ["x = 1", "x = 1"]
+    assert data.column("who").to_pylist()[0] == who
+    meta = data.column("_meta").to_pylist()[0]["columns"]["code"]
+    assert meta["language"] == "python"
