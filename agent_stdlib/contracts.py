@@ -614,6 +614,16 @@ class CacheProgress:
 
 
 @dataclass(frozen=True)
+class ColumnTokens:
+    """One LLM column's answered requests and tokens on its alias (issue 32: what a
+    column's share of a shared deployment's GPU time is attributed by)."""
+
+    requests: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+
+@dataclass(frozen=True)
 class AliasProgress:
     """The generator's traffic to one model alias, for ``progress.json``."""
 
@@ -624,6 +634,7 @@ class AliasProgress:
     concurrency: int = 0  # the current limit of requests in flight
     in_flight: int = 0
     cache: CacheProgress = field(default_factory=CacheProgress)  # issue 30's reuse figures
+    columns: Dict[str, ColumnTokens] = field(default_factory=dict)  # LLM column -> its part
 
 
 @dataclass(frozen=True)

@@ -311,7 +311,8 @@ def status_refresh(run_id: Optional[str] = None, profile: ProfileRef = None,
     keeps their text instead of building and encoding them (100,000 rows: ~0.3 s)."""
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(_of_run(prof, layout))
-    return _presented(layout, _observed(layout, profile, sched, auto_retry, scheduler), sched)
+    return _presented(layout, _observed(layout, profile, sched, auto_retry, scheduler), sched,
+                      prof.path)
 
 
 def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Refresh:
@@ -324,7 +325,8 @@ def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Refr
     return fresh
 
 
-def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
+def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler,
+               profile_path: Optional[Path] = None) -> Refresh:
     """The refresh with what is said about it: pending reasons that block shards
     (``blocked``: from the rows read this time, as a settled shard is never pending; and
     ``pending_reasons``, how many pending shards wait for each of Slurm's reasons) and
@@ -335,8 +337,13 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
     summary = fresh.summary
     summary["blocked"] = blocked(fresh.fresh)
     summary["pending_reasons"] = reasons(fresh.fresh)
+    used: Dict[str, Any] = {}
     summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
-                               ended=fresh.ended_at, job_ids=fresh.job_ids, usage=fresh.usage)
+                               ended=fresh.ended_at, job_ids=fresh.job_ids, usage=fresh.usage,
+                               used=used)
+    from synthbatch.control.runs.costread import status_cost  # issue 32: what records cost
+    summary["cost"] = status_cost(layout, summary, used, fresh.job_ids, profile_path,
+                                  lambda: sched.usage(fresh.job_ids))
     from synthbatch.control.runs.autoretry import round_now  # issue 34: the pending automatic round
     from synthbatch.control.runs.store import load_plan
     summary["auto_retry"] = round_now(layout, sched, fresh.rows,  # the plan: only if pending

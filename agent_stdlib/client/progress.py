@@ -12,9 +12,9 @@ import sys
 import time
 from collections import Counter, deque
 from pathlib import Path
-from typing import Deque, Dict, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple
 
-from ..contracts import AliasProgress, ProgressRecord
+from ..contracts import AliasProgress, ColumnTokens, ProgressRecord
 from ..statefile import write_json_atomic
 from .cachestats import ProxySampler, cache_view
 from .concurrency import Limiter
@@ -31,15 +31,22 @@ class AliasCounters:
         self.limiter = limiter
         self.requests = self.tokens_in = self.tokens_out = self.cached = 0
         self.errors: Counter = Counter()
+        self.columns: Dict[str, List[int]] = {}  # column -> [requests, tokens in, out]
         self.sampler: Optional[ProxySampler] = None  # the proxy's affinity counters
 
-    def answered(self, usage: Dict[str, object], cached: int = 0) -> None:
+    def answered(self, usage: Dict[str, object], cached: int = 0,
+                 column: Optional[str] = None) -> None:
         """Count one answered request, the tokens it reports and its ``cached`` prompt
-        tokens (``cachestats.cached_tokens``)."""
+        tokens (``cachestats.cached_tokens``); ``column``: the LLM column that asked."""
         self.requests += 1
-        self.tokens_in += _count(usage.get("prompt_tokens"))
-        self.tokens_out += _count(usage.get("completion_tokens"))
+        tokens_in = _count(usage.get("prompt_tokens"))
+        tokens_out = _count(usage.get("completion_tokens"))
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
         self.cached += cached
+        if column is not None:
+            part = self.columns.setdefault(column, [0, 0, 0])
+            part[0], part[1], part[2] = part[0] + 1, part[1] + tokens_in, part[2] + tokens_out
 
     def view(self) -> AliasProgress:
         """The alias's figures as a progress record part."""
@@ -47,7 +54,9 @@ class AliasCounters:
                              tokens_out=self.tokens_out, errors=dict(self.errors),
                              concurrency=self.limiter.current,
                              in_flight=self.limiter.in_flight,
-                             cache=cache_view(self.cached, self.sampler))
+                             cache=cache_view(self.cached, self.sampler),
+                             columns={c: ColumnTokens(*p) for c, p in
+                                      sorted(self.columns.items())})
 
 
 def _count(value: object) -> int:

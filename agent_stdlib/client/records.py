@@ -321,7 +321,7 @@ class Engine:
             data = json.loads(reply.body)
             usage = data.get("usage") if isinstance(data, dict) else None
             alias.counters.answered(usage if isinstance(usage, dict) else {},
-                                    cached_tokens(data))
+                                    cached_tokens(data), column.name)
             value, meta = parse_answer(column.kind, column.params, data)
         except (ValueError, InvalidOutput) as err:
             return "invalid_output", (f"invalid answer: {err}", finish_reason(data)), None

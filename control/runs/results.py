@@ -144,6 +144,13 @@ class RunStatus(Result):
                      for f in self.data.get("failures", []))
 
     @property
+    def cost(self) -> Dict[str, Any]:
+        """GPU-hours, cost and tokens so far, per 1,000 records, per model alias and per
+        LLM column, and what failed attempts wasted (docs/observation.md "What records
+        cost"); money figures are None without a price in the profile."""
+        return dict(self.data.get("cost") or {})
+
+    @property
     def shards(self) -> Tuple[ShardStatus, ...]:
         """Every shard (built when read)."""
         return tuple(ShardStatus(s["index"], s["state"], s.get("reason"), s.get("attempt"),
