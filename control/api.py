@@ -500,10 +500,14 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
 def runs(profile: ProfileRef = None) -> List[RunSummary]:
     """The runs of the workspace, newest first, from their directories alone (no Slurm):
     state, records done, shards, when submitted, how long they ran."""
+    from synthbatch.control.runs.costread import kept_cost  # issue 32: GPU-hours, cost
     from synthbatch.control.runs.listing import list_runs
 
     prof = load_workspace_profile(profile_ref(profile))
-    return [RunSummary.from_dict(r) for r in list_runs(Path(prof.workspace))]
+    workspace = Path(prof.workspace)
+    return [RunSummary.from_dict({**r, **kept_cost(run_layout(workspace, r["run_id"]),
+                                                   prof.path)})
+            for r in list_runs(workspace)]
 
 
 def run(run_id: Optional[str] = None, profile: ProfileRef = None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.slurm.parsers import JobUsage
 
 Tokens = Tuple[int, int]  # (prompt, completion)
@@ -162,7 +163,7 @@ def lines(cost: Mapping[str, Any]) -> List[str]:
         parts = []
         for name, part in (cost.get(kind) or {}).items():
             each = part.get("per_1000_records") or {}
-            parts.append(f"{name} {_fmt(each.get('gpu_hours'))} GPU-h"
+            parts.append(f"{visible(name)} {_fmt(each.get('gpu_hours'))} GPU-h"
                          + (f" {_amount(each.get('cost'), cur)}" if cur else ""))
         if parts:
             out.append(f"  per 1,000 records by {'model' if kind == 'aliases' else 'column'}: "

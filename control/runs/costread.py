@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.agent_stdlib.publish import load_winner
 from synthbatch.agent_stdlib.statefile import StateError, read_json, write_json_atomic
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.control.config.document import read_document
@@ -51,13 +50,23 @@ def _progress_tokens(path: str) -> Tuple[Dict[str, Tokens], Dict[str, Dict[str, 
     return {str(a): _tokens(f) for a, f in aliases.items()}, columns
 
 
+def _winner(layout: RunLayout, shard: int) -> Any:
+    """The shard's verified winner (None: none yet). The record classes are imported only
+    when there is one (a running run's status reads its records without them)."""
+    if not layout.winner_json(shard).exists():
+        return None
+    from synthbatch.agent_stdlib.publish import load_winner
+
+    return load_winner(layout, shard)
+
+
 def attempt_uses(layout: RunLayout, shards: int) -> Tuple[List[AttemptUse], List[str]]:
     """Every attempt of the run's ``shards`` shards, and notes on what could not be read."""
     uses: List[AttemptUse] = []
     notes: List[str] = []
     for shard in range(shards):
         try:
-            winner = load_winner(layout, shard)
+            winner = _winner(layout, shard)
         except (StateError, OSError) as err:
             winner = None
             notes.append(f"cost: shard {shard}: {err}")
@@ -192,3 +201,24 @@ def _plan_facts(layout: RunLayout) -> Tuple[int, Optional[str], Dict[str, int]]:
     except (StateError, OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise StateError(f"{layout.plan_json}: unreadable for the cost figures ({err})") \
             from err
+
+
+def kept_cost(layout: RunLayout, profile_path: Optional[Path]) -> Dict[str, Any]:
+    """``runs``' figures of a run, from what ``status`` kept (no Slurm, no record per
+    shard): ``gpu_hours`` and, with a price, ``cost`` (None: not counted yet, or no
+    accounting, or not priced)."""
+    try:
+        kept = read_json(layout.root / "totals.json")
+    except (StateError, OSError, ValueError):
+        kept = None
+    numbers = kept.get("totals") if isinstance(kept, dict) else None
+    hours = numbers.get("gpu_hours") if isinstance(numbers, dict) else None
+    if not isinstance(hours, (int, float)) or isinstance(hours, bool):
+        return {"gpu_hours": None, "cost": None}
+    pricing = _pricing(profile_path)
+    try:
+        price = pricing.price(_plan_facts(layout)[1]) if pricing is not None else None
+    except StateError:
+        price = None
+    return {"gpu_hours": hours, "cost": round(hours * price, 2) if price is not None else None,
+            "currency": pricing.currency if price is not None and pricing else None}

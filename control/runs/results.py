@@ -207,6 +207,8 @@ class RunSummary(Result):
     records_done: Optional[int] = None
     elapsed_s: Optional[float] = None
     problem: Optional[str] = None
+    gpu_hours: Optional[float] = None  # as status kept it once the run was over
+    cost: Optional[float] = None  # gpu_hours x the profile's price (None: not priced)
 
     @classmethod
     def from_dict(cls, data: Data) -> RunSummary:
@@ -215,4 +217,5 @@ class RunSummary(Result):
                    state=data.get("state", ""), created_at=data.get("created_at", 0.0),
                    shards=data.get("shards", 0), records=data.get("records"),
                    records_done=data.get("records_done"), elapsed_s=data.get("elapsed_s"),
-                   problem=data.get("problem"))
+                   problem=data.get("problem"), gpu_hours=data.get("gpu_hours"),
+                   cost=data.get("cost"))

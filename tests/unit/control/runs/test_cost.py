@@ -176,3 +176,21 @@ def test_the_price_of_a_partition_and_a_gpu_type(tmp_path: Path) -> None:
             pricing.price(None)) == (4.0, 1.0, 2.5, 2.5)
     path.write_text("schema_version = 1\nworkspace = '/x'\n")
     assert load_pricing(path).price("gpu") is None
+
+
+def test_runs_lists_gpu_hours_and_cost_of_a_counted_run(tmp_path: Path) -> None:
+    """``runs`` asks no Slurm: a finished run's GPU-hours as status kept them, priced by
+    the profile; a run not counted yet shows neither."""
+    from synthbatch.control import api
+
+    workspace = tmp_path / "ws"
+    layout = make_run(workspace, [Shard("winner"), Shard("winner")])
+    profile = tmp_path / "p.toml"
+    profile.write_text(f"schema_version = 1\nworkspace = '{workspace}'\n"
+                       "[pricing]\nper_gpu_hour = 2.0\ncurrency = 'EUR'\n")
+    (listed,) = api.runs(str(profile))
+    assert (listed.gpu_hours, listed.cost) == (None, None)
+    write_json_atomic(layout.root / "totals.json", {"schema_version": 1, "job_ids": ["500"],
+                                                    "totals": {"gpu_hours": 1.5}})
+    (listed,) = api.runs(str(profile))
+    assert (listed.gpu_hours, listed.cost, listed.data["currency"]) == (1.5, 3.0, "EUR")
