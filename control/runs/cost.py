@@ -109,7 +109,9 @@ def figures(uses: Sequence[AttemptUse], rows: Optional[Sequence[JobUsage]],
                    tokens_in, tokens_out, aliases, columns)
 
 
-def _per_1000(value: Optional[float], records: int, digits: int = 4) -> Optional[float]:
+def per_1000(value: Optional[float], records: int, digits: int = 4) -> Optional[float]:
+    """``value`` per 1,000 records (None: unknown, or no record yet), rounded to
+    ``digits``: the one rule of every per-1,000 figure (status, card, benchmark)."""
     return round(value * 1000.0 / records, digits) if value is not None and records else None
 
 
@@ -122,10 +124,10 @@ def _part(part: Part, records: int, price: Optional[float]) -> Dict[str, Any]:
     out: Dict[str, Any] = {} if part.alias is None else {"alias": part.alias}
     return {**out, "gpu_hours": part.gpu_hours, "cost": cost,
             "tokens_in": part.tokens_in, "tokens_out": part.tokens_out,
-            "per_1000_records": {"gpu_hours": _per_1000(part.gpu_hours, records),
-                                 "cost": _per_1000(cost, records),
-                                 "tokens_in": _per_1000(part.tokens_in, records, 1),
-                                 "tokens_out": _per_1000(part.tokens_out, records, 1)}}
+            "per_1000_records": {"gpu_hours": per_1000(part.gpu_hours, records),
+                                 "cost": per_1000(cost, records),
+                                 "tokens_in": per_1000(part.tokens_in, records, 1),
+                                 "tokens_out": per_1000(part.tokens_out, records, 1)}}
 
 
 def report(found: Figures, price: Optional[float], currency: str = "$",

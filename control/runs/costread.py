@@ -15,7 +15,7 @@ from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, read_json, write_json_atomic
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.control.config.document import read_document
-from synthbatch.control.errors import SchedulerUnavailable
+from synthbatch.control.errors import SchedulerUnavailable, SynthbatchError
 from synthbatch.control.runs.cost import AttemptUse, Figures, Part, Tokens, figures, report
 from synthbatch.control.runs.normalize import FINAL
 from synthbatch.control.runs.store import attempt_numbers, run_job_ids, submission_views
@@ -222,3 +222,18 @@ def kept_cost(layout: RunLayout, profile_path: Optional[Path]) -> Dict[str, Any]
         price = None
     return {"gpu_hours": hours, "cost": round(hours * price, 2) if price is not None else None,
             "currency": pricing.currency if price is not None and pricing else None}
+
+
+def card_cost(layout: RunLayout) -> Optional[Dict[str, Any]]:
+    """The dataset card's cost figures (``report``): the figures ``status`` kept once the
+    run was over, priced as the run's own profile (``inputs/profile.toml``) priced them;
+    None when status has not counted them yet."""
+    try:
+        found = cached(layout, run_job_ids(submission_views(layout)))
+        if found is None:
+            return None
+        pricing = _pricing(layout.inputs / "profile.toml")
+        price = pricing.price(_plan_facts(layout)[1]) if pricing is not None else None
+    except (SynthbatchError, StateError, OSError):
+        return None  # the card says GPU-hours from totals.json, or why they are unknown
+    return report(found, price, pricing.currency if pricing else "$")

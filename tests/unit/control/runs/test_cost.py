@@ -194,3 +194,17 @@ def test_runs_lists_gpu_hours_and_cost_of_a_counted_run(tmp_path: Path) -> None:
                                                     "totals": {"gpu_hours": 1.5}})
     (listed,) = api.runs(str(profile))
     assert (listed.gpu_hours, listed.cost, listed.data["currency"]) == (1.5, 3.0, "EUR")
+
+
+def test_the_card_has_the_kept_figures_priced_as_the_run_was(tmp_path: Path) -> None:
+    from synthbatch.control.runs.costread import card_cost
+
+    layout = make_run(tmp_path / "ws", [Shard("winner")])
+    assert card_cost(layout) is None  # status has not counted them yet
+    run_cost(layout, [JobUsage("500_0", 3600, 2)], ["500"], None, keep=True)
+    (layout.inputs).mkdir(exist_ok=True)
+    (layout.inputs / "profile.toml").write_text(
+        "schema_version = 1\nworkspace = '/x'\n[pricing]\nper_gpu_hour = 1.5\n")
+    cost = card_cost(layout)
+    assert cost is not None and (cost["gpu_hours"], cost["cost"]) == (2.0, 3.0)
+    assert cost["per_1000_records"]["cost"] == 300.0  # $3 over 10 records
