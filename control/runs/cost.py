@@ -52,7 +52,8 @@ class Part:
 
 @dataclass(frozen=True)
 class Figures:
-    """A run's cost figures before pricing (``gpu_hours`` None: no accounting)."""
+    """A run's cost figures before pricing (``gpu_hours`` None: no accounting); not
+    rounded (``report`` rounds what it shows, after pricing and dividing)."""
 
     gpu_hours: Optional[float]
     wasted_gpu_hours: Optional[float]
@@ -98,15 +99,15 @@ def figures(uses: Sequence[AttemptUse], rows: Optional[Sequence[JobUsage]],
     total = _hours(rows)
     share = sum(gpus.values())
     alias_hours = {a: total * n / share if share else 0.0 for a, n in gpus.items()}
-    aliases = {a: Part(round(alias_hours.get(a, 0.0), 4), *alias_tokens.get(a, [0, 0]))
+    aliases = {a: Part(alias_hours.get(a, 0.0), *alias_tokens.get(a, [0, 0]))
                for a in sorted(set(gpus) | set(alias_tokens))}
     columns = {}
     for column, (alias, t_in, t_out) in sorted(column_tokens.items()):
         of_alias = sum(alias_tokens.get(alias, [0, 0]))
         hours = alias_hours.get(alias, 0.0) * (t_in + t_out) / of_alias if of_alias else 0.0
-        columns[column] = Part(round(hours, 4), t_in, t_out, alias)
-    return Figures(round(total, 4), round(requeued + lost, 4), round(requeued, 4), records,
-                   tokens_in, tokens_out, aliases, columns)
+        columns[column] = Part(hours, t_in, t_out, alias)
+    return Figures(total, requeued + lost, requeued, records, tokens_in, tokens_out, aliases,
+                   columns)
 
 
 def per_1000(value: Optional[float], records: int, digits: int = 4) -> Optional[float]:
@@ -116,13 +117,17 @@ def per_1000(value: Optional[float], records: int, digits: int = 4) -> Optional[
 
 
 def _money(hours: Optional[float], price: Optional[float]) -> Optional[float]:
-    return round(hours * price, 4) if hours is not None and price is not None else None
+    return hours * price if hours is not None and price is not None else None
+
+
+def _round(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(value, 4)
 
 
 def _part(part: Part, records: int, price: Optional[float]) -> Dict[str, Any]:
     cost = _money(part.gpu_hours, price)
     out: Dict[str, Any] = {} if part.alias is None else {"alias": part.alias}
-    return {**out, "gpu_hours": part.gpu_hours, "cost": cost,
+    return {**out, "gpu_hours": _round(part.gpu_hours), "cost": _round(cost),
             "tokens_in": part.tokens_in, "tokens_out": part.tokens_out,
             "per_1000_records": {"gpu_hours": per_1000(part.gpu_hours, records),
                                  "cost": per_1000(cost, records),
@@ -138,9 +143,9 @@ def report(found: Figures, price: Optional[float], currency: str = "$",
     run = _part(Part(found.gpu_hours, found.tokens_in, found.tokens_out), records, price)
     return {"price_per_gpu_hour": price, "currency": currency if price is not None else None,
             "gpu_hours_from": gpu_hours_from, "records": records, **run,
-            "wasted": {"gpu_hours": found.wasted_gpu_hours,
-                       "cost": _money(found.wasted_gpu_hours, price),
-                       "requeued_gpu_hours": found.requeued_gpu_hours},
+            "wasted": {"gpu_hours": _round(found.wasted_gpu_hours),
+                       "cost": _round(_money(found.wasted_gpu_hours, price)),
+                       "requeued_gpu_hours": _round(found.requeued_gpu_hours)},
             "aliases": {a: _part(p, records, price) for a, p in found.aliases.items()},
             "columns": {c: _part(p, records, price) for c, p in found.columns.items()}}
 
