@@ -208,3 +208,24 @@ def test_the_card_has_the_kept_figures_priced_as_the_run_was(tmp_path: Path) -> 
     cost = card_cost(layout)
     assert cost is not None and (cost["gpu_hours"], cost["cost"]) == (2.0, 3.0)
     assert cost["per_1000_records"]["cost"] == 300.0  # $3 over 10 records
+
+
+def test_status_counts_a_run_counted_before_once_then_reads_what_it_kept(
+        tmp_path: Path) -> None:
+    """A finished run whose totals.json predates cost.json: one sacct call, then none."""
+    from synthbatch.control.runs.costread import status_cost
+
+    layout = make_run(tmp_path / "ws", [Shard("winner")])
+    asked = []
+
+    def ask() -> list:
+        asked.append(1)
+        return [JobUsage("500_0", 1800, 2)]
+
+    summary = {"state": "succeeded", "totals": {"gpu_hours": 1.0,
+                                                "gpu_hours_from": "accounting (sacct)"}}
+    first = status_cost(layout, summary, {}, ["500"], None, ask)
+    again = status_cost(layout, summary, {}, ["500"], None, ask)
+    assert asked == [1] and first == again
+    assert (first["gpu_hours"], first["cost"], first["gpu_hours_from"]) == \
+        (1.0, None, "accounting (sacct)")
