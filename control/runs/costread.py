@@ -173,10 +173,13 @@ def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str
         except SchedulerUnavailable as err:
             rows, source = None, f"Slurm could not be asked: {err.message}"
     pricing = _pricing(profile_path)
-    price = pricing.price(_plan_facts(layout)[1]) if pricing is not None else None
     keep = final and (bool(used.get("complete")) if "rows" in used else rows is not None)
-    return run_cost(layout, rows, job_ids, price, pricing.currency if pricing else "$",
-                    keep=keep, gpu_hours_from=source)
+    try:
+        price = pricing.price(_plan_facts(layout)[1]) if pricing is not None else None
+        return run_cost(layout, rows, job_ids, price, pricing.currency if pricing else "$",
+                        keep=keep, gpu_hours_from=source)
+    except (StateError, OSError) as err:  # a damaged plan: status names it; no figures
+        return {"gpu_hours": None, "cost": None, "notes": [f"cost: {err}"]}
 
 
 def _pricing(path: Optional[Path]) -> Optional[Any]:

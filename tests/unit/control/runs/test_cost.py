@@ -229,3 +229,15 @@ def test_status_counts_a_run_counted_before_once_then_reads_what_it_kept(
     assert asked == [1] and first == again
     assert (first["gpu_hours"], first["cost"], first["gpu_hours_from"]) == \
         (1.0, None, "accounting (sacct)")
+
+
+def test_a_damaged_plan_leaves_the_figures_out_and_says_why(tmp_path: Path) -> None:
+    from synthbatch.control.runs.costread import status_cost
+
+    layout = make_run(tmp_path / "ws", [Shard("running")])
+    layout.plan_json.chmod(0o600)
+    layout.plan_json.write_text("{not json")
+    cost = status_cost(layout, {"state": "running", "totals": {}}, {"rows": []}, ["500"],
+                       None, lambda: None)
+    assert cost["gpu_hours"] is None and cost["notes"][0].startswith("cost: ")
+    assert "\n" not in cost["notes"][0]
