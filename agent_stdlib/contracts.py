@@ -614,6 +614,19 @@ class CacheProgress:
 
 
 @dataclass(frozen=True)
+class ColumnTokens:
+    """One LLM column's answered requests, tokens and latencies on its alias (issue 32:
+    tokens attribute a shared deployment's GPU time to columns; ``latency_s``, the sum of
+    the answers' latencies (client: sent -> answer), gives the mean latency that status
+    splits into proxy queue and engine time)."""
+
+    requests: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class AliasProgress:
     """The generator's traffic to one model alias, for ``progress.json``."""
 
@@ -624,10 +637,7 @@ class AliasProgress:
     concurrency: int = 0  # the current limit of requests in flight
     in_flight: int = 0
     cache: CacheProgress = field(default_factory=CacheProgress)  # issue 30's reuse figures
-    # per LLM column: answered requests and the sum of their latencies (client: sent ->
-    # answer), for the mean latency split into proxy queue and engine time (issue 32)
-    column_answers: Dict[str, int] = field(default_factory=dict)
-    column_latency_s: Dict[str, float] = field(default_factory=dict)
+    columns: Dict[str, ColumnTokens] = field(default_factory=dict)  # LLM column -> its part
 
 
 @dataclass(frozen=True)

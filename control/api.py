@@ -326,7 +326,8 @@ def status_refresh(run_id: Optional[str] = None, profile: ProfileRef = None,
     keeps their text instead of building and encoding them (100,000 rows: ~0.3 s)."""
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(_of_run(prof, layout))
-    return _presented(layout, _observed(layout, profile, sched, auto_retry, scheduler), sched)
+    return _presented(layout, _observed(layout, profile, sched, auto_retry, scheduler), sched,
+                      prof.path)
 
 
 def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Refresh:
@@ -339,7 +340,8 @@ def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Refr
     return fresh
 
 
-def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
+def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler,
+               profile_path: Optional[Path] = None) -> Refresh:
     """The refresh with what is said about it: pending reasons that block shards
     (``blocked``: from the rows read this time, as a settled shard is never pending; and
     ``pending_reasons``, how many pending shards wait for each of Slurm's reasons) and
@@ -350,14 +352,20 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler) -> Refresh:
     summary = fresh.summary
     summary["blocked"] = blocked(fresh.fresh)
     summary["pending_reasons"] = reasons(fresh.fresh)
+    used: Dict[str, Any] = {}
     summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
-                               ended=fresh.ended_at, job_ids=fresh.job_ids, usage=fresh.usage)
+                               ended=fresh.ended_at, job_ids=fresh.job_ids, usage=fresh.usage,
+                               used=used)
     from synthbatch.control.runs import reusecount  # issue 31: reused cells apart
 
     summary["reuse"] = reusecount.counts(layout, sum(summary.get("counts", {}).values()))
     if summary["reuse"] is not None:
         reusecount.generated(summary["totals"], summary.get("records_done", 0),
                              summary["reuse"])
+    from synthbatch.control.runs.costread import status_cost  # issue 32: what records cost
+
+    summary["cost"] = status_cost(layout, summary, used, fresh.job_ids, profile_path,
+                                  lambda: sched.usage(fresh.job_ids))
     from synthbatch.control.runs.autoretry import round_now  # issue 34: the pending automatic round
     from synthbatch.control.runs.store import load_plan
     from synthbatch.control.runs.telemetry import run_flags  # issue 32: idle or saturated
@@ -521,10 +529,14 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
 def runs(profile: ProfileRef = None) -> List[RunSummary]:
     """The runs of the workspace, newest first, from their directories alone (no Slurm):
     state, records done, shards, when submitted, how long they ran."""
+    from synthbatch.control.runs.costread import kept_cost  # issue 32: GPU-hours, cost
     from synthbatch.control.runs.listing import list_runs
 
     prof = load_workspace_profile(profile_ref(profile))
-    return [RunSummary.from_dict(r) for r in list_runs(Path(prof.workspace))]
+    workspace = Path(prof.workspace)
+    return [RunSummary.from_dict({**r, **kept_cost(run_layout(workspace, r["run_id"]),
+                                                   prof.path)})
+            for r in list_runs(workspace)]
 
 
 def run(run_id: Optional[str] = None, profile: ProfileRef = None,

@@ -14,9 +14,9 @@ import sys
 import time
 from collections import Counter, deque
 from pathlib import Path
-from typing import Deque, Dict, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple
 
-from ..contracts import AliasProgress, ProgressRecord
+from ..contracts import AliasProgress, ColumnTokens, ProgressRecord
 from ..statefile import write_json_atomic
 from .cachestats import ProxySampler, cache_view
 from .concurrency import Limiter
@@ -33,22 +33,27 @@ class AliasCounters:
         self.limiter = limiter
         self.requests = self.tokens_in = self.tokens_out = self.cached = 0
         self.errors: Counter = Counter()
+        # column -> [requests, tokens in, tokens out, latencies' sum in s]
+        self.columns: Dict[str, List[float]] = {}
         self.sampler: Optional[ProxySampler] = None  # the proxy's affinity counters
-        self.column_answers: Counter = Counter()  # column -> answered requests
-        self.column_latency: Dict[str, float] = {}  # column -> their latencies' sum (s)
 
-    def timed(self, column: str, latency_s: float) -> None:
-        """One answer of ``column`` took ``latency_s`` seconds (sent -> answer)."""
-        self.column_answers[column] += 1
-        self.column_latency[column] = self.column_latency.get(column, 0.0) + latency_s
-
-    def answered(self, usage: Dict[str, object], cached: int = 0) -> None:
+    def answered(self, usage: Dict[str, object], cached: int = 0,
+                 column: Optional[str] = None, latency_s: float = 0.0) -> None:
         """Count one answered request, the tokens it reports and its ``cached`` prompt
-        tokens (``cachestats.cached_tokens``)."""
+        tokens (``cachestats.cached_tokens``); ``column``: the LLM column that asked, whose
+        answer took ``latency_s`` seconds (sent -> answer)."""
         self.requests += 1
-        self.tokens_in += _count(usage.get("prompt_tokens"))
-        self.tokens_out += _count(usage.get("completion_tokens"))
+        tokens_in = _count(usage.get("prompt_tokens"))
+        tokens_out = _count(usage.get("completion_tokens"))
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
         self.cached += cached
+        if column is not None:
+            part = self.columns.setdefault(column, [0, 0, 0, 0.0])
+            part[0] += 1
+            part[1] += tokens_in
+            part[2] += tokens_out
+            part[3] += latency_s
 
     def view(self) -> AliasProgress:
         """The alias's figures as a progress record part."""
@@ -57,9 +62,9 @@ class AliasCounters:
                              concurrency=self.limiter.current,
                              in_flight=self.limiter.in_flight,
                              cache=cache_view(self.cached, self.sampler),
-                             column_answers=dict(self.column_answers),
-                             column_latency_s={k: round(v, 3) for k, v in
-                                               self.column_latency.items()})
+                             columns={c: ColumnTokens(int(p[0]), int(p[1]), int(p[2]),
+                                                      round(p[3], 3))
+                                      for c, p in sorted(self.columns.items())})
 
 
 def _count(value: object) -> int:

@@ -390,13 +390,12 @@ class Engine:
             kind = "5xx" if reply.status >= 500 or reply.status in RETRYABLE else "4xx"
             return kind, _status_text(reply), None
         alias.limiter.succeeded(sent_at, column.name)
-        alias.counters.timed(column.name, latency_s)
         data: Any = None
         try:
             data = json.loads(reply.body)
             usage = data.get("usage") if isinstance(data, dict) else None
             alias.counters.answered(usage if isinstance(usage, dict) else {},
-                                    cached_tokens(data))
+                                    cached_tokens(data), column.name, latency_s)
             value, meta = parse_answer(column.kind, column.params, data)
         except (ValueError, InvalidOutput) as err:
             return "invalid_output", (f"invalid answer: {err}", finish_reason(data)), None

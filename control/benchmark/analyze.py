@@ -27,6 +27,7 @@ from synthbatch.agent_stdlib.layout import RunLayout, attempt_number
 from synthbatch.agent_stdlib.resume import request_cells
 from synthbatch.agent_stdlib.statefile import StateError, read_json
 from synthbatch.control.planning.sizing import percentile, size
+from synthbatch.control.runs.cost import per_1000
 from synthbatch.control.runs.telemetry import serving_figures
 
 ERROR_KINDS_NOT_429 = ("503", "5xx", "4xx", "timeout", "connection", "invalid_output")
@@ -128,8 +129,9 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
                        "p99": percentile(lat, 99), "requests": len(lat)},
         "error_rate": errors / tried if tried else 0.0,
         "rate_429": n429 / tried if tried else 0.0,
-        "gpu_hours_per_1000": (gpus * wall / 3600.0 / records * 1000.0
-                               if wall and records else None),
+        "gpu_hours_per_1000": per_1000(gpus * wall / 3600.0 if wall else None, records),
+        "tokens_per_1000": {"in": per_1000(sum(a.tokens_in for a in aliases), records, 1),
+                            "out": per_1000(tokens_out, records, 1)},
     }
 
 
@@ -142,8 +144,8 @@ def with_job_times(row: Dict[str, Any], times: Dict[str, Any]) -> Dict[str, Any]
     out = {**row, "job_boot_s": max(0.0, row["started_at"] - start),
            "job_wall_s": (end - start) if end is not None else None}
     if out["job_wall_s"] and row.get("records"):
-        out["gpu_hours_per_1000"] = row["gpus"] * out["job_wall_s"] / 3600.0 \
-            / row["records"] * 1000.0
+        out["gpu_hours_per_1000"] = per_1000(row["gpus"] * out["job_wall_s"] / 3600.0,
+                                             row["records"])
         out["gpu_hours_from"] = "sacct"
     else:
         out["gpu_hours_from"] = "generator"

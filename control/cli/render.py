@@ -78,6 +78,13 @@ def alias_lines(data: Status) -> List[str]:
     return lines
 
 
+def cost_lines(data: Status) -> List[str]:
+    """GPU-hours, cost and tokens per 1,000 records (``control.runs.cost.lines``)."""
+    from synthbatch.control.runs.cost import lines
+
+    return [f"  {line}" for line in lines(data.get("cost") or {})]
+
+
 def finished_numbers(totals: Dict[str, Any]) -> str:
     """``  elapsed 0:05:00  1.20 records/s  35.2 tokens/s  GPU-hours 0.17`` (so far, while
     the run goes on); ``(active 0:03:20)`` when idle time before a retry is left out of
@@ -188,7 +195,8 @@ def shard_line(shard: Dict[str, Any]) -> str:
 
 def status_text(data: Status) -> str:
     """The human rendering of ``status``."""
-    lines = [headline(data), metrics(data), *alias_lines(data), *_notes(data)]
+    lines = [headline(data), metrics(data), *alias_lines(data), *cost_lines(data),
+             *_notes(data)]
     if len(data["shards"]) <= LIST_LIMIT:
         lines.extend(shard_line(s) for s in data["shards"])
     lines.extend(failure_lines(data))
@@ -241,7 +249,8 @@ def bar_line(shard: Dict[str, Any], width: Optional[int] = None) -> str:
 def frame(data: Status, width: Optional[int] = None) -> List[str]:
     """The ``--watch`` screen: summary, a bar per shard or a grid, failures (bars fit in
     ``width`` columns when given)."""
-    lines = [headline(data), metrics(data), *alias_lines(data), *_notes(data)]
+    lines = [headline(data), metrics(data), *alias_lines(data), *cost_lines(data),
+             *_notes(data)]
     shards = data["shards"]
     if len(shards) <= BAR_LIMIT:
         lines.extend(bar_line(s, width) for s in shards)
@@ -267,7 +276,8 @@ def plain_line(data: Status) -> str:
     return f"{headline(data)}{metrics(data)}{pending_part(data)}{down}"
 
 
-RUNS_HEADER = ("RUN", "STATE", "RECORDS", "SHARDS", "SUBMITTED", "ELAPSED")
+RUNS_HEADER = ("RUN", "STATE", "RECORDS", "SHARDS", "SUBMITTED", "GPU-HOURS", "COST",
+               "ELAPSED")
 
 
 def table(header: Sequence[str], rows: List[Sequence[str]]) -> List[str]:
@@ -288,6 +298,9 @@ def runs_text(runs: List[Dict[str, Any]]) -> str:
         shards = f"{settled}/{run['shards']}" if "shards" in run else "-"
         elapsed = duration(run.get("elapsed_s")) if "elapsed_s" in run else "-"
         note = f"  ({run['problem']})" if run.get("problem") else ""
+        hours = run.get("gpu_hours")
+        cost = f"{run.get('currency') or ''}{run['cost']:,.2f}" \
+            if run.get("cost") is not None else "—"
         rows.append((run["run_id"], run.get("state", "?"), records, shards, submitted,
-                     elapsed + note))
+                     "—" if hours is None else f"{hours:g}", cost, elapsed + note))
     return "\n".join(table(RUNS_HEADER, rows)) if rows else "no runs"

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Dict, List, Literal, Optional, Tuple
+from typing import Annotated, Dict, List, Literal, Optional, Tuple, Union
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from synthbatch.agent_stdlib.containers import RESERVED_MOUNT
 from synthbatch.agent_stdlib.text import quoted
+from synthbatch.control.config.document import read_document
 from synthbatch.control.config.fields import (
     EnvName,
     Name,
@@ -20,7 +21,7 @@ from synthbatch.control.config.fields import (
     _text,
     under,
 )
-from synthbatch.control.config.loader import load_model
+from synthbatch.control.config.loader import first_error, load_model
 from synthbatch.control.config.workspace import (
     MAX_SCHEDULER_TIMEOUT_S,
     SCHEDULER_TIMEOUT_S,
@@ -30,6 +31,7 @@ from synthbatch.control.config.workspace import (
 from synthbatch.control.config.workspace import (
     default_profile_path as default_profile_path,  # re-exported
 )
+from synthbatch.control.errors import InvalidInput
 
 # Extra #SBATCH options a profile may set; everything else is synthbatch's to decide.
 SBATCH_ALLOWED = ("comment", "constraint", "exclude", "exclusive", "gres-flags", "hint",
@@ -114,6 +116,53 @@ class Local(Strict):
         return self
 
 
+Price = Annotated[float, Field(gt=0, le=100000, allow_inf_nan=False)]
+
+
+class PartitionPrice(Strict):
+    """What one GPU-hour of one partition costs (``gpu_types``: by the GPU's type)."""
+
+    per_gpu_hour: Optional[Price] = None
+    gpu_types: Dict[Name, Price] = {}
+
+
+class Pricing(Strict):
+    """``[pricing]``: what a GPU-hour costs, for ``status``'s cost figures (issue 32).
+
+    The price of a run: its partition's ``gpu_types[gpu_type]``, else its partition's
+    ``per_gpu_hour``, else ``per_gpu_hour``; none of them: GPU-hours only, cost unknown.
+    """
+
+    currency: Annotated[str, Field(min_length=1, max_length=8, pattern=r"^[A-Za-z$€£¥]+$")] = "$"
+    per_gpu_hour: Optional[Price] = None  # any partition not listed under partitions
+    gpu_type: Optional[Name] = None  # this cluster's GPUs, a key of a partition's gpu_types
+    partitions: Dict[Name, PartitionPrice] = {}
+
+    @model_validator(mode="after")
+    def _typed(self) -> Pricing:
+        for name, part in sorted(self.partitions.items()):
+            if part.gpu_types and self.gpu_type is None and part.per_gpu_hour is None:
+                raise ValueError(f"partitions.{name}.gpu_types: set pricing.gpu_type (which "
+                                 f"of them this cluster's GPUs are) or "
+                                 f"partitions.{name}.per_gpu_hour")
+            if self.gpu_type is not None and part.gpu_types and \
+                    self.gpu_type not in part.gpu_types and part.per_gpu_hour is None:
+                raise ValueError(f"gpu_type: {quoted(self.gpu_type)} has no price in "
+                                 f"partitions.{name}.gpu_types (priced: "
+                                 + ", ".join(sorted(part.gpu_types)) + ")")
+        return self
+
+    def price(self, partition: Optional[str]) -> Optional[float]:
+        """The price of one GPU-hour on ``partition`` (None: not priced)."""
+        part = self.partitions.get(partition or "")
+        if part is not None:
+            if self.gpu_type is not None and self.gpu_type in part.gpu_types:
+                return part.gpu_types[self.gpu_type]
+            if part.per_gpu_hour is not None:
+                return part.per_gpu_hour
+        return self.per_gpu_hour
+
+
 class Profile(Strict):
     """One cluster: backend, workspace, scheduler defaults and runtime settings."""
 
@@ -147,6 +196,7 @@ class Profile(Strict):
                                        le=MAX_SCHEDULER_TIMEOUT_S)
     sbatch_options: Dict[SbatchKey, SbatchValue] = {}
     local: Local = Local()
+    pricing: Pricing = Pricing()
 
     @model_validator(mode="after")
     def _consistent(self) -> Profile:
@@ -165,6 +215,19 @@ class Profile(Strict):
             raise ValueError(f"secrets: {dupes[0]} is also in env_allow; list it once, "
                              f"under secrets")
         return self
+
+
+def load_pricing(path: Union[str, Path]) -> Pricing:
+    """The ``[pricing]`` table of the profile at ``path``, validated (the run-reading
+    commands read the rest with the standard library: ``WorkspaceProfile``)."""
+    path = Path(path)
+    table = read_document(path).get("pricing", {})
+    if not isinstance(table, dict):
+        raise InvalidInput(f"{path}: pricing: expected a table ([pricing])")
+    try:
+        return Pricing.model_validate(table)
+    except ValidationError as err:
+        raise InvalidInput(f"{path}: pricing.{first_error(err, Pricing)}") from err
 
 
 def load_profile(name_or_path: Optional[str]) -> Tuple[Profile, Path]:

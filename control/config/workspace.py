@@ -33,7 +33,7 @@ FIELDS = ("schema_version", "backend", "workspace", "partition", "account", "qos
           "gpu_request", "cpus_per_task",
           "mem_mb", "cpus_per_gpu", "mem_per_gpu_mb", "container", "python", "slurm_bin",
           "env_allow", "secrets", "port_base", "array_throttle", "signal_lead_s", "grace_s",
-          "scheduler_timeout_s", "sbatch_options", "local")
+          "scheduler_timeout_s", "sbatch_options", "local", "pricing")
 BACKENDS = ("slurm", "local")
 SCHEDULER_TIMEOUT_S = 30.0  # default; Profile.scheduler_timeout_s uses these three
 MAX_SCHEDULER_TIMEOUT_S = 600.0

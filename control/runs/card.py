@@ -22,6 +22,8 @@ from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, read_json
 from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.errors import SynthbatchError
+from synthbatch.control.runs.cost import lines as cost_lines
+from synthbatch.control.runs.costread import card_cost
 from synthbatch.control.runs.store import attempt_numbers, load_plan
 from synthbatch.control.runs.totals import CACHE, created_at, ended_at
 
@@ -131,8 +133,10 @@ def _totals(layout: RunLayout, records: int) -> Dict[str, Any]:
         why = numbers.get("gpu_hours_from") if isinstance(numbers, dict) else None
         return {"gpu_hours": None, "gpu_hours_from": why if isinstance(why, str) else
                 "not counted yet (synthbatch status RUN counts them once the run is over)"}
+    figures = card_cost(layout)  # issue 32: cost, per model and per column
     return {"gpu_hours": hours, "gpu_hours_from": numbers.get("gpu_hours_from"),
-            "gpu_hours_per_1000_records": round(hours * 1000 / records, 4) if records else None}
+            "gpu_hours_per_1000_records": round(hours * 1000 / records, 4) if records else None,
+            **({"figures": figures} if figures is not None else {})}
 
 
 def card_data(layout: RunLayout, manifest: Dict[str, Any], stats: Dict[str, Any],
@@ -227,6 +231,7 @@ def render(card: Dict[str, Any]) -> str:
                                                           if per is not None else ""))
     else:
         out.append(f"- GPU-hours: unknown ({_line(cost.get('gpu_hours_from'))})")
+    out += [f"- {line.strip()}" for line in cost_lines(cost.get("figures") or {})]
     retried = [s for s in card["shards"] if (s["attempts"] or 1) > 1]
     out.append(f"- shards: {len(card['shards'])}, {len(retried)} needed more than one "
                "attempt" + (": " + ", ".join(f"shard {s['shard']} ({s['attempts']})"

@@ -146,6 +146,13 @@ class RunStatus(Result):
                      for f in self.data.get("failures", []))
 
     @property
+    def cost(self) -> Dict[str, Any]:
+        """GPU-hours, cost and tokens so far, per 1,000 records, per model alias and per
+        LLM column, and what failed attempts wasted (docs/observation.md "What records
+        cost"); money figures are None without a price in the profile."""
+        return dict(self.data.get("cost") or {})
+
+    @property
     def shards(self) -> Tuple[ShardStatus, ...]:
         """Every shard (built when read)."""
         return tuple(ShardStatus(s["index"], s["state"], s.get("reason"), s.get("attempt"),
@@ -202,6 +209,8 @@ class RunSummary(Result):
     records_done: Optional[int] = None
     elapsed_s: Optional[float] = None
     problem: Optional[str] = None
+    gpu_hours: Optional[float] = None  # as status kept it once the run was over
+    cost: Optional[float] = None  # gpu_hours x the profile's price (None: not priced)
 
     @classmethod
     def from_dict(cls, data: Data) -> RunSummary:
@@ -210,4 +219,5 @@ class RunSummary(Result):
                    state=data.get("state", ""), created_at=data.get("created_at", 0.0),
                    shards=data.get("shards", 0), records=data.get("records"),
                    records_done=data.get("records_done"), elapsed_s=data.get("elapsed_s"),
-                   problem=data.get("problem"))
+                   problem=data.get("problem"), gpu_hours=data.get("gpu_hours"),
+                   cost=data.get("cost"))

@@ -162,10 +162,11 @@ def latency_split(record: Optional[TelemetryRecord],
         proxy = record.proxies.get(alias) if record is not None else None
         queue = proxy.queue_s / proxy.timed if proxy and proxy.timed else None
         upstream = proxy.upstream_s / proxy.timed if proxy and proxy.timed else None
-        for column, answers in sorted(figures.column_answers.items()):
+        for column, part in sorted(figures.columns.items()):
+            answers = part.requests
             if answers <= 0:
                 continue
-            mean = figures.column_latency_s.get(column, 0.0) / answers
+            mean = part.latency_s / answers
             rows.append({"column": column, "alias": alias, "answers": answers,
                          "mean_s": round(mean, 4),
                          "proxy_queue_s": None if queue is None else round(queue, 4),

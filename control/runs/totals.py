@@ -82,12 +82,14 @@ class Usage:
 
 
 def gpu_hours(scheduler: Scheduler, job_ids: List[str],
-              shard_jobs: List[str], known: Optional[Usage] = None) -> Dict[str, Any]:
+              shard_jobs: List[str], known: Optional[Usage] = None,
+              used: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """``{"gpu_hours", "gpu_hours_from", "complete"}`` from accounting (``known``: what the
     refresh's sacct call already said, used when it asked every one of ``job_ids``).
 
     ``complete``: accounting has a row for every job in ``shard_jobs`` (each shard's latest
-    job; rows can lag a job's end by a few seconds).
+    job; rows can lag a job's end by a few seconds). ``used``, when given, gets the rows
+    (``rows``, None: no accounting) for the cost figures (``costread``).
     """
     try:
         rows = known.of(job_ids) if known is not None and set(job_ids) <= set(known.ids) \
@@ -95,6 +97,8 @@ def gpu_hours(scheduler: Scheduler, job_ids: List[str],
     except SchedulerUnavailable as err:
         return {"gpu_hours": None, "gpu_hours_from": f"Slurm could not be asked: "
                                                       f"{err.message}", "complete": False}
+    if used is not None:
+        used["rows"] = rows
     if rows is None:
         return {"gpu_hours": None, "gpu_hours_from": "no accounting on this cluster",
                 "complete": True}
@@ -146,7 +150,8 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
            jobs: Optional[Callable[[], List[Optional[str]]]] = None,
            ended: Optional[float] = None,
            job_ids: Optional[List[str]] = None,
-           usage: Optional[Usage] = None) -> Dict[str, Any]:
+           usage: Optional[Usage] = None,
+           used: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The run's numbers for ``status`` (``data`` is its refresh).
 
     ``jobs`` gives each shard's job id in shard order when ``data`` leaves the rows out
@@ -155,7 +160,8 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
     when given, are ``run_job_ids`` of the submission records (else they are read);
     ``usage``, when given, is what the refresh's sacct call said (no second call).
     While the run goes on, the numbers so far: GPU-hours of the executions until now
-    (never kept).
+    (never kept). ``used``, when given, gets accounting's rows (``rows``) and whether
+    they are a finished run's whole count (``complete``), when this call asked for them.
     """
     now = time.time() if now is None else now
     known = usage
@@ -167,7 +173,7 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
     if job_ids is None:
         job_ids = run_job_ids(submission_views(layout))
     if not final:
-        usage = gpu_hours(scheduler, job_ids, [], known)
+        usage = gpu_hours(scheduler, job_ids, [], known, used)
         return {**_numbers(layout, created, now, done, tokens),
                 "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
     cached = _cached(layout, job_ids)
@@ -177,7 +183,9 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
                                                  for row in data.get("shards", [])]
     end = (ended if ended is not None else ended_at(layout, len(per_shard))) or now
     shard_jobs = [job for job in per_shard if job]
-    usage = gpu_hours(scheduler, job_ids, shard_jobs, known)
+    usage = gpu_hours(scheduler, job_ids, shard_jobs, known, used)
+    if used is not None:
+        used["complete"] = usage["complete"]
     found = {**_numbers(layout, created, last_moment(end, now), done, tokens),
              "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
     if usage["complete"]:

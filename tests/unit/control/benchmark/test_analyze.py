@@ -45,7 +45,8 @@ def test_points_from_durable_state_with_partial_and_missing_ones_named(tmp_path)
     assert first["boot_s"] == 0.5 and first["output_tokens_per_s"] == 10.0
     gpus = first["gpus"]
     assert gpus >= 1 and first["output_tokens_per_s_per_gpu"] == 10.0 / gpus
-    assert first["gpu_hours_per_1000"] == gpus * 10.0 / 3600 / 10 * 1000
+    assert first["gpu_hours_per_1000"] == round(gpus * 10.0 / 3600 / 10 * 1000, 4)  # cost's rule
+    assert first["tokens_per_1000"]["out"] == 10 * 1000.0  # 10 completion tokens a record
     assert second["records_per_s"] == 2.0 and second["rate_429"] == 0.5
     assert second["latency_ms"] == {"p50": 104.5, "p95": 108.55, "p99": 108.91,
                                     "requests": 10}
@@ -125,7 +126,7 @@ def test_sacct_times_add_the_jobs_boot_and_count_the_whole_allocation(tmp_path) 
     first, second = data["points"][0], data["points"][1]
     assert (first["job_boot_s"], first["job_wall_s"], first["gpu_hours_from"]) == \
         (4.0, 20.0, "sacct")
-    assert first["gpu_hours_per_1000"] == first["gpus"] * 20.0 / 3600 / 10 * 1000
+    assert first["gpu_hours_per_1000"] == round(first["gpus"] * 20.0 / 3600 / 10 * 1000, 4)
     assert (second["job_boot_s"], second["gpu_hours_from"]) == (None, "generator")
 
 

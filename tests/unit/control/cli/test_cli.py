@@ -460,8 +460,10 @@ def test_runs_newest_first_with_state(profile_file: Path, workspace: Path) -> No
     assert run["state"] == "running" and run["counts"] == {"running": 1, "succeeded": 1}
     text = invoke("runs", "--profile", str(profile_file))
     header, row = text.stdout.splitlines()
-    assert header.split() == ["RUN", "STATE", "RECORDS", "SHARDS", "SUBMITTED", "ELAPSED"]
+    assert header.split() == ["RUN", "STATE", "RECORDS", "SHARDS", "SUBMITTED",
+                              "GPU-HOURS", "COST", "ELAPSED"]
     assert row.split()[:4] == ["obs-20240101-000000-abcdef", "running", "10/20", "1/2"]
+    assert row.split()[6:8] == ["—", "—"]  # not counted while running, never 0
 
 
 def test_logs_prints_and_json_tails(profile_file: Path, workspace: Path) -> None:

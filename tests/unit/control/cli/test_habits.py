@@ -177,8 +177,9 @@ def test_runs_is_an_aligned_table_with_a_header(workspace: Path, profile_file: P
     result = invoke("runs", "--profile", str(profile_file))
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["RUN", "STATE", "RECORDS", "SHARDS", "SUBMITTED", "ELAPSED"]
-    for column in ("STATE", "RECORDS", "SHARDS", "SUBMITTED", "ELAPSED"):
+    assert header.split() == ["RUN", "STATE", "RECORDS", "SHARDS", "SUBMITTED", "GPU-HOURS",
+                              "COST", "ELAPSED"]
+    for column in ("STATE", "RECORDS", "SHARDS", "SUBMITTED", "GPU-HOURS", "COST", "ELAPSED"):
         start = header.index(column)
         assert all(row[start - 2:start] == "  " and row[start] != " " for row in rows), column
     cells = {row.split()[0]: row.split() for row in rows}

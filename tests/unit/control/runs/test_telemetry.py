@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
 from synthbatch.agent_stdlib.contracts import (
+    ColumnTokens,
     ProgressRecord,
     ProxyTelemetry,
     ReplicaTelemetry,
@@ -149,10 +150,9 @@ def test_latency_per_column_is_split_into_proxy_queue_and_engine() -> None:
 
     progress = ProgressRecord(
         records_done=1, records_total=1, tokens=0, requests_per_s=0.0, updated_at=0.0,
-        aliases={"gen": AliasProgress(column_answers={"question": 4, "answer": 2},
-                                      column_latency_s={"question": 2.0, "answer": 3.0}),
-                 "judge": AliasProgress(column_answers={"grade": 1},
-                                        column_latency_s={"grade": 0.1})})
+        aliases={"gen": AliasProgress(columns={"question": ColumnTokens(4, latency_s=2.0),
+                                               "answer": ColumnTokens(2, latency_s=3.0)}),
+                 "judge": AliasProgress(columns={"grade": ColumnTokens(1, latency_s=0.1)})})
     rec = TelemetryRecord(interval_s=5.0, updated_at=0.0, proxies={
         "gen": ProxyTelemetry(timed=6, queue_s=0.6, upstream_s=4.2)})
     rows = latency_split(rec, progress)
