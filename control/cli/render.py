@@ -144,6 +144,22 @@ def _notes(data: Status) -> List[str]:
         hint = f" (hint: {data['scheduler_hint']})" if data.get("scheduler_hint") else ""
         lines.append(f"  scheduler unavailable: {data['scheduler_error']}{hint}")
     lines.extend(f"  note: {note}" for note in data.get("notes", []))
+    return lines + auto_lines(data)
+
+
+def auto_lines(data: Status) -> List[str]:
+    """The pending automatic job (what it will do) and the merge on completion (issue 34)."""
+    lines = []
+    job = data.get("auto_retry")
+    if job:
+        does = "merge" if job.get("action") == "merge" else "retry"
+        lines.append(f"  automatic job {job['job_id']} pending ({does}): {job.get('story') or '-'}")
+    merge = data.get("merge")
+    if merge:
+        missing = merge.get("missing_shards") or []
+        gone = f"; missing shards: {', '.join(map(str, missing))}" if missing else ""
+        why = f" ({merge['reason']})" if merge.get("reason") else ""
+        lines.append(f"  merge to {merge.get('to')}: {merge.get('state')}{gone}{why}")
     return lines
 
 
@@ -171,19 +187,20 @@ def failure_lines(data: Status) -> List[str]:
     return lines
 
 
-def shard_line(shard: Dict[str, Any]) -> str:
-    """One shard as a table row."""
+def shard_line(shard: Dict[str, Any], budget: Optional[int] = None) -> str:
+    """One shard as a table row (``budget``: the run's max_attempts, "attempt 2 of 3")."""
     reason = f"  {shown(shard['reason'])}" if shard.get("reason") else ""
+    of = f" of {budget}" if budget else ""
     return (f"  shard {shard['index']:>5}  {shard['state']:<10} "
             f"{shard['records_done']:>8}/{shard['records']:<8} "
-            f"attempt {shard['attempt']}  job {shard['job_id'] or '-'}{reason}")
+            f"attempt {shard['attempt']}{of}  job {shard['job_id'] or '-'}{reason}")
 
 
 def status_text(data: Status) -> str:
     """The human rendering of ``status``."""
     lines = [headline(data), metrics(data), *alias_lines(data), *_notes(data)]
     if len(data["shards"]) <= LIST_LIMIT:
-        lines.extend(shard_line(s) for s in data["shards"])
+        lines.extend(shard_line(s, data.get("max_attempts")) for s in data["shards"])
     lines.extend(failure_lines(data))
     return "\n".join(lines)
 
@@ -280,6 +297,6 @@ def runs_text(runs: List[Dict[str, Any]]) -> str:
         shards = f"{settled}/{run['shards']}" if "shards" in run else "-"
         elapsed = duration(run.get("elapsed_s")) if "elapsed_s" in run else "-"
         note = f"  ({run['problem']})" if run.get("problem") else ""
-        rows.append((run["run_id"], run.get("state", "?"), records, shards, submitted,
-                     elapsed + note))
+        state = run.get("story") or run.get("state", "?")  # "retrying (attempt 2 of 3)"
+        rows.append((run["run_id"], state, records, shards, submitted, elapsed + note))
     return "\n".join(table(RUNS_HEADER, rows)) if rows else "no runs"

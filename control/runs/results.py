@@ -200,6 +200,7 @@ class RunSummary(Result):
     records_done: Optional[int] = None
     elapsed_s: Optional[float] = None
     problem: Optional[str] = None
+    story: Optional[str] = None  # "retrying (attempt 2 of 3)", "merging" (issue 34)
 
     @classmethod
     def from_dict(cls, data: Data) -> RunSummary:
@@ -208,4 +209,4 @@ class RunSummary(Result):
                    state=data.get("state", ""), created_at=data.get("created_at", 0.0),
                    shards=data.get("shards", 0), records=data.get("records"),
                    records_done=data.get("records_done"), elapsed_s=data.get("elapsed_s"),
-                   problem=data.get("problem"))
+                   problem=data.get("problem"), story=data.get("story"))
