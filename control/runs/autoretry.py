@@ -49,6 +49,7 @@ ROUND_TIME = "00:05:00"  # a round is one status refresh and at most two sbatch 
 ROUND_MEM = "512M"
 MERGE_TIME = "02:00:00"  # the merge job: a copy of the run's winners (docs/retry.md)
 RETRY, MERGE = "retry", "merge"  # what the pending automatic job will do
+LOCAL_ROUND_JOB = "SYNTHBATCH_LOCAL_ROUND_JOB"  # local backend: the job whose supervisor runs it
 RETRYABLE = frozenset({norm.FAILED, norm.LOST})  # cancelled shards were a person's decision
 
 
@@ -193,6 +194,9 @@ def record_pending(layout: RunLayout, job_id: Optional[str], number: int,
 
 
 def _queued(scheduler: Scheduler, job_id: str) -> bool:
+    supervising = getattr(scheduler, "supervising", None)  # the local backend's rounds
+    if supervising is not None:
+        return bool(supervising(job_id))
     return any(row.state in norm.RUNNING_ROWS or row.state == "PENDING"
                for row in scheduler.queue([job_id]))
 

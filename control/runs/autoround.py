@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 from synthbatch.control.runs import automerge
 from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs.autoretry import (
+    LOCAL_ROUND_JOB,
     MERGE,
     Decision,
     ShardNow,
@@ -45,13 +46,20 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Deci
         after = [str(s["job_id"]) for s in done.submissions if s.get("job_id")]
         attempt = max([attempt, *(c.attempt for c in done.submitted)])
     number = int(pending.get("round", 0)) + 1 if pending else 1
-    own = os.environ.get("SLURM_JOB_ID")
+    own = os.environ.get("SLURM_JOB_ID") or os.environ.get(LOCAL_ROUND_JOB)
+    local = getattr(scheduler, "ROUNDS_IN_SUPERVISOR", False)  # no plain jobs: in place
     with RetryLock(layout):
         if decision.successor:
             jobs = after or sorted({str(r["job_id"]).split("_")[0] for r in seen["shards"]
                                     if r.get("job_id") and r["state"] not in norm.FINAL})
-            submit_round(layout, profile, scheduler, plan.run_id, jobs, number, own_job=own,
-                         attempt=attempt)
+            if local:  # the supervisor of one of these jobs runs the next round
+                record_pending(layout, jobs[0] if jobs else None, number, jobs,
+                               attempt=attempt)
+            else:
+                submit_round(layout, profile, scheduler, plan.run_id, jobs, number,
+                             own_job=own, attempt=attempt)
+        elif decision.merge and local:  # shown "merging" while this supervisor merges
+            record_pending(layout, own, number, (), MERGE, attempt)
         elif decision.merge:
             submit_round(layout, profile, scheduler, plan.run_id, (), number, own_job=own,
                          action=MERGE, attempt=attempt)
@@ -60,6 +68,8 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Deci
                 automerge.record_result(layout, automerge.not_merged(
                     s.index for s in shards if s.state != norm.SUCCEEDED))
             record_pending(layout, None, number - 1, (), attempt=attempt)
+    if decision.merge and local:
+        merge_job(layout)
     return decision
 
 
@@ -79,11 +89,17 @@ def start(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_id: str
     the first round job, after the run's arrays; None when there is none.
 
     None when nothing is automatic (retries off or one attempt is all the run allows, and
-    no merge asked for), or on a backend whose scheduler submits no plain jobs (the local
-    backend: its supervisor does the same, ``control.backends.local``).
+    no merge asked for). On the local backend no job is submitted: the record names the
+    array's job, whose supervisor runs the round (``control.backends.local.rounds``).
     """
     automerge.save_settings(layout, settings)
-    if not wanted(settings) or not job_ids or not hasattr(scheduler, "submit_job"):
+    if not wanted(settings) or not job_ids:
+        return None
+    if getattr(scheduler, "ROUNDS_IN_SUPERVISOR", False):  # the array's supervisor runs it
+        with RetryLock(layout):
+            record_pending(layout, job_ids[0], 1, list(job_ids))
+        return job_ids[0]
+    if not hasattr(scheduler, "submit_job"):
         return None
     with RetryLock(layout):
         return submit_round(layout, profile, scheduler, run_id, list(job_ids), 1)
