@@ -7,11 +7,14 @@ job), then exit. Not a user command.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from synthbatch.control.backends.local.rounds import ROUND_JOB_ENV
 from synthbatch.control.runs import autoround
+from synthbatch.control.runs.autoretry import due_locally
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -30,6 +33,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from synthbatch.control.config.profile import Profile
 
     layout = run_layout(Path(workspace), run_id)
+    local_job = os.environ.get(ROUND_JOB_ENV)  # the local backend's supervisor runs it
+    if local_job and not merging and not due_locally(layout, local_job):
+        print(f"round of run {run_id}: not job {local_job}'s to run")
+        return 0
     profile = load_model(layout.inputs / "profile.toml", Profile)  # the run's own profile
     profile = profile.model_copy(update={"workspace": workspace})
     if merging:  # the merge job the last round submitted

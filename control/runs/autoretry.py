@@ -49,7 +49,6 @@ ROUND_TIME = "00:05:00"  # a round is one status refresh and at most two sbatch 
 ROUND_MEM = "512M"
 MERGE_TIME = "02:00:00"  # the merge job: a copy of the run's winners (docs/retry.md)
 RETRY, MERGE = "retry", "merge"  # what the pending automatic job will do
-LOCAL_ROUND_JOB = "SYNTHBATCH_LOCAL_ROUND_JOB"  # local backend: the job whose supervisor runs it
 RETRYABLE = frozenset({norm.FAILED, norm.LOST})  # cancelled shards were a person's decision
 
 
@@ -146,15 +145,15 @@ def sbatch_argv(script: Path, run_id: str, after: Sequence[str], log: Path,
     return argv + [str(script)]
 
 
-def python_visible(python: str, shared_roots: Sequence[str]) -> Optional[str]:
-    """Why ``python`` cannot run a round on a compute node, or None (the plan-time check)."""
+def python_visible(python: str, shared: Callable[[Path], bool]) -> Optional[str]:
+    """Why ``python`` may not run a round on a compute node, or None (the plan-time check;
+    ``shared``: whether a path is on a filesystem the nodes see, ``checks.Sight.shared``)."""
     path = Path(python)
     if not path.is_absolute() or not os.access(path, os.X_OK):
         return f"the control plane's Python {python!r} is not an executable absolute path"
-    if shared_roots and not any(str(path).startswith(root.rstrip("/") + "/")
-                                for root in shared_roots):
-        return (f"the control plane's Python {python} is not under a shared filesystem "
-                f"({', '.join(shared_roots)}): the round job could not start it")
+    if not shared(path):
+        return (f"the control plane's Python {python} is not on a shared filesystem (the "
+                f"workspace's or a network one): the automatic round job may not find it")
     return None
 
 
@@ -220,6 +219,15 @@ def round_now(layout: RunLayout, scheduler: Scheduler,
                 "story": "merging"}
     return {"job_id": pending["job_id"], "round": pending.get("round"), "action": RETRY,
             "story": story(shards, max_attempts(), True)}
+
+
+def due_locally(layout: RunLayout, job_id: str) -> bool:
+    """Local backend: whether the run's recorded round is ``job_id``'s supervisor's to run
+    (the record names that job, or waits for it)."""
+    pending = load_pending(layout)
+    if not pending or pending.get("action") == MERGE:
+        return False
+    return pending["job_id"] == job_id or job_id in (pending.get("after") or [])
 
 
 def listed_story(layout: RunLayout, state: str, max_attempts: Optional[int]) -> Optional[str]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
+from synthbatch.control.backends.local.rounds import ROUND_JOB_ENV
 from synthbatch.control.runs import automerge
 from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs.autoretry import (
-    LOCAL_ROUND_JOB,
     MERGE,
     Decision,
     ShardNow,
@@ -46,7 +46,7 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Deci
         after = [str(s["job_id"]) for s in done.submissions if s.get("job_id")]
         attempt = max([attempt, *(c.attempt for c in done.submitted)])
     number = int(pending.get("round", 0)) + 1 if pending else 1
-    own = os.environ.get("SLURM_JOB_ID") or os.environ.get(LOCAL_ROUND_JOB)
+    own = os.environ.get("SLURM_JOB_ID") or os.environ.get(ROUND_JOB_ENV)
     local = getattr(scheduler, "ROUNDS_IN_SUPERVISOR", False)  # no plain jobs: in place
     with RetryLock(layout):
         if decision.successor:

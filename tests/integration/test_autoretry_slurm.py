@@ -29,7 +29,7 @@ from tests.integration.runs import cli_json, crash_wrapper, invoke, wait_until, 
 
 pytestmark = pytest.mark.slurm
 
-SHARDS, PER_SHARD, CRASHING = 6, 6, 2
+SHARDS, PER_SHARD, CRASHING = 6, 12, 2  # 3 + 3 records kept: attempt 3 finishes
 PROMPT = re.compile(r"Describe item (\d+)\.")
 
 
@@ -154,7 +154,8 @@ def test_a_shard_that_always_fails_ends_failed_and_the_rest_is_merged(
     state = tmp_path / "server-state"
     state.mkdir()
     profile = write_profile(tmp_path, sys.executable)
-    run = _run_file(tmp_path, "always", 2, 4, _crashing(tmp_path, state, "1x99"))
+    # shard 1's server dies after 3 records on every start: 3 attempts keep 9 of 20
+    run = _run_file(tmp_path, "always", 2, 20, _crashing(tmp_path, state, "1x99"))
     run_id = cli_json("submit", str(run), "--profile", str(profile), "--merge-to",
                       "partial.jsonl", "--allow-partial")["run_id"]  # relative: to the cwd
     layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
@@ -168,7 +169,7 @@ def test_a_shard_that_always_fails_ends_failed_and_the_rest_is_merged(
     status = cli_json("status", run_id, "--profile", str(profile))
     merge = status["merge"]
     assert merge["state"] == "partial" and merge["missing_shards"] == [1], merge
-    assert _indices(Path(merge["output"])) == list(range(4))  # shard 0's records only
+    assert _indices(Path(merge["output"])) == list(range(20))  # shard 0's records only
     text = invoke("status", run_id, "--profile", str(profile)).output
     assert "partial; missing shards: 1" in text and "attempt 3 of 3" in text
 
@@ -203,7 +204,8 @@ def test_cancel_during_the_automatic_retry_submits_nothing_further(
                                                                           "0002.json"]
     assert not layout.attempt(1, 3).root.exists()
     assert not merged.exists() and not (layout.root / "auto" / "merge.json").exists()
-    assert len(_history(name)) == 2  # the first round and its cancelled successor
+    # nothing after the cancelled round (sacct may not list a job cancelled while pending)
+    assert all(int(job) <= int(pending["job_id"]) for job, *_ in _history(name))
 
 
 def test_cancel_with_a_round_pending_submits_nothing_further(slurm_cluster,

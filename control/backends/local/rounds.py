@@ -1,12 +1,13 @@
 """The local backend's automatic rounds (issue 34): no plain jobs, so the supervisor does it.
 
 On Slurm a small CPU-only job runs each round after the run's arrays
-(``control.runs.autoretry``). The local scheduler has no such jobs: the supervisor of a job
-that the run's round record (``<run>/auto/round.json``) names runs the same round
-(``python -I -m synthbatch.control.cli.autoround``) once every task of its job has ended,
-before it records itself stopped, so ``status`` and ``wait`` see the round pending while
-it runs. The round retries, records the next job that owes a round (the retry's job), or
-merges in place; a supervisor that was asked to stop (cancel, SIGTERM) runs none.
+(``control.runs.autoretry``). The local scheduler has no such jobs: once every task of its
+job has ended, and before it records itself stopped (so ``status`` and ``wait`` see the
+round pending while it runs), the supervisor of a job of a run with automatic jobs
+(``<run>/auto/round.json``) starts the same round, ``python -I -m
+synthbatch.control.cli.autoround``, naming its job in ``ROUND_JOB_ENV``; the round runs only
+when the run's record names that job (``autoretry.due_locally``), retries, records the
+next job that owes a round (the retry's job), or merges in place.
 """
 
 from __future__ import annotations
@@ -15,18 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import IO, List, Mapping, Optional
 
-from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.control.runs import autoretry
-
+ROUND_JOB_ENV = "SYNTHBATCH_LOCAL_ROUND_JOB"  # the job whose supervisor runs the round
 TIMEOUT_S = 2 * 3600  # as the merge job's time limit on Slurm
-
-
-def due(run_root: Path, job_id: str) -> bool:
-    """Whether the run's recorded round is this job's to run (it names the job)."""
-    pending = autoretry.load_pending(RunLayout(run_root))
-    if not pending or pending.get("action") == autoretry.MERGE:
-        return False
-    return pending["job_id"] == job_id or job_id in (pending.get("after") or [])
 
 
 def argv(python: str, run_root: Path) -> List[str]:
@@ -37,10 +28,11 @@ def argv(python: str, run_root: Path) -> List[str]:
 
 def run_round(python: str, run_root: Path, job_id: str, env: Mapping[str, str],
               log: Optional[IO[bytes]] = None) -> Optional[int]:
-    """Run the round when it is due for ``job_id``; its exit status (None: not due)."""
-    if not (run_root / "auto").is_dir() or not due(run_root, job_id):
+    """Start the round for ``job_id`` when its run has automatic jobs; its exit status
+    (None: the run has none)."""
+    if not (run_root / "auto" / "round.json").is_file():
         return None
-    done = subprocess.run(argv(python, run_root), env={**env, autoretry.LOCAL_ROUND_JOB: job_id},
+    done = subprocess.run(argv(python, run_root), env={**env, ROUND_JOB_ENV: job_id},
                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                           cwd="/", timeout=TIMEOUT_S, check=False)
     return done.returncode

@@ -5,6 +5,7 @@ dataset through the one merge path, ``status``/``runs`` say what is pending."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List, Sequence
@@ -209,3 +210,21 @@ def test_runs_shows_the_story_of_a_run_waiting_on_its_round(tmp_path: Path) -> N
     assert listed[0]["state"] == "failed"
     assert listed[0]["story"] == "retrying (attempt 2 of 3)"
     assert "retrying (attempt 2 of 3)" in runs_text(listed)
+
+
+def test_the_round_python_is_checked_against_what_the_nodes_see(tmp_path: Path) -> None:
+    python = sys.executable
+    assert autoretry.python_visible(python, lambda _: True) is None
+    assert "not on a shared filesystem" in autoretry.python_visible(python, lambda _: False)
+    assert "not an executable absolute path" in autoretry.python_visible(
+        "python3", lambda _: True)
+
+
+def test_a_local_round_is_run_only_by_the_supervisor_its_record_names(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("failed")])
+    assert not autoretry.due_locally(layout, "41")  # no record: no round
+    autoretry.record_pending(layout, "41", 1, ["41", "42"])
+    assert autoretry.due_locally(layout, "41") and autoretry.due_locally(layout, "42")
+    assert not autoretry.due_locally(layout, "43")
+    autoretry.record_pending(layout, "41", 2, (), "merge", 2)  # merging: no second round
+    assert not autoretry.due_locally(layout, "41")
