@@ -201,6 +201,10 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     sched = scheduler or scheduler_for(prof)
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
+    if merge_to is not None:  # a bad --merge-to is refused before anything else is asked
+        from synthbatch.control.runs.automerge import target
+
+        target(str(merge_to), Path.cwd(), None)
     ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
     from synthbatch.control.runs.reuse import (
         with_reuse,  # the run file's reuse and --reuse (issue 31)

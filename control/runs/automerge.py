@@ -26,10 +26,11 @@ RESULT = "merge.json"
 FLAG = "--merge-to"
 
 
-def target(raw: str, base: Path, fmt: str) -> Path:
+def target(raw: str, base: Path, fmt: Optional[str]) -> Path:
     """``raw`` resolved against ``base`` (the working directory for ``--merge-to``, the run
     file's folder for ``[output] merge_to``); InvalidInput naming ``--merge-to`` when the
-    merge could not write there."""
+    merge could not write there (``fmt`` None: the folder only, before the run file is
+    read)."""
     path = (base / Path(raw).expanduser()).resolve()
     parent = path.parent
     if not parent.is_dir():
