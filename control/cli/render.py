@@ -153,7 +153,8 @@ def auto_lines(data: Status) -> List[str]:
     job = data.get("auto_retry")
     if job:
         does = "merge" if job.get("action") == "merge" else "retry"
-        lines.append(f"  automatic job {job['job_id']} pending ({does}): {job.get('story') or '-'}")
+        what = job.get("story") or "waits for the shards' jobs to end"
+        lines.append(f"  automatic job {job['job_id']} pending ({does}): {what}")
     merge = data.get("merge")
     if merge:
         missing = merge.get("missing_shards") or []

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Sequence
 
 import pytest
 
-from synthbatch.control.cli.render import runs_text, shard_line, status_text
+from synthbatch.control.cli.render import runs_text, shard_line
 from synthbatch.control.config.run import Output, RunConfig
 from synthbatch.control.errors import InvalidInput
 from synthbatch.control.runs import automerge, autoretry, autoround
@@ -199,7 +199,9 @@ def test_status_shows_attempts_of_the_budget_and_the_pending_job() -> None:
                            "story": "retrying (attempt 2 of 3)"}}
     assert status_text_lines(data) == [
         "  automatic job 950 pending (retry): retrying (attempt 2 of 3)"]
-    assert callable(status_text)
+    first = {"auto_retry": {"job_id": "951", "action": "retry", "story": None}}
+    assert status_text_lines(first) == [
+        "  automatic job 951 pending (retry): waits for the shards' jobs to end"]
 
 
 def test_runs_shows_the_story_of_a_run_waiting_on_its_round(tmp_path: Path) -> None:
