@@ -195,7 +195,9 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
            time_limit: Optional[str] = None, reservation: Optional[str] = None,
            gpus: Optional[int] = None, deadline_hours: Optional[float] = None,
            pilot: Optional[str] = None, checks: bool = True, run_id: Optional[str] = None,
-           shards: Optional[Sequence[ShardSpec]] = None, reuse: Sequence[str] = ()) -> Run:
+           shards: Optional[Sequence[ShardSpec]] = None, reuse: Sequence[str] = (),
+           merge_to: Optional[PathLike] = None, merge_format: Optional[str] = None,
+           allow_partial: bool = False) -> Run:
     """Plan, check, stage, commit and submit a run; return its :class:`Run` handle.
 
     Refuses (InvalidInput, nothing written) what ``plan``'s checks call an error; their
@@ -203,6 +205,8 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     login-node checks (submits what Slurm accepts, e.g. for a partition about to grow).
     ``run_id`` and ``shards``: a benchmark case's deterministic id and sized points.
     ``reuse``: earlier runs of the workspace whose LLM cells the run takes (issue 31).
+    ``merge_to`` (relative: to the working directory; else the run file's ``[output]``):
+    the merge job writes the dataset there once the run is over (issue 34).
     A run Slurm refuses (SchedulerRejected, exit 2) is not kept: no run is left behind.
     """
     from synthbatch.control.runs import submit as submitting
@@ -211,6 +215,10 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     sched = scheduler or scheduler_for(prof)
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
+    if merge_to is not None:  # a bad --merge-to is refused before anything else is asked
+        from synthbatch.control.runs.automerge import target
+
+        target(str(merge_to), Path.cwd(), None)
     ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
     from synthbatch.control.runs.reuse import (
         with_reuse,  # the run file's reuse and --reuse (issue 31)
@@ -218,6 +226,10 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
 
     resolved, notes = with_reuse(ready.resolved, Path(prof.workspace), reuse)
     ready = ready._replace(resolved=resolved, warnings=ready.warnings + notes)
+    from synthbatch.control.runs.automerge import auto_settings  # issue 34
+
+    auto = auto_settings(ready.resolved.config, ready.run_file, ready.resolved.plan.max_attempts,
+                         merge_to, merge_format, allow_partial)
     staged = _staged(ready, prof)
     records = submitting.submit_all(staged, ready.resolved.profile, sched,
                                     {s.index: 1 for s in staged.plan.shards}, implied=True,
@@ -226,8 +238,7 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
         start,  # issue 34: attempts 2..N with no one around
     )
     start(staged.layout, ready.resolved.profile, sched, staged.plan.run_id,
-          [r.job_id for r in records if r.job_id], staged.plan.max_attempts,
-          ready.resolved.config is None or ready.resolved.config.auto_retry)
+          [r.job_id for r in records if r.job_id], auto)
     return _submitted(ready, staged, records, scheduler)
 
 
@@ -373,6 +384,10 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler,
     summary["serving_flags"] = run_flags(layout, fresh.fresh, time.time())
     summary["auto_retry"] = round_now(layout, sched, fresh.rows,  # the plan: only if pending
                                       lambda: load_plan(layout).max_attempts)
+    from synthbatch.control.runs import automerge  # the merge on completion, attempts' budget
+
+    summary["merge"] = automerge.view(layout)
+    summary["max_attempts"] = automerge.load_settings(layout)["max_attempts"]
     return fresh
 
 

@@ -158,6 +158,23 @@ def _notes(data: Status) -> List[str]:
         lines.append(f"  scheduler unavailable: {data['scheduler_error']}{hint}")
     lines.extend(f"  note: {note}" for note in data.get("notes", []))
     lines.extend(f"  serving: {flag}" for flag in data.get("serving_flags") or [])  # issue 32
+    return lines + auto_lines(data)
+
+
+def auto_lines(data: Status) -> List[str]:
+    """The pending automatic job (what it will do) and the merge on completion (issue 34)."""
+    lines = []
+    job = data.get("auto_retry")
+    if job:
+        does = "merge" if job.get("action") == "merge" else "retry"
+        what = job.get("story") or "waits for the shards' jobs to end"
+        lines.append(f"  automatic job {job['job_id']} pending ({does}): {what}")
+    merge = data.get("merge")
+    if merge:
+        missing = merge.get("missing_shards") or []
+        gone = f"; missing shards: {', '.join(map(str, missing))}" if missing else ""
+        why = f" ({merge['reason']})" if merge.get("reason") else ""
+        lines.append(f"  merge to {merge.get('to')}: {merge.get('state')}{gone}{why}")
     return lines
 
 
@@ -185,12 +202,13 @@ def failure_lines(data: Status) -> List[str]:
     return lines
 
 
-def shard_line(shard: Dict[str, Any]) -> str:
-    """One shard as a table row."""
+def shard_line(shard: Dict[str, Any], budget: Optional[int] = None) -> str:
+    """One shard as a table row (``budget``: the run's max_attempts, "attempt 2 of 3")."""
     reason = f"  {shown(shard['reason'])}" if shard.get("reason") else ""
+    of = f" of {budget}" if budget else ""
     return (f"  shard {shard['index']:>5}  {shard['state']:<10} "
             f"{shard['records_done']:>8}/{shard['records']:<8} "
-            f"attempt {shard['attempt']}  job {shard['job_id'] or '-'}{reason}")
+            f"attempt {shard['attempt']}{of}  job {shard['job_id'] or '-'}{reason}")
 
 
 def status_text(data: Status) -> str:
@@ -198,7 +216,7 @@ def status_text(data: Status) -> str:
     lines = [headline(data), metrics(data), *alias_lines(data), *cost_lines(data),
              *_notes(data)]
     if len(data["shards"]) <= LIST_LIMIT:
-        lines.extend(shard_line(s) for s in data["shards"])
+        lines.extend(shard_line(s, data.get("max_attempts")) for s in data["shards"])
     lines.extend(failure_lines(data))
     return "\n".join(lines)
 
@@ -301,6 +319,7 @@ def runs_text(runs: List[Dict[str, Any]]) -> str:
         hours = run.get("gpu_hours")
         cost = f"{run.get('currency') or ''}{run['cost']:,.2f}" \
             if run.get("cost") is not None else "—"
-        rows.append((run["run_id"], run.get("state", "?"), records, shards, submitted,
+        state = run.get("story") or run.get("state", "?")  # "retrying (attempt 2 of 3)"
+        rows.append((run["run_id"], state, records, shards, submitted,
                      "—" if hours is None else f"{hours:g}", cost, elapsed + note))
     return "\n".join(table(RUNS_HEADER, rows)) if rows else "no runs"

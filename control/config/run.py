@@ -47,6 +47,16 @@ class Resources(Strict):
     pilot: Optional[BenchmarkId] = None
 
 
+class Output(Strict):
+    """``[output]``: the merge the cluster runs by itself once the run is over (issue 34)."""
+
+    # where the merged dataset goes (relative: to the run file's folder); None: no merge job
+    merge_to: Optional[str] = Field(default=None, min_length=1, max_length=4096)
+    format: Literal["jsonl", "parquet"] = "jsonl"
+    # merge the shards that won once attempts are exhausted (the manifest names the rest)
+    allow_partial: bool = False
+
+
 class RunConfig(Strict):
     """A whole run as the user wrote it."""
 
@@ -60,10 +70,11 @@ class RunConfig(Strict):
     max_attempts: int = Field(default=3, ge=1, le=100)
     # attempts 2..max_attempts by a small CPU-only round job (docs/retry.md "Automatic
     # retries"); false: only `retry` run by hand
-    auto_retry: bool = False
+    auto_retry: bool = True
     resume: Literal["auto", "always", "never"] = "auto"
     output_format: Literal["jsonl"] = "jsonl"
     reuse: List[str] = Field(default_factory=list, max_length=32)  # run ids (issue 31)
+    output: Output = Output()
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:

@@ -47,6 +47,8 @@ ROUND_RECORD = "round.json"
 ROUND_SCRIPT = "round.sbatch"
 ROUND_TIME = "00:05:00"  # a round is one status refresh and at most two sbatch calls
 ROUND_MEM = "512M"
+MERGE_TIME = "02:00:00"  # the merge job: a copy of the run's winners (docs/retry.md)
+RETRY, MERGE = "retry", "merge"  # what the pending automatic job will do
 RETRYABLE = frozenset({norm.FAILED, norm.LOST})  # cancelled shards were a person's decision
 
 
@@ -92,7 +94,9 @@ def decide(shards: Sequence[ShardNow], max_attempts: int, merge_wanted: bool = F
             (retry if (shard.attempt or 0) < max_attempts else exhausted).append(shard.index)
     over = not retry and not waiting
     complete = all(s.state == norm.SUCCEEDED for s in shards)
-    merge = over and merge_wanted and (complete or allow_partial)
+    # a cancelled shard was a person's decision: no automatic merge then (merge by hand)
+    cancelled = any(s.state == norm.CANCELLED for s in shards)
+    merge = over and merge_wanted and not cancelled and (complete or allow_partial)
     return Decision(tuple(retry), tuple(waiting), tuple(exhausted), over, merge)
 
 
@@ -112,9 +116,11 @@ def story(shards: Sequence[ShardNow], max_attempts: int, round_pending: bool) ->
     return f"retrying (attempt {max(retried)} of {max_attempts})"
 
 
-def render_script(python: str, run_id: str, workspace: str) -> str:
-    """The round job's batch script: ``exec`` of the control plane's Python (quoted)."""
-    argv = [python, "-m", "synthbatch.control.cli.autoround", "--workspace", workspace, run_id]
+def render_script(python: str, run_id: str, workspace: str, action: str = RETRY) -> str:
+    """The automatic job's batch script: ``exec`` of the control plane's Python (quoted);
+    ``action`` merge: the merge job (``--merge``)."""
+    argv = [python, "-m", "synthbatch.control.cli.autoround", "--workspace", workspace, run_id,
+            *(["--merge"] if action == MERGE else [])]
     return "#!/bin/bash\nset -eu\nexec " + " ".join(shlex.quote(a) for a in argv) + "\n"
 
 
@@ -139,15 +145,15 @@ def sbatch_argv(script: Path, run_id: str, after: Sequence[str], log: Path,
     return argv + [str(script)]
 
 
-def python_visible(python: str, shared_roots: Sequence[str]) -> Optional[str]:
-    """Why ``python`` cannot run a round on a compute node, or None (the plan-time check)."""
+def python_visible(python: str, shared: Callable[[Path], bool]) -> Optional[str]:
+    """Why ``python`` may not run a round on a compute node, or None (the plan-time check;
+    ``shared``: whether a path is on a filesystem the nodes see, ``checks.Sight.shared``)."""
     path = Path(python)
     if not path.is_absolute() or not os.access(path, os.X_OK):
         return f"the control plane's Python {python!r} is not an executable absolute path"
-    if shared_roots and not any(str(path).startswith(root.rstrip("/") + "/")
-                                for root in shared_roots):
-        return (f"the control plane's Python {python} is not under a shared filesystem "
-                f"({', '.join(shared_roots)}): the round job could not start it")
+    if not shared(path):
+        return (f"the control plane's Python {python} is not on a shared filesystem (the "
+                f"workspace's or a network one): the automatic round job may not find it")
     return None
 
 
@@ -177,14 +183,19 @@ def pending_job_ids(layout: RunLayout) -> List[str]:
 
 
 def record_pending(layout: RunLayout, job_id: Optional[str], number: int,
-                   after: Sequence[str]) -> None:
-    """Write the round record (``job_id`` None: no round is pending any more)."""
+                   after: Sequence[str], action: str = RETRY, attempt: int = 1) -> None:
+    """Write the round record (``job_id`` None: no round is pending any more); ``action``
+    is what the job will do, ``attempt`` the highest attempt the rounds have submitted."""
     ensure_dir(record_path(layout).parent)
     write_json_atomic(record_path(layout), {"job_id": job_id, "round": number,
-                                            "after": list(after), "at": time.time()})
+                                            "after": list(after), "at": time.time(),
+                                            "action": action, "attempt": attempt})
 
 
 def _queued(scheduler: Scheduler, job_id: str) -> bool:
+    supervising = getattr(scheduler, "supervising", None)  # the local backend's rounds
+    if supervising is not None:
+        return bool(supervising(job_id))
     return any(row.state in norm.RUNNING_ROWS or row.state == "PENDING"
                for row in scheduler.queue([job_id]))
 
@@ -203,14 +214,44 @@ def round_now(layout: RunLayout, scheduler: Scheduler,
         return None
     shards = [ShardNow(int(r["index"]), str(r["state"]),  # type: ignore[call-overload]
                        r.get("attempt")) for r in rows()]  # type: ignore[arg-type]
-    return {"job_id": pending["job_id"], "round": pending.get("round"),
+    if pending.get("action") == MERGE:
+        return {"job_id": pending["job_id"], "round": pending.get("round"), "action": MERGE,
+                "story": "merging"}
+    return {"job_id": pending["job_id"], "round": pending.get("round"), "action": RETRY,
             "story": story(shards, max_attempts(), True)}
+
+
+def due_locally(layout: RunLayout, job_id: str) -> bool:
+    """Local backend: whether the run's recorded round is ``job_id``'s supervisor's to run
+    (the record names that job, or waits for it)."""
+    pending = load_pending(layout)
+    if not pending or pending.get("action") == MERGE:
+        return False
+    return pending["job_id"] == job_id or job_id in (pending.get("after") or [])
+
+
+def listed_story(layout: RunLayout, state: str, max_attempts: Optional[int]) -> Optional[str]:
+    """What ``runs`` (records only, no Slurm) says of a run whose automatic job is recorded
+    pending: "merging", or "retrying (attempt 2 of 3)" once the rounds have submitted a
+    second attempt (a run that looks over waits for its round: the next attempt); None
+    for a cancelled run or when no automatic job is recorded."""
+    pending = load_pending(layout)
+    if not pending or state == norm.CANCELLED:
+        return None
+    if pending.get("action") == MERGE:
+        return "merging"
+    attempt = int(pending.get("attempt") or 1) + (1 if state in norm.FINAL else 0)
+    if attempt < 2 or state == norm.SUCCEEDED or not max_attempts or attempt > max_attempts:
+        return None
+    return f"retrying (attempt {attempt} of {max_attempts})"
 
 
 def submit_round(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_id: str,
                  after: Sequence[str], number: int, python: Optional[str] = None,
-                 own_job: Optional[str] = None) -> Optional[str]:
-    """Submit round ``number`` after ``after``; None when another round job is pending.
+                 own_job: Optional[str] = None, action: str = RETRY,
+                 attempt: int = 1) -> Optional[str]:
+    """Submit round ``number`` after ``after`` (``action`` merge: the merge job, at once);
+    None when another automatic job is pending.
 
     The caller holds the run's retry lock: a recorded round job that is still queued (and
     is not the caller itself) means there is one already, and none is added.
@@ -220,11 +261,13 @@ def submit_round(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_
             and _queued(scheduler, str(pending["job_id"])):
         return None
     folder = ensure_dir(layout.root / ROUND_DIR)
-    script = folder / ROUND_SCRIPT
+    script = folder / ("merge.sbatch" if action == MERGE else ROUND_SCRIPT)
     write_bytes_atomic(script, render_script(python or sys.executable, run_id,
-                                             str(profile.workspace)).encode(), mode=0o700)
-    argv = sbatch_argv(script, run_id, after, folder / f"round-{number:04d}.out",
-                       profile.partition, profile.account)
+                                             str(profile.workspace), action).encode(),
+                       mode=0o700)
+    log = folder / (f"merge-{number:04d}.out" if action == MERGE else f"round-{number:04d}.out")
+    argv = sbatch_argv(script, run_id, after, log, profile.partition, profile.account,
+                       MERGE_TIME if action == MERGE else ROUND_TIME)
     job_id = scheduler.submit_job(argv)
-    record_pending(layout, job_id, number, after)
+    record_pending(layout, job_id, number, after, action, attempt)
     return job_id

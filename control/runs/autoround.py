@@ -4,10 +4,13 @@ submit the successor round while anything can still change (rules: ``autoretry``
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
+from synthbatch.control.backends.local.rounds import ROUND_JOB_ENV
+from synthbatch.control.runs import automerge
 from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs.autoretry import (
+    MERGE,
     Decision,
     ShardNow,
     decide,
@@ -25,42 +28,84 @@ if TYPE_CHECKING:
     from synthbatch.control.slurm.scheduler import Scheduler
 
 
-def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler,
-              merge: Optional[Mapping[str, object]] = None) -> Decision:
-    """One round: refresh, retry the failed shards below the limit, then the successor."""
+def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Decision:
+    """One round: refresh, retry the failed shards below the limit, then the successor, or,
+    once the run is over, the merge job it asked for (``<run>/auto/settings.json``)."""
     plan = load_plan(layout)
+    wanted = automerge.load_settings(layout)
+    merge = wanted["merge"] or {}
     seen = observe(layout, scheduler)
     shards = [ShardNow(r["index"], r["state"], r["attempt"]) for r in seen["shards"]]
-    merge = merge or {}
-    decision = decide(shards, plan.max_attempts, bool(merge.get("to")),
-                      bool(merge.get("allow_partial")))
+    decision = decide(shards, plan.max_attempts if wanted["auto_retry"] else 1,
+                      bool(merge), bool(merge.get("allow_partial")))
     after: List[str] = []
+    pending = load_pending(layout)
+    attempt = int(pending.get("attempt") or 1) if pending else 1
     if decision.retry:
         done = retry_run(layout, profile, scheduler, auto=True)
         after = [str(s["job_id"]) for s in done.submissions if s.get("job_id")]
-    pending = load_pending(layout)
+        attempt = max([attempt, *(c.attempt for c in done.submitted)])
     number = int(pending.get("round", 0)) + 1 if pending else 1
-    own = os.environ.get("SLURM_JOB_ID")
+    own = os.environ.get("SLURM_JOB_ID") or os.environ.get(ROUND_JOB_ENV)
+    local = getattr(scheduler, "ROUNDS_IN_SUPERVISOR", False)  # no plain jobs: in place
     with RetryLock(layout):
         if decision.successor:
             jobs = after or sorted({str(r["job_id"]).split("_")[0] for r in seen["shards"]
                                     if r.get("job_id") and r["state"] not in norm.FINAL})
-            submit_round(layout, profile, scheduler, plan.run_id, jobs, number, own_job=own)
+            if local:  # the supervisor of one of these jobs runs the next round
+                record_pending(layout, jobs[0] if jobs else None, number, jobs,
+                               attempt=attempt)
+            else:
+                submit_round(layout, profile, scheduler, plan.run_id, jobs, number,
+                             own_job=own, attempt=attempt)
+        elif decision.merge and local:  # shown "merging" while this supervisor merges
+            record_pending(layout, own, number, (), MERGE, attempt)
+        elif decision.merge:
+            submit_round(layout, profile, scheduler, plan.run_id, (), number, own_job=own,
+                         action=MERGE, attempt=attempt)
         else:
-            record_pending(layout, None, number - 1, ())
+            if merge and decision.over:
+                automerge.record_result(layout, automerge.not_merged(
+                    s.index for s in shards if s.state != norm.SUCCEEDED))
+            record_pending(layout, None, number - 1, (), attempt=attempt)
+    if decision.merge and local:
+        merge_job(layout)
     return decision
 
 
+def merge_job(layout: RunLayout) -> Dict[str, object]:
+    """The merge job: the run's merge (``automerge.run_merge``), then no job is pending."""
+    result = automerge.run_merge(layout)
+    pending = load_pending(layout) or {}
+    with RetryLock(layout):
+        record_pending(layout, None, int(pending.get("round") or 0), (),
+                       attempt=int(pending.get("attempt") or 1))
+    return result
+
 
 def start(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_id: str,
-          job_ids: Sequence[str], max_attempts: int, enabled: bool) -> Optional[str]:
-    """After submit: the first round job, after the run's arrays; None when there is none.
+          job_ids: Sequence[str], settings: Dict[str, object]) -> Optional[str]:
+    """After submit: record the run's automatic ``settings`` (``automerge.settings``), then
+    the first round job, after the run's arrays; None when there is none.
 
-    None when automatic retries are off, when one attempt is all the run allows, or on a
-    backend whose scheduler submits no plain jobs (the local backend, for now).
+    None when nothing is automatic (retries off or one attempt is all the run allows, and
+    no merge asked for). On the local backend no job is submitted: the record names the
+    array's job, whose supervisor runs the round (``control.backends.local.rounds``).
     """
-    if not enabled or max_attempts < 2 or not job_ids or \
-            not hasattr(scheduler, "submit_job"):
+    automerge.save_settings(layout, settings)
+    if not wanted(settings) or not job_ids:
+        return None
+    if getattr(scheduler, "ROUNDS_IN_SUPERVISOR", False):  # the array's supervisor runs it
+        with RetryLock(layout):
+            record_pending(layout, job_ids[0], 1, list(job_ids))
+        return job_ids[0]
+    if not hasattr(scheduler, "submit_job"):
         return None
     with RetryLock(layout):
         return submit_round(layout, profile, scheduler, run_id, list(job_ids), 1)
+
+
+def wanted(settings: Dict[str, object]) -> bool:
+    """Whether a run with these settings has automatic jobs at all."""
+    retries = bool(settings.get("auto_retry")) and int(settings.get("max_attempts") or 1) > 1
+    return retries or bool(settings.get("merge"))

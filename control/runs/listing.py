@@ -12,8 +12,8 @@ from synthbatch.agent_stdlib import states
 from synthbatch.agent_stdlib.layout import RunLayout, runs_root
 from synthbatch.agent_stdlib.statefile import StateError
 from synthbatch.control.errors import SynthbatchError
+from synthbatch.control.runs import automerge, autoretry, settled
 from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs import settled
 from synthbatch.control.runs.store import (
     ShardView,
     committed_at,
@@ -130,6 +130,10 @@ def list_runs(workspace: Path, now: Optional[float] = None) -> List[Dict[str, An
         count = record.shard_count if sizes is not None else \
             min(record.shard_count, _known_shards(layout))
         state = durable_state(layout, count, sizes, record.run_id)
+        story = autoretry.listed_story(layout, state["state"],
+                                       automerge.load_settings(layout)["max_attempts"])
+        if story:
+            state["story"] = story
         end = last_moment(state.get("ended_at") or now, now)
         found.append({"run_id": record.run_id, "name": record.name,
                       "created_at": record.created_at, "shards": record.shard_count,

@@ -33,6 +33,7 @@ from synthbatch.control.runs.budget import token_budget
 from synthbatch.control.runs.checks import (
     ERROR,
     OK,
+    WARNING,
     DeploymentInputs,
     Finding,
     Sight,
@@ -180,11 +181,12 @@ def login_checks(resolved: Resolved, scheduler: Scheduler,
     images and secrets the plan names, its ports against the ephemeral range, whether the
     request fits its partition, and its account, QOS, reservation and node features."""
     prof = resolved.profile
-    found = check_plan_paths(resolved.plan, deployment_inputs(resolved),
-                             Sight(Path(prof.workspace)),
+    sight = Sight(Path(prof.workspace))
+    found = check_plan_paths(resolved.plan, deployment_inputs(resolved), sight,
                              os.environ if environ is None else environ, runner,
                              files=(str(resolved.run_file), str(resolved.profile_path)))
     plan = resolved.plan
+    found += round_python(resolved, sight)
     found += token_budget(plan, str(resolved.run_file))
     found.append(check_ports(f"{resolved.profile_path}: port_base", plan.runtime.port_base,
                              port_offsets(plan), "exclusive" in plan.resources.options))
@@ -194,6 +196,23 @@ def login_checks(resolved: Resolved, scheduler: Scheduler,
         found += layout_memory(prof, resolved.profile_path, scheduler)
     return found + check_request(resolved.plan.resources, scheduler, origins(resolved),
                                  unavailable)
+
+
+def round_python(resolved: Resolved, sight: Sight) -> List[Finding]:
+    """The automatic round job runs this Python on a compute node (docs/retry.md
+    "Automatic retries"): a warning when the nodes may not see it."""
+    import sys
+
+    from synthbatch.control.runs.autoretry import python_visible
+
+    cfg = resolved.config
+    if resolved.profile.backend == "local" or cfg is None or not (
+            (cfg.auto_retry and resolved.plan.max_attempts > 1) or cfg.output.merge_to):
+        return []
+    why = python_visible(sys.executable, sight.shared)
+    return [Finding(WARNING, f"{resolved.run_file}: auto_retry",
+                    f"{why}; install synthbatch on a shared filesystem or set "
+                    f"auto_retry = false")] if why else []
 
 
 def local_fit(resolved: Resolved) -> List[Finding]:

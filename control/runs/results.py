@@ -211,6 +211,7 @@ class RunSummary(Result):
     problem: Optional[str] = None
     gpu_hours: Optional[float] = None  # as status kept it once the run was over
     cost: Optional[float] = None  # gpu_hours x the profile's price (None: not priced)
+    story: Optional[str] = None  # "retrying (attempt 2 of 3)", "merging" (issue 34)
 
     @classmethod
     def from_dict(cls, data: Data) -> RunSummary:
@@ -220,4 +221,4 @@ class RunSummary(Result):
                    shards=data.get("shards", 0), records=data.get("records"),
                    records_done=data.get("records_done"), elapsed_s=data.get("elapsed_s"),
                    problem=data.get("problem"), gpu_hours=data.get("gpu_hours"),
-                   cost=data.get("cost"))
+                   cost=data.get("cost"), story=data.get("story"))

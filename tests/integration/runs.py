@@ -114,6 +114,7 @@ def write_run(tmp_path: Path, records: int, shards: int, latency: float) -> Path
     path.write_text(
         "schema_version = 1\n"
         'name = "observe"\n'
+        "auto_retry = false\n"  # these tests watch failures and retry by hand
         f"records = {records}\n"
         f"[shards]\ncount = {shards}\n"
         '[client]\nmodel = "tiny"\nprompt_template = "Item {index}."\n'
@@ -134,12 +135,15 @@ CRASH_WRAPPER = """\
 import os, sys
 task = os.environ.get("SLURM_ARRAY_TASK_ID") or \\
     os.environ.get("SYNTHBATCH_LOCAL_ARRAY_TASK_ID", "none")
-state, crashing, args = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
+state, args = sys.argv[1], sys.argv[3:]
+crashing = dict((item.split("x") + ["1"])[:2] for item in sys.argv[2].split(","))
 args += ["--request-log", os.path.join(state, "requests-%s.log" % task)]
-if task in crashing:
+for start in range(int(crashing.get(task, 0))):
     try:
-        os.close(os.open(os.path.join(state, "crashed-%s" % task), os.O_CREAT | os.O_EXCL))
+        name = "crashed-%s" % task + ("-%d" % start if start else "")
+        os.close(os.open(os.path.join(state, name), os.O_CREAT | os.O_EXCL))
         args += ["--exit-after", "3"]
+        break
     except FileExistsError:
         pass
 os.execv(sys.executable, [sys.executable, FAKE_SERVER] + args)
@@ -148,7 +152,8 @@ os.execv(sys.executable, [sys.executable, FAKE_SERVER] + args)
 
 def crash_wrapper(tmp_path: Path) -> Path:
     """A server command that crashes the named array tasks' servers on their first start
-    only, and logs every request per task: ``python serve.py STATE 1,4 <server flags>``.
+    only (``2x2``: on its first two starts), and logs every request per task:
+    ``python serve.py STATE 1,4x2 <server flags>``.
     The task id is Slurm's, or the local backend's (the profile lets it through)."""
     wrapper = tmp_path / "serve.py"
     wrapper.write_text(CRASH_WRAPPER.replace("FAKE_SERVER", repr(str(FAKE_SERVER))))

@@ -29,6 +29,7 @@ def _write_run(tmp_path: Path, model: str, records: int, shards: int,
     path.write_text(
         "schema_version = 1\n"
         'name = "e2e"\n'
+        "auto_retry = false\n"  # a failed shard stays failed: no round retries it
         f"records = {records}\n"
         f"[shards]\ncount = {shards}\n"
         '[client]\nmodel = "tiny"\nprompt_template = "Describe item {index}."\n'

@@ -43,10 +43,11 @@ PROMPT = re.compile(r"Describe item (\d+)\.")
 
 def write_run(tmp_path: Path, records: int, shards: int, command: List[str], name: str = "lb",
               max_tokens: int = 12, concurrency: int = 3, extra: str = "",
-              deployment: str = "gpus = 1\n") -> Path:
+              deployment: str = "gpus = 1\n", auto_retry: bool = False) -> Path:
     path = tmp_path / f"{name}.toml"
-    path.write_text(
+    path.write_text(  # auto_retry off unless asked: most tests retry by hand
         f'schema_version = 1\nname = "{name}"\nmax_attempts = 3\nresume = "auto"\n'
+        f"auto_retry = {str(auto_retry).lower()}\n"
         f"records = {records}\n[shards]\ncount = {shards}\n"
         '[client]\nmodel = "tiny"\nprompt_template = "Describe item {index}."\n'
         f"max_tokens = {max_tokens}\ntemperature = 0.0\nconcurrency = {concurrency}\n"
@@ -112,6 +113,34 @@ def test_three_shards_run_locally_and_merge_exactly(tmp_path, python_exe):
     assert Path(logs["path"]).is_file() and "slurm" in logs["steps"]
     wait_supervisors_stopped(run_id, profile)
     wait_no_leftovers(run_id, model)
+
+
+def test_the_supervisor_retries_and_merges_by_itself(tmp_path, python_exe):
+    """Issue 34 on the local backend: no command but ``wait`` after ``submit``."""
+    shards, per_shard = 3, 6
+    state = tmp_path / "server-state"
+    state.mkdir()
+    profile = write_local_profile(tmp_path, python_exe,
+                                  env_allow=["SYNTHBATCH_LOCAL_ARRAY_TASK_ID"])
+    command = ["{python}", str(crash_wrapper(tmp_path)), str(state), "1x2", "--host",
+               "{host}", "--port", "{port}", "--model", "{served_name}", "--token-latency",
+               "0.01"]
+    run_file = write_run(tmp_path, shards * per_shard, shards, command, concurrency=1,
+                         auto_retry=True)
+    merged = tmp_path / "merged.jsonl"
+    run_id = cli_json("submit", str(run_file), "--profile", str(profile), "--merge-to",
+                      str(merged))["run_id"]
+    waited = invoke("wait", run_id, "--json", "--timeout", "240", "--profile", str(profile))
+    assert waited.exit_code == 0, waited.output
+    layout = layout_of(tmp_path, run_id)
+    for number, ended in ((1, "failed"), (2, "failed"), (3, "succeeded")):
+        assert load_attempt(layout.attempt(1, number).attempt_json).state == ended
+    assert not layout.attempt(1, 4).root.exists()
+    assert [json.loads(x)["index"] for x in merged.read_text().splitlines()] == \
+        list(range(shards * per_shard))
+    status = cli_json("status", run_id, "--profile", str(profile))
+    assert status["merge"]["state"] == "merged" and status["auto_retry"] is None, status
+    wait_supervisors_stopped(run_id, profile)
 
 
 def test_retry_resumes_the_failed_shards_and_merge_holds_every_record_once(tmp_path,

@@ -92,6 +92,8 @@ class LocalScheduler:
     workspace: str
     settings: Optional[Settings] = None
     USAGE_FROM: ClassVar[str] = "the local backend's job table"  # where ``usage`` comes from
+    # automatic rounds run in the supervisor of the job they follow (``local.rounds``)
+    ROUNDS_IN_SUPERVISOR: ClassVar[bool] = True
     python: str = sys.executable  # runs the supervisors
     start_timeout_s: float = START_TIMEOUT_S
 
@@ -249,6 +251,11 @@ class LocalScheduler:
             return self.table.load_supervisor(job_id)
         except StateError as err:
             raise SchedulerUnavailable(f"local backend: {err}") from err
+
+    def supervising(self, job_id: str) -> bool:
+        """Whether the job's supervisor still runs: its tasks, or the run's automatic round
+        after them (issue 34)."""
+        return bool(supervisor_alive(self._supervisor(array_job_id(job_id))))
 
     def _rows(self, ids: Sequence[str], accounting: bool) -> List[JobRow]:
         rows: List[JobRow] = []

@@ -48,7 +48,7 @@ from typing import Dict, Iterator, List, Mapping, Optional
 
 from synthbatch.agent_stdlib import localjob
 from synthbatch.agent_stdlib.statefile import ensure_dir, locked
-from synthbatch.control.backends.local import proc
+from synthbatch.control.backends.local import proc, rounds
 from synthbatch.control.backends.local.jobs import (
     CANCELLED,
     COMPLETED,
@@ -160,10 +160,28 @@ class JobSupervisor:
             with self.table.locked():
                 job = self._step(self._load(), time.time())
             if all(t.ended for t in job.tasks.values()):
+                self._round(job)
                 self._finish()
                 return 0
             self._chores(job)
             time.sleep(POLL_S)
+
+    def _round(self, job: Job) -> None:
+        """The run's automatic round, when its record names this job (``rounds``): after
+        the tasks, before ``stopped_at``, so status sees it pending while it runs; a
+        supervisor asked to stop runs none. Not a subreaper any more first: the supervisor
+        a retry starts must outlive this one."""
+        if self.stopping:
+            return
+        self._sweep(force=True)
+        _prctl(PR_SET_CHILD_SUBREAPER, 0)
+        try:
+            code = rounds.run_round(sys.executable, Path(job.workdir), self.job_id, self.env)
+        except (OSError, subprocess.SubprocessError) as err:
+            say(f"job {self.job_id}: the automatic round did not run: {err}")
+            return
+        if code is not None:
+            say(f"job {self.job_id}: automatic round ended (exit {code})")
 
     def _finish(self) -> None:
         self._sweep(force=True)

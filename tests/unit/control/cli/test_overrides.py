@@ -74,3 +74,13 @@ def test_submit_takes_the_same_overrides() -> None:
     for option in ("-p, --partition", "-A, --account", "-q, --qos", "-t, --time",
                    "--reservation", "--gpus", "--wait", "--timeout"):
         assert option in help_text
+
+
+def test_a_bad_merge_target_is_refused_at_submit_naming_the_flag(profile_file: Path,
+                                                                  tmp_path: Path) -> None:
+    result = invoke("submit", str(FAKE), "--profile", str(profile_file), "--merge-to",
+                    str(tmp_path / "nowhere" / "x.jsonl"))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("synthbatch: error: --merge-to ")
+    assert "is not a directory" in result.stderr
+    assert "--merge-to" in invoke("submit", "-h").stdout

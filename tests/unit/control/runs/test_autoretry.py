@@ -133,17 +133,31 @@ def test_the_round_entry_point_names_its_usage(argv: List[str], capsys) -> None:
 
 
 def test_submit_starts_one_round_after_the_arrays_unless_turned_off(tmp_path: Path) -> None:
+    from synthbatch.control.runs.automerge import settings
     from synthbatch.control.runs.autoround import start
 
     layout = make_run(tmp_path, [Shard("submitted")])
     q = Queue()
-    assert start(layout, _profile(tmp_path), q, "r", ["500"], 3, enabled=False) is None
-    assert start(layout, _profile(tmp_path), q, "r", ["500"], 1, enabled=True) is None
+    off = settings(False, 3, None, "jsonl", False)
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], off) is None
+    one = settings(True, 1, None, "jsonl", False)  # one attempt and no merge: no round job
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], one) is None
     assert q.submitted == []
-    assert start(layout, _profile(tmp_path), q, "r", ["500"], 3, enabled=True) == "701"
+    on = settings(True, 3, None, "jsonl", False)
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], on) == "701"
     assert "--dependency=afterany:500" in q.submitted[0]
-    assert start(layout, _profile(tmp_path), q, "r", ["500"], 3, enabled=True) is None
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], on) is None
     assert len(q.submitted) == 1
+
+
+def test_one_attempt_with_a_merge_still_gets_a_round(tmp_path: Path) -> None:
+    from synthbatch.control.runs.automerge import settings
+    from synthbatch.control.runs.autoround import start
+
+    layout = make_run(tmp_path, [Shard("submitted")])
+    q = Queue()
+    merging = settings(False, 1, tmp_path / "out.jsonl", "jsonl", False)
+    assert start(layout, _profile(tmp_path), q, "r", ["500"], merging) == "701"
 
 
 def test_status_shows_the_pending_round_and_wait_keeps_waiting(tmp_path: Path) -> None:
@@ -155,7 +169,8 @@ def test_status_shows_the_pending_round_and_wait_keeps_waiting(tmp_path: Path) -
     assert autoretry.round_now(layout, q, rows, lambda: 3) is None
     autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["500"], 1)
     shown = autoretry.round_now(layout, q, rows, lambda: 3)
-    assert shown == {"job_id": "701", "round": 1, "story": "retrying (attempt 2 of 3)"}
+    assert shown == {"job_id": "701", "round": 1, "action": "retry",
+                     "story": "retrying (attempt 2 of 3)"}
     # the shards alone look over (failed); a pending round keeps wait waiting
     assert finished({"state": "failed", "auto_retry": None})
     assert not finished({"state": "failed", "auto_retry": shown})
