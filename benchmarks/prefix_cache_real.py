@@ -100,6 +100,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_ready(engines: Any, within_s: float, what: str) -> None:
+    """Until every replica of ``engines`` (``procs``, ``urls``, ``stop()``) answers
+    ``/health``; stops them and exits if one dies or ``within_s`` passes."""
+    deadline = time.monotonic() + within_s
+    for proc, url in zip(engines.procs, engines.urls):
+        while True:
+            try:
+                if urllib.request.urlopen(url + "/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                engines.stop()
+                raise SystemExit(f"{what} at {url} did not get ready")
+            time.sleep(0.5)
+
+
 class LlamaEngines:
     """``count`` llama.cpp replicas (``serve-llamacpp`` under the serving environment)."""
 
@@ -118,18 +135,7 @@ class LlamaEngines:
                  str(args.slots * args.slot_ctx), "--metrics"], cwd=REPO, env=env,
                 stdout=subprocess.DEVNULL, stderr=(workdir / f"engine-{i}.log").open("w")))
             self.urls.append(f"http://127.0.0.1:{port}")
-        deadline = time.monotonic() + 120
-        for url in self.urls:
-            while True:
-                try:
-                    if urllib.request.urlopen(url + "/health", timeout=2).status == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise SystemExit(f"llama.cpp at {url} did not get ready")
-                time.sleep(0.5)
+        wait_ready(self, 120.0, "llama.cpp")
 
     def counters(self) -> List[Dict[str, float]]:
         """Per replica: llama.cpp's counters (``llamacpp:*``)."""
@@ -194,18 +200,7 @@ class VllmEngines:
                  "--max-num-seqs", str(args.slots)], cwd=workdir, env=env,
                 stdout=subprocess.DEVNULL, stderr=(workdir / f"vllm-{i}.log").open("w")))
             self.urls.append(f"http://127.0.0.1:{port}")
-        deadline = time.monotonic() + args.startup_s
-        for proc, url in zip(self.procs, self.urls):
-            while True:
-                try:
-                    if urllib.request.urlopen(url + "/health", timeout=2).status == 200:
-                        break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise SystemExit(f"vLLM at {url} did not get ready (see {workdir})")
-                time.sleep(2)
+        wait_ready(self, args.startup_s, f"vLLM (logs in {workdir})")
         self.base = self._raw()
 
     def _raw(self) -> List[Dict[str, float]]:
