@@ -193,8 +193,9 @@ class VllmEngines:
         for i in range(count):
             port = free_port()
             self.procs.append(subprocess.Popen(
-                [str(serving / "venv" / "bin" / "python"), "-m", "vllm.entrypoints.cli.main",
-                 "serve", str(serving / "model"), "--host", "127.0.0.1", "--port", str(port),
+                [str(serving / "venv" / "bin" / "python"), "-m",
+                 "vllm.entrypoints.openai.api_server", "--model", str(serving / "model"),
+                 "--host", "127.0.0.1", "--port", str(port),
                  "--served-model-name", "fake-model", "--enable-prefix-caching",
                  "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048",
                  "--max-num-seqs", str(args.slots)], cwd=workdir, env=env,
