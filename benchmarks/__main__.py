@@ -75,6 +75,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
     "concurrency": ("concurrency.py", [], ["--quick"],
                     "default concurrency >= 0.95 of the best fixed (capacity 16/128/512, "
                     "slowing when over-queued); 10 s job >= 0.93 of nominal", lambda: None),
+    "ramp_model": ("ramp_model.py", [], [],
+                   "the 10 s job on a model of the fake engine (no machine load) >= 0.93 "
+                   "of nominal", lambda: None),
 }
 
 

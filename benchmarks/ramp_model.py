@@ -12,6 +12,7 @@ Printed per engine: ready -> last record of the 10 s job (capacity 128, 1,280 re
 and of each steady sweep's shard, as a ratio of the engine's nominal rate, for
 ``after``, ``before`` and fixed ``capacity``; and the steady rate (least-squares slope
 between 25% and 95% of the records) of each.
+Goal: the 10 s job ``after`` >= 0.93 of nominal (exit status 1 if not).
 Usage: ``python benchmarks/ramp_model.py [--before REF]`` (seconds).
 """
 
@@ -29,7 +30,14 @@ from typing import Any, Dict, List, Optional, Tuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.concurrency import ENGINES, SECONDS, SLOWDOWN, TOKENS, nominal  # noqa: E402
+from benchmarks.concurrency import (  # noqa: E402
+    ENGINES,
+    JOB_GOAL,
+    SECONDS,
+    SLOWDOWN,
+    TOKENS,
+    nominal,
+)
 from benchmarks.generator import slope  # noqa: E402
 from benchmarks.trees import export  # noqa: E402
 from fixtures.fake_openai_server import overload_factor  # noqa: E402
@@ -103,15 +111,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         rules = {"after": rule_class(REPO), f"before ({commit})": rule_class(before_tree)}
         cases = [(128, int(nominal(128) * 10), 0.002)] + [
             (c, int(nominal(c) * SECONDS[c]), 0.002 if c < 512 else 0.01) for c in ENGINES]
-        for capacity, records, dt in cases:
+        ok = True
+        for number, (capacity, records, dt) in enumerate(cases):
             rows = {name: figures(rule, capacity, records, None, dt)
                     for name, rule in rules.items()}
+            ok = ok and (number > 0 or rows["after"]["job"] >= JOB_GOAL)
             rows[f"fixed {capacity}"] = figures(None, capacity, records, capacity, dt)
             print(f"capacity {capacity} ({records} records, nominal "
                   f"{nominal(capacity):.0f}/s): " + "; ".join(
                       f"{name} ready -> last {r['job']:.3f} of nominal, steady "
-                      f"{r['steady']:.1f}/s" for name, r in rows.items()), flush=True)
-    return 0
+                      f"{r['steady']:.1f}/s" for name, r in rows.items())
+                  + (f"; goal >= {JOB_GOAL}" if number == 0 else ""), flush=True)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
