@@ -81,6 +81,9 @@ SUITE: Dict[str, Tuple[str, List[str], List[str], str, Callable[[], Optional[str
     "reuse": ("reuse.py", [], ["--records", "20000"],
               "rerun reusing every cell <= 0.05 of the first run's wall time (100,000 "
               "records, 1 s per request); each reused record read once", lambda: None),
+    "ramp_model": ("ramp_model.py", [], [],
+                   "the 10 s job on a model of the fake engine (no machine load) >= 0.93 "
+                   "of nominal", lambda: None),
 }
 
 

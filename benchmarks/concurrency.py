@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.generator import slope  # noqa: E402
+from benchmarks.trees import export  # noqa: E402
 from synthbatch.agent_stdlib.contracts import ColumnSpec  # noqa: E402
 from tests.agent_runs import recipe_plan  # noqa: E402
 
@@ -113,15 +114,6 @@ def generate(tree: Path, workdir: Path, url: str, records: int,
     return {"rate": rate, "wall": wall, "limit": statistics.median(steady)}
 
 
-def export(ref: str, into: Path) -> Path:
-    """``git archive`` of ``ref`` unpacked into ``into``; the tree's root."""
-    into.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
-
-
 def sweep(tmp: Path, before: Path, capacity: int, scale: float) -> bool:
     """Fixed points, after and before on one engine; prints one line; goal met?"""
     records = int(nominal(capacity) * SECONDS[capacity] * scale)
@@ -182,9 +174,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="synthbatch-bench-conc-") as name:
         tmp = Path(name)
-        before = export(args.before, tmp / "before")
+        before, commit = export(args.before, tmp / "before")
         print(f"engines: fake server, {TOKENS} tokens a request, overload slowdown "
-              f"{SLOWDOWN} x waiting/capacity; before = {args.before}", flush=True)
+              f"{SLOWDOWN} x waiting/capacity; before = {args.before} ({commit})",
+              flush=True)
         for capacity in (int(c) for c in args.capacities.split(",") if c):
             ok = sweep(tmp, before, capacity, 0.5 if args.quick else 1.0) and ok
         ok = job(tmp, before, 1 if args.quick else 2) and ok

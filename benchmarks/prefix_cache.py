@@ -119,16 +119,17 @@ def seed_file(path: Path, rows: int) -> SeedDataSpec:
 
 def plan_file(path: Path, workload: str, after: bool, records: int, seeds: SeedDataSpec,
               concurrency: int) -> None:
-    """Write the plan of one side (``context`` left out of ``before``'s plan: main has no
-    such field)."""
+    """Write the plan of one side (``context`` and ``reuse`` left out when unset: an
+    older ``before`` tree has no such fields)."""
     columns, client = WORKLOADS[workload](after)
     plan: Plan = recipe_plan(columns, records=records, concurrency=concurrency,
                              seed_data=seeds if workload == "grounded" else None,
                              max_retries=5, request_timeout_s=300.0, **client)
     plan = dataclasses.replace(plan, deployments=plan.deployments[:1])
     data = plan.to_dict()
-    if data["client"].get("context") is None:
-        data["client"].pop("context", None)
+    for key in ("context", "reuse"):
+        if not data["client"].get(key):
+            data["client"].pop(key, None)
     path.write_text(json.dumps(data))
 
 

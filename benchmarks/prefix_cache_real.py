@@ -100,6 +100,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_ready(engines: Any, within_s: float, what: str) -> None:
+    """Until every replica of ``engines`` (``procs``, ``urls``, ``stop()``) answers
+    ``/health``; stops them and exits if one dies or ``within_s`` passes."""
+    deadline = time.monotonic() + within_s
+    for proc, url in zip(engines.procs, engines.urls):
+        while True:
+            try:
+                if urllib.request.urlopen(url + "/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                engines.stop()
+                raise SystemExit(f"{what} at {url} did not get ready")
+            time.sleep(0.5)
+
+
 class LlamaEngines:
     """``count`` llama.cpp replicas (``serve-llamacpp`` under the serving environment)."""
 
@@ -118,18 +135,7 @@ class LlamaEngines:
                  str(args.slots * args.slot_ctx), "--metrics"], cwd=REPO, env=env,
                 stdout=subprocess.DEVNULL, stderr=(workdir / f"engine-{i}.log").open("w")))
             self.urls.append(f"http://127.0.0.1:{port}")
-        deadline = time.monotonic() + 120
-        for url in self.urls:
-            while True:
-                try:
-                    if urllib.request.urlopen(url + "/health", timeout=2).status == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise SystemExit(f"llama.cpp at {url} did not get ready")
-                time.sleep(0.5)
+        wait_ready(self, 120.0, "llama.cpp")
 
     def counters(self) -> List[Dict[str, float]]:
         """Per replica: llama.cpp's counters (``llamacpp:*``)."""
@@ -147,31 +153,114 @@ class LlamaEngines:
             proc.wait(timeout=30)
 
 
-def replica_hit_rate(c: Dict[str, float]) -> float:
-    cached = c.get("llamacpp:prompt_tokens_cached_total", 0.0)
-    return cached / max(1.0, cached + c.get("llamacpp:prompt_tokens_total", 0.0))
+    def reset(self) -> None:
+        """Nothing: each side starts fresh replicas."""
+
+    @staticmethod
+    def hit_rate(c: Dict[str, float]) -> float:
+        cached = c.get("llamacpp:prompt_tokens_cached_total", 0.0)
+        return cached / max(1.0, cached + c.get("llamacpp:prompt_tokens_total", 0.0))
+
+    @staticmethod
+    def evaluated(c: Dict[str, float]) -> float:
+        return c.get("llamacpp:prompt_tokens_total", 0.0)
+
+
+def metric_sums(text: str) -> Dict[str, float]:
+    """Prometheus text -> per metric name (labels dropped) the sum of its samples."""
+    out: Dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name = line.split("{")[0].split(" ")[0]
+            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+class VllmEngines:
+    """``count`` vLLM CPU replicas with automatic prefix caching (``.work/serving/vllm``),
+    started once for every side: between sides each replica's prefix cache is emptied
+    (``POST /reset_prefix_cache``, vLLM's dev-mode endpoint) and the counters read as
+    differences, since a vLLM CPU start takes minutes here."""
+
+    def __init__(self, workdir: Path, args: argparse.Namespace, count: int) -> None:
+        serving = REPO / ".work" / "serving" / "vllm"
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir),
+               "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+               "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_SERVER_DEV_MODE": "1",
+               "OMP_NUM_THREADS": str(args.threads)}
+        self.procs: List[subprocess.Popen] = []
+        self.urls: List[str] = []
+        for i in range(count):
+            port = free_port()
+            self.procs.append(subprocess.Popen(
+                [str(serving / "venv" / "bin" / "python"), "-m",
+                 "vllm.entrypoints.openai.api_server", "--model", str(serving / "model"),
+                 "--host", "127.0.0.1", "--port", str(port),
+                 "--served-model-name", "fake-model", "--enable-prefix-caching",
+                 "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "2048",
+                 "--max-num-seqs", str(args.slots)], cwd=workdir, env=env,
+                stdout=subprocess.DEVNULL, stderr=(workdir / f"vllm-{i}.log").open("w")))
+            self.urls.append(f"http://127.0.0.1:{port}")
+        wait_ready(self, args.startup_s, f"vLLM (logs in {workdir})")
+        self.base = self._raw()
+
+    def _raw(self) -> List[Dict[str, float]]:
+        return [metric_sums(urllib.request.urlopen(url + "/metrics", timeout=10)
+                            .read().decode()) for url in self.urls]
+
+    def reset(self) -> None:
+        """Empty every replica's prefix cache; counters start again from here."""
+        for url in self.urls:
+            request = urllib.request.Request(url + "/reset_prefix_cache", method="POST")
+            urllib.request.urlopen(request, timeout=30).read()
+        self.base = self._raw()
+
+    def counters(self) -> List[Dict[str, float]]:
+        """Per replica: vLLM's counters since the last reset."""
+        return [{k: v - base.get(k, 0.0) for k, v in now.items()}
+                for now, base in zip(self._raw(), self.base)]
+
+    @staticmethod
+    def hit_rate(c: Dict[str, float]) -> float:
+        return (c.get("vllm:prefix_cache_hits_total", 0.0)
+                / max(1.0, c.get("vllm:prefix_cache_queries_total", 0.0)))
+
+    @staticmethod
+    def evaluated(c: Dict[str, float]) -> float:
+        """Prompt tokens computed (not read from the prefix cache)."""
+        return (c.get("vllm:prompt_tokens_total", 0.0)
+                - c.get("vllm:prefix_cache_hits_total", 0.0))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(timeout=60)
 
 
 def run_side(name: str, tree: Path, workdir: Path, args: argparse.Namespace,
-             seeds: SeedDataSpec) -> Dict[str, Any]:
-    """One side on fresh replicas: its records/s, hit rates and affinity."""
+             seeds: SeedDataSpec, shared: Optional[VllmEngines] = None) -> Dict[str, Any]:
+    """One side on fresh replicas (llama.cpp) or on ``shared`` ones with their caches
+    emptied (vLLM): its records/s, hit rates and affinity."""
     folder = workdir / name
     folder.mkdir()
     plan = folder / "plan.json"
     prefix_cache.WORKLOADS["grounded"] = grounded  # this module's recipe
-    plan_file(plan, "grounded", name == "after", args.records, seeds,
+    plan_file(plan, "grounded", name.startswith("after"), args.records, seeds,
               args.concurrency or 2 * args.replicas * args.slots)
-    engines = LlamaEngines(folder, args, args.replicas)
+    engines: Any = shared or LlamaEngines(folder, args, args.replicas)
+    engines.reset()
     try:
         # --max-queued: the proxy samples each replica's /metrics (its hit ratio), as
         # in an allocation (DeploymentSpec.max_queued_requests, default 256)
         result = side(tree, folder, plan, engines, args.records, ("--max-queued", "256"))
         counters = engines.counters()
     finally:
-        engines.stop()
+        if shared is None:
+            engines.stop()
     result["rate"] = args.records / result["seconds"]
-    result["hit_rates"] = [replica_hit_rate(c) for c in counters]
-    result["evaluated"] = [c.get("llamacpp:prompt_tokens_total", 0.0) for c in counters]
+    result["hit_rates"] = [engines.hit_rate(c) for c in counters]
+    result["evaluated"] = [engines.evaluated(c) for c in counters]
     progress = json.loads((folder / "progress.json").read_text())
     result["dropped"] = progress.get("records_dropped", 0)
     result["published"] = progress.get("aliases", {}).get("gen", {}).get("cache")
@@ -184,7 +273,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--before", default="34f292a^", help="git ref of the 'before' code")
     parser.add_argument("--records", type=int, default=24)
     parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--slots", type=int, default=4, help="llama.cpp slots per replica")
+    parser.add_argument("--engine", choices=("llamacpp", "vllm"), default="llamacpp")
+    parser.add_argument("--startup-s", type=float, default=900.0,
+                        help="how long a vLLM replica may take to get ready")
+    parser.add_argument("--slots", type=int, default=4,
+                        help="llama.cpp slots (vLLM: --max-num-seqs) per replica")
     parser.add_argument("--slot-ctx", type=int, default=1024, help="context per slot")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per replica")
     parser.add_argument("--words", type=int, default=300, help="words per seed document")
@@ -192,34 +285,52 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--concurrency", type=int, default=0,
                         help="client concurrency (default: 2 x the slots of all replicas)")
     args = parser.parse_args(argv)
-    if not (SERVING / "model.gguf").exists():
+    if args.engine == "llamacpp" and not (SERVING / "model.gguf").exists():
         raise SystemExit(f"no llama.cpp serving environment at {SERVING}")
     ok = True
     with tempfile.TemporaryDirectory(prefix="synthbatch-bench-prefix-real-") as tmp:
         workdir = Path(tmp)
         before, commit = export(args.before, workdir / "before-tree")
         seeds = seed_file(workdir / "docs.jsonl", args.records, args.words)
-        print(f"engine: llama.cpp SmolLM2-135M, {args.replicas} replicas x {args.slots} "
+        engine = ("vLLM CPU (prefix caching)" if args.engine == "vllm" else "llama.cpp")
+        print(f"engine: {engine} SmolLM2-135M, {args.replicas} replicas x {args.slots} "
               f"slots, {args.threads} thread(s) each; {args.records} records of the "
               f"grounded recipe ({args.words}-word document, 3 columns + judge); before = "
               f"{args.before} ({commit})", flush=True)
-        for k in range(args.repeat):
-            r = {}
-            for name, tree in (("before", before), ("after", REPO)):
-                r[name] = run_side(f"{name}-{k}", tree, workdir, args, seeds)
-            b, a = r["before"], r["after"]
-            ratio = a["rate"] / b["rate"]
-            ok = ok and ratio >= 1.3
-            fmt = ", ".join
-            print(f"run {k + 1}: before {b['rate']:.3f} records/s (hit rate per replica "
-                  f"{fmt(f'{h:.2f}' for h in b['hit_rates'])}, prompt tokens evaluated "
-                  f"{sum(b['evaluated']):.0f}, dropped {b['dropped']}); after "
-                  f"{a['rate']:.3f} (hit rate per replica "
-                  f"{fmt(f'{h:.2f}' for h in a['hit_rates'])}, evaluated "
-                  f"{sum(a['evaluated']):.0f}, dropped {a['dropped']}, affinity "
-                  f"{a['affinity'] or 'none'}; progress.json cache {a['published']}) -> "
-                  f"{ratio:.3f}x (goal >= 1.3x)", flush=True)
+        started = time.monotonic()
+        shared = (VllmEngines(workdir, args, args.replicas) if args.engine == "vllm"
+                  else None)
+        if shared:
+            print(f"vLLM replicas ready after {time.monotonic() - started:.0f} s", flush=True)
+        try:
+            ok = repeat(args, workdir, before, seeds, shared)
+        finally:
+            if shared:
+                shared.stop()
     return 0 if ok else 1
+
+
+def repeat(args: argparse.Namespace, workdir: Path, before: Path, seeds: SeedDataSpec,
+           shared: Optional[VllmEngines]) -> bool:
+    """``--repeat`` runs of both sides; prints each; every ratio at the goal?"""
+    ok = True
+    for k in range(args.repeat):
+        r = {}
+        for name, tree in (("before", before), ("after", REPO)):
+            r[name] = run_side(f"{name}-{k}", tree, workdir, args, seeds, shared)
+        b, a = r["before"], r["after"]
+        ratio = a["rate"] / b["rate"]
+        ok = ok and ratio >= 1.3
+        fmt = ", ".join
+        print(f"run {k + 1}: before {b['rate']:.3f} records/s (hit rate per replica "
+              f"{fmt(f'{h:.2f}' for h in b['hit_rates'])}, prompt tokens evaluated "
+              f"{sum(b['evaluated']):.0f}, dropped {b['dropped']}); after "
+              f"{a['rate']:.3f} (hit rate per replica "
+              f"{fmt(f'{h:.2f}' for h in a['hit_rates'])}, evaluated "
+              f"{sum(a['evaluated']):.0f}, dropped {a['dropped']}, affinity "
+              f"{a['affinity'] or 'none'}; progress.json cache {a['published']}) -> "
+              f"{ratio:.3f}x (goal >= 1.3x)", flush=True)
+    return ok
 
 
 if __name__ == "__main__":

@@ -230,15 +230,15 @@ def traced(argv: List[str], env: Dict[str, str], root: Path) -> Tuple[int, int]:
     return opens, sum(1 for line in lines if LOOKUPS.search(line.split('"')[0]))
 
 
-def export(ref: str, into: Path) -> Optional[Path]:
-    """``git archive REF`` of this repository into ``into`` (None if there is no REF)."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], capture_output=True,
-                             check=False)
-    if archive.returncode != 0:
+def export_before(ref: str, into: Path) -> Optional[Path]:
+    """``ref`` exported by ``benchmarks.trees.export`` into ``into`` (None if there is no
+    such ref)."""
+    from benchmarks.trees import export  # not in a child (older tree)
+
+    try:
+        return export(ref, into)[0]
+    except subprocess.CalledProcessError:
         return None
-    into.mkdir(parents=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
 
 
 def measure(tmp: Path, shards: int, args: argparse.Namespace, before: Optional[Path],
@@ -358,7 +358,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="status-scale-"))
     load = os.getloadavg()[0]
     try:
-        before = export(args.before, tmp / "before") if args.before else None
+        before = export_before(args.before, tmp / "before") if args.before else None
         print(f"# status --json, median of {args.repeat} fresh processes; before = "
               f"{args.before if before else 'none'}; load average {load:.1f} on "
               f"{os.cpu_count()} CPUs; {sys.version.split()[0]}")

@@ -148,7 +148,7 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
                       deadline_hours, pilot)
     data = dry_run(Path(run_file), profile_ref(profile), max_array_size=size, overrides=over,
                    scheduler=sched, unavailable=unavailable, read_pilot=read_pilot)
-    run_ids = merged(data.get("reuse", []), reuse)  # the run file's list, then --reuse
+    run_ids = merged(data.pop("reuse", []), reuse)  # the run file's list, then --reuse
     if run_ids:
         from synthbatch.agent_stdlib.contracts import Plan
 

@@ -1,16 +1,24 @@
 """Requests in flight per model alias: a fixed limit, or an adaptive one when the run sets
 none.
 
-Adaptive (``LatencyLimit``, pure arithmetic; ``Limiter`` applies it to a priority
-semaphore): start at ``start`` (``agent_stdlib.recipe.sizing``) and grow by one per
-answer whose latency is good (slow start: doubling per round trip). Good means within
-``TOLERANCE`` x the lowest latency seen for that kind of request (per column: a judge
-and a long answer have different latencies). The first slower answer ends slow start;
+Adaptive (``LatencyLimit``, pure arithmetic over answers' times and latencies;
+``Limiter`` applies it to a priority semaphore): start at ``start``
+(``agent_stdlib.recipe.sizing``) and grow by one per answer whose latency is good (slow
+start: doubling per round trip), but never past twice the most answers that came back
+good within one round trip (``Rounds``): an engine already full when slow start doubles
+answers only its capacity good in the next round (the rest queue and answer a round
+later), so the limit stops at twice that instead of doubling again on the answers of
+the requests that got a slot. Good means within ``TOLERANCE`` x the lowest latency seen
+for that kind of request (per column: a judge and a long answer have different
+latencies). The first slower answer ends slow start;
 from then on each answer moves the limit a ``1/limit`` step toward a gradient target,
 ``in_flight x min(1, TOLERANCE x lowest / latency) + sqrt(limit)`` (the gradient at most
 halves it), as Netflix concurrency-limits' Gradient2 does, but over the requests actually
 out rather than the limit (the answer's latency reflects them); leaving slow start goes
-to that target at once, since slow start overshoots by up to a round trip's doubling.
+to that target at once, since slow start overshoots by up to a round trip's doubling,
+and the answers to requests sent before that cut do not move the limit again (they
+report the queue already cut: one reaction per round trip, as for a halving; following
+them would drain the engine below its capacity).
 Past an engine's capacity the extra requests only wait, so latency grows in proportion
 to the requests in flight (Little's law) and ``in_flight x lowest / latency`` is the
 engine's capacity: the limit settles where latency is about ``TOLERANCE`` x the
@@ -48,6 +56,36 @@ FIRST_PROBE = 4  # round trips after slow start ends, then every PROBE_EVERY
 PROBE_EVERY = 30
 
 
+class Rounds:
+    """Slow start's cap: twice the most answers that came back good within one round trip.
+
+    A round ends when a request sent after it began answers (TCP's round trips); rounds
+    are counted per kind of request (a judge's round trip is longer than a short
+    column's) and the cap adds up the kinds' best rounds. Growing by one per good answer
+    doubles the limit per round; the cap stops the second doubling of an engine that is
+    already full: past its capacity only ``capacity`` requests answer good within a
+    round (the rest wait and answer a round later, slow), so the limit stays at twice
+    what the engine served unqueued instead of growing on the good answers of the
+    requests that got a slot while their twins queued. The start counts as a round served
+    (the first round may double it).
+    """
+
+    def __init__(self, start: int) -> None:
+        self.start = max(1, start)
+        self.began: Dict[str, float] = {}  # per kind: monotonic time its round began
+        self.count: Dict[str, int] = {}  # per kind: good answers in its current round
+        self.best: Dict[str, int] = {}  # per kind: most good answers in one round
+
+    def good(self, sent_at: float, now: float, key: str = "") -> float:
+        """A good answer at ``now`` to a request of kind ``key`` sent at ``sent_at``; the
+        cap on the limit."""
+        if key not in self.began or sent_at >= self.began[key]:
+            self.began[key], self.count[key] = now, 0  # sent after the round began: next
+        self.count[key] += 1
+        self.best[key] = max(self.best.get(key, 0), self.count[key])
+        return 2.0 * max(self.start, sum(self.best.values()))
+
+
 class LatencyLimit:
     """The adaptive limit's arithmetic: fed answers' latencies and congestion, no I/O."""
 
@@ -60,10 +98,15 @@ class LatencyLimit:
         self.until_probe = 0.0  # answers until the next probe
         self.probe_left = 0.0  # while probing: answers until it ends
         self.probe_from = 0.0  # while probing: the limit before it
+        self.rounds = Rounds(start)
+        self.earned = self.limit  # slow start: the start + one per good answer
+        self.cut_at = -math.inf  # when slow start ended (monotonic time)
 
-    def answered(self, latency: float, in_flight: int, key: str = "") -> None:
-        """An answer came back after ``latency`` seconds with ``in_flight`` requests out
-        (itself included): grow, probe, or move toward the gradient's target."""
+    def answered(self, latency: float, in_flight: int, key: str = "", *,
+                 now: float) -> None:
+        """An answer came back at monotonic time ``now``, ``latency`` seconds after it was
+        sent, with ``in_flight`` requests out (itself included): grow, probe, or move
+        toward the gradient's target."""
         latency = max(latency, NOISE_FLOOR_S)
         lowest = min(self.lowest.get(key, latency), latency)
         self.lowest[key] = lowest
@@ -73,13 +116,18 @@ class LatencyLimit:
             return
         if self.slow_start:
             if gradient >= 1.0:
-                self.limit = min(float(self.ceiling), self.limit + 1.0)
+                self.earned += 1.0
+                cap = self.rounds.good(now - latency, now, key)
+                self.limit = max(self.limit, min(float(self.ceiling), self.earned, cap))
                 return
             self.slow_start = False
             self.until_probe = FIRST_PROBE * self.limit
             # slow start overshoots by up to a round trip's doubling: go straight down
             self.limit = max(1.0, min(self.limit, self._target(gradient, in_flight)))
+            self.cut_at = now
             return
+        if now - latency < self.cut_at:
+            return  # sent before the cut: the queue it reports is the one already cut
         target = self._target(max(MIN_GRADIENT, gradient), in_flight)
         self.limit = max(1.0, min(float(self.ceiling),
                                   self.limit + (target - self.limit) / self.limit))
@@ -180,7 +228,8 @@ class Limiter:
         """An answer came back for a request sent at ``sent_at`` (of kind ``key``)."""
         if not self.adaptive:
             return
-        self.rule.answered(time.monotonic() - sent_at, self.in_flight + 1, key)
+        now = time.monotonic()
+        self.rule.answered(now - sent_at, self.in_flight + 1, key, now=now)
         self._wake()
 
     def congested(self, sent_at: float) -> None:

@@ -14,7 +14,12 @@ import pytest
 
 from fixtures.fake_openai_server import serve_in_thread
 from synthbatch.agent_stdlib.client import concurrency
-from synthbatch.agent_stdlib.client.concurrency import NOISE_FLOOR_S, LatencyLimit, Limiter
+from synthbatch.agent_stdlib.client.concurrency import (
+    NOISE_FLOOR_S,
+    LatencyLimit,
+    Limiter,
+    Rounds,
+)
 from synthbatch.agent_stdlib.client.generate import Shard, limiters, run_shard, window
 from synthbatch.agent_stdlib.client.output import Output
 from synthbatch.agent_stdlib.client.progress import Progress
@@ -66,13 +71,17 @@ def settle(limit: LatencyLimit, capacity: int, rounds: int = 60) -> List[float]:
     empty, so its answers come back in waves of ``capacity`` (FIFO); later ones all wait
     behind the standing queue."""
     seen = []
+    sent_at = 0.0  # the round's requests all leave together, at the last round's end
     for number in range(rounds):
         in_flight = max(1, int(limit.limit))
         steady = engine_latency(in_flight, capacity)
         unqueued = steady / max(1.0, in_flight / capacity)
+        now = sent_at
         for position in range(in_flight):
-            limit.answered(unqueued * (position // capacity + 1) if number == 0 else steady,
-                           in_flight)
+            latency = unqueued * (position // capacity + 1) if number == 0 else steady
+            now = sent_at + latency
+            limit.answered(latency, in_flight, now=now)
+        sent_at = now
         if not limit.probe_left:
             seen.append(limit.limit)
     return seen
@@ -109,16 +118,86 @@ def test_slow_start_doubles_per_round_trip_while_latency_stays_flat() -> None:
     assert seen == [16, 32, 64, 128] and limit.slow_start
 
 
+def full_engine_answers(limiter: Limiter, now: List[float], count: int, sent_at: float,
+                        latency: float) -> None:
+    """``count`` answers at ``sent_at + latency`` to requests sent at ``sent_at`` (the
+    limiter's clock moved there; slots taken and given back as the generator does)."""
+    now[0] = sent_at + latency
+    for _ in range(count):
+        limiter.in_flight -= 1
+        limiter.succeeded(sent_at)
+
+
+def test_slow_start_stops_at_twice_what_a_full_engine_served_in_a_round(monkeypatch) -> None:
+    """An engine of capacity 128, started at 128: the first round doubles to 256; in the
+    second only 128 answer good (the other 128 queue), so the limit stays at 256 instead
+    of growing to 384 on those good answers; their queued twins end slow start."""
+    now = [0.0]
+    monkeypatch.setattr(concurrency.time, "monotonic", lambda: now[0])
+    limiter = Limiter(start=128, ceiling=1024)
+    limiter.in_flight = 128
+    full_engine_answers(limiter, now, 128, sent_at=0.0, latency=1.0)
+    assert limiter.current == 256 and limiter.slow_start
+    limiter.in_flight = 256  # sent at 1.0: 128 run, 128 queue
+    full_engine_answers(limiter, now, 128, sent_at=1.0, latency=1.05)
+    assert limiter.current == 256 and limiter.slow_start
+    full_engine_answers(limiter, now, 1, sent_at=1.0, latency=2.1)
+    assert not limiter.slow_start and limiter.current < 200  # 255 x 1.25 / 2.1 + 16
+
+
+def test_slow_start_still_doubles_per_round_on_an_engine_with_room(monkeypatch) -> None:
+    now = [0.0]
+    monkeypatch.setattr(concurrency.time, "monotonic", lambda: now[0])
+    limiter = Limiter(start=128, ceiling=4096)
+    sent_at, seen = 0.0, []
+    for _ in range(4):
+        limiter.in_flight = limiter.current
+        full_engine_answers(limiter, now, limiter.current, sent_at=sent_at, latency=4.0)
+        sent_at = now[0]
+        seen.append(limiter.current)
+    assert seen == [256, 512, 1024, 2048] and limiter.slow_start
+
+
+def test_rounds_are_counted_per_kind_and_added_up() -> None:
+    """Twice the sum of each kind's best round: a judge's long round trip does not cut
+    the short column's round short, nor the other way round."""
+    rounds = Rounds(start=2)
+    for _ in range(3):
+        rounds.good(sent_at=0.0, now=1.0, key="text")
+    for _ in range(5):
+        cap = rounds.good(sent_at=0.0, now=4.0, key="judge")
+    assert cap == 2 * (3 + 5)
+    assert rounds.good(sent_at=1.0, now=2.0, key="text") == 2 * (3 + 5)  # a new round
+    assert rounds.count["text"] == 1 and rounds.best["text"] == 3
+
+
+def test_answers_sent_before_slow_start_ended_do_not_cut_again() -> None:
+    """Leaving slow start cuts to the target once; the backlog sent before the cut
+    answers slow too, but it reports the queue already cut (following it would take the
+    limit below the engine's capacity); an answer sent after the cut moves it again."""
+    limit = LatencyLimit(256, 1024)
+    limit.answered(1.0, 256, now=1.0)
+    limit.answered(2.1, 256, now=3.1)  # the first queued answer: cut
+    cut = limit.limit
+    assert not limit.slow_start and 150 < cut < 200
+    for step in range(100):
+        limit.answered(2.0, 150, now=3.2 + step / 100)  # sent at 1.2-2.2, before the cut
+    assert limit.limit == cut
+    limit.answered(2.0, 150, now=5.2)  # sent at 3.2, after it
+    assert limit.limit < cut
+
+
 def test_overload_backs_off_fast() -> None:
     """Deep past the knee (latency 8x the engine's own) the limit falls by about a third
     every round trip (the gradient at most halves the target)."""
     limit = LatencyLimit(128, 100_000)
-    limit.answered(1.0, 128)  # the unqueued latency is known
-    limit.answered(8.0, 128)  # leaving slow start: straight to 128 x 1.25 / 8 + sqrt(129)
+    limit.answered(1.0, 128, now=1.0)  # the unqueued latency is known
+    limit.answered(8.0, 128, now=8.0)  # leaving slow start: to 128 x 1.25 / 8 + sqrt(129)
     assert 30 < limit.limit < 32 and not limit.slow_start
     limit.limit = 128.0
     for _ in range(128):
-        limit.answered(8.0, 128)  # then a 1/limit step per answer toward 64 + sqrt
+        limit.answered(8.0, 128, now=20.0)  # then (sent after the cut) a 1/limit step per
+        # answer toward 64 + sqrt
     assert 0.5 * 128 < limit.limit < 0.75 * 128
 
 
@@ -127,15 +206,15 @@ def test_latency_is_compared_per_kind_of_request() -> None:
     compared with its own fastest."""
     limit = LatencyLimit(10, 100)
     for _ in range(5):
-        limit.answered(0.5, 10, "judge")
-        limit.answered(4.0, 10, "essay")
+        limit.answered(0.5, 10, "judge", now=4.0)
+        limit.answered(4.0, 10, "essay", now=4.0)
     assert limit.limit == 20 and limit.slow_start
 
 
 def test_an_instant_servers_noise_is_not_congestion() -> None:
     limit = LatencyLimit(10, 100)
     for latency in (0.0002, NOISE_FLOOR_S, 0.003, 0.04):
-        limit.answered(latency, 10)
+        limit.answered(latency, 10, now=1.0)
     assert limit.limit == 14 and limit.slow_start
 
 
