@@ -13,10 +13,12 @@ cells are then generated): never fatal.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Set, Tuple
 
-from ..layout import shard_name
+from ..layout import ATTEMPTS, attempt_number, attempt_path, shard_name
+from ..statefile import StateError, read_json
 
 Cell = Tuple[str, Any, Dict[str, Any]]  # request digest, value, meta
 
@@ -144,13 +146,30 @@ def run_files(run_dir: Path, first: int = 0, count: Optional[int] = None) -> Lis
     for shard in sorted((run_dir / "shards").glob("shard-*")):
         if wanted is not None and shard.name not in wanted:
             continue
-        attempts = sorted((shard / "attempts").glob("attempt-*"))
-        chosen = attempts[-1] if attempts else None
-        try:
-            won = json.loads((shard / "winner.json").read_text())["attempt"]
-            chosen = shard / "attempts" / f"attempt-{int(won):04d}"
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        chosen = _winner(shard)
+        if chosen is None:
+            numbers = sorted(n for n in map(attempt_number, _names(shard / ATTEMPTS))
+                             if n is not None)
+            chosen = numbers[-1] if numbers else None
         if chosen is not None:
-            files += sorted((chosen / "output").glob("records-*.jsonl"))
+            folder = Path(attempt_path(str(shard), chosen))
+            files += sorted((folder / "output").glob("records-*.jsonl"))
     return files
+
+
+def _winner(shard: Path) -> Optional[int]:
+    """The winning attempt of a reused shard (the one tolerant reader: no symlink, this
+    user's file); None if there is none or its record is damaged."""
+    try:
+        won = read_json(shard / "winner.json")
+    except StateError:
+        return None
+    attempt = won.get("attempt") if won is not None else None
+    return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None
+
+
+def _names(folder: Path) -> List[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
+from synthbatch.agent_stdlib.arrays import array_job_id
 from synthbatch.control.backends.local.rounds import ROUND_JOB_ENV
 from synthbatch.control.runs import automerge
 from synthbatch.control.runs import normalize as norm
@@ -50,7 +51,7 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Deci
     local = getattr(scheduler, "ROUNDS_IN_SUPERVISOR", False)  # no plain jobs: in place
     with RetryLock(layout):
         if decision.successor:
-            jobs = after or sorted({str(r["job_id"]).split("_")[0] for r in seen["shards"]
+            jobs = after or sorted({array_job_id(str(r["job_id"])) for r in seen["shards"]
                                     if r.get("job_id") and r["state"] not in norm.FINAL})
             if local:  # the supervisor of one of these jobs runs the next round
                 record_pending(layout, jobs[0] if jobs else None, number, jobs,

@@ -121,8 +121,8 @@ def test_a_job_id_splits_into_its_array_job_and_task(job_id: str, parts: tuple) 
 
 def test_only_arrays_builds_or_splits_a_task_job_id() -> None:
     """The ``<job>_<task>`` rule has one home (issue 29): no f-string joins two values with
-    ``_`` and no ``partition("_")`` outside ``agent_stdlib/arrays.py``."""
-    pattern = re.compile(r"""f["']\{[^{}]+\}_\{[^{}]+\}["']|\.partition\(["']_["']\)""")
+    ``_`` and no ``partition("_")`` or ``split("_")`` outside ``agent_stdlib/arrays.py``."""
+    pattern = re.compile(r"""f["']\{[^{}]+\}_\{[^{}]+\}["']|\.(partition|split)\(["']_["']""")
     home = Path(arrays.__file__).resolve()
     found = [f"{path.relative_to(REPO)}:{n + 1}"
              for root in ("agent_stdlib", "control")

@@ -149,6 +149,12 @@ def test_run_files_takes_the_winner_else_the_latest_attempt(tmp_path: Path) -> N
     got = [p.relative_to(tmp_path / "shards").parts[:3] for p in run_files(tmp_path)]
     assert got == [("shard-00000", "attempts", "attempt-0001"),
                    ("shard-00001", "attempts", "attempt-0002")]
+    # a winner record planted as a symlink is not followed (statefile's one reader)
+    planted = tmp_path / "planted.json"
+    planted.write_text('{"attempt": 1}')
+    (tmp_path / "shards" / "shard-00001" / "winner.json").symlink_to(planted)
+    got = [p.relative_to(tmp_path / "shards").parts[:3] for p in run_files(tmp_path)]
+    assert got[1] == ("shard-00001", "attempts", "attempt-0002")
 
 
 def test_a_shard_reads_only_the_earlier_records_of_its_own_range(tmp_path: Path) -> None:
