@@ -27,6 +27,7 @@ from .cachestats import cached_tokens
 from .concurrency import Limiter
 from .http import Endpoint, HttpError, Reply
 from .llm import InvalidOutput, parse_answer, request_body
+from .logic import LogicError, compute, draw, skipped
 from .order import DispatchOrder
 from .progress import AliasCounters
 from .recipe import LEGACY_COLUMN, Column, Recipe
@@ -165,13 +166,23 @@ class Engine:
                     failed.append(column.name)
                 elif all(n in values or n not in self._names for n in column.inputs):
                     todo.remove(column)
-                    if column.llm:
-                        if rec.key is None:
-                            rec.key = affinity(self.recipe, index, values)
-                        running[asyncio.ensure_future(self._cell(column, index, values,
-                                                                 rec))] = column
-                    else:
-                        values[column.name] = self._local(column, index, values)
+                    try:
+                        if skipped(column.name, column.logic, values):
+                            values[column.name] = None  # no request, dependants see null
+                        elif not column.llm:
+                            values[column.name] = self._local(column, index, values)
+                        else:
+                            if rec.key is None:
+                                rec.key = affinity(self.recipe, index, values)
+                            running[asyncio.ensure_future(self._cell(column, index, values,
+                                                                     rec))] = column
+                    except LogicError as err:
+                        failed.append(column.name)
+                        failure = failure or CellFailure(err.column, err.message)
+                        if self.on_error != "keep":
+                            for other in running:
+                                other.cancel()
+                            return failure
             if not running:
                 break
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -189,9 +200,10 @@ class Engine:
         return failure
 
     def _local(self, column: Column, index: int, values: Dict[str, Any]) -> Any:
+        """A sampler's or an expression's value (LogicError: the cell failed)."""
         if column.sampler is not None:
-            return column.sampler(cell_bits(self.seed, column.name, index), values)
-        return render(column.templates["template"], values.get)
+            return draw(column.name, column.logic, self.seed, index, values)
+        return compute(column.name, column.logic, column.templates.get("template"), values)
 
     def _outcome(self, index: int, row: Dict[str, Any], values: Dict[str, Any],
                  meta: Dict[str, Dict[str, Any]], failure: Optional[CellFailure]) -> Outcome:
