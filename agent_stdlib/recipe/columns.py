@@ -194,7 +194,8 @@ def analyze(nodes: Sequence[Node], seed_fields: Optional[Collection[str]] = None
                     seeds.append(name)
             else:
                 have = sorted(set(position) | set(seed_fields or ()) | {INDEX})
-                shown = "{" + ".".join((name,) + path) + "}"
+                shown = ".".join((name,) + path)
+                shown = shown if at else "{" + shown + "}"
                 problem = f"unknown column {shown} (have: {', '.join(have)})"
             if problem:
                 raise ColumnError(f"{where}.{key}" if key else CONTEXT, at + problem)

@@ -102,7 +102,7 @@ def check_types(names: Sequence[str], kinds: Sequence[str],
             if key == "expr":
                 problem = expr.fits(result, str(p.get("dtype") or "text"))
                 if problem:
-                    raise fail(i, "dtype", f"{p.get('dtype')}: the expression {problem}")
+                    raise fail(i, "expr", f"position 1: {problem} (dtype {p.get('dtype')})")
         problem = unsatisfiable(names[i], kind, p)
         if problem:
             raise fail(i, problem[0], problem[1])
