@@ -36,7 +36,8 @@ KEYWORDS = ("and", "or", "not", "if", "else", "in", "true", "false", "null")
 DTYPES = ("int", "float", "bool", "text", "json")
 ANY, INT, FLOAT, BOOL, TEXT, LIST, NULL = "any", "int", "float", "bool", "text", "list", "null"
 MAX_LENGTH = 4096  # characters of one expression
-MAX_DEPTH = 64  # nesting of one expression
+MAX_DEPTH = 64  # nesting of one expression (parentheses, not, minus)
+MAX_TREE = 100  # depth of its syntax tree (operators in a row count too)
 TOKEN = re.compile(r"""
     (?P<space>\s+)
   | (?P<number>\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)
@@ -66,6 +67,7 @@ class Node:
     op: str
     pos: int  # 1-based
     args: Tuple[Any, ...] = ()
+    depth: int = 1  # of the tree below and including this node
 
 
 @dataclass(frozen=True)
@@ -135,16 +137,27 @@ class _Parser:
         found = "the end" if token.kind == "end" else repr(token.text)
         raise ExprError(token.pos, f"{message}, found {found}")
 
-    def expr(self) -> Node:
+    def node(self, op: str, pos: int, args: Tuple[Any, ...] = ()) -> Node:
+        """A tree node; ExprError when the tree grows deeper than :data:`MAX_TREE`."""
+        depth = 1 + max((a.depth for a in args if isinstance(a, Node)), default=0)
+        if depth > MAX_TREE:
+            raise ExprError(pos, f"more than {MAX_TREE} operations deep")
+        return Node(op, pos, args, depth)
+
+    def deeper(self) -> None:
+        """One more level of nesting (ExprError past :data:`MAX_DEPTH`)."""
         self.depth += 1
         if self.depth > MAX_DEPTH:
             raise ExprError(self.tokens[self.at].pos, f"nested deeper than {MAX_DEPTH}")
+
+    def expr(self) -> Node:
+        self.deeper()
         value = self.binary(0)
         if self.peek("if"):
             pos = self.take().pos
             cond = self.binary(0)
             self.expect("else")
-            value = Node("if", pos, (cond, value, self.expr()))
+            value = self.node("if", pos, (cond, value, self.expr()))
         self.depth -= 1
         return value
 
@@ -159,7 +172,10 @@ class _Parser:
         if ops == ("not",):
             if self.peek("not"):
                 pos = self.take().pos
-                return Node("not", pos, (self.binary(level),))
+                self.deeper()
+                inner = self.binary(level)
+                self.depth -= 1
+                return self.node("not", pos, (inner,))
             return self.binary(level + 1)
         left = self.binary(level + 1)
         if level == 3:  # one comparison, not a chain
@@ -169,19 +185,22 @@ class _Parser:
                 op = "not in" if negated else self.tokens[self.at - 1].text
                 if negated:
                     self.take()
-                left = Node(op, pos, (left, self.binary(level + 1)))
+                left = self.node(op, pos, (left, self.binary(level + 1)))
                 if self.peek(*ops):
                     self.fail("comparisons do not chain (write 'a < b and b < c')")
             return left
         while self.peek(*ops):
             token = self.take()
-            left = Node(token.text, token.pos, (left, self.binary(level + 1)))
+            left = self.node(token.text, token.pos, (left, self.binary(level + 1)))
         return left
 
     def unary(self) -> Node:
         if self.peek("-"):
             pos = self.take().pos
-            return Node("neg", pos, (self.unary(),))
+            self.deeper()
+            inner = self.unary()
+            self.depth -= 1
+            return self.node("neg", pos, (inner,))
         return self.primary()
 
     def items(self, close: str) -> Tuple[Node, ...]:
@@ -198,14 +217,14 @@ class _Parser:
         if token.kind == "number":
             self.take()
             text = token.text
-            return Node("lit", token.pos, (float(text) if any(c in text for c in ".eE")
+            return self.node("lit", token.pos, (float(text) if any(c in text for c in ".eE")
                                            else int(text),))
         if token.kind == "string":
             self.take()
-            return Node("lit", token.pos, (_string(token),))
+            return self.node("lit", token.pos, (_string(token),))
         if token.kind == "kw" and token.text in ("true", "false", "null"):
             self.take()
-            return Node("lit", token.pos, ({"true": True, "false": False}.get(token.text),))
+            return self.node("lit", token.pos, ({"true": True, "false": False}.get(token.text),))
         if self.peek("("):
             self.take()
             inner = self.expr()
@@ -213,7 +232,7 @@ class _Parser:
             return inner
         if self.peek("["):
             self.take()
-            return Node("list", token.pos, self.items("]"))
+            return self.node("list", token.pos, self.items("]"))
         if token.kind == "name":
             self.take()
             if self.peek("("):
@@ -223,7 +242,7 @@ class _Parser:
                 self.take()
                 args = self.items(")")
                 _arity(token.text, len(args), token.pos)
-                return Node("call", token.pos, (token.text,) + args)
+                return self.node("call", token.pos, (token.text,) + args)
             path: List[str] = []
             while self.peek("."):
                 self.take()
@@ -231,7 +250,7 @@ class _Parser:
                 if part.kind not in ("name", "number", "kw") or not FIELD.fullmatch(part.text):
                     raise ExprError(part.pos, "expected a field name after '.'")
                 path.append(part.text)
-            return Node("ref", token.pos, (token.text, tuple(path)))
+            return self.node("ref", token.pos, (token.text, tuple(path)))
         self.fail("expected a value")
         raise AssertionError  # fail() raised
 
