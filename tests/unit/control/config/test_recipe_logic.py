@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from synthbatch.control.errors import InvalidInput
-from tests.unit.control.config.recipes import RECIPE, plan_of
+from synthbatch.control.runs.dataschema import known_schema
+from tests.unit.control.config.recipes import RECIPE, plan_of, rejection
 
 SEEDLESS = RECIPE.replace('[client.seed_data]\npath = "{config_dir}/topics.jsonl"\n'
                           'order = "shuffle"\n', "").replace("{topic}", "{level}")
@@ -66,12 +67,7 @@ TEXT = SEEDLESS.replace("\n[[deployments]]", LOGIC, 1)
 
 
 def error(tmp_path: Path, old: str, new: str) -> str:
-    assert old in TEXT, old
-    with pytest.raises(InvalidInput) as info:
-        plan_of(tmp_path, TEXT.replace(old, new, 1))
-    message = info.value.message
-    assert "\n" not in message and message.startswith(f"{tmp_path / 'run.toml'}: ")
-    return message.split(": ", 1)[1]
+    return rejection(tmp_path, TEXT, old, new, plan_of)
 
 
 def test_column_logic_plans_into_params(tmp_path: Path) -> None:
@@ -160,10 +156,6 @@ def test_bad_column_logic_names_the_field(tmp_path: Path, old: str, new: str,
 def test_the_merged_schema_takes_the_declared_and_conditional_types(tmp_path: Path) -> None:
     """A typed expression is an int column in Parquet, not text (a shard of ints would
     otherwise conflict with the plan's schema); a category's conditional values count."""
-    import pyarrow as pa
-
-    from synthbatch.control.runs.dataschema import known_schema
-
     text = TEXT.replace('values = ["books", "games"]', 'values = [1, 2]\n'
                         'conditional_params = { "start > 5" = { values = [2.5] } }')
     text = text.replace("category == 'books'", "category == 1").replace(
