@@ -81,7 +81,10 @@ def draw(column: str, logic: Logic, seed: int, index: int, values: Dict[str, Any
             break
     for attempt in range(MAX_TRIES):
         name = column if attempt == 0 else f"{column}\x00try{attempt}"
-        value = sampler(cell_bits(seed, name, index), values)
+        try:
+            value = sampler(cell_bits(seed, name, index), values)
+        except KeyError as err:  # a subcategory of a category left null (skip_when)
+            raise LogicError(column, f"no values for {err}") from None
         if all(_test(column, f"constraint {text!r}", tree,
                      lambda n, v=value: v if n == column else values.get(n))
                for text, tree in logic.constraints):

@@ -98,3 +98,15 @@ def test_a_value_the_declared_type_cannot_hold_fails_the_cell(tmp_path: Path) ->
     assert all(r["half"] is None and r["_error"]["column"] == "half" for r in rows)
     assert "dtype int: " in rows[0]["_error"]["message"]
     assert "is not an int (use round() or int())" in rows[0]["_error"]["message"]
+
+
+def test_a_subcategory_of_a_skipped_category_fails_the_cell(tmp_path: Path) -> None:
+    columns = (ColumnSpec("kind", "category", {"values": ["a", "b"]}),
+               ColumnSpec("sub", "subcategory", {"category": "kind", "values": {
+                   "a": ["x"], "b": ["y"]}, "skip_when": "index == 1"}),
+               ColumnSpec("leaf", "subcategory", {"category": "sub", "values": {
+                   "x": [1], "y": [2]}}))
+    rows = run(tmp_path, "out", columns, records_=3, on_error="keep")
+    assert [r.get("_error") for r in rows] == [
+        None, {"column": "leaf", "message": "no values for ''"}, None]
+    assert rows[1]["sub"] is None and rows[0]["leaf"] == {"x": 1, "y": 2}[rows[0]["sub"]]
