@@ -217,8 +217,10 @@ class _Parser:
         if token.kind == "number":
             self.take()
             text = token.text
-            return self.node("lit", token.pos, (float(text) if any(c in text for c in ".eE")
-                                           else int(text),))
+            number = float(text) if any(c in text for c in ".eE") else int(text)
+            if isinstance(number, float) and not math.isfinite(number):
+                raise ExprError(token.pos, f"{text[:20]} is not a finite number")
+            return self.node("lit", token.pos, (bounded(number, token.pos),))
         if token.kind == "string":
             self.take()
             return self.node("lit", token.pos, (_string(token),))
@@ -351,7 +353,7 @@ def _call(name: str, args: List[Any], pos: int) -> Any:
         return getattr(args[0], name)()
     if name == "round":
         digits = _int(args[1], pos) if len(args) > 1 else 0
-        return round(args[0]) if len(args) == 1 else round(args[0], digits)
+        return bounded(round(args[0]) if len(args) == 1 else round(args[0], digits), pos)
     if name in ("min", "max"):
         items = args[0] if len(args) == 1 and isinstance(args[0], list) else args
         kinds = {"number" if kind(v) in NUMBERS else kind(v) for v in items}
@@ -359,11 +361,11 @@ def _call(name: str, args: List[Any], pos: int) -> Any:
             raise ExprError(pos, f"{name}() needs numbers or texts, all of one kind")
         return (min if name == "min" else max)(items)
     if name == "abs":
-        return abs(args[0])
+        return bounded(abs(args[0]), pos)
     if name == "str":
         return show(args[0])
     if name == "int":
-        return _int(args[0], pos)
+        return bounded(_int(args[0], pos), pos)
     if name == "float":
         number = _number(args[0], "float", pos)
         if not math.isfinite(number):
@@ -404,7 +406,16 @@ def _arith(op: str, left: Any, right: Any, pos: int) -> Any:
               "//": lambda: left // right, "%": lambda: left % right}[op]()
     if isinstance(result, float) and not math.isfinite(result):
         raise ExprError(pos, f"{op!r} overflows")
-    return result
+    return bounded(result, pos)
+
+
+def bounded(value: Any, pos: int) -> Any:
+    """``value`` unless it is an integer beyond 64 bits (what a record's JSON and Parquet
+    hold): ExprError."""
+    if isinstance(value, int) and not isinstance(value, bool) and not (
+            -(1 << 63) <= value < (1 << 63)):
+        raise ExprError(pos, "an integer beyond 64 bits")
+    return value
 
 
 def _compare(op: str, left: Any, right: Any, pos: int) -> bool:
@@ -429,30 +440,41 @@ def truth(value: Any) -> bool:
 
 
 def evaluate(tree: Node, value_of: Callable[[str], Any]) -> Any:
-    """The value of ``tree`` with ``value_of(name)`` for names; ExprError on a type error."""
+    """The value of ``tree`` with ``value_of(name)`` for names; ExprError on a type error
+    or a value Python cannot compute (an integer too long to print, an overflow)."""
+    try:
+        return _evaluate(tree, value_of)
+    except ExprError:
+        raise
+    except (ArithmeticError, ValueError, TypeError, RecursionError) as err:
+        raise ExprError(tree.pos, f"cannot compute it: {type(err).__name__}: "
+                        f"{str(err)[:120]}") from None
+
+
+def _evaluate(tree: Node, value_of: Callable[[str], Any]) -> Any:
     op, args = tree.op, tree.args
     if op == "lit":
         return args[0]
     if op == "ref":
         return lookup(value_of(args[0]), args[1])
     if op == "list":
-        return [evaluate(a, value_of) for a in args]
+        return [_evaluate(a, value_of) for a in args]
     if op == "call":
-        return _call(args[0], [evaluate(a, value_of) for a in args[1:]], tree.pos)
+        return _call(args[0], [_evaluate(a, value_of) for a in args[1:]], tree.pos)
     if op == "if":
-        return evaluate(args[1] if truth(evaluate(args[0], value_of)) else args[2], value_of)
+        return _evaluate(args[1] if truth(_evaluate(args[0], value_of)) else args[2], value_of)
     if op == "and":
-        return truth(evaluate(args[0], value_of)) and truth(evaluate(args[1], value_of))
+        return truth(_evaluate(args[0], value_of)) and truth(_evaluate(args[1], value_of))
     if op == "or":
-        return truth(evaluate(args[0], value_of)) or truth(evaluate(args[1], value_of))
+        return truth(_evaluate(args[0], value_of)) or truth(_evaluate(args[1], value_of))
     if op == "not":
-        return not truth(evaluate(args[0], value_of))
+        return not truth(_evaluate(args[0], value_of))
     if op == "neg":
-        value = evaluate(args[0], value_of)
+        value = _evaluate(args[0], value_of)
         if kind(value) not in NUMBERS:
             raise ExprError(tree.pos, f"cannot negate {_shown_kind(value)}")
-        return -value
-    left, right = evaluate(args[0], value_of), evaluate(args[1], value_of)
+        return bounded(-value, tree.pos)
+    left, right = _evaluate(args[0], value_of), _evaluate(args[1], value_of)
     if op in ("+", "-", "*", "/", "//", "%"):
         return _arith(op, left, right, tree.pos)
     return _compare(op, left, right, tree.pos)
@@ -487,6 +509,8 @@ def convert(value: Any, dtype: str) -> Any:
         return float(number)
     if number != int(number):
         raise ValueError(f"{show(value)[:40]} is not an int (use round() or int())")
+    if not -(1 << 63) <= int(number) < (1 << 63):
+        raise ValueError(f"{show(value)[:40]} is beyond 64 bits")
     return int(number)
 
 

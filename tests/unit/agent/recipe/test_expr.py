@@ -49,6 +49,8 @@ def test_expressions_compute(text: str, expected: Any) -> None:
     ("__import__('os')", "position 1: unknown function __import__() (have: abs, concat, "),
     ("len(1, 2)", "position 1: len() takes 1 argument(s), got 2"),
     ("'a\\q'", "position 3: unknown escape \\q"),
+    ("99999999999999999999", "position 1: an integer beyond 64 bits"),
+    ("1e999", "position 1: 1e999 is not a finite number"),
     ("(" * 70 + "1" + ")" * 70, "position 65: nested deeper than 64"),
     ("-" * 4000 + "1", "position 65: nested deeper than 64"),
     ("not " * 1000 + "n", "position 257: nested deeper than 64"),
@@ -70,12 +72,16 @@ def test_bad_expressions_name_the_position(text: str, message: str) -> None:
     ("-cat", "position 1: cannot negate a text"),
     ("max(1, 'a')", "position 1: max() needs numbers or texts, all of one kind"),
     ("int('x')", "position 1: int(): 'x' is not a number"),
+    ("9223372036854775807 + n", "position 21: an integer beyond 64 bits"),
+    ("round(1e30)", "position 1: an integer beyond 64 bits"),
+    ("1e308 * 10", "position 7: '*' overflows"),
+    ("str(cat * 2)", "position 9: cannot apply '*' to a text and an int"),
     ("1 in n", "position 3: contains() takes a text or a list, not an int"),
 ])
 def test_type_errors_on_values_name_the_position(text: str, message: str) -> None:
-    with pytest.raises(ExprError, match="^" + message.replace("(", r"\(").replace(")", r"\)")
-                       .replace("+", r"\+")):
+    with pytest.raises(ExprError) as err:
         value(text)
+    assert str(err.value).startswith(message)
 
 
 def typed(text: str) -> str:
@@ -113,7 +119,7 @@ def test_declared_types(raw: Any, dtype: str, expected: Any) -> None:
     assert convert(raw, dtype) == expected and type(convert(raw, dtype)) is type(expected)
 
 
-@pytest.mark.parametrize("raw,dtype", [(4.5, "int"), ("x", "float"), (None, "int"),
+@pytest.mark.parametrize("raw,dtype", [(4.5, "int"), ("x", "float"), (None, "int"), (1e30, "int"),
                                        ([1], "float"), ("yes", "bool"), (float("inf"), "int")])
 def test_values_the_declared_type_cannot_hold(raw: Any, dtype: str) -> None:
     with pytest.raises(ValueError):
