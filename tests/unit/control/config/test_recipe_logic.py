@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from synthbatch.control.runs.dataschema import known_schema
+from tests.conftest import REPO
 from tests.unit.control.config.recipes import RECIPE, plan_of, rejection
 
 SEEDLESS = RECIPE.replace('[client.seed_data]\npath = "{config_dir}/topics.jsonl"\n'
@@ -168,3 +169,15 @@ def test_the_merged_schema_takes_the_declared_and_conditional_types(tmp_path: Pa
     assert schema.field("level").type == pa.string()
     assert known_schema(plan_of(tmp_path, TEXT.replace('dtype = "int"', 'dtype = "json"'))
                         ).field("n2").type == pa.null()  # inferred from the data
+
+
+def test_the_documented_example_plans(tmp_path: Path) -> None:
+    """docs/generator.md's "Column logic" example is a valid recipe as written."""
+    doc = (REPO / "docs" / "generator.md").read_text(encoding="utf-8")
+    section = doc.split("## Column logic", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    spec = plan_of(tmp_path, SEEDLESS.replace("\n[[deployments]]",
+                                              "\n" + example + "\n[[deployments]]", 1)).client
+    assert spec is not None
+    assert [c.name for c in spec.columns][-6:] == ["category", "price", "start", "end",
+                                                   "review", "label"]
