@@ -18,7 +18,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import AgentError
 from ..recipe.reuse import request_digest
@@ -158,6 +158,7 @@ class Engine:
         todo = list(self.recipe.order)
         running: Dict[asyncio.Future, Column] = {}
         failed: List[str] = []
+        skips: Set[str] = set()
         failure: Optional[CellFailure] = None
         while todo or running:
             for column in list(todo):
@@ -167,8 +168,10 @@ class Engine:
                 elif all(n in values or n not in self._names for n in column.inputs):
                     todo.remove(column)
                     try:
-                        if skipped(column.name, column.logic, values):
+                        if skipped(column.name, column.logic, values) or (
+                                column.params.get("continue_from") in skips):
                             values[column.name] = None  # no request, dependants see null
+                            skips.add(column.name)  # a continuation of it is skipped too
                         elif not column.llm:
                             values[column.name] = self._local(column, index, values)
                         else:

@@ -110,3 +110,15 @@ def test_a_subcategory_of_a_skipped_category_fails_the_cell(tmp_path: Path) -> N
     assert [r.get("_error") for r in rows] == [
         None, {"column": "leaf", "message": "no values for ''"}, None]
     assert rows[1]["sub"] is None and rows[0]["leaf"] == {"x": 1, "y": 2}[rows[0]["sub"]]
+
+
+def test_a_continuation_of_a_skipped_column_is_skipped(tmp_path: Path) -> None:
+    columns = (ColumnSpec("draft", "llm-text", {"model": "gen", "prompt": "Draft {index}.",
+                                                "max_tokens": 3,
+                                                "skip_when": "index % 2 == 1"}),
+               ColumnSpec("edit", "llm-text", {"model": "gen", "prompt": "Shorter.",
+                                               "max_tokens": 3, "continue_from": "draft"}))
+    rows = run(tmp_path, "out", columns, records_=4)
+    assert [r["draft"] is None for r in rows] == [False, True, False, True]
+    assert [r["edit"] is None for r in rows] == [False, True, False, True]
+    assert len(logged(tmp_path / "out.log")) == 4  # two records, two requests each
