@@ -13,7 +13,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError, model_validator
 
-from synthbatch.agent_stdlib.recipe.columns import KINDS, SAMPLERS, Node
+from synthbatch.agent_stdlib.recipe.columns import KINDS, Node
 from synthbatch.agent_stdlib.recipe.expr import DTYPES
 from synthbatch.agent_stdlib.recipe.logic import condition_field
 from synthbatch.agent_stdlib.recipe.schema import SchemaError, check
@@ -64,9 +64,6 @@ class ColumnBase(Strict):
         """The column with the parameters ``condition`` chooses (ValueError naming them)."""
         where = condition_field(condition)
         override = (self.conditional_params or {})[condition]
-        if self.type not in SAMPLERS:  # type: ignore[attr-defined]
-            raise ValueError(f"conditional_params: only a sampler column has them (this is "
-                             f"{self.type})")  # type: ignore[attr-defined]
         fixed = {"name", "type", "drop"} | set(LOGIC)
         for key in override:
             if key in fixed or key not in type(self).model_fields:

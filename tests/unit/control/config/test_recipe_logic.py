@@ -146,6 +146,9 @@ def test_a_recipe_without_logic_plans_as_before(tmp_path: Path) -> None:
      "client.columns[10].skip_when: position 13: expected a value, found the end"),
     ('skip_when = "category == \'games\'"', 'skip_when = "note == 1"',
      "client.columns[10].skip_when: cycle: note -> note"),
+    ('skip_when = "category == \'games\'"', 'conditional_params = { "true" = { max_tokens = 9 } }',
+     "client.columns[10].conditional_params: only a sampler column has conditional params "
+     "(this is llm-text)"),
     ('skip_when = "category == \'games\'"', 'constraints = ["len(note) > 3"]',
      "client.columns[10].constraints: only a sampler column has constraints (this is "
      "llm-text)"),
