@@ -18,6 +18,7 @@ from ..errors import AgentError
 from ..recipe import schema as jsonschema
 from ..recipe.columns import LLM, VALIDATION, ColumnError, Node, analyze
 from ..recipe.template import Part, parse
+from .logic import Logic, compile_logic
 from .samplers import SAMPLERS, Sampler
 
 LEGACY_COLUMN = "completion"
@@ -40,6 +41,7 @@ class Column:
     sampler: Optional[Sampler] = None
     alias: str = ""  # LLM columns: the deployment alias
     served: str = ""  # ... and the model name it serves
+    logic: Logic = field(default_factory=Logic)  # skip_when, expr, conditions, constraints
 
     @property
     def llm(self) -> bool:
@@ -81,8 +83,11 @@ def _column(node: Node, drop: bool, inputs: List[str], plan: Plan, where: str) -
     for key in ("template", "prompt", "system", "context"):
         if isinstance(params.get(key), str):
             column.templates[key] = parse(params[key])
+    column.logic = compile_logic(node.kind, params, SAMPLERS.get(node.kind),
+                                 lambda key, message: ColumnError(
+                                     f"{where.replace('client.', '', 1)}.{key}", message))
     if node.kind in SAMPLERS:
-        column.sampler = SAMPLERS[node.kind](params)
+        column.sampler = column.logic.samplers[-1][1]
     elif node.kind in LLM:
         column.alias = str(params["model"])
         column.served = plan.deployment(column.alias).served_name

@@ -28,6 +28,7 @@ from .cachestats import cached_tokens
 from .concurrency import Limiter
 from .http import Endpoint, HttpError, Reply
 from .llm import InvalidOutput, parse_answer, request_body
+from .logic import LogicError, compute, draw, skipped
 from .order import DispatchOrder
 from .progress import AliasCounters
 from .recipe import LEGACY_COLUMN, Column, Recipe
@@ -196,6 +197,7 @@ class Engine:
         todo = [c for c in self.recipe.order if c.name not in filled]
         running: Dict[asyncio.Future, Column] = {}
         failed: List[str] = []
+        skips: Set[str] = set()
         failure: Optional[CellFailure] = None
         while todo or running:
             for column in list(todo):
@@ -204,24 +206,30 @@ class Engine:
                     failed.append(column.name)
                 elif all(n in values or n not in self._names for n in column.inputs):
                     todo.remove(column)
-                    if column.llm:
-                        if rec.key is None:
-                            rec.key = affinity(self.recipe, index, values)
-                        running[asyncio.ensure_future(self._cell(column, index, values,
-                                                                 rec))] = column
-                    elif column.kind == VALIDATION:
-                        running[asyncio.ensure_future(self._validate(column, values))] = \
-                            column
-                    else:
-                        try:
+                    try:
+                        if skipped(column.name, column.logic, values) or (
+                                column.params.get("continue_from") in skips):
+                            values[column.name] = None  # no request, dependants see null
+                            skips.add(column.name)  # a continuation of it is skipped too
+                        elif column.llm:
+                            if rec.key is None:
+                                rec.key = affinity(self.recipe, index, values)
+                            running[asyncio.ensure_future(self._cell(column, index, values,
+                                                                     rec))] = column
+                        elif column.kind == VALIDATION:
+                            running[asyncio.ensure_future(self._validate(column, values))] = \
+                                column
+                        else:
                             values[column.name] = self._local(column, index, values)
-                        except (ValueError, TypeError, KeyError) as err:
-                            failed.append(column.name)
-                            failure = failure or CellFailure(column.name, f"{err}")
-                            if self.on_error != "keep":
-                                for other in running:
-                                    other.cancel()
-                                return failure
+                    except (LogicError, ValueError, TypeError, KeyError) as err:
+                        failed.append(column.name)
+                        failure = failure or (
+                            CellFailure(err.column, err.message) if isinstance(err, LogicError)
+                            else CellFailure(column.name, f"{err}"))
+                        if self.on_error != "keep":
+                            for other in running:
+                                other.cancel()
+                            return failure
             if not running:
                 break
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -250,9 +258,10 @@ class Engine:
         return value, None
 
     def _local(self, column: Column, index: int, values: Dict[str, Any]) -> Any:
+        """A sampler's or an expression's value (LogicError: the cell failed)."""
         if column.sampler is not None:
-            return column.sampler(cell_bits(self.seed, column.name, index), values)
-        return render(column.templates["template"], values.get)
+            return draw(column.name, column.logic, self.seed, index, values)
+        return compute(column.name, column.logic, column.templates.get("template"), values)
 
     def _outcome(self, index: int, row: Dict[str, Any], values: Dict[str, Any],
                  meta: Dict[str, Dict[str, Any]], failure: Optional[CellFailure]) -> Outcome:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import AgentError
+from . import logic
 from . import schema as jsonschema
 from .template import TemplateError, references
 
@@ -61,23 +62,39 @@ class Graph:
     context_inputs: List[str] = field(default_factory=list)  # names the recipe context uses
 
 
-def _uses(node: Node, where: str) -> List[Tuple[str, str, Tuple[str, ...]]]:
-    """(field, name, path) of every name ``node`` uses."""
-    found = []
+Use = Tuple[str, str, Tuple[str, ...], str]  # (field, name, path, "position N: " or "")
+
+
+def _uses(node: Node, where: str) -> List[Use]:
+    """(field, name, path, where in the field) of every name ``node`` uses."""
+    found: List[Use] = []
     for key in TEMPLATES.get(node.kind, ()):
         text = node.params.get(key)
         if text is None:
             continue
         try:
-            found += [(key, name, path) for name, path in references(text)]
+            found += [(key, name, path, "") for name, path in references(text)]
         except TemplateError as err:
             raise ColumnError(f"{where}.{key}", str(err)) from err
     for key in NAMED.get(node.kind, ()):
         if node.params.get(key) is not None:
-            found.append((key, str(node.params[key]), ()))
+            found.append((key, str(node.params[key]), (), ""))
     if node.kind in LLM and node.params.get("continue_from") is not None:
-        found.append(("continue_from", str(node.params["continue_from"]), ()))
+        found.append(("continue_from", str(node.params["continue_from"]), (), ""))
+    found += [(key, name, path, f"position {pos}: ") for key, name, path, pos in logic.uses(
+        node.name, node.kind, node.params, lambda k, m: ColumnError(f"{where}.{k}", m))]
     return found
+
+
+def _logic_problem(node: Node) -> Optional[Tuple[str, str]]:
+    """(field, message) of column logic a column of this kind cannot have."""
+    for key in ("conditional_params", "constraints"):
+        if node.params.get(key) and node.kind not in SAMPLERS:
+            return key, f"only a sampler column has {key.replace('_', ' ')} (this is {node.kind})"
+    if node.kind == "expression" and (node.params.get("expr") is None) == (
+            node.params.get("template") is None):
+        return "expr", "give either template or expr"
+    return None
 
 
 def _context_uses(context: Optional[str]) -> List[Tuple[str, Tuple[str, ...]]]:
@@ -172,10 +189,13 @@ def analyze(nodes: Sequence[Node], seed_fields: Optional[Collection[str]] = None
             problem = _continuation_problem(nodes, i, position)
             if problem:
                 raise ColumnError(f"{where}.continue_from", problem)
+        bad = _logic_problem(node)
+        if bad:
+            raise ColumnError(f"{where}.{bad[0]}", bad[1])
         uses = _uses(node, where)
         if node.kind in LLM:
-            uses += [("", name, path) for name, path in _context_uses(context)]
-        for key, name, path in uses:
+            uses += [("", name, path, "") for name, path in _context_uses(context)]
+        for key, name, path, at in uses:
             if name == INDEX:
                 problem = "index is the record number; it has no fields" if path else None
             elif name in position:
@@ -187,14 +207,19 @@ def analyze(nodes: Sequence[Node], seed_fields: Optional[Collection[str]] = None
                     seeds.append(name)
             else:
                 have = sorted(set(position) | set(seed_fields or ()) | {INDEX})
-                shown = "{" + ".".join((name,) + path) + "}"
+                shown = ".".join((name,) + path)
+                shown = shown if at else "{" + shown + "}"
                 problem = f"unknown column {shown} (have: {', '.join(have)})"
             if problem:
-                raise ColumnError(f"{where}.{key}" if key else CONTEXT, problem)
+                raise ColumnError(f"{where}.{key}" if key else CONTEXT, at + problem)
             if name not in used:
                 used.append(name)
         inputs.append(used)
-    return Graph(_topological(nodes, inputs, position), inputs, seeds, context_inputs)
+    order = _topological(nodes, inputs, position)
+    logic.check_types([n.name for n in nodes], [n.kind for n in nodes],
+                      [n.params for n in nodes],
+                      lambda i, k, m: ColumnError(f"columns[{i}].{k}", m))
+    return Graph(order, inputs, seeds, context_inputs)
 
 
 def _topological(nodes: Sequence[Node], inputs: List[List[str]],
@@ -225,7 +250,7 @@ def _topological(nodes: Sequence[Node], inputs: List[List[str]],
 
 
 def _field_using(node: Node, name: str) -> str:
-    for key, used, _ in _uses(node, "columns"):
+    for key, used, _, _ in _uses(node, "columns"):
         if used == name:
             return key
     return "name"

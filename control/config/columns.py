@@ -21,6 +21,8 @@ from pydantic import (
 )
 
 from synthbatch.agent_stdlib.recipe.columns import KINDS, Node
+from synthbatch.agent_stdlib.recipe.expr import DTYPES
+from synthbatch.agent_stdlib.recipe.logic import condition_field
 from synthbatch.agent_stdlib.recipe.names import LOCALES
 from synthbatch.agent_stdlib.recipe.schema import SchemaError, check
 from synthbatch.agent_stdlib.recipe.template import show
@@ -28,6 +30,7 @@ from synthbatch.agent_stdlib.text import quoted
 from synthbatch.control.config.fields import Name, Prompt, Strict, Text
 from synthbatch.control.config.rules import key_text
 
+FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\[\]]*: ")  # a message naming its field
 COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Scalar = Union[str, int, Finite, bool]
@@ -45,15 +48,57 @@ def _column_name(value: str) -> str:
 ColumnName = Annotated[str, AfterValidator(_column_name)]
 
 
+LOGIC = ("skip_when", "conditional_params", "constraints")  # docs/generator.md
+
+
 class ColumnBase(Strict):
-    """What every column has: a name, a kind, and whether the record keeps it."""
+    """What every column has: a name, a kind, whether the record keeps it, and its logic
+    (expressions, checked with the recipe graph: ``agent_stdlib/recipe/logic.py``)."""
 
     name: ColumnName
     drop: bool = False
+    skip_when: Optional[Text] = None  # left null when this holds
+    conditional_params: Optional[Dict[Text, Dict[Text, Any]]] = Field(default=None,
+                                                                        min_length=1)
+    constraints: Optional[List[Text]] = Field(default=None, min_length=1, max_length=32)
+
+    @model_validator(mode="after")
+    def _conditional(self) -> ColumnBase:
+        for condition in self.conditional_params or {}:
+            self._variant(condition)
+        return self
+
+    def _variant(self, condition: str) -> ColumnBase:
+        """The column with the parameters ``condition`` chooses (ValueError naming them)."""
+        where = condition_field(condition)
+        override = (self.conditional_params or {})[condition]
+        fixed = {"name", "type", "drop"} | set(LOGIC)
+        for key in override:
+            if key in fixed or key not in type(self).model_fields:
+                have = sorted(set(type(self).model_fields) - fixed)
+                raise ValueError(f"{where}.{key_text(key)}: not a parameter of a "
+                                 f"{self.type} column (have: {', '.join(have)})")  # type: ignore[attr-defined]
+        base = self.model_dump(by_alias=True, exclude=set(LOGIC), exclude_unset=True)
+        try:
+            return type(self).model_validate({**base, **override})
+        except ValidationError as err:
+            item = err.errors()[0]
+            loc = ".".join(str(x) for x in item["loc"])
+            message = item["msg"].removeprefix("Value error, ")
+            inner = loc or (message.split(": ", 1)[0] if FIELD.match(message) else "")
+            if not loc and inner:
+                message = message.split(": ", 1)[1]
+            raise ValueError(f"{where}{'.' + inner if inner else ''}: {message}") from None
 
     def params(self) -> Dict[str, Any]:
         """The kind's own fields, as the plan carries them."""
-        return self.model_dump(exclude={"name", "type", "drop"}, exclude_none=True)
+        out = self.model_dump(exclude={"name", "type", "drop", "conditional_params"},
+                              exclude_none=True)
+        if self.conditional_params:
+            out["conditional_params"] = {
+                c: {k: v for k, v in self._variant(c).params().items() if k in o}
+                for c, o in self.conditional_params.items()}
+        return out
 
     def node(self) -> Node:
         """The column as the recipe graph sees it."""
@@ -296,10 +341,13 @@ def _component(component: Dict[str, Any], where: str) -> ColumnBase:
 
 
 class Expression(ColumnBase):
-    """Text from a template over other columns; no model."""
+    """A value from a template or an expression over other columns, as ``dtype``; no
+    model (``template`` and ``expr``: one of them, checked with the recipe graph)."""
 
     type: Literal["expression"]
-    template: Prompt
+    template: Optional[Prompt] = None
+    expr: Optional[Text] = None
+    dtype: Optional[Literal[DTYPES]] = None  # type: ignore[valid-type]  # default text
 
 
 class LLMColumn(ColumnBase):

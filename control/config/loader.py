@@ -19,7 +19,8 @@ from synthbatch.control.secrets import redact
 M = TypeVar("M", bound=BaseModel)
 
 
-FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\[\d+\]|\.[A-Za-z0-9_$-]+)*): ")
+FIELD_PREFIX = re.compile(
+    r'^([A-Za-z_][A-Za-z0-9_]*(?:\[\d+\]|\.[A-Za-z0-9_$-]+|\."(?:[^"\\]|\\.)*")*): ')
 
 
 def _location(loc: Tuple[Any, ...]) -> str:

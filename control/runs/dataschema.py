@@ -20,9 +20,12 @@ from typing import Any, Dict, List, Optional
 import pyarrow as pa
 
 from synthbatch.agent_stdlib.contracts import GenerateSpec, Plan
+from synthbatch.agent_stdlib.recipe import logic
 from synthbatch.agent_stdlib.recipe.columns import IDENTITY_FIELDS
 
-STRING_KINDS = ("uuid", "datetime", "timedelta", "expression", "llm-text", "llm-code")
+STRING_KINDS = ("uuid", "datetime", "timedelta", "llm-text", "llm-code")
+LOGIC_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(),
+               "text": pa.string()}  # the expression language's types; others inferred
 META_CELL = (("model", pa.string()), ("served_model", pa.string()),
              ("finish_reason", pa.string()), ("attempts", pa.int64()),
              ("latency_ms", pa.float64()), ("request_digest", pa.string()),
@@ -116,11 +119,8 @@ def _judge(params: Dict[str, Any]) -> pa.DataType:
 
 def column_type(kind: str, params: Dict[str, Any]) -> pa.DataType:
     """The Arrow type of one generator column's value (null: inferred from the data)."""
-    if kind == "category":
-        return _values(list(params.get("values", [])))
-    if kind == "subcategory":
-        return _values([v for values in dict(params.get("values", {})).values()
-                        for v in values])
+    if kind in ("category", "subcategory", "expression"):  # values, conditional ones, dtype
+        return LOGIC_TYPES.get(logic.column_type(kind, params), pa.null())
     if kind in ("uniform", "gaussian"):
         return pa.float64()
     if kind in ("integer", "poisson", "binomial"):

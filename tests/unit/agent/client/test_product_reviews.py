@@ -36,6 +36,9 @@ def test_the_product_reviews_example_plans(tmp_path: Path) -> None:
     assert "Data Designer" in EXAMPLE.read_text() and "The Basics" in EXAMPLE.read_text()
 
 
+PRICES = {"Electronics": (50, 2000), "Books": (5, 60), "Clothing": (15, 300)}
+
+
 def test_the_product_reviews_example_runs_on_the_fake_server(tmp_path: Path) -> None:
     plan = plan_example(tmp_path)
     with serve_in_thread(model="fake-model") as server:
@@ -46,7 +49,8 @@ def test_the_product_reviews_example_runs_on_the_fake_server(tmp_path: Path) -> 
         assert "_error" not in row
         assert tuple(row["customer"]) == IDENTITY_FIELDS
         assert 18 <= row["customer"]["age"] <= 70
-        assert 10 <= row["product_price"] < 1000
+        low, high = PRICES.get(row["product_category"], (10, 1000))  # conditional params
+        assert low <= row["product_price"] < high
         assert row["review_analysis"]["sentiment"] in ("positive", "neutral", "negative")
         assert isinstance(row["customer_review"], str) and row["customer_review"]
 

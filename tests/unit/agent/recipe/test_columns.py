@@ -93,3 +93,31 @@ def test_names_must_be_unique_and_not_clash() -> None:
 def test_a_bad_template_names_its_field() -> None:
     assert problem([col("q", "llm-text", prompt="{x")]).startswith(
         "columns[0].prompt: bad placeholder {x")
+
+
+def test_column_logic_names_are_dependencies_but_a_constraint_s_own_is_not() -> None:
+    nodes = [col("end", "integer", low=0, high=9, constraints=["end > start"],
+                 conditional_params={"kind == 'a'": {"high": 5}}),
+             col("start", "integer", low=0, high=9),
+             col("kind", "category", values=["a", "b"]),
+             col("note", "expression", expr="str(end)", skip_when="index % 2 == 0")]
+    graph = analyze(nodes)
+    assert graph.inputs == [["kind", "start"], [], [], ["end", "index"]]
+    assert names(graph.order, nodes)[-2:] == ["end", "note"]
+
+
+@pytest.mark.parametrize("node,message", [
+    (col("x", "expression", expr="y +"), "columns[0].expr: position 4: expected a value"),
+    (col("x", "expression", expr="y + 1"), "columns[0].expr: position 1: unknown column y "
+                                           "(have: index, x)"),
+    (col("x", "expression", template="{index}", expr="1"),
+     "columns[0].expr: give either template or expr"),
+    (col("x", "llm-text", model="m", prompt="p", constraints=["x != ''"]),
+     "columns[0].constraints: only a sampler column has constraints (this is llm-text)"),
+    (col("x", "bernoulli", p=0.0, constraints=["x"]),
+     "columns[0].constraints[0]: no value of x can meet 'x' (it draws from 1 value(s))"),
+    (col("x", "integer", low=0, high=3, skip_when="x > 1"),
+     "columns[0].skip_when: cycle: x -> x"),
+])
+def test_bad_column_logic_names_the_column_and_field(node: Node, message: str) -> None:
+    assert problem([node]).startswith(message)

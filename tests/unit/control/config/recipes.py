@@ -4,11 +4,15 @@ tests load and plan it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
+
+import pytest
 
 from synthbatch.agent_stdlib.contracts import Plan
 from synthbatch.control.config.loader import load_model
 from synthbatch.control.config.profile import Profile
 from synthbatch.control.config.run import RunConfig
+from synthbatch.control.errors import InvalidInput
 from synthbatch.control.planning.planner import make_plan
 from tests.fakes import profile_data
 
@@ -83,3 +87,14 @@ def plan_of(tmp_path: Path, text: str = RECIPE) -> Plan:
     """The plan of the run file ``text`` on the test profile."""
     return make_plan(load(tmp_path, text), Profile.model_validate(profile_data()),
                      "qa-20240101-000000-abcdef", tmp_path)
+
+
+def rejection(tmp_path: Path, text: str, old: str, new: str,
+              make: Callable[[Path, str], Any] = load) -> str:
+    """The one-line error (after the file name) of ``text`` with ``old`` made ``new``."""
+    assert old in text, old
+    with pytest.raises(InvalidInput) as info:
+        make(tmp_path, text.replace(old, new, 1))
+    message = info.value.message
+    assert "\n" not in message and message.startswith(f"{tmp_path / 'run.toml'}: ")
+    return message.split(": ", 1)[1]

@@ -11,16 +11,11 @@ import pytest
 from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec
 from synthbatch.control.errors import InvalidInput
 from synthbatch.control.runs.seeds import check_seed_data
-from tests.unit.control.config.recipes import RECIPE, load, plan_of
+from tests.unit.control.config.recipes import RECIPE, load, plan_of, rejection
 
 
 def error(tmp_path: Path, old: str, new: str) -> str:
-    assert old in RECIPE, old
-    with pytest.raises(InvalidInput) as info:
-        load(tmp_path, RECIPE.replace(old, new, 1))
-    message = info.value.message
-    assert "\n" not in message and message.startswith(f"{tmp_path / 'run.toml'}: ")
-    return message.split(": ", 1)[1]
+    return rejection(tmp_path, RECIPE, old, new)
 
 
 def test_the_recipe_plans_into_columns_and_seed_data(tmp_path: Path) -> None:
