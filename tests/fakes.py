@@ -660,6 +660,7 @@ def run_agent(layout: RunLayout, job: str, task: int, script: str, restarts: int
     class Services:
         def __init__(self, plan: Any, *args: Any) -> None:
             self.endpoints = {d.alias: "http://127.0.0.1:9" for d in plan.deployments}
+            self.urls: Dict[str, List[str]] = {}  # no replicas: telemetry samples nothing
 
         def start_servers(self, sites: Any) -> None:
             pass

@@ -21,6 +21,10 @@ from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, read_json,
 from synthbatch.agent_stdlib.text import quoted
 from synthbatch.control.errors import InvalidInput, SynthbatchError
 
+# What a merge on completion came to (its record's "state"; not a shard's state).
+MERGED, PARTIAL, NOT_MERGED, MERGE_FAILED, WAITING = (
+    "merged", "partial", "not merged", "failed", "waiting")
+
 SETTINGS = "settings.json"
 RESULT = "merge.json"
 FLAG = "--merge-to"
@@ -98,7 +102,7 @@ def not_merged(failed: Any) -> Dict[str, Any]:
     """The record of a run that ended without a winner for ``failed`` shards and without
     ``allow_partial``: no merge job, and status says why."""
     shards = sorted(failed)
-    return {"state": "not merged", "missing_shards": shards,
+    return {"state": NOT_MERGED, "missing_shards": shards,
             "reason": f"shards without a winner: {', '.join(map(str, shards))}; "
                       f"`synthbatch merge --allow-partial` merges the rest"}
 
@@ -106,7 +110,7 @@ def not_merged(failed: Any) -> Dict[str, Any]:
 def outcome(manifest: Dict[str, Any]) -> Dict[str, Any]:
     """The merge job's record from ``merge_run``'s manifest."""
     missing = list(manifest.get("missing_shards") or [])
-    return {"state": "merged" if manifest.get("complete") else "partial",
+    return {"state": MERGED if manifest.get("complete") else PARTIAL,
             "output": manifest.get("output"), "records": manifest.get("records"),
             "missing_shards": missing, "bad_shards": manifest.get("bad_shards") or [],
             "manifest": manifest.get("manifest")}
@@ -118,14 +122,14 @@ def run_merge(layout: RunLayout) -> Dict[str, Any]:
 
     merge = load_settings(layout)["merge"]
     if merge is None:
-        result: Dict[str, Any] = {"state": "failed", "reason": "no merge was asked for"}
+        result: Dict[str, Any] = {"state": MERGE_FAILED, "reason": "no merge was asked for"}
     else:
         try:
             result = outcome(merge_run(layout, Path(merge["to"]),
                                        bool(merge.get("allow_partial")),
                                        str(merge.get("format") or "jsonl")))
         except SynthbatchError as err:
-            result = {"state": "failed", "output": merge["to"], "reason": err.message}
+            result = {"state": MERGE_FAILED, "output": merge["to"], "reason": err.message}
     record_result(layout, result)
     return result
 
@@ -135,7 +139,7 @@ def view(layout: RunLayout) -> Optional[Dict[str, Any]]:
     merge = load_settings(layout)["merge"]
     if merge is None:
         return None
-    result = load_result(layout) or {"state": "waiting"}
+    result = load_result(layout) or {"state": WAITING}
     return {**merge, **result}
 
 

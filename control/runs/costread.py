@@ -84,11 +84,11 @@ def attempt_uses(layout: RunLayout, shards: int) -> Tuple[List[AttemptUse], List
                 continue
             if not isinstance(record, dict):
                 continue
-            job = record.get("job_id")
+            job, state = record.get("job_id"), record.get("state")
             won = winner is not None and winner.attempt == number
             aliases, columns = _progress_tokens(path[:-len("attempt.json")] + "progress.json")
             uses.append(AttemptUse(shard, number, job if isinstance(job, str) else None, won,
-                                   record.get("state") in TERMINAL or won,
+                                   (isinstance(state, str) and state in TERMINAL) or won,
                                    winner.records if won and winner else 0,
                                    aliases, columns))
     return uses, notes

@@ -10,19 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from synthbatch.agent_stdlib import states
-from synthbatch.agent_stdlib.contracts import (
-    TELEMETRY_SERIES,
-    AttemptRecord,
-    ProgressRecord,
-    SubmissionRecord,
-    TelemetryRecord,
-)
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, load_record
 from synthbatch.control.errors import one_line
+
+if TYPE_CHECKING:  # the record classes load only when a file is read: status stays light
+    from synthbatch.agent_stdlib.contracts import ProgressRecord, TelemetryRecord
 
 # ---- thresholds (the one place)
 WINDOW_POINTS = 12  # the flags look at the last 12 samples (a minute at 5 s)
@@ -36,13 +32,16 @@ SATURATED_KV = 0.95  # or the KV cache at least this full (mean over the window)
 FRESH_S = 60.0  # telemetry older than this (agent gone) is not flagged
 FLAG_SHARDS = 8  # status reads at most this many running shards' telemetry, evenly spread
 
-RUNNING, WAITING, KV, TOK_S, IN_FLIGHT = range(len(TELEMETRY_SERIES))
+# Indices of contracts.TELEMETRY_SERIES (test_telemetry checks they name the same order).
+RUNNING, WAITING, KV, TOK_S, IN_FLIGHT = range(5)
 
 
 def read(path: Path) -> Tuple[Optional[TelemetryRecord], Optional[str]]:
     """(the record, None) or (None, why it cannot be read) — a damaged file is said, not
     raised; a missing one is (None, None)."""
     try:
+        from synthbatch.agent_stdlib.contracts import TelemetryRecord
+
         return load_record(path, TelemetryRecord), None
     except StateError as err:
         return None, one_line(str(err), 300)
@@ -255,6 +254,12 @@ def shard_serving(layout: RunLayout, shard: int, attempt: Optional[int],
     """``shard_telemetry`` of a shard's attempt, read from the run directory."""
     if attempt is None:
         return shard_telemetry(layout.root / "none", None, None, now)
+    from synthbatch.agent_stdlib.contracts import (
+        AttemptRecord,
+        ProgressRecord,
+        SubmissionRecord,
+    )
+
     paths = layout.attempt(shard, attempt)
     record = _load(paths.attempt_json, AttemptRecord)
     submission = _load(layout.submission_json(record.submission), SubmissionRecord) \
@@ -267,7 +272,8 @@ def run_flags(layout: RunLayout, rows: Iterable[Dict[str, Any]], now: float) -> 
     """The flags across the running shards (``rows``: status rows; fresh telemetry only),
     read from at most ``FLAG_SHARDS`` of them, evenly spread (a refresh of 10,000 running
     shards opens 8 more files, not 10,000)."""
-    running = [r for r in rows if r.get("state") == states.RUNNING and r.get("attempt") is not None]
+    running = [r for r in rows
+               if r.get("state") == states.RUNNING and r.get("attempt") is not None]
     step = max(1, -(-len(running) // FLAG_SHARDS))
     records = []
     for row in running[::step]:

@@ -55,6 +55,7 @@ NOT_A_STATE = {
     ("control/slurm/parsers.py", "unknown"): "Slurm's own word in squeue output",
     ("control/runs/settled.py", "pending"): "the settled index's key of unsettled shards",
     ("control/runs/telemetry.py", "running"): "an engine's running requests (a JSON key)",
+    ("control/runs/automerge.py", "failed"): "a merge on completion's outcome (MERGE_FAILED)",
 }
 
 

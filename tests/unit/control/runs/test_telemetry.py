@@ -167,3 +167,15 @@ def test_latency_per_column_is_split_into_proxy_queue_and_engine() -> None:
     assert "  answer (gen): 2 answers, mean 1500.0 ms = proxy queue 100.0 ms + engine " \
            "1400.0 ms" in text
     assert latency_split(rec, None) == []
+
+
+def test_the_series_indices_follow_the_contracts_order() -> None:
+    """status reads the series by index without loading the contracts; one order."""
+    from synthbatch.agent_stdlib.contracts import TELEMETRY_SERIES
+    from synthbatch.control.runs import telemetry
+
+    names = {"running": telemetry.RUNNING, "waiting": telemetry.WAITING,
+             "kv_cache_usage": telemetry.KV, "gen_tokens_per_s": telemetry.TOK_S,
+             "proxy_in_flight": telemetry.IN_FLIGHT}
+    assert [n for n, _ in sorted(names.items(), key=lambda kv: kv[1])] == \
+        list(TELEMETRY_SERIES)
