@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..contracts import ContractError, Plan
+from ..contracts import EXIT_CLIENT_CONFIG, ContractError, Plan
 from ..recipe.reuse import model_identity
 from ..recipe.seeds import SeedError
 from ..recipe.sizing import bounds
@@ -359,18 +359,24 @@ def main(argv: List[str]) -> int:
     data = read_json(args.plan)
     if data is None:
         print(f"generate: {args.plan}: missing", file=sys.stderr)
-        return 2
-    try:
+        return EXIT_CLIENT_CONFIG
+    try:  # the configuration: wrong here is wrong again after a restart
         plan = seed_data_at(Plan.from_dict(data), args.seed_data)
         recipe = compile_recipe(plan)
         endpoints = _endpoints(recipe, args.preview is not None)
         shard = _shard_from_env(args.preview)
         cells = reused_cells(args.reuse, shard.offset, shard.count)
+    except (RecipeError, SeedError, ContractError, KeyError, ValueError, OSError) as err:
+        print(f"generate: {err}", file=sys.stderr, flush=True)
+        return EXIT_CLIENT_CONFIG
+    try:
         written = run_shard(plan, endpoints, shard, stop, preview=args.preview is not None,
                             api_key=os.environ.get("SYNTHBATCH_API_KEY") or None,
                             reuse=cells)
-    except (GenerateError, RecipeError, SeedError, ContractError, KeyError, ValueError,
-            OSError) as err:
+    except (RecipeError, SeedError, ContractError, KeyError, ValueError) as err:
+        print(f"generate: {err}", file=sys.stderr, flush=True)
+        return EXIT_CLIENT_CONFIG
+    except (GenerateError, OSError) as err:  # HTTP errors, a full disk: maybe not again
         print(f"generate: {err}", file=sys.stderr, flush=True)
         return 1
     if written < shard.count:
