@@ -217,6 +217,9 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
                     spec.max_retries, spec.request_timeout_s, aliases, seeds, reuse,
                     {d.alias: model_identity(d) for d in plan.deployments})
     resumed = Resumed(shard.offset) if preview else shard.output.resume()
+    if resumed.next_index > shard.offset:  # a later execution, or a restarted client
+        print(f"generate: resuming after the {resumed.next_index - shard.offset} records "
+              "already in the output", file=sys.stderr, flush=True)
     shard.progress.start_at(resumed.records + resumed.dropped, resumed.dropped,
                             resumed.tokens)
     if recipe.skipped:
