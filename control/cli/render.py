@@ -6,7 +6,9 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+from synthbatch.agent_stdlib.contracts import restarts_text
 from synthbatch.agent_stdlib.states import TERMINAL
+from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.runs.cachestats import cache_line
 
 Status = Dict[str, Any]
@@ -196,6 +198,8 @@ def shard_text(detail: Dict[str, Any]) -> str:
              f"{row['job_id'] or '-'}"]
     if row.get("reason"):
         lines.append(f"reason: {row['reason']}")
+    if detail.get("restarts"):
+        lines.append(f"restarts: {visible(restarts_text(detail['restarts']))}")
     lines.extend(filter(None, (cache_line(a, f) for a, f in (row.get("aliases") or {}).items())))
     if detail.get("log"):
         tail = detail.get("log_tail") or []

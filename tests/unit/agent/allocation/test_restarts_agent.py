@@ -5,16 +5,24 @@ configuration error is not, and the bound ends it."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import List
 
+from click.testing import CliRunner
+
 from synthbatch.agent_stdlib.attempts import load_attempt, load_readiness
+from synthbatch.agent_stdlib.contracts import RunRecord
 from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.statefile import publish_immutable
+from synthbatch.control.cli.main import cli
 from tests.agent_runs import (
+    TESTBED,
     local_plan,
     logged,
     records,
@@ -90,17 +98,32 @@ def test_a_server_that_exits_once_is_restarted_and_the_attempt_succeeds(tmp_path
     assert [r["index"] for r in records(paths.output)] == list(range(12))
 
 
-def test_the_bound_ends_restarts_and_says_so(tmp_path, agent_pyz, python_exe):
-    plan = _plan(python_exe, "--exit-after", "2", records=12, bound=1)
-    args = stage(tmp_path / "run", plan)
+def test_the_bound_ends_restarts_and_status_shows_them(tmp_path, agent_pyz, python_exe):
+    run_id = "bound-20240101-000000-abcdef"
+    workspace = tmp_path / "ws"
+    layout = RunLayout(workspace / "runs" / run_id)
+    plan = dataclasses.replace(_plan(python_exe, "--exit-after", "2", bound=1), run_id=run_id)
+    args = stage(layout.root, plan)
     result = run_allocation(python_exe, agent_pyz, args)
     assert result.returncode == 1
-    paths = RunLayout(tmp_path / "run").attempt(0, 1)
+    paths = layout.attempt(0, 1)
     attempt = load_attempt(paths.attempt_json)
     assert attempt.state == "failed"
     assert attempt.reason.startswith("server-tiny-0 exited with status 3")
     assert "after 1 restart(s) in the allocation (client 1, server tiny/0 1)" in attempt.reason
     assert load_readiness(paths.readiness_json).restarts == {"client": 1, "server tiny/0": 1}
+    # status --shard 0 counts them
+    profile = tmp_path / "profile.toml"
+    profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                   json.dumps(str(workspace))))
+    record = RunRecord(run_id=run_id, name="test", created_at=time.time(),
+                       plan_sha256="0" * 64, agent_pyz="agent.pyz", agent_sha256="0" * 64,
+                       backend="slurm", job_name=f"synthbatch-{run_id}", shard_count=1)
+    publish_immutable(layout.run_json, record.to_json().encode("utf-8"))
+    shown = CliRunner().invoke(cli, ["status", run_id, "--profile", str(profile), "--shard",
+                                     "0"])
+    assert shown.exit_code == 0, shown.output
+    assert "restarts: client 1, server tiny/0 1" in shown.stdout.splitlines()
 
 
 def test_a_configuration_error_of_the_client_is_not_restarted(tmp_path, agent_pyz,
