@@ -40,7 +40,8 @@ def test_a_failed_shard_is_retried_by_the_cluster_alone(slurm_cluster, tmp_path:
     run = tmp_path / "run.toml"
     run.write_text(
         "schema_version = 1\nname = \"auto\"\nmax_attempts = 3\nauto_retry = true\n"
-        f"records = {SHARDS * PER_SHARD}\n[shards]\ncount = {SHARDS}\n"
+        f"records = {SHARDS * PER_SHARD}\n[retries]\nin_allocation = 0\n"  # attempts fail
+        f"[shards]\ncount = {SHARDS}\n"
         '[client]\nmodel = "tiny"\nprompt_template = "Describe item {index}."\n'
         "max_tokens = 8\ntemperature = 0.0\nconcurrency = 1\nmax_retries = 1\n"
         f'[[deployments]]\nalias = "tiny"\nmodel = "fake-{secrets.token_hex(4)}"\n'
@@ -89,7 +90,7 @@ def test_a_shard_that_always_fails_ends_failed_after_exactly_max_attempts(
     run = tmp_path / "run.toml"
     run.write_text(
         "schema_version = 1\nname = \"always\"\nmax_attempts = 3\nauto_retry = true\n"
-        "records = 8\n[shards]\ncount = 1\n"
+        "records = 8\n[retries]\nin_allocation = 0\n[shards]\ncount = 1\n"
         '[client]\nmodel = "tiny"\nprompt_template = "Describe item {index}."\n'
         "max_tokens = 8\ntemperature = 0.0\nconcurrency = 1\nmax_retries = 1\n"
         f'[[deployments]]\nalias = "tiny"\nmodel = "fake-{secrets.token_hex(4)}"\n'

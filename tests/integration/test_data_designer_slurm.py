@@ -76,7 +76,9 @@ def write_dd_run(tmp_path: Path, records: int, shards: int, latency: float = 0.0
         f"command = {json.dumps(['{python}', str(FAKE_SERVER), '--host', '{host}', '--port', '{port}', '--model', '{served_name}', '--token-latency', str(latency)])}\n"  # noqa: E501
         "gpus = 1\nstartup_timeout_s = 60\n" for alias, name in served.items())
     (tmp_path / "run.toml").write_text(
-        f'schema_version = 1\nname = "dd"\nrecords = {records}\n[shards]\ncount = {shards}\n'
+        f'schema_version = 1\nname = "dd"\nrecords = {records}\n'
+        "[retries]\nin_allocation = 0\n"  # a server crash fails the attempt
+        f'[shards]\ncount = {shards}\n'
         '[client]\ndata_designer = "{config_dir}/dataset.yaml"\n'
         f'python = "{dd_python()}"\n'
         '[client.models]\ncritic = "judge"\n'
