@@ -46,7 +46,7 @@ from .invocation import (
 from .launch import ClientPaths, Site, client_launch
 from .preflight import Context, check_identity, run_preflight
 from .reasons import ended, log_cause, step_failure
-from .restarts import Budget, Failure, Verdict, classify, server_key
+from .restarts import Budget, Failure, Verdict, classify, server_key, server_of
 from .serving import Services, exit_reason
 from .signals import Interrupted, SignalCoordinator
 from .slurmjob import JobIdentity
@@ -54,6 +54,7 @@ from .steps import current_env, step_control
 from .supervisor import URGENT_GRACE_S, Managed, Supervisor
 
 POLL_S = 0.2
+SIGNAL_SETTLE_S = 1.0  # before a restart: a signal to the whole job reaches the agent too
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,10 @@ class Allocation:
     def _restart(self, verdict: Verdict, reason: str) -> None:
         """Restart the servers that ended (each ready again) and the client, visibly: a
         readiness revision, a line in the agent's log, the counters in readiness."""
+        # a client ended by a signal may have got it before the agent did (scancel, a
+        # time limit): a moment for the agent's own to arrive, which ends this instead
+        time.sleep(SIGNAL_SETTLE_S)
+        self.signals.check()
         self.budget.spend(verdict.restart)
         what = ", ".join(verdict.restart)
         _say(f"shard {self.inv.shard} attempt {self.inv.attempt}: restarting {what} "
@@ -237,9 +242,9 @@ class Allocation:
             self._stop_client_gracefully()  # it saves what it has (SIGUSR1)
             self.supervisor.stop_one(self.client, self.inv.plan.runtime.grace_s)
         for key in verdict.restart:
-            if key != RESTART_CLIENT:
-                alias, _, replica = key.split(" ", 1)[1].rpartition("/")
-                self._services.restart_server(alias, int(replica))
+            server = server_of(key)
+            if server is not None:
+                self._services.restart_server(*server)
         self.readiness(states.READY, endpoints=endpoints, backends=self._services.backends())
 
     def _run_client(self) -> Optional[Tuple[Failure, str]]:

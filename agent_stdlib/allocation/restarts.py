@@ -34,6 +34,14 @@ def server_key(alias: str, replica: int) -> str:
     return f"server {alias}/{replica}"
 
 
+def server_of(key: str) -> Optional[Tuple[str, int]]:
+    """``(alias, replica)`` of a :func:`server_key`; None for the client."""
+    if not key.startswith("server "):
+        return None
+    alias, _, replica = key[len("server "):].rpartition("/")
+    return alias, int(replica)
+
+
 @dataclass(frozen=True)
 class Failure:
     """What ended the client phase of an execution (facts gathered by the controller).

@@ -9,6 +9,7 @@ from synthbatch.agent_stdlib.allocation.restarts import (
     Failure,
     classify,
     server_key,
+    server_of,
 )
 from synthbatch.agent_stdlib.contracts import EXIT_CLIENT_CONFIG, restarts_text
 
@@ -65,3 +66,8 @@ def test_the_counters_read_client_first_then_servers_by_name() -> None:
     assert restarts_text({"server judge/0": 1, "client": 2, "server gen/1": 3}) == \
         "client 2, server gen/1 3, server judge/0 1"
     assert restarts_text({}) == ""
+
+
+def test_a_server_key_names_its_alias_and_replica() -> None:
+    assert server_of(server_key("gen.big", 3)) == ("gen.big", 3)
+    assert server_of("client") is None
