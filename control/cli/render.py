@@ -6,7 +6,6 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from synthbatch.agent_stdlib.contracts import restarts_text
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.runs.cachestats import cache_line
@@ -199,6 +198,9 @@ def shard_text(detail: Dict[str, Any]) -> str:
     if row.get("reason"):
         lines.append(f"reason: {row['reason']}")
     if detail.get("restarts"):
+        # not at import: plain status does not load the wire contracts (their import cost)
+        from synthbatch.agent_stdlib.contracts import restarts_text
+
         lines.append(f"restarts: {visible(restarts_text(detail['restarts']))}")
     lines.extend(filter(None, (cache_line(a, f) for a, f in (row.get("aliases") or {}).items())))
     if detail.get("log"):
