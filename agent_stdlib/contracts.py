@@ -22,6 +22,7 @@ from typing import (
     Iterable,
     Iterator,
     List,
+    Mapping,
     Optional,
     Tuple,
     Type,
@@ -357,6 +358,12 @@ class ResourceSpec:
 # only BASE_ENV, ``env_allow`` and ``SLURM_*`` of the agent's environment, plus what the
 # agent sets for it (``agent_stdlib.allocation.steps.step_env``). docs/reliability.md
 # "Environment" has what was measured.
+# A client step that exits with this status says its configuration is wrong (usage, plan,
+# recipe, seed data; argparse's and the Data Designer adapter's status too): the agent
+# never restarts it inside the allocation (agent_stdlib/allocation/restarts.py)
+EXIT_CLIENT_CONFIG = 2
+RESTART_CLIENT = "client"  # the client's key in ReadinessRecord.restarts
+
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "SHIV_ROOT", "TZ")
 JOB_ENV = tuple(sorted(set(BASE_ENV) - {"SHIV_ROOT"}))  # the batch script sets SHIV_ROOT
 # Proxy variables a step may be allowed (env_allow); the agent then keeps loopback out of
@@ -447,6 +454,9 @@ class Plan(Record):
     output_format: str = "jsonl"
     agent_sha256: str = ""  # the agent bundle digest, when known at plan time
     client_data_designer: Optional[DataDesignerSpec] = None
+    # restarts of a failed client / crashed server inside one allocation ([retries]
+    # in_allocation); 0 (also a plan written before this field): the attempt fails at once
+    restarts_in_allocation: int = 0
 
     def __post_init__(self) -> None:
         given = [name for name in ("client", "client_command", "client_data_designer")
@@ -594,6 +604,16 @@ class ReadinessRecord(Record):
     backends: Dict[str, Tuple[BackendStatus, ...]] = field(default_factory=dict)
     reason: Optional[str] = None
     schema_version: int = SCHEMA_VERSION
+    # restarts inside this execution: "client" / "server ALIAS/REPLICA" -> how many
+    # (agent_stdlib/allocation/restarts.py; docs/retry.md "Restarts inside the allocation")
+    restarts: Dict[str, int] = field(default_factory=dict)
+
+
+def restarts_text(counts: Mapping[str, int]) -> str:
+    """``ReadinessRecord.restarts`` in words: ``client 1, server gen/0 1`` (the client
+    first, then the servers by name; "" when nothing was restarted)."""
+    names = sorted(counts, key=lambda n: (n != RESTART_CLIENT, n))
+    return ", ".join(f"{name} {counts[name]}" for name in names)
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .. import states
 from ..attempts import advance_attempt, load_attempt, publish_readiness
 from ..candidate import CandidateError, count_records
-from ..contracts import AttemptRecord, ResultManifest
+from ..contracts import RESTART_CLIENT, AttemptRecord, ResultManifest, restarts_text
 from ..errors import AgentError
 from ..layout import AttemptLayout
 from ..publish import complete_winner, publish_result
@@ -45,8 +45,9 @@ from .invocation import (
 )
 from .launch import ClientPaths, Site, client_launch
 from .preflight import Context, check_identity, run_preflight
-from .reasons import ended, step_failure
-from .serving import Services, fail_on_exit
+from .reasons import ended, log_cause, step_failure
+from .restarts import Budget, Failure, Verdict, classify, server_key, server_of
+from .serving import Services, exit_reason
 from .signals import Interrupted, SignalCoordinator
 from .slurmjob import JobIdentity
 from .steps import current_env, step_control
@@ -54,6 +55,7 @@ from .supervisor import URGENT_GRACE_S, Managed, Supervisor
 from .telemetry import Telemetry, from_env
 
 POLL_S = 0.2
+SIGNAL_SETTLE_S = 1.0  # before a restart: a signal to the whole job reaches the agent too
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,11 @@ class Allocation:
     sites: Dict[str, List[Site]] = field(default_factory=dict)
     manifest: Optional[ResultManifest] = None
     telemetry: Optional[Telemetry] = None  # serving samples and boot/shutdown times
+    budget: Budget = field(init=False)
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.signals, step_control(self.inv.plan.runtime))
+        self.budget = Budget(self.inv.plan.restarts_in_allocation)
         if self.ident is None:
             self.ident = slurmjob.current_identity(self.inv.plan.runtime.launcher)
 
@@ -110,7 +114,9 @@ class Allocation:
         return self.inv.plan.runtime.launcher == "srun"
 
     def readiness(self, state: str, **fields: object) -> None:
-        """Publish the next readiness revision."""
+        """Publish the next readiness revision (with the restarts so far, if any)."""
+        if self.budget.counts:
+            fields.setdefault("restarts", dict(self.budget.counts))
         publish_readiness(self.paths.readiness_json, self.inv.shard, self.inv.attempt,
                           self.execution, state, **fields)
 
@@ -142,7 +148,7 @@ class Allocation:
             record = self._begin(record)
             self.sites = run_preflight(self._context(record))
             self._serve()
-            self._run_client()
+            self._generate()
             shard = self.inv.plan.shard(self.inv.shard)
             self.manifest = publish_result(self.paths.output, self.paths.result_json,
                                            shard.index, self.inv.attempt, shard.num_records)
@@ -209,7 +215,48 @@ class Allocation:
             raise AllocationFailure("internal error: services used before the execution began")
         return self.services
 
-    def _run_client(self) -> None:
+    def _generate(self) -> None:
+        """Run the client to its end; restart what failed while a restart can cure it and
+        the run's bound allows (``restarts.classify``), else fail with the reason."""
+        while True:
+            ended = self._run_client()
+            if ended is None:
+                return
+            failure, reason = ended
+            verdict = classify(failure)
+            if not verdict.curable or not self.budget.allows():
+                if self.budget.used:
+                    reason += (f"; after {self.budget.used} restart(s) in the allocation "
+                               f"({restarts_text(self.budget.counts)})")
+                raise AllocationFailure(reason)
+            self._restart(verdict, reason)
+
+    def _restart(self, verdict: Verdict, reason: str) -> None:
+        """Restart the servers that ended (each ready again) and the client, visibly: a
+        readiness revision, a line in the agent's log, the counters in readiness."""
+        # a client ended by a signal may have got it before the agent did (scancel, a
+        # time limit): a moment for the agent's own to arrive, which ends this instead
+        time.sleep(SIGNAL_SETTLE_S)
+        self.signals.check()
+        self.budget.spend(verdict.restart)
+        what = ", ".join(verdict.restart)
+        _say(f"shard {self.inv.shard} attempt {self.inv.attempt}: restarting {what} "
+             f"(restart {self.budget.used} of {self.budget.bound} in this allocation): "
+             f"{verdict.why}: {reason}", 0)
+        endpoints = dict(self._services.endpoints)
+        self.readiness(states.READY_RESTARTING, endpoints=endpoints,
+                       reason=f"restarting {what}: {verdict.why}")
+        if self.client is not None:
+            self._stop_client_gracefully()  # it saves what it has (SIGUSR1)
+            self.supervisor.stop_one(self.client, self.inv.plan.runtime.grace_s)
+        for key in verdict.restart:
+            server = server_of(key)
+            if server is not None:
+                self._services.restart_server(*server)
+        self.readiness(states.READY, endpoints=endpoints, backends=self._services.backends())
+
+    def _run_client(self) -> Optional[Tuple[Failure, str]]:
+        """Run the client once: None when it succeeded, else what failed and the reason."""
         shard = self.inv.plan.shard(self.inv.shard)
         record = load_attempt(self.paths.attempt_json)
         source = record.resume_from if record is not None else None
@@ -220,22 +267,38 @@ class Allocation:
                             progress_json=str(self.paths.progress_json), shard=shard.index,
                             record_offset=shard.record_offset, num_records=shard.num_records)
         launch = client_launch(self.inv.plan, paths, self._services.endpoints, current_env())
-        client = self.supervisor.start("client", launch.argv, launch.env,
-                                       self.logs / "client.log", step=self.srun)
+        restarts = self.budget.counts.get(RESTART_CLIENT, 0)
+        log = self.logs / ("client.log" if not restarts else f"client.restart-{restarts}.log")
+        client = self.supervisor.start("client", launch.argv, launch.env, log, step=self.srun)
         self.client = client
-        servers = self._services.all_servers()
+        services = self._services
         while client.exit_code() is None:
             self.signals.check()
-            fail_on_exit(servers)  # cleanup stops the client first, then the servers
+            if services.ended_servers():  # the client is stopped before any restart
+                return self._server_ended(None, None, "")
             time.sleep(POLL_S)
         code = client.exit_code() or 0  # it has exited: the loop above waited
-        if code != 0:
-            self.signals.check()  # a signal that also reached the client is the cause
-            how = f"client {ended(code, srun=self.srun)}"
-            server = self._services.ended_server()  # a server that died first is the cause
-            if server is not None:
-                raise AllocationFailure(f"{server}; then the {how}")
-            raise AllocationFailure(step_failure(how, client.log_path))
+        if code == 0:
+            return None
+        self.signals.check()  # a signal that also reached the client is the cause
+        how = f"client {ended(code, srun=self.srun)}"
+        server = services.ended_server()  # a server that died first is the cause
+        if server is not None:
+            return self._server_ended(code, server, f"; then the {how}")
+        return (Failure(code, client_cause=log_cause(client.log_path)),
+                step_failure(how, client.log_path))
+
+    def _server_ended(self, code: Optional[int], reason: Optional[str],
+                      then: str) -> Tuple[Failure, str]:
+        """A server ended (``reason``: why, when already known) while or before the client
+        ``code`` ended (None: it still runs): the failure and its reason, server first."""
+        gone = self._services.ended_servers()
+        if not gone:  # it no longer answers, and its step has not ended: nothing to restart
+            return Failure(code, unrestartable=True), f"{reason}{then}"
+        alias, replica = gone[0]
+        child = self._services.servers[alias][replica]
+        return (Failure(code, tuple(server_key(a, r) for a, r in gone)),
+                f"{reason or exit_reason(child, child.exit_code() or 0)}{then}")
 
     # ------------------------------------------------------------------ signals
 

@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..contracts import BackendStatus, DeploymentSpec, Plan
 from .errors import AllocationFailure
@@ -83,7 +83,9 @@ class Services:
     agent_pyz: Path
     servers: Dict[str, List[Managed]] = field(default_factory=dict)
     urls: Dict[str, List[str]] = field(default_factory=dict)
+    sites: Dict[str, List[Site]] = field(default_factory=dict)
     endpoints: Dict[str, str] = field(default_factory=dict)
+    started: Dict[str, int] = field(default_factory=dict)  # step name -> starts so far
 
     def all_servers(self) -> List[Managed]:
         """Every server child, in start order."""
@@ -96,26 +98,51 @@ class Services:
                 self._start_server(dep, replica, site)
 
     def _start_server(self, dep: DeploymentSpec, replica: int, site: Site) -> None:
+        self.servers.setdefault(dep.alias, []).append(self._launch(dep, replica, site))
+        self.urls.setdefault(dep.alias, []).append(site.url)
+        self.sites.setdefault(dep.alias, []).append(site)
+
+    def _launch(self, dep: DeploymentSpec, replica: int, site: Site) -> Managed:
         try:
             launch = server_launch(self.plan, dep, replica, site,
                                    os.path.abspath(self.agent_pyz), current_env())
         except LaunchError as err:
             raise AllocationFailure(str(err)) from err
-        child = self.supervisor.start(launch.name, launch.argv, launch.env,
-                                      self.logs / f"{launch.name}.log",
+        starts = self.started.get(launch.name, 0)
+        self.started[launch.name] = starts + 1
+        log = self.logs / (f"{launch.name}.log" if not starts else
+                           f"{launch.name}.restart-{starts}.log")
+        child = self.supervisor.start(launch.name, launch.argv, launch.env, log,
                                       step=self.plan.runtime.launcher == "srun")
         child.ranks = dep.nodes_per_replica
-        self.servers.setdefault(dep.alias, []).append(child)
-        self.urls.setdefault(dep.alias, []).append(site.url)
+        return child
+
+    def ended_servers(self) -> List[Tuple[str, int]]:
+        """``(alias, replica)`` of every server step that has exited."""
+        return [(alias, replica) for alias, group in self.servers.items()
+                for replica, child in enumerate(group) if child.exit_code() is not None]
+
+    def restart_server(self, alias: str, replica: int) -> None:
+        """Start replica ``replica`` of ``alias`` again at its site (the old step stopped
+        first; its log is kept, the new one is ``NAME.restart-K.log``) and wait until it
+        answers its readiness probe again; AllocationFailure when it does not (as at
+        start-up: a restart does not cure a server that cannot start)."""
+        dep = self.plan.deployment(alias)
+        old = self.servers[alias][replica]
+        self.supervisor.stop_one(old, self.plan.runtime.grace_s)
+        self.servers[alias][replica] = self._launch(dep, replica, self.sites[alias][replica])
+        self._wait_ready(dep, [replica])
 
     def wait_ready(self) -> None:
         """Probe every replica until ready; fail at a deadline or on any server exit."""
         for dep in self.plan.deployments:
             self._wait_ready(dep)
 
-    def _wait_ready(self, dep: DeploymentSpec) -> None:
+    def _wait_ready(self, dep: DeploymentSpec, replicas: Optional[List[int]] = None) -> None:
         deadline = time.monotonic() + dep.startup_timeout_s
-        waiting = list(zip(self.servers[dep.alias], self.urls[dep.alias]))
+        waiting = [(c, u) for i, (c, u) in enumerate(zip(self.servers[dep.alias],
+                                                         self.urls[dep.alias]))
+                   if replicas is None or i in replicas]
         while waiting:
             self.signals.check()
             fail_on_exit(self.all_servers())

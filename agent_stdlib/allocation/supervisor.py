@@ -126,6 +126,22 @@ class Supervisor:
             self._kill([c for c in live if _alive(c)])
         return self._confirm()
 
+    def stop_one(self, child: Managed, grace_s: float) -> bool:
+        """Stop one child (its step and process group: SIGTERM, then SIGKILL after the
+        grace) before it is started again; True when its group is confirmed empty."""
+        if _alive(child):
+            self._terminate([child])
+            deadline = time.monotonic() + grace_s
+            while _alive(child) and time.monotonic() < self._cut(deadline):
+                time.sleep(POLL_S)
+            if _alive(child):
+                self._kill([child])
+        try:
+            child.process.wait(timeout=CONFIRM_S)
+        except subprocess.TimeoutExpired:
+            return False
+        return wait_group_gone(child.pid, CONFIRM_S)
+
     def all_gone(self) -> bool:
         """True when no supervised process group has a live member."""
         return not any(_alive(c) for c in self.children)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..clientenv import ClientEnv
-from ..contracts import ContractError, Plan
+from ..contracts import EXIT_CLIENT_CONFIG, ContractError, Plan
 from ..recipe.reuse import model_identity
 from ..recipe.seeds import SeedError
 from ..recipe.sizing import bounds
@@ -217,6 +217,9 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
                     spec.max_retries, spec.request_timeout_s, aliases, seeds, reuse,
                     {d.alias: model_identity(d) for d in plan.deployments})
     resumed = Resumed(shard.offset) if preview else shard.output.resume()
+    if resumed.next_index > shard.offset:  # a later execution, or a restarted client
+        print(f"generate: resuming after the {resumed.next_index - shard.offset} records "
+              "already in the output", file=sys.stderr, flush=True)
     shard.progress.start_at(resumed.records + resumed.dropped, resumed.dropped,
                             resumed.tokens)
     if recipe.skipped:
@@ -360,19 +363,25 @@ def main(argv: List[str]) -> int:
     data = read_json(args.plan)
     if data is None:
         print(f"generate: {args.plan}: missing", file=sys.stderr)
-        return 2
-    try:
+        return EXIT_CLIENT_CONFIG
+    try:  # the configuration: wrong here is wrong again after a restart
         plan = seed_data_at(Plan.from_dict(data), args.seed_data)
         recipe = compile_recipe(plan)
         contract = ClientEnv.from_environ(os.environ)
         endpoints = _endpoints(recipe, contract, args.preview is not None)
         shard = _shard_from_env(contract, args.preview)
         cells = reused_cells(args.reuse, shard.offset, shard.count)
+    except (RecipeError, SeedError, ContractError, KeyError, ValueError, OSError) as err:
+        print(f"generate: {err}", file=sys.stderr, flush=True)
+        return EXIT_CLIENT_CONFIG
+    try:
         written = run_shard(plan, endpoints, shard, stop, preview=args.preview is not None,
                             api_key=contract.api_key,
                             reuse=cells)
-    except (GenerateError, RecipeError, SeedError, ContractError, KeyError, ValueError,
-            OSError) as err:
+    except (RecipeError, SeedError, ContractError, KeyError, ValueError) as err:
+        print(f"generate: {err}", file=sys.stderr, flush=True)
+        return EXIT_CLIENT_CONFIG
+    except (GenerateError, OSError) as err:  # HTTP errors, a full disk: maybe not again
         print(f"generate: {err}", file=sys.stderr, flush=True)
         return 1
     if written < shard.count:

@@ -7,6 +7,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from synthbatch.agent_stdlib.states import TERMINAL
+from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs.cachestats import cache_line
 from synthbatch.control.runs.telemetry import shard_lines
@@ -229,6 +230,11 @@ def shard_text(detail: Dict[str, Any]) -> str:
              f"{row['job_id'] or '-'}"]
     if row.get("reason"):
         lines.append(f"reason: {row['reason']}")
+    if detail.get("restarts"):
+        # not at import: plain status does not load the wire contracts (their import cost)
+        from synthbatch.agent_stdlib.contracts import restarts_text
+
+        lines.append(f"restarts: {visible(restarts_text(detail['restarts']))}")
     lines.extend(filter(None, (cache_line(a, f) for a, f in (row.get("aliases") or {}).items())))
     lines.extend(shard_lines(detail.get("serving") or {}))  # issue 32
     if detail.get("log"):

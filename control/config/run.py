@@ -57,6 +57,15 @@ class Output(Strict):
     allow_partial: bool = False
 
 
+class Retries(Strict):
+    """``[retries]``: what the agent retries by itself."""
+
+    # restarts of a failed client step or of a server that crashed after it was ready,
+    # inside the same allocation, before the attempt is given up (docs/retry.md
+    # "Restarts inside the allocation"); 0 turns them off
+    in_allocation: int = Field(default=2, ge=0, le=20)
+
+
 class RunConfig(Strict):
     """A whole run as the user wrote it."""
 
@@ -71,6 +80,7 @@ class RunConfig(Strict):
     # attempts 2..max_attempts by a small CPU-only round job (docs/retry.md "Automatic
     # retries"); false: only `retry` run by hand
     auto_retry: bool = True
+    retries: Retries = Retries()
     resume: Literal["auto", "always", "never"] = "auto"
     output_format: Literal["jsonl"] = "jsonl"
     reuse: List[str] = Field(default_factory=list, max_length=32)  # run ids (issue 31)

@@ -360,6 +360,7 @@ def _plan(run: RunConfig, profile: Profile, run_id: str, config_dir: Path,
         resume=run.resume,
         output_format=run.output_format,
         agent_sha256=agent_sha256,
+        restarts_in_allocation=run.retries.in_allocation,
     )
 
 

@@ -38,7 +38,8 @@ def _run_file(tmp_path: Path, name: str, shards: int, per_shard: int, command: L
     run = tmp_path / "run.toml"
     run.write_text(
         f"schema_version = 1\nname = \"{name}\"\nmax_attempts = 3\n{extra}"
-        f"records = {shards * per_shard}\n[shards]\ncount = {shards}\n"
+        f"records = {shards * per_shard}\n[retries]\nin_allocation = 0\n"  # attempts fail
+        f"[shards]\ncount = {shards}\n"
         '[client]\nmodel = "tiny"\nprompt_template = "Describe item {index}."\n'
         "max_tokens = 8\ntemperature = 0.0\nconcurrency = 1\nmax_retries = 1\n"
         f'[[deployments]]\nalias = "tiny"\nmodel = "fake-{secrets.token_hex(4)}"\n'

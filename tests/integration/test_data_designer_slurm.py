@@ -78,6 +78,7 @@ def write_dd_run(tmp_path: Path, records: int, shards: int, latency: float = 0.0
     (tmp_path / "run.toml").write_text(
         # auto_retry off: failures are retried by hand in these tests
         f'schema_version = 1\nname = "dd"\nauto_retry = false\nrecords = {records}\n'
+        "[retries]\nin_allocation = 0\n"  # a server crash fails the attempt
         f'[shards]\ncount = {shards}\n'
         '[client]\ndata_designer = "{config_dir}/dataset.yaml"\n'
         f'python = "{dd_python()}"\n'

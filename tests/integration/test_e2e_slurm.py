@@ -131,4 +131,9 @@ def test_a_client_failing_on_http_errors_shows_the_cause_in_status(slurm_cluster
     shard = CliRunner().invoke(cli, ["status", run_id, "--profile", str(profile),
                                      "--shard", "0"])
     assert shard.exit_code == 0 and f"reason: {reason}" in shard.stdout, shard.stdout
-    assert "client.log (last " in shard.stdout and "generate: records 0..19" in shard.stdout
+    # HTTP 500 from a live server: the client was restarted in the allocation ([retries]
+    # in_allocation = 2), and the reason names the last client's log
+    assert "client.restart-2.log (last " in shard.stdout, shard.stdout
+    assert "generate: records 0..19" in shard.stdout
+    assert "restarts: client 2" in shard.stdout
+    assert "after 2 restart(s) in the allocation (client 2)" in reason

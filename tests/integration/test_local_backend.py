@@ -48,7 +48,8 @@ def write_run(tmp_path: Path, records: int, shards: int, command: List[str], nam
     path.write_text(  # auto_retry off unless asked: most tests retry by hand
         f'schema_version = 1\nname = "{name}"\nmax_attempts = 3\nresume = "auto"\n'
         f"auto_retry = {str(auto_retry).lower()}\n"
-        f"records = {records}\n[shards]\ncount = {shards}\n"
+        f"records = {records}\n[retries]\nin_allocation = 0\n"  # crashes fail the attempt
+        f"[shards]\ncount = {shards}\n"
         '[client]\nmodel = "tiny"\nprompt_template = "Describe item {index}."\n'
         f"max_tokens = {max_tokens}\ntemperature = 0.0\nconcurrency = {concurrency}\n"
         'max_retries = 1\n[[deployments]]\nalias = "tiny"\n'

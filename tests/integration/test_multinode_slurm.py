@@ -233,7 +233,8 @@ def test_a_leader_killed_while_generating_is_named_not_the_client(
 def test_a_leader_that_exits_ends_the_replica_and_fails_the_attempt_naming_it(
         slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, launched):
     model = f"fake-{secrets.token_hex(4)}"
-    plan = plan_of(tmp_path, python_exe, [big(model, "--exit-after", "3")])
+    plan = plan_of(tmp_path, python_exe, [big(model, "--exit-after", "3")]).replace(
+        restarts_in_allocation=0)  # the attempt fails at the first end, not after restarts
     job = start(slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, plan, model, launched)
     job.wait_done(timeout=120)
     attempt = assert_stopped_and_clean(job, "failed")

@@ -54,7 +54,8 @@ def _files(tmp_path: Path, python: str, model: str) -> Tuple[Path, Path, Path]:
     run.write_text(
         "schema_version = 1\nname = \"retry\"\nmax_attempts = 3\nresume = \"auto\"\n"
         "auto_retry = false\n"  # retried by hand here; test_autoretry_slurm: by the rounds
-        f"records = {SHARDS * PER_SHARD}\n[shards]\ncount = {SHARDS}\n"
+        f"records = {SHARDS * PER_SHARD}\n[retries]\nin_allocation = 0\n"  # attempts fail
+        f"[shards]\ncount = {SHARDS}\n"
         '[client]\nmodel = "tiny"\nprompt_template = "Describe item {index}."\n'
         "max_tokens = 12\ntemperature = 0.0\nconcurrency = 2\nmax_retries = 1\n"
         f'[[deployments]]\nalias = "tiny"\nmodel = "{model}"\n'

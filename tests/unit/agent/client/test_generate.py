@@ -21,7 +21,7 @@ import pytest
 from fixtures.fake_openai_server import RunningServer, serve_in_thread
 from synthbatch.agent_stdlib.candidate import build_manifest
 from synthbatch.agent_stdlib.client.records import GenerateError
-from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec
+from synthbatch.agent_stdlib.contracts import EXIT_CLIENT_CONFIG, ColumnSpec, Plan, SeedDataSpec
 from tests.agent_runs import QA_COLUMNS, logged, produce, recipe_plan, records
 from tests.conftest import REPO
 
@@ -299,7 +299,7 @@ def test_the_seed_data_is_read_where_the_agent_says(tmp_path: Path) -> None:
            "SYNTHBATCH_ENDPOINTS": "{}"}
     proc = start_role(plan, tmp_path, env, "--preview", "2")
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1 and b"host-only/topics.jsonl" in err
+    assert proc.returncode == EXIT_CLIENT_CONFIG and b"host-only/topics.jsonl" in err
     proc = start_role(plan, tmp_path, env, "--preview", "2", "--seed-data", real.path)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err

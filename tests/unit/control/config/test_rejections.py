@@ -79,6 +79,8 @@ def put(path: List[Any], value: Any) -> Callable[[Data], None]:
 CASES = [
     # unknown keys
     Case("unknown-top", "recrods", put(["recrods"], 3)),
+    Case("unknown-retries", "retries.in_allocaton", put(["retries", "in_allocaton"], 1)),
+    Case("negative-restarts", "retries.in_allocation", put(["retries", "in_allocation"], -1)),
     Case("unknown-deployment", "deployments[0].gpu", lambda d: dep(d, gpu=1)),
     Case("unknown-profile", "partitions", profile=put(["partitions"], "x"), blame="profile"),
     Case("unknown-container", "container.runtim", profile=put(["container", "runtim"], "x"),
