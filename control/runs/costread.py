@@ -60,6 +60,9 @@ def _winner(layout: RunLayout, shard: int) -> Any:
     return load_winner(layout, shard)
 
 
+LIVE_SHARDS = 2000  # above: a running run's per-record cost figures wait for its end
+
+
 def attempt_uses(layout: RunLayout, shards: int) -> Tuple[List[AttemptUse], List[str]]:
     """Every attempt of the run's ``shards`` shards, and notes on what could not be read."""
     uses: List[AttemptUse] = []
@@ -128,15 +131,26 @@ def cached(layout: RunLayout, job_ids: Sequence[str]) -> Optional[Figures]:
 
 def run_cost(layout: RunLayout, rows: Optional[Sequence[JobUsage]], job_ids: Sequence[str],
              price: Optional[float], currency: str = "$", keep: bool = False,
-             gpu_hours_from: Optional[str] = None) -> Dict[str, Any]:
+             gpu_hours_from: Optional[str] = None,
+             facts: Optional[Tuple[int, Optional[str], Dict[str, int]]] = None
+             ) -> Dict[str, Any]:
     """The run's priced figures (``report``); ``rows``: accounting's rows of ``job_ids``
     (None: no accounting); ``keep``: the run is over and accounting has every job, so the
-    figures are kept in ``cost.json``."""
+    figures are kept in ``cost.json``; ``facts``: ``_plan_facts`` if already read.
+
+    A run of more than ``LIVE_SHARDS`` shards that is not over gets its GPU-hours and cost
+    so far only: its attempts' records are read once, when it is over (a refresh of a
+    100,000-shard run must not open every attempt's files)."""
     found = cached(layout, job_ids)
     notes: List[str] = []
     if found is None:
-        shards, _, gpus = _plan_facts(layout)
-        uses, notes = attempt_uses(layout, shards)
+        shards, _, gpus = facts or _plan_facts(layout)
+        if not keep and shards > LIVE_SHARDS:
+            uses, notes = [], [f"cost: per-1,000-record figures and the time of failed "
+                               f"attempts are counted once the run is over ({shards} "
+                               f"shards are not read on every refresh)"]
+        else:
+            uses, notes = attempt_uses(layout, shards)
         found = figures(uses, rows, gpus)
         if keep and not notes:
             try:
@@ -175,9 +189,10 @@ def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str
     pricing = _pricing(profile_path)
     keep = final and (bool(used.get("complete")) if "rows" in used else rows is not None)
     try:
-        price = pricing.price(_plan_facts(layout)[1]) if pricing is not None else None
+        facts = _plan_facts(layout)
+        price = pricing.price(facts[1]) if pricing is not None else None
         return run_cost(layout, rows, job_ids, price, pricing.currency if pricing else "$",
-                        keep=keep, gpu_hours_from=source)
+                        keep=keep, gpu_hours_from=source, facts=facts)
     except (StateError, OSError) as err:  # a damaged plan: status names it; no figures
         return {"gpu_hours": None, "cost": None, "notes": [f"cost: {err}"]}
 

@@ -241,3 +241,22 @@ def test_a_damaged_plan_leaves_the_figures_out_and_says_why(tmp_path: Path) -> N
                        None, lambda: None)
     assert cost["gpu_hours"] is None and cost["notes"][0].startswith("cost: ")
     assert "\n" not in cost["notes"][0]
+
+
+def test_a_large_running_run_is_priced_without_reading_every_attempt(
+        tmp_path: Path, monkeypatch) -> None:
+    """Above LIVE_SHARDS shards a refresh of a running run opens no attempt file: GPU-hours
+    and cost so far from accounting, per-1,000 figures once the run is over."""
+    from synthbatch.control.runs import costread
+
+    layout = make_run(tmp_path / "ws", [Shard("winner"), Shard("failed")])
+    monkeypatch.setattr(costread, "LIVE_SHARDS", 1)
+    monkeypatch.setattr(costread, "attempt_uses", lambda *a: pytest.fail("read attempts"))
+    rows = [JobUsage("500_0", 3600, 1), JobUsage("500_1", 1800, 1)]
+    live = run_cost(layout, rows, ["500"], 2.0)
+    assert (live["gpu_hours"], live["cost"], live["per_1000_records"]["cost"]) == \
+        (1.5, 3.0, None)
+    assert "once the run is over" in live["notes"][0]
+    monkeypatch.undo()
+    over = run_cost(layout, rows, ["500"], 2.0, keep=True)
+    assert over["per_1000_records"]["cost"] == 300.0
