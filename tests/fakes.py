@@ -680,6 +680,8 @@ def run_agent(layout: RunLayout, job: str, task: int, script: str, restarts: int
             return []
 
     controller.run_preflight = lambda ctx: {}  # type: ignore[assignment]
+    # no sampling thread: its timed writes would make the run's write steps vary
+    controller.from_env = lambda path: controller.Telemetry(path, 0.0)  # type: ignore
     controller.Services = Services  # type: ignore[assignment,misc]
     controller.Supervisor = Supervisor  # type: ignore[assignment,misc]
     controller.fail_on_exit = lambda servers: None  # type: ignore[assignment]
