@@ -470,8 +470,9 @@ def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileR
                  lines: int = 20) -> Dict[str, Any]:
     """One shard as ``status`` sees it, its whole reason, and the last ``lines`` lines of
     the log to read (the one its failure names, else its latest client or Slurm log):
-    ``{"run_id", "shard": row, "log": path or None, "log_tail": [lines], "restarts":
-    {"client": 1, "server gen/0": 1}}`` (restarts inside its latest allocation)."""
+    ``{"run_id", "shard": row, "log": path or None, "max_attempts", "log_tail": [lines],
+    "restarts": {"client": 1, "server gen/0": 1}}`` (restarts inside its latest
+    allocation)."""
     from synthbatch.control.errors import NotFound
     from synthbatch.control.runs.logs import locate, tail_lines
     from synthbatch.control.runs.restarts import restart_counts
@@ -491,6 +492,7 @@ def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileR
 
     _, layout = _run(data["run_id"], profile)
     return {"run_id": data["run_id"], "shard": row, "log": log,
+            "max_attempts": data.get("max_attempts"),  # "attempt 2 of 3" (issue 34)
             "log_tail": tail_lines(Path(log), lines) if log else [],
             "serving": shard_serving(layout, shard, row.get("attempt"), time.time()),
             "restarts": restart_counts(run_dir(data["run_id"], profile), shard,

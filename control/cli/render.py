@@ -226,8 +226,9 @@ def shard_text(detail: Dict[str, Any]) -> str:
     """``status --shard N``: the shard's row, its whole reason, and its log's last lines."""
     row = detail["shard"]
     lines = [f"run {detail['run_id']} shard {row['index']}: {row['state']}  records "
-             f"{row['records_done']}/{row['records']}  attempt {row['attempt']}  job "
-             f"{row['job_id'] or '-'}"]
+             f"{row['records_done']}/{row['records']}  attempt {row['attempt']}"
+             f"{' of ' + str(detail['max_attempts']) if detail.get('max_attempts') else ''}"
+             f"  job {row['job_id'] or '-'}"]
     if row.get("reason"):
         lines.append(f"reason: {row['reason']}")
     if detail.get("restarts"):

@@ -285,3 +285,14 @@ def test_status_shows_the_serving_flags() -> None:
     assert "  serving: judge: 2 replicas, 4% busy, 0 waiting — over-provisioned" in lines
     assert not any("serving:" in line for line in status_text(data_with(["running"]))
                    .splitlines())
+
+
+def test_a_shard_shows_its_attempt_of_the_budget() -> None:
+    """status --shard N says "attempt 2 of 3", like the run's shard table (issue 34)."""
+    from synthbatch.control.cli.render import shard_text
+
+    row = {"index": 4, "state": "running", "records_done": 3, "records": 10, "attempt": 2,
+           "job_id": "77_4"}
+    assert "attempt 2 of 3  job 77_4" in shard_text({"run_id": "r", "shard": row,
+                                                      "log": None, "max_attempts": 3})
+    assert "attempt 2  job 77_4" in shard_text({"run_id": "r", "shard": row, "log": None})
