@@ -108,9 +108,9 @@ def _parquet_and_card(tmp_path: Path, run_id: str, profile: Path,
 
 def as_parquet(record: dict) -> dict:
     """A JSONL record as Parquet reads it back: a field the record omits is null there
-    (the optional ``answer.steps``; a cell's ``reused_from`` and ``retries``)."""
+    (the optional ``answer.steps``; a cell's ``reused_from``, ``retries``, ``language``)."""
     meta = record["_meta"]
-    cells = {name: {"reused_from": None, "retries": None, **cell}
+    cells = {name: {"reused_from": None, "retries": None, "language": None, **cell}
              for name, cell in meta["columns"].items()}
     return {**record, "answer": {"steps": None, **record["answer"]},
             "_meta": {**meta, "columns": cells}}

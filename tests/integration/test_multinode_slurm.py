@@ -195,7 +195,8 @@ def kill_engine(job: Job, model: str, rank: int) -> int:
 def test_a_follower_that_dies_ends_the_replica_and_fails_the_attempt_naming_it(
         slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, launched):
     model = f"fake-{secrets.token_hex(4)}"
-    plan = plan_of(tmp_path, python_exe, [big(model)], records=400)  # runs >= 30 s
+    plan = plan_of(tmp_path, python_exe, [big(model)], records=400).replace(
+        restarts_in_allocation=0)  # runs >= 30 s; the attempt fails, no restart
     job = start(slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, plan, model, launched)
     leader = kill_engine(job, model, 1)  # a crashed rank (OOM, segfault)
     attempt = assert_stopped_and_clean(job, "failed")
@@ -218,7 +219,8 @@ def test_a_leader_killed_while_generating_is_named_not_the_client(
     model = f"fake-{secrets.token_hex(4)}"
     client = {"model": "big", "max_tokens": 8, "prompt_template": "Tell me about {index}.",
               "concurrency": 3, "temperature": 0.0, "max_retries": 0}
-    plan = plan_of(tmp_path, python_exe, [big(model)], client=client, records=400)
+    plan = plan_of(tmp_path, python_exe, [big(model)], client=client, records=400).replace(
+        restarts_in_allocation=0)  # the attempt fails, no restart
     job = start(slurm_cluster_multinode, tmp_path, agent_pyz, python_exe, plan, model, launched)
     kill_engine(job, model, 0)
     attempt = assert_stopped_and_clean(job, "failed")
