@@ -118,7 +118,7 @@ def test_three_shards_run_locally_and_merge_exactly(tmp_path, python_exe):
 
 def test_the_supervisor_retries_and_merges_by_itself(tmp_path, python_exe):
     """Issue 34 on the local backend: no command but ``wait`` after ``submit``."""
-    shards, per_shard = 3, 6
+    shards, per_shard = 3, 8  # 8: attempt 2 resumes 3 and crashes at 6, attempt 3 ends it
     state = tmp_path / "server-state"
     state.mkdir()
     profile = write_local_profile(tmp_path, python_exe,
