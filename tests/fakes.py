@@ -916,3 +916,30 @@ def plan_json(path: Path, profile: Path) -> Dict[str, object]:
     result = invoke("plan", str(path), "--profile", str(profile), "--json")
     return {"code": result.exit_code, **json.loads(result.stdout),
             "stderr": result.stderr}
+
+
+class RoundQueue:
+    """A scheduler double for the automatic rounds: ``submit_job`` numbers jobs; ``queue``
+    says which still wait."""
+
+    def __init__(self) -> None:
+        self.submitted: List[List[str]] = []
+        self.alive: set = set()
+
+    def submit_job(self, argv: Sequence[str]) -> str:
+        self.submitted.append(list(argv))
+        job = str(700 + len(self.submitted))
+        self.alive.add(job)
+        return job
+
+    def queue(self, job_ids: Sequence[str]) -> list:
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(state="PENDING") for j in job_ids if j in self.alive]
+
+
+def round_profile(tmp_path: Path) -> Any:
+    """The profile fields a round reads: its workspace, no partition or account."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(workspace=str(tmp_path), partition=None, account=None)

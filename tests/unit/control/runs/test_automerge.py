@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List
 
 import pytest
 
@@ -18,28 +18,7 @@ from synthbatch.control.errors import InvalidInput
 from synthbatch.control.runs import automerge, autoretry, autoround
 from synthbatch.control.runs.listing import list_runs
 from synthbatch.control.runs.merge import verify_jsonl
-from tests.fakes import Shard, make_run
-
-
-class Queue:
-    """A scheduler double: ``submit_job`` numbers jobs; ``queue`` says which still wait."""
-
-    def __init__(self) -> None:
-        self.submitted: List[List[str]] = []
-        self.alive: set = set()
-
-    def submit_job(self, argv: Sequence[str]) -> str:
-        self.submitted.append(list(argv))
-        job = str(700 + len(self.submitted))
-        self.alive.add(job)
-        return job
-
-    def queue(self, job_ids: Sequence[str]) -> list:
-        return [SimpleNamespace(state="PENDING") for j in job_ids if j in self.alive]
-
-
-def _profile(tmp_path: Path) -> SimpleNamespace:
-    return SimpleNamespace(workspace=str(tmp_path), partition=None, account=None)
+from tests.fakes import RoundQueue, Shard, make_run, round_profile
 
 
 def test_automatic_retries_are_on_by_default() -> None:
@@ -100,8 +79,8 @@ def _round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, states: List[tuple],
     monkeypatch.setattr(autoround, "load_plan", lambda _: SimpleNamespace(
         max_attempts=3, run_id="r"))
     monkeypatch.setattr(autoround, "retry_run", retry_run)
-    q = Queue()
-    decision = autoround.run_round(layout, _profile(tmp_path), q)
+    q = RoundQueue()
+    decision = autoround.run_round(layout, round_profile(tmp_path), q)
     return layout, q, decision, retried
 
 

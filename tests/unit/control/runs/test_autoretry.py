@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
-from typing import List, Sequence
+from typing import List
 
 import pytest
 
@@ -13,7 +12,7 @@ from synthbatch.control.runs import autoretry
 from synthbatch.control.runs.autoretry import ShardNow, decide, render_script, sbatch_argv, story
 from synthbatch.control.runs.cancel import cancel_run
 from synthbatch.control.slurm.scheduler import Scheduler
-from tests.fakes import FakeSlurm, Shard, make_run
+from tests.fakes import FakeSlurm, RoundQueue, Shard, make_run, round_profile
 
 S, F, C, R = "succeeded", "failed", "cancelled", "running"
 
@@ -70,39 +69,18 @@ def test_the_round_job_is_cpu_only_small_and_after_the_jobs(tmp_path: Path) -> N
     assert argv[-1] == str(tmp_path / "round.sbatch")
 
 
-class Queue:
-    """A scheduler double: ``submit_job`` numbers jobs; ``queue`` says which still wait."""
-
-    def __init__(self) -> None:
-        self.submitted: List[List[str]] = []
-        self.alive: set = set()
-
-    def submit_job(self, argv: Sequence[str]) -> str:
-        self.submitted.append(list(argv))
-        job = str(700 + len(self.submitted))
-        self.alive.add(job)
-        return job
-
-    def queue(self, job_ids: Sequence[str]) -> list:
-        return [SimpleNamespace(state="PENDING") for j in job_ids if j in self.alive]
-
-
-def _profile(tmp_path: Path) -> SimpleNamespace:
-    return SimpleNamespace(workspace=str(tmp_path), partition=None, account=None)
-
-
 def test_never_more_than_one_round_job_per_run(tmp_path: Path) -> None:
     layout = make_run(tmp_path, [Shard("running")])
-    q = Queue()
-    first = autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["500"], 1)
+    q = RoundQueue()
+    first = autoretry.submit_round(layout, round_profile(tmp_path), q, "r", ["500"], 1)
     assert first == "701"
     # a manual round (or a second one racing) while 701 is still queued adds nothing
-    assert autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["500"], 2) is None
+    assert autoretry.submit_round(layout, round_profile(tmp_path), q, "r", ["500"], 2) is None
     # the round job itself submits its successor
-    assert autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["800"], 2,
+    assert autoretry.submit_round(layout, round_profile(tmp_path), q, "r", ["800"], 2,
                                   own_job="701") == "702"
     q.alive.clear()
-    assert autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["900"], 3) == "703"
+    assert autoretry.submit_round(layout, round_profile(tmp_path), q, "r", ["900"], 3) == "703"
     assert len(q.submitted) == 3
     assert autoretry.load_pending(layout)["job_id"] == "703"
 
@@ -137,16 +115,16 @@ def test_submit_starts_one_round_after_the_arrays_unless_turned_off(tmp_path: Pa
     from synthbatch.control.runs.autoround import start
 
     layout = make_run(tmp_path, [Shard("submitted")])
-    q = Queue()
+    q = RoundQueue()
     off = settings(False, 3, None, "jsonl", False)
-    assert start(layout, _profile(tmp_path), q, "r", ["500"], off) is None
+    assert start(layout, round_profile(tmp_path), q, "r", ["500"], off) is None
     one = settings(True, 1, None, "jsonl", False)  # one attempt and no merge: no round job
-    assert start(layout, _profile(tmp_path), q, "r", ["500"], one) is None
+    assert start(layout, round_profile(tmp_path), q, "r", ["500"], one) is None
     assert q.submitted == []
     on = settings(True, 3, None, "jsonl", False)
-    assert start(layout, _profile(tmp_path), q, "r", ["500"], on) == "701"
+    assert start(layout, round_profile(tmp_path), q, "r", ["500"], on) == "701"
     assert "--dependency=afterany:500" in q.submitted[0]
-    assert start(layout, _profile(tmp_path), q, "r", ["500"], on) is None
+    assert start(layout, round_profile(tmp_path), q, "r", ["500"], on) is None
     assert len(q.submitted) == 1
 
 
@@ -155,19 +133,19 @@ def test_one_attempt_with_a_merge_still_gets_a_round(tmp_path: Path) -> None:
     from synthbatch.control.runs.autoround import start
 
     layout = make_run(tmp_path, [Shard("submitted")])
-    q = Queue()
+    q = RoundQueue()
     merging = settings(False, 1, tmp_path / "out.jsonl", "jsonl", False)
-    assert start(layout, _profile(tmp_path), q, "r", ["500"], merging) == "701"
+    assert start(layout, round_profile(tmp_path), q, "r", ["500"], merging) == "701"
 
 
 def test_status_shows_the_pending_round_and_wait_keeps_waiting(tmp_path: Path) -> None:
     from synthbatch.control.runs.watch import finished
 
     layout = make_run(tmp_path, [Shard("failed")])
-    q = Queue()
+    q = RoundQueue()
     rows = lambda: [{"index": 0, "state": "running", "attempt": 2}]  # noqa: E731
     assert autoretry.round_now(layout, q, rows, lambda: 3) is None
-    autoretry.submit_round(layout, _profile(tmp_path), q, "r", ["500"], 1)
+    autoretry.submit_round(layout, round_profile(tmp_path), q, "r", ["500"], 1)
     shown = autoretry.round_now(layout, q, rows, lambda: 3)
     assert shown == {"job_id": "701", "round": 1, "action": "retry",
                      "story": "retrying (attempt 2 of 3)"}
