@@ -356,10 +356,11 @@ class Engine:
             if kind == "4xx" or attempts > self.max_retries:
                 raise CellFailure(column.name, f"{value} (attempt {attempts} of "
                                                f"{self.max_retries + 1})")
+            change: Dict[str, Any] = {}
             if kind == "invalid_output" and column.kind in RETRIED_KINDS:
                 body, change = self._retry_body(column, index, body, attempts, finish)
                 payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
-                changes.append(dict(change, attempt=attempts + 1))
+            changes.append(dict(change, attempt=attempts + 1, after=kind))
             await asyncio.sleep(backoff(attempts))
 
     def _retry_body(self, column: Column, index: int, body: Dict[str, Any],

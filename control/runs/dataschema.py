@@ -31,8 +31,9 @@ META_CELL = (("model", pa.string()), ("served_model", pa.string()),
              ("latency_ms", pa.float64()), ("request_digest", pa.string()),
              ("reused_from", pa.string()),
              ("language", pa.string()),  # an llm-code cell's fenced block
-             # what each retry of an invalid answer changed (docs/generator.md)
-             ("retries", pa.list_(pa.struct([("attempt", pa.int64()), ("seed", pa.int64()),
+             # each retry: after which error, and what it changed (docs/generator.md)
+             ("retries", pa.list_(pa.struct([("attempt", pa.int64()), ("after", pa.string()),
+                                             ("seed", pa.int64()),
                                              ("max_tokens", pa.int64()),
                                              ("temperature", pa.float64())]))))
 LEGACY = (("index", pa.int64()), ("prompt", pa.string()), ("completion", pa.string()),

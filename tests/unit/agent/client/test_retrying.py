@@ -56,7 +56,8 @@ def test_judge_retries_are_never_byte_identical_and_say_what_changed(
     for cell in retried:
         assert len(cell["retries"]) == cell["attempts"] - 1
         first = cell["retries"][0]
-        assert first["attempt"] == 2 and isinstance(first["seed"], int)
+        assert first["attempt"] == 2 and first["after"] == "invalid_output"
+        assert isinstance(first["seed"], int)
         assert first["max_tokens"] == 12 and first["temperature"] == RETRY_TEMPERATURE
     by_prompt = {}
     for entry in logged(log):
