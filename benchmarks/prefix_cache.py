@@ -119,8 +119,9 @@ def seed_file(path: Path, rows: int) -> SeedDataSpec:
 
 def plan_file(path: Path, workload: str, after: bool, records: int, seeds: SeedDataSpec,
               concurrency: int) -> None:
-    """Write the plan of one side (``context`` and ``reuse`` left out when unset: an
-    older ``before`` tree has no such fields)."""
+    """Write the plan of one side. Fields left at their default are left out (the
+    client's ``context`` and ``reuse`` when empty, the plan's ``restarts_in_allocation``
+    when 0): an older ``before`` tree has no such fields."""
     columns, client = WORKLOADS[workload](after)
     plan: Plan = recipe_plan(columns, records=records, concurrency=concurrency,
                              seed_data=seeds if workload == "grounded" else None,
@@ -130,6 +131,8 @@ def plan_file(path: Path, workload: str, after: bool, records: int, seeds: SeedD
     for key in ("context", "reuse"):
         if not data["client"].get(key):
             data["client"].pop(key, None)
+    if not data.get("restarts_in_allocation"):
+        data.pop("restarts_in_allocation", None)
     path.write_text(json.dumps(data))
 
 
