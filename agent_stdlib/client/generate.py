@@ -52,6 +52,7 @@ from .recipe import Recipe, RecipeError, compile_recipe
 from .records import Alias, Engine, GenerateError, Outcome
 from .reuse import Cells, run_files
 from .seeds import SeedRows
+from .wholereuse import eligible, provable, seed_tag, write_inputs
 
 ABANDON_AFTER_S = 0.5  # how long a stopped client lets its cancelled requests end
 EXIT_PARTIAL = 75  # stopped by a signal; the records written so far are complete and kept
@@ -217,6 +218,12 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
                     spec.max_retries, spec.request_timeout_s, aliases, seeds, reuse,
                     {d.alias: model_identity(d) for d in plan.deployments})
     resumed = Resumed(shard.offset) if preview else shard.output.resume()
+    if not preview:  # what the records are made from, for a later run's reuse (issue 31)
+        tag = seed_tag(spec.seed_data)
+        write_inputs(shard.output.records_path, tag, resumed.next_index > shard.offset,
+                     shard.kept.files)
+        if reuse is not None and eligible(plan):
+            engine.whole_tag = tag
     if resumed.next_index > shard.offset:  # a later execution, or a restarted client
         print(f"generate: resuming after the {resumed.next_index - shard.offset} records "
               "already in the output", file=sys.stderr, flush=True)
@@ -317,20 +324,36 @@ def _shard_from_env(contract: ClientEnv, count: Optional[int]) -> Shard:
     return Shard(offset, count, Output(folder, offset), Progress(progress, count), kept)
 
 
-def reused_cells(sources: List[str], first: int, count: int) -> Optional[Cells]:
+def add_reused(cells: Cells, run_id: str, folder: Path, first: int, count: int,
+               plan: Optional[Plan]) -> bool:
+    """Add the run at ``folder`` to ``cells`` for records ``first..first+count-1``, its
+    records taken whole where ``plan`` (this run's, None: never) proves them the same;
+    whether it does (``wholereuse``)."""
+    same = plan is not None and eligible(plan) and provable(plan, folder)
+    cells.add_run(run_id, run_files(folder, first, count), first, count, same)
+    return same
+
+
+def reused_cells(sources: List[str], first: int, count: int,
+                 plan: Optional[Plan] = None) -> Optional[Cells]:
     """The cells of ``RUN_ID=DIR`` runs for records ``first..first+count-1`` (None: no
-    reuse); ValueError names a source that is malformed or not a run directory."""
+    reuse), and their records that may be taken whole when ``plan`` (this run's) has the
+    same recipe (``wholereuse.provable``); ValueError names a source that is malformed or
+    not a run directory."""
     if not sources:
         return None
     cells = Cells()
+    whole = []
     for source in sources:
         run_id, _, folder = source.partition("=")
         if not run_id or not folder or not (Path(folder) / "run.json").is_file():
             raise ValueError(f"--reuse {source}: not RUN_ID=DIR of a run directory")
-        cells.add_run(run_id, run_files(Path(folder), first, count), first, count)
+        if add_reused(cells, run_id, Path(folder), first, count, plan):
+            whole.append(run_id)
     print(f"generate: reuse: {len(cells.cells)} cells from {len(sources)} run(s)"
-          + (f", {cells.damaged} damaged lines skipped" if cells.damaged else ""),
-          file=sys.stderr, flush=True)
+          + (f", {cells.damaged} damaged lines skipped" if cells.damaged else "")
+          + (f"; records of {', '.join(whole)} taken whole where the seed data is the same"
+             if whole else ""), file=sys.stderr, flush=True)
     for problem in cells.problems:
         print(f"generate: reuse: {visible(problem)}", file=sys.stderr, flush=True)
     return cells
@@ -370,7 +393,7 @@ def main(argv: List[str]) -> int:
         contract = ClientEnv.from_environ(os.environ)
         endpoints = _endpoints(recipe, contract, args.preview is not None)
         shard = _shard_from_env(contract, args.preview)
-        cells = reused_cells(args.reuse, shard.offset, shard.count)
+        cells = reused_cells(args.reuse, shard.offset, shard.count, plan)
     except (RecipeError, SeedError, ContractError, KeyError, ValueError, OSError) as err:
         print(f"generate: {err}", file=sys.stderr, flush=True)
         return EXIT_CLIENT_CONFIG

@@ -8,6 +8,11 @@ kept one takes that value instead of asking a model; its ``_meta`` says
 cell that was itself reused (a chain) carries its digest along. Damaged lines are
 skipped and counted per file, and a file that cannot be read is named and skipped (its
 cells are then generated): never fatal.
+
+Records that may be taken whole (``wholereuse``: the caller proved the run's recipe the
+same, ``whole=True``) are kept as they were read too, with their file's seed tag, for
+:meth:`Cells.whole`: the first reused run that gives any cell of an index is the only one
+whose record of that index may be.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..layout import ATTEMPTS, attempt_number, attempt_path, shard_name
 from ..statefile import StateError, read_json
+from .wholereuse import inputs_path, read_tag, record_line
 
 Cell = Tuple[str, Any, Dict[str, Any]]  # request digest, value, meta
 
@@ -31,11 +37,18 @@ class Cells:
         self.damaged = 0  # lines that were no record
         self.problems: List[str] = []  # one line per damaged or unreadable file
         self.reused = 0  # cells handed out
+        self.copied = 0  # records taken whole
+        self.records: Dict[int, Tuple[str, Dict[str, Any], str]] = {}  # run, record, tag
+        self._seen: Set[int] = set()  # indexes some run gave a cell of
+        self._tag: Optional[str] = None  # the seed tag of the file being read (whole)
 
-    def add_run(self, run_id: str, files: Iterable[Path], first: int, count: int) -> None:
-        """Keep the cells of records ``first .. first+count-1`` of ``files`` (a run)."""
+    def add_run(self, run_id: str, files: Iterable[Path], first: int, count: int,
+                whole: bool = False) -> None:
+        """Keep the cells of records ``first .. first+count-1`` of ``files`` (a run);
+        ``whole``: its records too (its recipe is proven the same, ``wholereuse``)."""
         for path in files:
             damaged = 0
+            self._tag = read_tag(inputs_path(path)) if whole else None
             try:
                 with open(path, "rb") as handle:
                     handle.seek(start_of(handle, first))
@@ -67,13 +80,29 @@ class Cells:
         if not low <= index < high or not isinstance(columns, dict) or \
                 record.get("_error") is not None:
             return index
+        if self._tag is not None and index not in self._seen:
+            self.records.setdefault(index, (run_id, record, self._tag))
         for name, meta in columns.items():
             digest = meta.get("request_digest") if isinstance(meta, dict) else None
             if isinstance(digest, str) and name in record:
                 kept = dict(meta)
                 kept.setdefault("reused_from", run_id)
                 self.cells.setdefault((index, name), (digest, record[name], kept))
+                self._seen.add(index)
         return index
+
+    def whole(self, index: int, tag: str, llm: Sequence[str],
+              tail: Sequence[str]) -> Optional[bytes]:
+        """Record ``index`` taken whole (``wholereuse.record_line``) when its file's seed
+        tag is ``tag``; None: the per-cell path."""
+        kept = self.records.pop(index, None)
+        if kept is None or kept[2] != tag:
+            return None
+        line = record_line(kept[1], index, kept[0], llm, tail)
+        if line is not None:
+            self.reused += len(llm)
+            self.copied += 1
+        return line
 
     def take(self, index: int, column: str, digest: str) -> Optional[Tuple[Any, Dict[str, Any]]]:
         """(value, meta) of a kept cell whose request is ``digest``; None: generate it."""
