@@ -46,7 +46,7 @@ from ..text import visible
 from .cachestats import ProxySampler
 from .concurrency import Limiter
 from .http import Endpoint
-from .output import Output, Resumed
+from .output import BATCH_LINES, Output, Resumed
 from .progress import AliasCounters, Progress
 from .recipe import Recipe, RecipeError, compile_recipe
 from .records import Alias, Engine, GenerateError, Outcome
@@ -114,16 +114,35 @@ class Producer:
                 progress.settled(dropped=True)
                 write += 1
             elif write in self.finished:
-                outcome = self.finished.pop(write)
-                (out.drop if outcome.dropped else out.record)(outcome.line)
-                progress.settled(outcome.tokens, dropped=outcome.dropped)
-                progress.cells(*outcome.cells)
+                self.settle(self.finished.pop(write))
                 write += 1
             else:
                 break
         if out.due():
             out.flush()
         return write
+
+    def copy(self, first: int) -> int:
+        """Write the records from ``first`` on that the reused runs give whole, up to a
+        batch (issue 31: no task, no finished buffer); how many."""
+        stop = min(self.shard.offset + self.shard.count, first + BATCH_LINES)
+        lines = self.engine.whole_lines(first, stop)
+        out, progress = self.shard.output, self.shard.progress
+        for line in lines:
+            out.record(line)
+        progress.settled(count=len(lines))
+        for _ in lines:
+            progress.cells(len(self.engine.llm), 0)
+        if lines and out.due():
+            out.flush()
+            progress.tick()
+        return len(lines)
+
+    def settle(self, outcome: Outcome) -> None:
+        """Write one settled record (the next index in order) and count it."""
+        (self.shard.output.drop if outcome.dropped else self.shard.output.record)(outcome.line)
+        self.shard.progress.settled(outcome.tokens, dropped=outcome.dropped)
+        self.shard.progress.cells(*outcome.cells)
 
     async def run(self, first: int) -> int:
         """Produce from ``first``; returns the next unwritten index (the end unless
@@ -140,9 +159,20 @@ class Producer:
                 if write >= end or self.stop.is_set():
                     return write
                 while nxt < end and nxt - write < self.width and not self.stop.is_set():
+                    if nxt == write and reusing and not self.shard.kept:
+                        copied = self.copy(nxt)
+                        if copied:
+                            write = nxt = nxt + copied
+                            continue
                     if nxt not in self.shard.kept:
                         start = self.engine.reused(nxt) if reusing else None
-                        if isinstance(start, Outcome):  # every LLM cell reused: no task
+                        if isinstance(start, Outcome) and nxt == write:  # none waits
+                            self.settle(start)  # every LLM cell reused: no task, no wait
+                            write = nxt + 1
+                            if self.shard.output.due():
+                                self.shard.output.flush()
+                                self.shard.progress.tick()
+                        elif isinstance(start, Outcome):
                             self.finished[nxt] = start
                         elif inline:
                             self.finished[nxt] = await self.engine.record(nxt)
@@ -350,7 +380,9 @@ def reused_cells(sources: List[str], first: int, count: int,
             raise ValueError(f"--reuse {source}: not RUN_ID=DIR of a run directory")
         if add_reused(cells, run_id, Path(folder), first, count, plan):
             whole.append(run_id)
-    print(f"generate: reuse: {len(cells.cells)} cells from {len(sources)} run(s)"
+    print(f"generate: reuse: {len(cells.cells)} cells"
+          + (f" and {len(cells.records)} records" if cells.records else "")
+          + f" from {len(sources)} run(s)"
           + (f", {cells.damaged} damaged lines skipped" if cells.damaged else "")
           + (f"; records of {', '.join(whole)} taken whole where the seed data is the same"
              if whole else ""), file=sys.stderr, flush=True)

@@ -141,7 +141,7 @@ class Engine:
         self._names = {c.name for c in recipe.columns}
         self.order = DispatchOrder(1, None)  # index order until the producer sets one
         self.whole_tag: Optional[str] = None  # the seed tag records are taken whole for
-        self._llm = [c.name for c in recipe.order if c.llm]
+        self.llm = [c.name for c in recipe.order if c.llm]  # in evaluation order
         self._tail = [c.name for c in recipe.columns if not c.drop
                       and c.name not in recipe.skipped] + ["_meta"]
 
@@ -165,9 +165,9 @@ class Engine:
         cell to generate, for :meth:`record` to go on from."""
         assert self.reuse is not None
         if self.whole_tag is not None:  # the record copied, proven the same (wholereuse)
-            line = self.reuse.whole(index, self.whole_tag, self._llm, self._tail)
+            line = self.reuse.whole(index, self.whole_tag, self.llm, self._tail)
             if line is not None:
-                return Outcome(index, line, cells=(len(self._llm), 0))
+                return Outcome(index, line, cells=(len(self.llm), 0))
         start = self._start(index)
         row, values, meta, rec, filled = start
         for column in self.recipe.order:
@@ -188,6 +188,20 @@ class Engine:
                 return self._start(index)  # the task's way says which cell failed and how
             filled.add(column.name)
         return self._outcome(index, row, values, meta, None)
+
+    def whole_lines(self, first: int, stop: int) -> List[bytes]:
+        """The lines of records ``first, first+1, ...`` (up to ``stop``) taken whole from
+        the reused runs, up to the first that is not (``wholereuse``)."""
+        lines: List[bytes] = []
+        if self.reuse is None or self.whole_tag is None:
+            return lines
+        whole, tag, llm, tail = self.reuse.whole, self.whole_tag, self.llm, self._tail
+        for index in range(first, stop):
+            line = whole(index, tag, llm, tail)
+            if line is None:
+                break
+            lines.append(line)
+        return lines
 
     async def record(self, index: int, start: Optional[Started] = None) -> Outcome:
         """Build record ``index`` (from ``start``: :meth:`reused`'s part); GenerateError

@@ -70,7 +70,7 @@ class Cells:
         """Keep one line's cells; the record's index (-1: none), None when it is no
         record."""
         try:
-            record = json.loads(line)
+            record = _decode(line.decode("utf-8"))
             index = record["index"]
             columns = record["_meta"]["columns"]
         except (ValueError, KeyError, TypeError):
@@ -81,31 +81,51 @@ class Cells:
                 record.get("_error") is not None:
             return index
         if self._tag is not None and index not in self._seen:
-            self.records.setdefault(index, (run_id, record, self._tag))
+            self._seen.add(index)  # the first run of this index: its cells only if needed
+            self.records[index] = (run_id, record, self._tag)
+        else:
+            self._keep(run_id, index, record, columns, False)
+        return index
+
+    def _keep(self, run_id: str, index: int, record: Dict[str, Any],
+              columns: Dict[str, Any], first: bool) -> None:
+        """Keep the cells of one record (``first``: before any other run's)."""
         for name, meta in columns.items():
             digest = meta.get("request_digest") if isinstance(meta, dict) else None
             if isinstance(digest, str) and name in record:
                 kept = dict(meta)
                 kept.setdefault("reused_from", run_id)
-                self.cells.setdefault((index, name), (digest, record[name], kept))
+                if first:
+                    self.cells[(index, name)] = (digest, record[name], kept)
+                else:
+                    self.cells.setdefault((index, name), (digest, record[name], kept))
                 self._seen.add(index)
-        return index
+
+    def _cells_of(self, index: int) -> None:
+        """The cells of record ``index`` kept whole, for the per-cell path."""
+        kept = self.records.pop(index, None)
+        if kept is not None:
+            self._keep(kept[0], index, kept[1], kept[1]["_meta"]["columns"], True)
 
     def whole(self, index: int, tag: str, llm: Sequence[str],
-              tail: Sequence[str]) -> Optional[bytes]:
+              tail: List[str]) -> Optional[bytes]:
         """Record ``index`` taken whole (``wholereuse.record_line``) when its file's seed
-        tag is ``tag``; None: the per-cell path."""
-        kept = self.records.pop(index, None)
-        if kept is None or kept[2] != tag:
+        tag is ``tag``; None: the per-cell path (then its cells are kept)."""
+        kept = self.records.get(index)
+        line = record_line(kept[1], index, kept[0], llm, tail) \
+            if kept is not None and kept[2] == tag else None
+        if line is None:
+            self._cells_of(index)
             return None
-        line = record_line(kept[1], index, kept[0], llm, tail)
-        if line is not None:
-            self.reused += len(llm)
-            self.copied += 1
+        del self.records[index]
+        self.reused += len(llm)
+        self.copied += 1
         return line
 
     def take(self, index: int, column: str, digest: str) -> Optional[Tuple[Any, Dict[str, Any]]]:
         """(value, meta) of a kept cell whose request is ``digest``; None: generate it."""
+        if index in self.records:
+            self._cells_of(index)
         cell = self.cells.get((index, column))
         if cell is None or cell[0] != digest:
             return None
@@ -113,6 +133,7 @@ class Cells:
         return cell[1], dict(cell[2])
 
 
+_decode = json.JSONDecoder().decode  # json.loads of a UTF-8 line, without its detection
 SCAN_BYTES = 1 << 16  # the bisection stops at this much of a file; the rest is read
 
 

@@ -33,10 +33,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ..contracts import ContractError, Plan, SeedDataSpec
 from ..imagedigest import file_sha256
-from ..recipe.columns import VALIDATION
+from ..recipe.columns import LLM, VALIDATION
 from ..recipe.reuse import plan_digests
 from ..statefile import StateError, read_json, write_json_atomic
 
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # as records.py
 NO_SEED = "none"  # the run has no seed data
 UNKNOWN = "unknown"  # the records' seed data cannot be named: never taken whole
 
@@ -104,30 +105,31 @@ def provable(new: Plan, run_dir: Path) -> bool:
 
 def eligible(plan: Plan) -> bool:
     """Whether ``plan``'s recipe can take records whole: not when a column is validated
-    (its checker runs again) or continued (its raw text is not kept)."""
+    (its checker runs again), continued (its raw text is not kept) or an LLM column is
+    dropped (its value is not in the record: its cells are generated)."""
     spec = plan.client
     return spec is not None and bool(spec.columns) and not any(
-        c.type == VALIDATION or c.params.get("continue_from") for c in spec.columns)
+        c.type == VALIDATION or c.params.get("continue_from") or (c.drop and c.type in LLM)
+        for c in spec.columns)
 
 
 def record_line(record: Dict[str, Any], index: int, run_id: str, llm: Sequence[str],
-                tail: Sequence[str]) -> Optional[bytes]:
-    """The line the per-cell path writes for ``record`` (of run ``run_id``) reused whole:
-    ``llm`` the LLM columns in evaluation order, ``tail`` the record's last keys (its
-    output columns in file order, then ``_meta``); None when it is not such a record."""
+                tail: List[str]) -> Optional[bytes]:
+    """The line the per-cell path writes for ``record`` (of run ``run_id``; its
+    ``_meta.columns`` a dict) reused whole: ``llm`` the LLM columns in evaluation order,
+    ``tail`` the record's last keys (its output columns in file order, then ``_meta``);
+    None when it is not such a record. ``record`` is changed (the caller's own)."""
     keys = list(record)
-    if keys[0] != "index" or keys[len(keys) - len(tail):] != list(tail):
+    if keys[0] != "index" or keys[-len(tail):] != tail:
         return None
-    columns = record["_meta"].get("columns")
+    columns = record["_meta"]["columns"]
     meta: Dict[str, Dict[str, Any]] = {}
     for name in llm:
-        cell = columns.get(name) if isinstance(columns, dict) else None
-        if not isinstance(cell, dict) or not isinstance(cell.get("request_digest"), str) \
-                or name not in record:  # a dropped LLM column's cells are generated
+        cell = columns.get(name)
+        if type(cell) is not dict or type(cell.get("request_digest")) is not str:
             return None
         kept = dict(cell)
         kept.setdefault("reused_from", run_id)
         meta[name] = kept
-    new = dict(record)
-    new["_meta"] = {"index": index, "columns": meta}
-    return json.dumps(new, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    record["_meta"] = {"index": index, "columns": meta}
+    return _encode(record).encode("utf-8") + b"\n"

@@ -268,3 +268,37 @@ def test_what_makes_a_recipe_not_the_same(tmp_path: Path, change: str) -> None:
            "position": dataclasses.replace(spec, columns=tuple(columns[1:] + columns[:1])),
            "context": dataclasses.replace(spec, context="About {topic}.")}[change]
     assert not same_recipe(plan, plan.replace(client=new))
+
+
+def test_an_earlier_reused_run_gives_its_cells_first(tmp_path: Path) -> None:
+    """``--reuse R1 --reuse R2``: R1 (another judge) is not the same recipe but gives
+    column a (and its b stands first, so b is generated); R2 is the same recipe, but its
+    records are not taken whole where R1 gave a cell."""
+    plan = plan_of(tmp_path)
+    other = dataclasses.replace(plan, deployments=tuple(
+        dataclasses.replace(d, command=("true", "--seed", "2")) if d.alias == "judge" else d
+        for d in plan.deployments))
+    log = tmp_path / "requests.log"
+    with serve_in_thread(model="fake-model", request_log=str(log)) as server:
+        run(other, server.url, tmp_path / "r1", 4)
+        run(plan, server.url, tmp_path / "r2", 3)
+        sent = requests(log)
+        sources = [f"r1={tmp_path / 'r1'}", f"r2={tmp_path / 'r2'}"]
+        fast = reused_cells(sources, 0, RECORDS, plan)
+        run(plan, server.url, tmp_path / "fast", 5, fast)
+        slow = reused_cells(sources, 0, RECORDS, None)
+        run(plan, server.url, tmp_path / "slow", 5, slow)
+    assert requests(log) == sent + 2 * RECORDS  # b: R1's cell of each record stands first
+    assert fast is not None and slow is not None and fast.copied == 0
+    rows = without_latency(output(tmp_path / "fast"))
+    assert rows == without_latency(output(tmp_path / "slow"))
+    assert [m.get("reused_from") for m in rows[0]["_meta"]["columns"].values()] == ["r1", None]
+
+
+def test_a_dropped_llm_column_is_never_taken_whole(tmp_path: Path) -> None:
+    """Its value is not in the record, so the per-cell path generates it."""
+    columns = list(COLUMNS)
+    columns[3] = dataclasses.replace(columns[3], drop=True)
+    plan = plan_of(tmp_path, columns)
+    fast, _, fast_sent, slow_sent, _ = both_paths(tmp_path, plan, plan)
+    assert fast.copied == 0 and fast_sent == slow_sent == RECORDS
