@@ -248,12 +248,11 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
                     spec.max_retries, spec.request_timeout_s, aliases, seeds, reuse,
                     {d.alias: model_identity(d) for d in plan.deployments})
     resumed = Resumed(shard.offset) if preview else shard.output.resume()
-    if not preview:  # what the records are made from, for a later run's reuse (issue 31)
+    if not preview and eligible(plan):  # what the records are made from (issue 31)
         tag = seed_tag(spec.seed_data)
         write_inputs(shard.output.records_path, tag, resumed.next_index > shard.offset,
                      shard.kept.files)
-        if reuse is not None and eligible(plan):
-            engine.whole_tag = tag
+        engine.whole_tag = tag if reuse is not None else None
     if resumed.next_index > shard.offset:  # a later execution, or a restarted client
         print(f"generate: resuming after the {resumed.next_index - shard.offset} records "
               "already in the output", file=sys.stderr, flush=True)
