@@ -46,7 +46,7 @@ from ..text import visible
 from .cachestats import ProxySampler
 from .concurrency import Limiter
 from .http import Endpoint
-from .output import BATCH_LINES, Output, Resumed
+from .output import Output, Resumed
 from .progress import AliasCounters, Progress
 from .recipe import Recipe, RecipeError, compile_recipe
 from .records import Alias, Engine, GenerateError, Outcome
@@ -59,6 +59,7 @@ EXIT_PARTIAL = 75  # stopped by a signal; the records written so far are complet
 MIN_WINDOW = 64
 MAX_WINDOW = 16384
 POLL_S = 0.05  # how often the loop looks at the stop event
+COPY_LINES = 4096  # records taken whole (issue 31) written and fsynced together
 
 
 @dataclass
@@ -123,9 +124,10 @@ class Producer:
         return write
 
     def copy(self, first: int) -> int:
-        """Write the records from ``first`` on that the reused runs give whole, up to a
-        batch (issue 31: no task, no finished buffer); how many."""
-        stop = min(self.shard.offset + self.shard.count, first + BATCH_LINES)
+        """Write the records from ``first`` on that the reused runs give whole, up to
+        ``COPY_LINES`` of them, fsynced together (issue 31: no task, no finished buffer;
+        a kill loses at most those, which cost no request to make again); how many."""
+        stop = min(self.shard.offset + self.shard.count, first + COPY_LINES)
         lines = self.engine.whole_lines(first, stop)
         out, progress = self.shard.output, self.shard.progress
         for line in lines:
