@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import platform
 import signal
@@ -361,7 +362,14 @@ def add_reused(cells: Cells, run_id: str, folder: Path, first: int, count: int,
     records taken whole where ``plan`` (this run's, None: never) proves them the same;
     whether it does (``wholereuse``)."""
     same = plan is not None and eligible(plan) and provable(plan, folder)
-    cells.add_run(run_id, run_files(folder, first, count), first, count, same)
+    collecting = gc.isenabled()
+    gc.disable()  # a bulk load of records that live as long as the shard: no cycles
+    try:
+        cells.add_run(run_id, run_files(folder, first, count), first, count, same)
+    finally:
+        if collecting:
+            gc.enable()
+    gc.freeze()  # and later collections need not walk them again
     return same
 
 
