@@ -133,6 +133,21 @@ def recipe_plan(columns: Sequence[ColumnSpec] = QA_COLUMNS, records: int = 12,
                    deployments=deployments, client=spec)
 
 
+def run_folder(plan: Plan, folder: Path, records: int,
+               shards: int) -> Tuple[RunLayout, Tuple[ShardSpec, ...]]:
+    """A run directory at ``folder`` for ``plan``'s ``records`` in ``shards`` shards, as
+    ``generate --reuse`` reads one (``plan.json`` with those shards, ``run.json``): its
+    layout and the shards (each shard's attempt 1 is where its records go)."""
+    per = -(-records // shards)
+    specs = tuple(ShardSpec(i, first, min(per, records - first))
+                  for i, first in enumerate(range(0, records, per)))
+    layout = RunLayout(folder)
+    folder.mkdir(parents=True)
+    layout.plan_json.write_text(plan.replace(shards=specs).to_json())
+    layout.run_json.write_text("{}")
+    return layout, specs
+
+
 def stage_batch(root: Path, pyz: Path, plan: Plan) -> Path:
     """``stage`` plus the agent bundle copied in and a local batch script that runs it
     (what the agent and generator benchmarks start); returns the script."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import platform
 import signal
@@ -52,12 +53,14 @@ from .recipe import Recipe, RecipeError, compile_recipe
 from .records import Alias, Engine, GenerateError, Outcome
 from .reuse import Cells, run_files
 from .seeds import SeedRows
+from .wholereuse import eligible, provable, seed_tag, write_inputs
 
 ABANDON_AFTER_S = 0.5  # how long a stopped client lets its cancelled requests end
 EXIT_PARTIAL = 75  # stopped by a signal; the records written so far are complete and kept
 MIN_WINDOW = 64
 MAX_WINDOW = 16384
 POLL_S = 0.05  # how often the loop looks at the stop event
+COPY_LINES = 4096  # records taken whole (issue 31) written and fsynced together
 
 
 @dataclass
@@ -113,16 +116,36 @@ class Producer:
                 progress.settled(dropped=True)
                 write += 1
             elif write in self.finished:
-                outcome = self.finished.pop(write)
-                (out.drop if outcome.dropped else out.record)(outcome.line)
-                progress.settled(outcome.tokens, dropped=outcome.dropped)
-                progress.cells(*outcome.cells)
+                self.settle(self.finished.pop(write))
                 write += 1
             else:
                 break
         if out.due():
             out.flush()
         return write
+
+    def copy(self, first: int) -> int:
+        """Write the records from ``first`` on that the reused runs give whole, up to
+        ``COPY_LINES`` of them, fsynced together (issue 31: no task, no finished buffer;
+        a kill loses at most those, which cost no request to make again); how many."""
+        stop = min(self.shard.offset + self.shard.count, first + COPY_LINES)
+        lines = self.engine.whole_lines(first, stop)
+        out, progress = self.shard.output, self.shard.progress
+        for line in lines:
+            out.record(line)
+        progress.settled(count=len(lines))
+        for _ in lines:
+            progress.cells(len(self.engine.llm), 0)
+        if lines and out.due():
+            out.flush()
+            progress.tick()
+        return len(lines)
+
+    def settle(self, outcome: Outcome) -> None:
+        """Write one settled record (the next index in order) and count it."""
+        (self.shard.output.drop if outcome.dropped else self.shard.output.record)(outcome.line)
+        self.shard.progress.settled(outcome.tokens, dropped=outcome.dropped)
+        self.shard.progress.cells(*outcome.cells)
 
     async def run(self, first: int) -> int:
         """Produce from ``first``; returns the next unwritten index (the end unless
@@ -139,9 +162,20 @@ class Producer:
                 if write >= end or self.stop.is_set():
                     return write
                 while nxt < end and nxt - write < self.width and not self.stop.is_set():
+                    if nxt == write and reusing and not self.shard.kept:
+                        copied = self.copy(nxt)
+                        if copied:
+                            write = nxt = nxt + copied
+                            continue
                     if nxt not in self.shard.kept:
                         start = self.engine.reused(nxt) if reusing else None
-                        if isinstance(start, Outcome):  # every LLM cell reused: no task
+                        if isinstance(start, Outcome) and nxt == write:  # none waits
+                            self.settle(start)  # every LLM cell reused: no task, no wait
+                            write = nxt + 1
+                            if self.shard.output.due():
+                                self.shard.output.flush()
+                                self.shard.progress.tick()
+                        elif isinstance(start, Outcome):
                             self.finished[nxt] = start
                         elif inline:
                             self.finished[nxt] = await self.engine.record(nxt)
@@ -217,6 +251,11 @@ def run_shard(plan: Plan, endpoints: Dict[str, str], shard: Shard,
                     spec.max_retries, spec.request_timeout_s, aliases, seeds, reuse,
                     {d.alias: model_identity(d) for d in plan.deployments})
     resumed = Resumed(shard.offset) if preview else shard.output.resume()
+    if not preview and eligible(plan):  # what the records are made from (issue 31)
+        tag = seed_tag(spec.seed_data)
+        write_inputs(shard.output.records_path, tag, resumed.next_index > shard.offset,
+                     shard.kept.files)
+        engine.whole_tag = tag if reuse is not None else None
     if resumed.next_index > shard.offset:  # a later execution, or a restarted client
         print(f"generate: resuming after the {resumed.next_index - shard.offset} records "
               "already in the output", file=sys.stderr, flush=True)
@@ -317,20 +356,45 @@ def _shard_from_env(contract: ClientEnv, count: Optional[int]) -> Shard:
     return Shard(offset, count, Output(folder, offset), Progress(progress, count), kept)
 
 
-def reused_cells(sources: List[str], first: int, count: int) -> Optional[Cells]:
+def add_reused(cells: Cells, run_id: str, folder: Path, first: int, count: int,
+               plan: Optional[Plan]) -> bool:
+    """Add the run at ``folder`` to ``cells`` for records ``first..first+count-1``, its
+    records taken whole where ``plan`` (this run's, None: never) proves them the same;
+    whether it does (``wholereuse``)."""
+    same = plan is not None and eligible(plan) and provable(plan, folder)
+    collecting = gc.isenabled()
+    gc.disable()  # a bulk load of records that live as long as the shard: no cycles
+    try:
+        cells.add_run(run_id, run_files(folder, first, count), first, count, same)
+    finally:
+        if collecting:
+            gc.enable()
+    gc.freeze()  # and later collections need not walk them again
+    return same
+
+
+def reused_cells(sources: List[str], first: int, count: int,
+                 plan: Optional[Plan] = None) -> Optional[Cells]:
     """The cells of ``RUN_ID=DIR`` runs for records ``first..first+count-1`` (None: no
-    reuse); ValueError names a source that is malformed or not a run directory."""
+    reuse), and their records that may be taken whole when ``plan`` (this run's) has the
+    same recipe (``wholereuse.provable``); ValueError names a source that is malformed or
+    not a run directory."""
     if not sources:
         return None
     cells = Cells()
+    whole = []
     for source in sources:
         run_id, _, folder = source.partition("=")
         if not run_id or not folder or not (Path(folder) / "run.json").is_file():
             raise ValueError(f"--reuse {source}: not RUN_ID=DIR of a run directory")
-        cells.add_run(run_id, run_files(Path(folder), first, count), first, count)
-    print(f"generate: reuse: {len(cells.cells)} cells from {len(sources)} run(s)"
-          + (f", {cells.damaged} damaged lines skipped" if cells.damaged else ""),
-          file=sys.stderr, flush=True)
+        if add_reused(cells, run_id, Path(folder), first, count, plan):
+            whole.append(run_id)
+    print(f"generate: reuse: {len(cells.cells)} cells"
+          + (f" and {len(cells.records)} records" if cells.records else "")
+          + f" from {len(sources)} run(s)"
+          + (f", {cells.damaged} damaged lines skipped" if cells.damaged else "")
+          + (f"; records of {', '.join(whole)} taken whole where the seed data is the same"
+             if whole else ""), file=sys.stderr, flush=True)
     for problem in cells.problems:
         print(f"generate: reuse: {visible(problem)}", file=sys.stderr, flush=True)
     return cells
@@ -370,7 +434,7 @@ def main(argv: List[str]) -> int:
         contract = ClientEnv.from_environ(os.environ)
         endpoints = _endpoints(recipe, contract, args.preview is not None)
         shard = _shard_from_env(contract, args.preview)
-        cells = reused_cells(args.reuse, shard.offset, shard.count)
+        cells = reused_cells(args.reuse, shard.offset, shard.count, plan)
     except (RecipeError, SeedError, ContractError, KeyError, ValueError, OSError) as err:
         print(f"generate: {err}", file=sys.stderr, flush=True)
         return EXIT_CLIENT_CONFIG

@@ -140,6 +140,10 @@ class Engine:
         self.aliases, self.seeds = aliases, seeds
         self._names = {c.name for c in recipe.columns}
         self.order = DispatchOrder(1, None)  # index order until the producer sets one
+        self.whole_tag: Optional[str] = None  # the seed tag records are taken whole for
+        self.llm = [c.name for c in recipe.order if c.llm]  # in evaluation order
+        self._tail = [c.name for c in recipe.columns if not c.drop
+                      and c.name not in recipe.skipped] + ["_meta"]
 
     def dispatch_in_blocks(self, width: int) -> None:
         """Rank records sharing a seed row together within blocks of ``width`` indexes."""
@@ -159,22 +163,45 @@ class Engine:
         """Record ``index`` built at once when every LLM cell of it is in the reused runs
         (issue 31: no task, no wait); else what was filled in column order up to the first
         cell to generate, for :meth:`record` to go on from."""
+        assert self.reuse is not None
+        if self.whole_tag is not None:  # the record copied, proven the same (wholereuse)
+            line = self.reuse.whole(index, self.whole_tag, self.llm, self._tail)
+            if line is not None:
+                return Outcome(index, line, cells=(len(self.llm), 0))
         start = self._start(index)
         row, values, meta, rec, filled = start
-        assert self.reuse is not None
         for column in self.recipe.order:
-            if not column.llm:
-                values[column.name] = self._local(column, index, values)
-            elif column.name in self.recipe.continued:
-                return start
-            else:
-                body = self._body(column, values, rec)
-                kept = self.reuse.take(index, column.name, self._digest(column, body))
-                if kept is None:
-                    return start
-                values[column.name], meta[column.name] = kept
+            if column.kind == VALIDATION or column.name in self.recipe.continued:
+                return start  # a checker to run, or raw text not kept: the task's way
+            try:
+                if skipped(column.name, column.logic, values):
+                    values[column.name] = None  # as ``_columns``: no request, no cell
+                elif not column.llm:
+                    values[column.name] = self._local(column, index, values)
+                else:
+                    body = self._body(column, values, rec)
+                    kept = self.reuse.take(index, column.name, self._digest(column, body))
+                    if kept is None:
+                        return start
+                    values[column.name], meta[column.name] = kept
+            except (LogicError, ValueError, TypeError, KeyError):
+                return self._start(index)  # the task's way says which cell failed and how
             filled.add(column.name)
         return self._outcome(index, row, values, meta, None)
+
+    def whole_lines(self, first: int, stop: int) -> List[bytes]:
+        """The lines of records ``first, first+1, ...`` (up to ``stop``) taken whole from
+        the reused runs, up to the first that is not (``wholereuse``)."""
+        lines: List[bytes] = []
+        if self.reuse is None or self.whole_tag is None:
+            return lines
+        whole, tag, llm, tail = self.reuse.whole, self.whole_tag, self.llm, self._tail
+        for index in range(first, stop):
+            line = whole(index, tag, llm, tail)
+            if line is None:
+                break
+            lines.append(line)
+        return lines
 
     async def record(self, index: int, start: Optional[Started] = None) -> Outcome:
         """Build record ``index`` (from ``start``: :meth:`reused`'s part); GenerateError

@@ -8,6 +8,11 @@ kept one takes that value instead of asking a model; its ``_meta`` says
 cell that was itself reused (a chain) carries its digest along. Damaged lines are
 skipped and counted per file, and a file that cannot be read is named and skipped (its
 cells are then generated): never fatal.
+
+Records that may be taken whole (``wholereuse``: the caller proved the run's recipe the
+same, ``whole=True``) are kept as they were read too, with their file's seed tag, for
+:meth:`Cells.whole`: the first reused run that gives any cell of an index is the only one
+whose record of that index may be.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..layout import ATTEMPTS, attempt_number, attempt_path, shard_name
 from ..statefile import StateError, read_json
+from .wholereuse import inputs_path, read_tag, record_line
 
 Cell = Tuple[str, Any, Dict[str, Any]]  # request digest, value, meta
 
@@ -31,11 +37,18 @@ class Cells:
         self.damaged = 0  # lines that were no record
         self.problems: List[str] = []  # one line per damaged or unreadable file
         self.reused = 0  # cells handed out
+        self.copied = 0  # records taken whole
+        self.records: Dict[int, Tuple[str, Dict[str, Any], str]] = {}  # run, record, tag
+        self._seen: Set[int] = set()  # indexes some run gave a cell of
+        self._tag: Optional[str] = None  # the seed tag of the file being read (whole)
 
-    def add_run(self, run_id: str, files: Iterable[Path], first: int, count: int) -> None:
-        """Keep the cells of records ``first .. first+count-1`` of ``files`` (a run)."""
+    def add_run(self, run_id: str, files: Iterable[Path], first: int, count: int,
+                whole: bool = False) -> None:
+        """Keep the cells of records ``first .. first+count-1`` of ``files`` (a run);
+        ``whole``: its records too (its recipe is proven the same, ``wholereuse``)."""
         for path in files:
             damaged = 0
+            self._tag = read_tag(inputs_path(path)) if whole else None
             try:
                 with open(path, "rb") as handle:
                     handle.seek(start_of(handle, first))
@@ -57,7 +70,7 @@ class Cells:
         """Keep one line's cells; the record's index (-1: none), None when it is no
         record."""
         try:
-            record = json.loads(line)
+            record = _decode(line.decode("utf-8"))
             index = record["index"]
             columns = record["_meta"]["columns"]
         except (ValueError, KeyError, TypeError):
@@ -67,16 +80,52 @@ class Cells:
         if not low <= index < high or not isinstance(columns, dict) or \
                 record.get("_error") is not None:
             return index
+        if self._tag is not None and index not in self._seen:
+            self._seen.add(index)  # the first run of this index: its cells only if needed
+            self.records[index] = (run_id, record, self._tag)
+        else:
+            self._keep(run_id, index, record, columns, False)
+        return index
+
+    def _keep(self, run_id: str, index: int, record: Dict[str, Any],
+              columns: Dict[str, Any], first: bool) -> None:
+        """Keep the cells of one record (``first``: before any other run's)."""
         for name, meta in columns.items():
             digest = meta.get("request_digest") if isinstance(meta, dict) else None
             if isinstance(digest, str) and name in record:
                 kept = dict(meta)
                 kept.setdefault("reused_from", run_id)
-                self.cells.setdefault((index, name), (digest, record[name], kept))
-        return index
+                if first:
+                    self.cells[(index, name)] = (digest, record[name], kept)
+                else:
+                    self.cells.setdefault((index, name), (digest, record[name], kept))
+                self._seen.add(index)
+
+    def _cells_of(self, index: int) -> None:
+        """The cells of record ``index`` kept whole, for the per-cell path."""
+        kept = self.records.pop(index, None)
+        if kept is not None:
+            self._keep(kept[0], index, kept[1], kept[1]["_meta"]["columns"], True)
+
+    def whole(self, index: int, tag: str, llm: Sequence[str],
+              tail: List[str]) -> Optional[bytes]:
+        """Record ``index`` taken whole (``wholereuse.record_line``) when its file's seed
+        tag is ``tag``; None: the per-cell path (then its cells are kept)."""
+        kept = self.records.get(index)
+        line = record_line(kept[1], index, kept[0], llm, tail) \
+            if kept is not None and kept[2] == tag else None
+        if line is None:
+            self._cells_of(index)
+            return None
+        del self.records[index]
+        self.reused += len(llm)
+        self.copied += 1
+        return line
 
     def take(self, index: int, column: str, digest: str) -> Optional[Tuple[Any, Dict[str, Any]]]:
         """(value, meta) of a kept cell whose request is ``digest``; None: generate it."""
+        if index in self.records:
+            self._cells_of(index)
         cell = self.cells.get((index, column))
         if cell is None or cell[0] != digest:
             return None
@@ -84,6 +133,7 @@ class Cells:
         return cell[1], dict(cell[2])
 
 
+_decode = json.JSONDecoder().decode  # json.loads of a UTF-8 line, without its detection
 SCAN_BYTES = 1 << 16  # the bisection stops at this much of a file; the rest is read
 
 

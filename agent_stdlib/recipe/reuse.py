@@ -19,8 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ..contracts import DeploymentSpec
-from .columns import LLM, Node
+from ..contracts import DeploymentSpec, Plan
+from .columns import LLM, Node, analyze
 
 DIGEST_VERSION = 1
 
@@ -77,6 +77,20 @@ def model_identity(deployment: DeploymentSpec) -> Dict[str, Any]:
     return {"engine": deployment.engine, "model": deployment.model,
             "served_name": deployment.served_name, "command": list(deployment.command),
             "image_digest": box.sha256 if box is not None else None}
+
+
+def plan_digests(plan: Plan) -> Dict[str, str]:
+    """The definition digest of every column of ``plan`` (empty for a plan without the
+    built-in generator's columns): what ``plan`` compares with a reused run's, and what
+    the generator's whole-record reuse requires equal (``client.wholereuse``)."""
+    spec = plan.client
+    if spec is None or not spec.columns:
+        return {}
+    nodes = [Node(c.name, c.type, c.params) for c in spec.columns]
+    graph = analyze(nodes, has_seed=spec.seed_data is not None, context=spec.context)
+    return definition_digests(nodes, graph.inputs,
+                              {d.alias: model_identity(d) for d in plan.deployments},
+                              spec.context)
 
 
 def request_digest(model: Mapping[str, Any], body: Mapping[str, Any],

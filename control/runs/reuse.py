@@ -9,13 +9,8 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 
 from synthbatch.agent_stdlib.contracts import ContractError, Plan, sha256_bytes
 from synthbatch.agent_stdlib.layout import RunLayout, run_dir, runs_root
-from synthbatch.agent_stdlib.recipe.columns import Node, analyze
-from synthbatch.agent_stdlib.recipe.reuse import (
-    Comparison,
-    compare,
-    definition_digests,
-    model_identity,
-)
+from synthbatch.agent_stdlib.recipe.columns import Node
+from synthbatch.agent_stdlib.recipe.reuse import Comparison, compare, plan_digests
 from synthbatch.agent_stdlib.statefile import StateError
 from synthbatch.control.errors import InvalidInput, one_line
 from synthbatch.control.runs.plan import Resolved
@@ -75,23 +70,11 @@ def unfinished(workspace: Path, plans: Mapping[str, Plan]) -> List[str]:
     return lines
 
 
-def digests(plan: Plan) -> Dict[str, str]:
-    """The definition digest of every column of ``plan`` (``recipe.reuse``)."""
-    spec = plan.client
-    if spec is None or not spec.columns:
-        return {}
-    nodes = [Node(c.name, c.type, c.params) for c in spec.columns]
-    graph = analyze(nodes, has_seed=spec.seed_data is not None, context=spec.context)
-    return definition_digests(nodes, graph.inputs,
-                              {d.alias: model_identity(d) for d in plan.deployments},
-                              spec.context)
-
-
 def comparison(plan: Plan, earlier: Sequence[Plan]) -> Comparison:
     """Which LLM columns of ``plan`` the ``earlier`` runs' definitions match."""
     spec = plan.client
     nodes = [Node(c.name, c.type, c.params) for c in (spec.columns if spec else ())]
-    return compare(nodes, digests(plan), [digests(p) for p in earlier])
+    return compare(nodes, plan_digests(plan), [plan_digests(p) for p in earlier])
 
 
 def merged(named: Sequence[str], extra: Sequence[str]) -> List[str]:

@@ -105,3 +105,14 @@ def test_a_rerun_sends_only_the_changed_column(slurm_cluster, tmp_path, python_e
                               profile, log, first_id)
     assert sent == 4 * RECORDS  # the first column changed: every dependant is new text
     assert status["reuse"]["cells_reused"] == 0
+
+    same_id, sent, status = _submit(_run_file(tmp_path, "same", log, 3), profile, log,
+                                    first_id)
+    assert sent == 0  # the same recipe: every record taken whole (client/wholereuse.py)
+    assert status["reuse"] == {"cells_reused": 4 * RECORDS, "cells": 4 * RECORDS,
+                               "records_reused": RECORDS}
+    _same(first, _merged(tmp_path, same_id, profile), "abcd", first_id)
+    logs = sorted((tmp_path / "workspace" / "runs" / same_id).glob(
+        "shards/*/attempts/*/logs/*/client.log"))
+    assert len(logs) == 3 and all(
+        f"records of {first_id} taken whole" in p.read_text() for p in logs)

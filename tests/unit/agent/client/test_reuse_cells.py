@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import pytest
+
 from fixtures.fake_openai_server import serve_in_thread
 from synthbatch.agent_stdlib.client.generate import Shard, run_shard
 from synthbatch.agent_stdlib.client.output import Output
@@ -195,3 +197,38 @@ def test_a_shard_reads_only_the_earlier_records_of_its_own_range(tmp_path: Path)
     assert cells.take(25_050, "a", "d25050") == ("x25050", {"request_digest": "d25050",
                                                             "reused_from": "r"})
     assert max(seen) == 25_100 and len(seen) < 100 + reuse_module.SCAN_BYTES // 50
+
+
+AT_ONCE = (
+    ColumnSpec("kind", "category", {"values": ["a", "b"]}),
+    ColumnSpec("sub", "subcategory", {"category": "kind", "values": {"a": ["x"], "b": ["y"]},
+                                      "skip_when": "index % 4 == 1"}),
+    ColumnSpec("n", "uniform", {"low": 1, "high": 9, "skip_when": "index % 3 == 0"}),
+    ColumnSpec("leaf", "subcategory", {"category": "sub", "values": {"x": [1], "y": [2]}}),
+    ColumnSpec("code", "llm-code", {"model": "gen", "prompt": "Code {kind} #{index}",
+                                    "max_tokens": 8}),
+    ColumnSpec("digits", "validation", {"validator": "regex", "target": "code",
+                                        "pattern": "^[0-9]+$"}),
+)
+
+
+@pytest.mark.parametrize("shards", [4, 5])
+def test_a_record_every_cell_of_which_is_reused_is_the_record_the_first_run_made(
+        tmp_path: Path, shards: int) -> None:
+    """Built at once (``Engine.reused``): skip_when holds for samplers too, a validation
+    column is checked (not rendered as an expression), and a cell that fails (a
+    subcategory of a skipped category) is the record's ``_error``, as the first run
+    wrote it, not the shard's crash."""
+    log = tmp_path / "requests.log"
+    plan = recipe_plan(AT_ONCE, records=RECORDS, on_error="keep")
+    with serve_in_thread(model="fake-model", request_log=str(log)) as server:
+        first = run(plan, server.url, tmp_path / "one", 4)
+        second = run(plan, server.url, tmp_path / "two", shards,
+                     cells_of(tmp_path / "one", 0, RECORDS))
+    assert requests(log) == RECORDS + RECORDS // 4  # a record with an error: generated
+    first, second = (sorted(rs, key=lambda r: r["index"]) for rs in (first, second))
+    strip = [{k: v for k, v in r.items() if k != "_meta"} for r in second]
+    assert strip == [{k: v for k, v in r.items() if k != "_meta"} for r in first]
+    assert [r["n"] is None for r in second[:4]] == [True, False, False, True]
+    assert second[1]["_error"] == {"column": "leaf", "message": "no values for ''"}
+    assert isinstance(second[0]["digits"], dict) and "valid" in second[0]["digits"]
