@@ -2,9 +2,10 @@
 llama.cpp serving SmolLM2, on this machine (no Slurm). The judge runs at temperature 0
 with a ``max_tokens`` its answer often overruns, so a retry of the identical request could
 never succeed. Asserted: what the pipeline guarantees (every retry is recorded with the
-error it followed and what it changed (a timeout under load repeats the request); no retry repeats the request before it: its seed differs; tokens grow only up to
-the cap). The share of valid judge cells is measured and printed, not asserted (it is the
-model's prose)."""
+error it followed and what it changed, a timeout under load repeating the request; no
+retry after an invalid answer repeats the request before it: its seed differs; tokens
+grow only up to the cap). The share of valid judge cells is measured and printed, not
+asserted (it is the model's prose)."""
 
 from __future__ import annotations
 
