@@ -37,6 +37,7 @@ from typing import Dict, List, Optional
 
 from ..clientenv import ClientEnv
 from ..contracts import EXIT_CLIENT_CONFIG, ContractError, Plan
+from ..layout import RunLayout
 from ..recipe.reuse import model_identity
 from ..recipe.seeds import SeedError
 from ..recipe.sizing import bounds
@@ -325,7 +326,7 @@ def reused_cells(sources: List[str], first: int, count: int) -> Optional[Cells]:
     cells = Cells()
     for source in sources:
         run_id, _, folder = source.partition("=")
-        if not run_id or not folder or not (Path(folder) / "run.json").is_file():
+        if not run_id or not folder or not RunLayout(Path(folder)).run_json.is_file():
             raise ValueError(f"--reuse {source}: not RUN_ID=DIR of a run directory")
         cells.add_run(run_id, run_files(Path(folder), first, count), first, count)
     print(f"generate: reuse: {len(cells.cells)} cells from {len(sources)} run(s)"
