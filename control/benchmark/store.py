@@ -59,12 +59,3 @@ def case_file(base_run: Path, run_id: str, run: Dict[str, Any]) -> Path:
     path = base_run.parent / f".synthbatch-bench-{run_id}.json"
     write_json_atomic(path, run)
     return path
-
-
-def listing(workspace: Path) -> List[str]:
-    """Ids of the workspace's benchmarks."""
-    root = benchmarks_root(workspace)
-    return sorted(p.name for p in root.iterdir() if (p / "benchmark.json").is_file()) \
-        if root.is_dir() else []
-
-
