@@ -293,7 +293,7 @@ class ColumnSpec:
     """
 
     name: str
-    type: str  # a kind of agent_stdlib.recipe.columns.KINDS
+    type: str  # a kind of agent_stdlib.recipe.kinds.KINDS
     params: Dict[str, Any] = field(default_factory=dict)
     drop: bool = False  # computed and usable by others, left out of the record
 

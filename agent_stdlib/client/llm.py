@@ -25,6 +25,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..recipe.judge import judge_schema, option_value, reasoning_chars
+from ..recipe.kinds import default
 from ..recipe.schema import validate
 from .codeblock import extract
 
@@ -65,8 +66,9 @@ def request_body(kind: str, name: str, params: Dict[str, Any], served: str, prom
             f"{system}\n\n{rubric(params['scores'])}"
     body: Dict[str, Any] = {"model": served, "messages": messages(prompt, system, shared,
                                                                   history),
-                            "max_tokens": params.get("max_tokens", 256),
-                            "temperature": params.get("temperature", 0.7)}
+                            "max_tokens": params.get("max_tokens", default(kind, "max_tokens")),
+                            "temperature": params.get("temperature",
+                                                      default(kind, "temperature"))}
     if params.get("top_p") is not None:
         body["top_p"] = params["top_p"]
     schema = column_schema(kind, params)
@@ -103,7 +105,8 @@ def column_schema(kind: str, params: Dict[str, Any]) -> Optional[Dict[str, Any]]
     if kind == "llm-structured":
         return dict(params["schema"])
     if kind == "llm-judge":
-        return judge_schema(params["scores"], int(params.get("max_tokens", 256)))
+        return judge_schema(params["scores"],
+                            int(params.get("max_tokens", default(kind, "max_tokens"))))
     return None
 
 

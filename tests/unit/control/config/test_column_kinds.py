@@ -1,0 +1,54 @@
+"""Column kinds are defined once (``agent_stdlib/recipe/kinds.py``): the run file's models
+name exactly each kind's parameters, require exactly its required ones and default the
+others as the table does; the generator falls back to the same defaults (issue 29)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import pytest
+from pydantic_core import PydanticUndefined
+
+from synthbatch.agent_stdlib.client.llm import column_schema, request_body
+from synthbatch.agent_stdlib.recipe import kinds
+from synthbatch.control.config.columns import MODELS
+
+
+def _fields(kind: str) -> Dict[str, Any]:
+    """The model's fields of ``kind`` by their run-file names."""
+    return {(f.alias or name): f for name, f in MODELS[kind].model_fields.items()}
+
+
+def test_every_kind_has_one_model() -> None:
+    assert tuple(MODELS) == kinds.KINDS
+    assert set(kinds.PARAMS) == set(kinds.REQUIRED) == set(kinds.DEFAULTS) == set(kinds.KINDS)
+
+
+@pytest.mark.parametrize("kind", kinds.KINDS)
+def test_the_model_names_the_kinds_parameters(kind: str) -> None:
+    own = tuple(n for n in _fields(kind) if n not in kinds.COMMON)
+    assert own == kinds.PARAMS[kind]
+    assert set(kinds.COMMON) <= set(_fields(kind)) | {"type"}
+
+
+@pytest.mark.parametrize("kind", kinds.KINDS)
+def test_required_and_defaults_are_the_tables(kind: str) -> None:
+    fields = {n: f for n, f in _fields(kind).items() if n not in kinds.COMMON}
+    assert tuple(n for n, f in fields.items() if f.is_required()) == kinds.REQUIRED[kind]
+    defaults = {n: tuple(f.default) if isinstance(f.default, list) else f.default
+                for n, f in fields.items()
+                if f.default is not None and f.default is not PydanticUndefined}
+    assert defaults == dict(kinds.DEFAULTS[kind])
+
+
+@pytest.mark.parametrize("kind", kinds.LLM)
+def test_the_generator_falls_back_to_the_kinds_defaults(kind: str) -> None:
+    scores = [{"name": "ok", "options": {"1": "yes", "0": "no"}}]
+    params: Dict[str, Any] = {"model": "m", "prompt": "p", "scores": scores,
+                              "schema": {"type": "object"}}
+    body = request_body(kind, "c", params, "served", "p", None)
+    assert body["temperature"] == kinds.default(kind, "temperature")
+    assert body["max_tokens"] == kinds.default(kind, "max_tokens")
+    if kind == "llm-judge":
+        assert column_schema(kind, params) == column_schema(
+            kind, {**params, "max_tokens": kinds.default(kind, "max_tokens")})
