@@ -24,6 +24,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..recipe.budget import answer_schema
 from ..recipe.judge import judge_schema, option_value, reasoning_chars
 from ..recipe.kinds import default
 from ..recipe.schema import validate
@@ -71,7 +72,7 @@ def request_body(kind: str, name: str, params: Dict[str, Any], served: str, prom
                                                       default(kind, "temperature"))}
     if params.get("top_p") is not None:
         body["top_p"] = params["top_p"]
-    schema = column_schema(kind, params)
+    schema = answer_schema(kind, params)
     if schema is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {
             "name": name, "schema": schema, "strict": True}}
@@ -98,16 +99,6 @@ def messages(prompt: str, own: Optional[str], shared: Sequence[str] = (),
     out = [{"role": "system", "content": head}] if head else []
     out.append({"role": "user", "content": prompt})
     return out
-
-
-def column_schema(kind: str, params: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """The schema an answer must satisfy (None for text)."""
-    if kind == "llm-structured":
-        return dict(params["schema"])
-    if kind == "llm-judge":
-        return judge_schema(params["scores"],
-                            int(params.get("max_tokens", default(kind, "max_tokens"))))
-    return None
 
 
 def json_answer(text: str) -> Any:

@@ -67,7 +67,7 @@ def estimate_tokens(text: str) -> int:
 def answer_schema(kind: str, params: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The schema a structured or judge column's answer must satisfy (None otherwise)."""
     if kind == "llm-structured" and isinstance(params.get("schema"), dict):
-        return params["schema"]
+        return dict(params["schema"])
     if kind == "llm-judge" and params.get("scores"):
         return judge_schema(params["scores"],
                             int(params.get("max_tokens", default(kind, "max_tokens"))))

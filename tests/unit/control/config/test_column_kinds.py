@@ -9,8 +9,9 @@ from typing import Any, Dict
 import pytest
 from pydantic_core import PydanticUndefined
 
-from synthbatch.agent_stdlib.client.llm import column_schema, request_body
+from synthbatch.agent_stdlib.client.llm import request_body
 from synthbatch.agent_stdlib.recipe import kinds
+from synthbatch.agent_stdlib.recipe.budget import answer_schema
 from synthbatch.control.config.columns import MODELS
 
 
@@ -50,5 +51,5 @@ def test_the_generator_falls_back_to_the_kinds_defaults(kind: str) -> None:
     assert body["temperature"] == kinds.default(kind, "temperature")
     assert body["max_tokens"] == kinds.default(kind, "max_tokens")
     if kind == "llm-judge":
-        assert column_schema(kind, params) == column_schema(
+        assert answer_schema(kind, params) == answer_schema(
             kind, {**params, "max_tokens": kinds.default(kind, "max_tokens")})
