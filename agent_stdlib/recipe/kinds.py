@@ -74,6 +74,12 @@ DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     "llm-code": {**_LLM_DEFAULTS, "require_block": False},
     VALIDATION: {"on_invalid": "keep", "run": False, "timeout_s": 5.0, "full": False},
 }
+# The value type of the kinds whose every value has one (the expression language's words:
+# ``int``, ``float``, ``bool``, ``text``); the others' follow from their parameters.
+VALUE_TYPES: Mapping[str, str] = {
+    "uniform": "float", "gaussian": "float", "integer": "int", "poisson": "int",
+    "binomial": "int", "bernoulli": "bool", "uuid": "text", "datetime": "text",
+    "timedelta": "text", "llm-text": "text", "llm-code": "text"}
 MIXTURE_WEIGHT = 1.0  # a mixture component's weight when it gives none
 
 

@@ -10,6 +10,7 @@ import pytest
 from pydantic_core import PydanticUndefined
 
 from synthbatch.agent_stdlib.client.llm import request_body
+from synthbatch.agent_stdlib.client.samplers import SAMPLERS, cell_bits
 from synthbatch.agent_stdlib.recipe import kinds
 from synthbatch.agent_stdlib.recipe.budget import answer_schema
 from synthbatch.control.config.columns import MODELS
@@ -53,3 +54,19 @@ def test_the_generator_falls_back_to_the_kinds_defaults(kind: str) -> None:
     if kind == "llm-judge":
         assert answer_schema(kind, params) == answer_schema(
             kind, {**params, "max_tokens": kinds.default(kind, "max_tokens")})
+
+
+SAMPLED = {"uniform": {"low": 0, "high": 1}, "gaussian": {"mean": 0, "stddev": 1},
+           "integer": {"low": 0, "high": 9}, "poisson": {"mean": 3},
+           "binomial": {"n": 5, "p": 0.5}, "bernoulli": {"p": 0.5}, "uuid": {},
+           "datetime": {"start": "2024-01-01", "end": "2024-02-01"},
+           "timedelta": {"dt_min": 0, "dt_max": 5, "reference": "when"}}
+PYTHON = {"float": float, "int": int, "bool": bool, "text": str}
+
+
+def test_sampled_value_types_are_the_tables() -> None:
+    assert set(SAMPLED) == set(kinds.VALUE_TYPES) & set(kinds.SAMPLERS)
+    for kind, params in SAMPLED.items():
+        draw = SAMPLERS[kind](params)
+        value = draw(cell_bits(7, kind, 3), {"when": "2024-01-01T00:00:00"})
+        assert type(value) is PYTHON[kinds.VALUE_TYPES[kind]], kind
