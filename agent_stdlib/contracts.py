@@ -423,7 +423,7 @@ class ArraySpec:
     """One Slurm array of a run: task ``first_task + i`` runs shard ``first_shard + i``.
 
     ``first_task`` is 0 but for a run whose tasks share one array with other runs (the
-    benchmark cases of one shape, ``control.runs.submit.submit_shared``): its tasks are
+    benchmark cases of one shape, ``control.runs.shared.submit_shared``): its tasks are
     ``[first_task, first_task + count)`` of that array and of any retry array.
     """
 
