@@ -40,6 +40,17 @@ def benchmarks_root(workspace: Union[str, Path]) -> Path:
     return Path(workspace) / "benchmarks"
 
 
+def images_registry(workspace: Union[str, Path]) -> Path:
+    """``<workspace>/images.json``: the workspace's image registry (its lock beside it,
+    ``images.json.lock``)."""
+    return Path(workspace) / "images.json"
+
+
+def local_backend_root(workspace: Union[str, Path]) -> Path:
+    """``<workspace>/local``: the local backend's job table."""
+    return Path(workspace) / "local"
+
+
 def job_name(run_id: str) -> str:
     """The Slurm job name of every job of a run (finds unrecorded submissions by name)."""
     return JOB_PREFIX + run_id

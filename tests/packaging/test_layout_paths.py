@@ -19,11 +19,11 @@ HOME = REPO / "agent_stdlib" / "layout.py"
 FILE_NAMES = {"run.json", "plan.json", "winner.json", "attempt.json", "progress.json",
               "result.json", "telemetry.json", "lag.json",
               "settled.json", "settled.lock", "totals.json", "cost.json", "retry.lock",
-              "round.json"}
+              "round.json", "images.json"}
 # Folder names: refused as the right-hand side of ``path / "name"`` (as words they mean
 # other things too: the ``auto`` retry policy, the plan's ``shards`` field).
 FOLDER_NAMES = {"observer", "cancels", "auto", "shards", "attempts", "submissions", "inputs",
-                "merged", "runs", "benchmarks", ".cache", "bundles"}
+                "merged", "runs", "benchmarks", ".cache", "bundles", "local"}
 
 
 def _sources() -> Iterator[Path]:

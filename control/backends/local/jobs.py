@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from synthbatch.agent_stdlib.arrays import is_job_id, task_job_id
+from synthbatch.agent_stdlib.layout import local_backend_root
 from synthbatch.agent_stdlib.statefile import (
     StateError,
     ensure_dir,
@@ -42,7 +43,6 @@ from synthbatch.agent_stdlib.statefile import (
 from synthbatch.control.backends.local import proc
 from synthbatch.control.slurm.parsers import JobRow
 
-ROOT = "local"
 PENDING, RUNNING, COMPLETING = "PENDING", "RUNNING", "COMPLETING"
 COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL = (
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
@@ -59,7 +59,7 @@ def is_whole_job_id(text: str) -> bool:
 
 def workspace_root(workspace: str) -> Path:
     """``<workspace>/local``: the local backend's table."""
-    return Path(workspace) / ROOT
+    return local_backend_root(workspace)
 
 
 @dataclass(frozen=True)
