@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from synthbatch.agent_stdlib.arrays import is_job_id, task_job_id
-from synthbatch.agent_stdlib.layout import local_backend_root
 from synthbatch.agent_stdlib.statefile import (
     StateError,
     ensure_dir,
@@ -55,11 +54,6 @@ STALE_S = 30.0  # a supervisor on another host is alive while its heartbeat is t
 def is_whole_job_id(text: str) -> bool:
     """True for a job's id (``12``), ASCII digits only (``'²'.isdigit()`` holds)."""
     return is_job_id(text) and "_" not in text
-
-
-def workspace_root(workspace: str) -> Path:
-    """``<workspace>/local``: the local backend's table."""
-    return local_backend_root(workspace)
 
 
 @dataclass(frozen=True)
