@@ -53,18 +53,10 @@ def implied_attempt(run_id: str, shard: int, attempt: int, job_id: Optional[str]
                          job_id=job_id)
 
 
-def create_attempt(path: Path, run_id: str, shard: int, attempt: int,
-                   resume_from: Optional[int] = None) -> AttemptRecord:
-    """Write a fresh ``created`` attempt record at revision 1 (fsynced)."""
-    record = created_record(run_id, shard, attempt, time.time(), resume_from)
-    write_json_atomic(path, record.to_dict())
-    return record
-
-
 def create_attempts(items: Iterable[Tuple[Union[str, Path], str, int, int, Optional[int]]]
                     ) -> None:
-    """``create_attempt`` for many ``(path, run_id, shard, attempt, resume_from)`` with one
-    sync (each atomically: temp + rename).
+    """Write a fresh ``created`` attempt record at revision 1 for each ``(path, run_id,
+    shard, attempt, resume_from)``, with one sync (each atomically: temp + rename).
 
     Streams: each record is made, written and dropped (100,000 shards in constant memory).
     """

@@ -293,7 +293,7 @@ class ColumnSpec:
     """
 
     name: str
-    type: str  # a kind of agent_stdlib.recipe.columns.KINDS
+    type: str  # a kind of agent_stdlib.recipe.kinds.KINDS
     params: Dict[str, Any] = field(default_factory=dict)
     drop: bool = False  # computed and usable by others, left out of the record
 
@@ -423,7 +423,7 @@ class ArraySpec:
     """One Slurm array of a run: task ``first_task + i`` runs shard ``first_shard + i``.
 
     ``first_task`` is 0 but for a run whose tasks share one array with other runs (the
-    benchmark cases of one shape, ``control.runs.submit.submit_shared``): its tasks are
+    benchmark cases of one shape, ``control.runs.shared.submit_shared``): its tasks are
     ``[first_task, first_task + count)`` of that array and of any retry array.
     """
 

@@ -12,6 +12,13 @@ from typing import Optional, Union
 
 JOB_PREFIX = "synthbatch-"
 
+# File names that bulk readers match without a Path (the properties below use them too).
+RUN_JSON = "run.json"
+PLAN_JSON = "plan.json"
+WINNER_JSON = "winner.json"
+ATTEMPT_JSON = "attempt.json"
+PROGRESS_JSON = "progress.json"
+
 
 def runs_root(workspace: Union[str, Path]) -> Path:
     """``<workspace>/runs``: one folder per run."""
@@ -21,6 +28,27 @@ def runs_root(workspace: Union[str, Path]) -> Path:
 def run_dir(workspace: Union[str, Path], run_id: str) -> Path:
     """``<workspace>/runs/<run-id>``."""
     return runs_root(workspace) / run_id
+
+
+def bundle_cache(workspace: Union[str, Path]) -> Path:
+    """``<workspace>/.cache/bundles``: the built agent bundles (``control/bundle.py``)."""
+    return Path(workspace) / ".cache" / "bundles"
+
+
+def benchmarks_root(workspace: Union[str, Path]) -> Path:
+    """``<workspace>/benchmarks``: one folder per benchmark."""
+    return Path(workspace) / "benchmarks"
+
+
+def images_registry(workspace: Union[str, Path]) -> Path:
+    """``<workspace>/images.json``: the workspace's image registry (its lock beside it,
+    ``images.json.lock``)."""
+    return Path(workspace) / "images.json"
+
+
+def local_backend_root(workspace: Union[str, Path]) -> Path:
+    """``<workspace>/local``: the local backend's job table."""
+    return Path(workspace) / "local"
 
 
 def job_name(run_id: str) -> str:
@@ -73,12 +101,12 @@ class RunLayout:
     @property
     def run_json(self) -> Path:
         """The commit marker, written last at submit."""
-        return self.root / "run.json"
+        return self.root / RUN_JSON
 
     @property
     def plan_json(self) -> Path:
         """The immutable resolved plan."""
-        return self.root / "plan.json"
+        return self.root / PLAN_JSON
 
     @property
     def inputs(self) -> Path:
@@ -105,6 +133,71 @@ class RunLayout:
         """Merge output and manifest."""
         return self.root / "merged"
 
+    @property
+    def shards(self) -> Path:
+        """The folder of the shard folders."""
+        return self.root / "shards"
+
+    @property
+    def observer(self) -> Path:
+        """What ``status`` keeps between refreshes (``lag.json``, the settled index)."""
+        return self.root / "observer"
+
+    @property
+    def lag_json(self) -> Path:
+        """When status first saw each job missing from squeue and accounting."""
+        return self.observer / "lag.json"
+
+    @property
+    def settled_json(self) -> Path:
+        """The settled index: the row of every settled shard."""
+        return self.observer / "settled.json"
+
+    @property
+    def settled_lock(self) -> Path:
+        """Held by every writer of the settled index."""
+        return self.observer / "settled.lock"
+
+    @property
+    def cancels(self) -> Path:
+        """One marker per cancelled job."""
+        return self.root / "cancels"
+
+    @property
+    def totals_json(self) -> Path:
+        """The run's totals, kept once accounting has a row for every job."""
+        return self.root / "totals.json"
+
+    @property
+    def cost_json(self) -> Path:
+        """The run's cost figures, kept for a finished run."""
+        return self.root / "cost.json"
+
+    @property
+    def retry_lock(self) -> Path:
+        """Held by retry, auto-retry and everything that selects shards to run again."""
+        return self.root / "retry.lock"
+
+    @property
+    def auto(self) -> Path:
+        """The automatic jobs' records and scripts."""
+        return self.root / "auto"
+
+    @property
+    def auto_settings(self) -> Path:
+        """The run's automatic settings (retry, merge)."""
+        return self.auto / "settings.json"
+
+    @property
+    def auto_merge(self) -> Path:
+        """The automatic merge's result."""
+        return self.auto / "merge.json"
+
+    @property
+    def round_json(self) -> Path:
+        """The pending round job of the run."""
+        return self.auto / "round.json"
+
     def submission_json(self, number: int) -> Path:
         """Record of submission ``number``."""
         return self.submissions / f"{number:04d}.json"
@@ -115,11 +208,11 @@ class RunLayout:
 
     def shard_dir(self, shard: int) -> Path:
         """Directory of one shard."""
-        return self.root / "shards" / shard_name(shard)
+        return self.shards / shard_name(shard)
 
     def winner_json(self, shard: int) -> Path:
         """Immutable winner record of a shard."""
-        return self.shard_dir(shard) / "winner.json"
+        return self.shard_dir(shard) / WINNER_JSON
 
     def attempts_dir(self, shard: int) -> Path:
         """The folder of a shard's attempt folders."""
@@ -133,7 +226,7 @@ class RunLayout:
         """``attempt(shard, attempt).attempt_json`` as a string, made without five Path
         objects (the bulk writers of submit and its recovery: 100,000 a run)."""
         return attempt_path(f"{self.root}/shards/{shard_name(shard)}", attempt) + \
-            "/attempt.json"
+            "/" + ATTEMPT_JSON
 
 
 @dataclass(frozen=True)
@@ -145,7 +238,7 @@ class AttemptLayout:
     @property
     def attempt_json(self) -> Path:
         """The attempt's lifecycle record."""
-        return self.root / "attempt.json"
+        return self.root / ATTEMPT_JSON
 
     @property
     def readiness_json(self) -> Path:
@@ -155,7 +248,7 @@ class AttemptLayout:
     @property
     def progress_json(self) -> Path:
         """The client's progress counters."""
-        return self.root / "progress.json"
+        return self.root / PROGRESS_JSON
 
     @property
     def telemetry_json(self) -> Path:

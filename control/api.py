@@ -29,7 +29,7 @@ from typing import (
     Union,
 )
 
-from synthbatch.agent_stdlib.layout import RunLayout, job_name
+from synthbatch.agent_stdlib.layout import RunLayout, bundle_cache, job_name
 from synthbatch.agent_stdlib.states import FAILED
 from synthbatch.control.config.workspace import WorkspaceProfile, load_workspace_profile
 from synthbatch.control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
@@ -182,7 +182,7 @@ def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
             ref = str(write_standin(Path(tmp)))
         prof = _profile(ref)
         try:
-            pyz = bundle.locate_agent_bundle(Path(prof.workspace) / ".cache" / "bundles")
+            pyz = bundle.locate_agent_bundle(bundle_cache(prof.workspace))
         except bundle.BundleError as err:
             raise InvalidInput(f"agent bundle: {err}") from err
         return run_preview(Path(run_file), ref, count, urls, pyz, api_key_env, timeout_s,
@@ -264,7 +264,7 @@ def _checked(run_file: Path, profile: ProfileRef, prof: Profile, sched: Schedule
     from synthbatch.control.runs.plan import login_checks, resolve
 
     try:
-        pyz = bundle.locate_agent_bundle(Path(prof.workspace) / ".cache" / "bundles")
+        pyz = bundle.locate_agent_bundle(bundle_cache(prof.workspace))
     except bundle.BundleError as err:
         raise InvalidInput(f"agent bundle: {err}") from err
     agent_sha256 = bundle.sha256_file(pyz)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from synthbatch.agent_stdlib import localjob
-from synthbatch.agent_stdlib.attempts import advance_attempt, create_attempt
+from synthbatch.agent_stdlib.attempts import advance_attempt
 from synthbatch.agent_stdlib.client.generate import Shard, run_shard
 from synthbatch.agent_stdlib.client.output import Output
 from synthbatch.agent_stdlib.client.progress import Progress
@@ -39,6 +39,7 @@ from synthbatch.agent_stdlib.statefile import (
     write_json_atomic,
 )
 from tests.conftest import FAKE_SERVER, REPO
+from tests.fakes import create_attempt
 
 
 def local_plan(python: str, command: Sequence[str], records: int = 6, shards: int = 1,

@@ -21,9 +21,10 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, settings
 
 from synthbatch.agent_stdlib import states
-from synthbatch.agent_stdlib.attempts import advance_attempt, create_attempt
+from synthbatch.agent_stdlib.attempts import advance_attempt, create_attempts, load_attempt
 from synthbatch.agent_stdlib.contracts import (
     AliasProgress,
+    AttemptRecord,
     DeploymentSpec,
     GenerateSpec,
     Plan,
@@ -68,6 +69,13 @@ NOW = 1_700_000_000.0
 # ------------------------------------------------ fuzzing budgets (docs/reliability.md)
 
 LONG = os.environ.get("SYNTHBATCH_LONG", "") == "1"
+
+
+def create_attempt(path: Path, run_id: str, shard: int, attempt: int,
+                   resume_from: Optional[int] = None) -> AttemptRecord:
+    """One fresh ``created`` attempt record (through the bulk writer submit and retry use)."""
+    create_attempts([(path, run_id, shard, attempt, resume_from)])
+    return load_attempt(path)
 
 
 def budget(ci: int, long: int) -> int:

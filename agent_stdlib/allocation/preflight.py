@@ -281,12 +281,6 @@ def port_taken_remote(host: str, port: int) -> bool:
         return False
 
 
-def check_ports(ctx: Context, ports: Sequence[int]) -> None:
-    """Every port must be valid and free on this node."""
-    for port in ports:
-        _check_port(ctx, Site(node=0, host=ctx.host, port=port), ctx.ident.node, True)
-
-
 def _check_port(ctx: Context, site: Site, node: Optional[str], local: bool) -> None:
     if not 1024 <= site.port <= 65535:
         raise PreflightError(f"ports: {site.port} is outside 1024-65535 (port_base "

@@ -142,10 +142,6 @@ class Supervisor:
             return False
         return wait_group_gone(child.pid, CONFIRM_S)
 
-    def all_gone(self) -> bool:
-        """True when no supervised process group has a live member."""
-        return not any(_alive(c) for c in self.children)
-
     def _cut(self, deadline: float) -> float:
         if self.signals.urgent:
             return min(deadline, self._urgent_deadline())

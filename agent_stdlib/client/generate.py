@@ -38,6 +38,7 @@ from typing import Dict, List, Optional
 
 from ..clientenv import ClientEnv
 from ..contracts import EXIT_CLIENT_CONFIG, ContractError, Plan
+from ..layout import RunLayout
 from ..recipe.reuse import model_identity
 from ..recipe.seeds import SeedError
 from ..recipe.sizing import bounds
@@ -385,7 +386,7 @@ def reused_cells(sources: List[str], first: int, count: int,
     whole = []
     for source in sources:
         run_id, _, folder = source.partition("=")
-        if not run_id or not folder or not (Path(folder) / "run.json").is_file():
+        if not run_id or not folder or not RunLayout(Path(folder)).run_json.is_file():
             raise ValueError(f"--reuse {source}: not RUN_ID=DIR of a run directory")
         if add_reused(cells, run_id, Path(folder), first, count, plan):
             whole.append(run_id)

@@ -24,7 +24,9 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..recipe.budget import answer_schema
 from ..recipe.judge import judge_schema, option_value, reasoning_chars
+from ..recipe.kinds import default
 from ..recipe.schema import validate
 from .codeblock import extract
 
@@ -65,11 +67,12 @@ def request_body(kind: str, name: str, params: Dict[str, Any], served: str, prom
             f"{system}\n\n{rubric(params['scores'])}"
     body: Dict[str, Any] = {"model": served, "messages": messages(prompt, system, shared,
                                                                   history),
-                            "max_tokens": params.get("max_tokens", 256),
-                            "temperature": params.get("temperature", 0.7)}
+                            "max_tokens": params.get("max_tokens", default(kind, "max_tokens")),
+                            "temperature": params.get("temperature",
+                                                      default(kind, "temperature"))}
     if params.get("top_p") is not None:
         body["top_p"] = params["top_p"]
-    schema = column_schema(kind, params)
+    schema = answer_schema(kind, params)
     if schema is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {
             "name": name, "schema": schema, "strict": True}}
@@ -96,15 +99,6 @@ def messages(prompt: str, own: Optional[str], shared: Sequence[str] = (),
     out = [{"role": "system", "content": head}] if head else []
     out.append({"role": "user", "content": prompt})
     return out
-
-
-def column_schema(kind: str, params: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """The schema an answer must satisfy (None for text)."""
-    if kind == "llm-structured":
-        return dict(params["schema"])
-    if kind == "llm-judge":
-        return judge_schema(params["scores"], int(params.get("max_tokens", 256)))
-    return None
 
 
 def json_answer(text: str) -> Any:

@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from ..contracts import GenerateSpec, Plan
 from ..errors import AgentError
 from ..recipe import schema as jsonschema
-from ..recipe.columns import LLM, VALIDATION, ColumnError, Node, analyze
+from ..recipe.columns import ColumnError, Node, analyze
+from ..recipe.kinds import EXPRESSION, LLM, VALIDATION
 from ..recipe.template import Part, parse
 from .logic import Logic, compile_logic
 from .samplers import SAMPLERS, Sampler
@@ -95,7 +96,7 @@ def _column(node: Node, drop: bool, inputs: List[str], plan: Plan, where: str) -
             jsonschema.check(params["schema"], f"{where}.schema")
     elif node.kind == VALIDATION and params.get("validator") == "json_schema":
         jsonschema.check(params["schema"], f"{where}.schema")
-    elif node.kind not in ("expression", VALIDATION):
+    elif node.kind not in (EXPRESSION, VALIDATION):
         raise RecipeError(f"{where}.type: unknown column type {node.kind!r}")
     return column
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 from ..errors import AgentError
-from ..recipe.columns import VALIDATION
+from ..recipe.kinds import VALIDATION, default
 from ..recipe.reuse import canonical_json, request_digest
 from ..recipe.template import render
 from .cachestats import cached_tokens
@@ -397,7 +397,7 @@ class Engine:
         from the cell's bits and the attempt, so a rerun retries the same way."""
         bits = cell_bits(self.seed, f"{column.name}\x00retry{attempts}", index)
         seed = int.from_bytes(bits[:4], "big") & 0x7FFFFFFF
-        base = int(column.params.get("max_tokens", 256))
+        base = int(column.params.get("max_tokens", default(column.kind, "max_tokens")))
         return retry_body(body, base, seed, finish)
 
     async def _attempt(self, alias: Alias, column: Column, rec: Open,

@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ..layout import ATTEMPTS, attempt_number, attempt_path, shard_name
+from ..layout import ATTEMPTS, WINNER_JSON, RunLayout, attempt_number, attempt_path, shard_name
 from ..statefile import StateError, read_json
 from .wholereuse import inputs_path, read_tag, record_line
 
@@ -177,7 +177,7 @@ def _overlapping(run_dir: Path, first: int, count: int) -> Optional[Set[str]]:
     first+count-1`` (from its ``plan.json``); None when the plan cannot say (every shard
     is read then)."""
     try:
-        shards = json.loads((run_dir / "plan.json").read_bytes())["shards"]
+        shards = json.loads(RunLayout(run_dir).plan_json.read_bytes())["shards"]
         return {shard_name(s["index"]) for s in shards
                 if s["record_offset"] < first + count
                 and first < s["record_offset"] + s["num_records"]}
@@ -193,7 +193,7 @@ def run_files(run_dir: Path, first: int = 0, count: Optional[int] = None) -> Lis
     run reads the records of its own range, not the whole earlier run."""
     wanted = _overlapping(run_dir, first, count) if count is not None else None
     files: List[Path] = []
-    for shard in sorted((run_dir / "shards").glob("shard-*")):
+    for shard in sorted(RunLayout(run_dir).shards.glob("shard-*")):
         if wanted is not None and shard.name not in wanted:
             continue
         chosen = _winner(shard)
@@ -211,7 +211,7 @@ def _winner(shard: Path) -> Optional[int]:
     """The winning attempt of a reused shard (the one tolerant reader: no symlink, this
     user's file); None if there is none or its record is damaged."""
     try:
-        won = read_json(shard / "winner.json")
+        won = read_json(shard / WINNER_JSON)
     except StateError:
         return None
     attempt = won.get("attempt") if won is not None else None

@@ -18,6 +18,7 @@ import uuid
 from itertools import accumulate
 from typing import Any, Callable, Dict, List, Mapping
 
+from ..recipe.kinds import MIXTURE_WEIGHT, default
 from ..recipe.names import LOCALES, SEXES
 from ..recipe.template import show
 
@@ -106,7 +107,7 @@ def moment(params: Dict[str, Any]) -> Sampler:
     """A moment in [start, end), a whole number of ``unit`` after start."""
     start = dt.datetime.fromisoformat(params["start"])
     end = dt.datetime.fromisoformat(params["end"])
-    unit = params.get("unit", "second")
+    unit = params.get("unit", default("datetime", "unit"))
     step = UNITS[unit]
     steps = max(1, math.ceil((end - start).total_seconds() / step))
     fmt = params.get("format")
@@ -157,7 +158,8 @@ def timedelta(params: Dict[str, Any]) -> Sampler:
     [dt_min, dt_max): ISO 8601 text (a date when the reference is a date and the unit a
     day); ``null`` when the reference is ``null``."""
     low, high = int(params["dt_min"]), int(params["dt_max"])
-    step, reference = UNITS[params.get("unit", "day")], str(params["reference"])
+    step = UNITS[params.get("unit", default("timedelta", "unit"))]
+    reference = str(params["reference"])
 
     def draw(bits: bytes, values: Values) -> Any:
         base = values.get(reference)
@@ -180,7 +182,7 @@ def identity(params: Dict[str, Any]) -> Sampler:
     """A person-like value ``{first_name, last_name, sex, age, locale, city, state,
     email}`` from the bundled lists of ``locale`` (``recipe/names.py``) or the recipe's
     own ``first_names``/``last_names``/``places``; emails use reserved example domains."""
-    locale = str(params.get("locale", "en_US"))
+    locale = str(params.get("locale", default("identity", "locale")))
     bundled = LOCALES[locale]
     sexes = [str(params["sex"])] if params.get("sex") else list(SEXES)
     firsts: Dict[str, List[str]] = {s: list(params.get("first_names") or bundled[s])
@@ -188,7 +190,7 @@ def identity(params: Dict[str, Any]) -> Sampler:
     lasts = list(params.get("last_names") or bundled["last"])
     places = [tuple(p) for p in (params.get("places") or bundled["places"])]
     domains = list(bundled["domains"])
-    low, high = (int(x) for x in params.get("age_range", (18, 85)))
+    low, high = (int(x) for x in params.get("age_range", default("identity", "age_range")))
 
     def draw(bits: bytes, _: Values) -> Dict[str, Any]:
         more = hashlib.sha256(bits + b"\x00identity").digest()
@@ -210,7 +212,7 @@ def mixture(params: Dict[str, Any]) -> Sampler:
     ``weight``), picked by weight; the component draws from bits of its own."""
     parts = [SAMPLERS[c["type"]]({k: v for k, v in c.items() if k not in ("type", "weight")})
              for c in params["components"]]
-    bounds = list(accumulate(float(c.get("weight", 1.0)) for c in params["components"]))
+    bounds = list(accumulate(float(c.get("weight", MIXTURE_WEIGHT)) for c in params["components"]))
 
     def draw(bits: bytes, values: Values) -> Any:
         i = min(len(parts) - 1, bisect.bisect_right(bounds, uniform(bits, 3) * bounds[-1]))

@@ -24,6 +24,7 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Mapping
 
+from ..recipe.kinds import VALIDATION, default
 from ..recipe.schema import validate
 from ..recipe.template import show
 
@@ -145,8 +146,8 @@ def check(params: Mapping[str, Any], values: Mapping[str, Any]) -> Dict[str, Any
         return result(check_json(value, dict(params["schema"])))
     text = show(value)
     if kind == "python":
-        return result(check_python(text, bool(params.get("run")),
-                                   float(params.get("timeout_s", 5.0))))
+        timeout = float(params.get("timeout_s", default(VALIDATION, "timeout_s")))
+        return result(check_python(text, bool(params.get("run")), timeout))
     if kind == "sql":
         schema = params.get("sql_schema") or ""
         if params.get("schema_column"):

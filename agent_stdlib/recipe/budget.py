@@ -18,6 +18,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from .judge import judge_schema
+from .kinds import default
 
 ROOM_FACTOR = 2
 WORDS = re.compile(r"[A-Za-z0-9_]+|\s+|[^A-Za-z0-9_\s]+")
@@ -66,9 +67,10 @@ def estimate_tokens(text: str) -> int:
 def answer_schema(kind: str, params: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The schema a structured or judge column's answer must satisfy (None otherwise)."""
     if kind == "llm-structured" and isinstance(params.get("schema"), dict):
-        return params["schema"]
+        return dict(params["schema"])
     if kind == "llm-judge" and params.get("scores"):
-        return judge_schema(params["scores"], int(params.get("max_tokens", 256)))
+        return judge_schema(params["scores"],
+                            int(params.get("max_tokens", default(kind, "max_tokens"))))
     return None
 
 
@@ -80,7 +82,7 @@ def budget_problem(kind: str, params: Dict[str, Any]) -> Optional[Tuple[str, int
         return None
     text = json.dumps(minimal_answer(schema), separators=(",", ":"))
     need = estimate_tokens(text)
-    have = int(params.get("max_tokens", 256))
+    have = int(params.get("max_tokens", default(kind, "max_tokens")))
     how = (f"its shortest valid answer {text[:60]}{'...' if len(text) > 60 else ''} is "
            f"about {need} tokens (one per 4 characters of a word, per 2 of punctuation)")
     if have < need:

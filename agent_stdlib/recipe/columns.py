@@ -17,14 +17,10 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tup
 from ..errors import AgentError
 from . import logic
 from . import schema as jsonschema
+from .kinds import EXPRESSION, LLM, SAMPLERS, VALIDATION
 from .template import TemplateError, references
 
-SAMPLERS = ("category", "subcategory", "uniform", "gaussian", "integer", "bernoulli", "uuid",
-            "datetime", "poisson", "binomial", "timedelta", "mixture", "identity")
-LLM = ("llm-text", "llm-structured", "llm-judge", "llm-code")
-VALIDATION = "validation"
-KINDS = SAMPLERS + ("expression",) + LLM + (VALIDATION,)
-TEMPLATES: Dict[str, Tuple[str, ...]] = {"expression": ("template",),
+TEMPLATES: Dict[str, Tuple[str, ...]] = {EXPRESSION: ("template",),
                                          **{k: ("context", "system", "prompt") for k in LLM}}
 CONTEXT = "context"  # the recipe-level context's field (client.context)
 INDEX = "index"  # the record index, usable as {index} everywhere

@@ -16,10 +16,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from . import expr
 from .expr import ExprError
 from .expr import Node as Tree
+from .kinds import VALUE_TYPES
 
-NUMERIC = {"integer": expr.INT, "poisson": expr.INT, "binomial": expr.INT,
-           "uniform": expr.FLOAT, "gaussian": expr.FLOAT, "bernoulli": expr.BOOL,
-           "uuid": expr.TEXT, "datetime": expr.TEXT, "llm-text": expr.TEXT}
 FINITE_LIMIT = 100_000  # values a plan-time constraint check enumerates at most
 Use = Tuple[str, str, Tuple[str, ...], int]  # (field, name, path, 1-based position)
 
@@ -65,8 +63,8 @@ def uses(name: str, kind: str, params: Mapping[str, Any],
 
 def column_type(kind: str, params: Mapping[str, Any]) -> str:
     """The expression type of a column's values (``any`` when not one type)."""
-    if kind in NUMERIC:
-        return NUMERIC[kind]
+    if kind in VALUE_TYPES:
+        return VALUE_TYPES[kind]
     overrides = list((params.get("conditional_params") or {}).values())
     if kind == "category":
         values = list(params.get("values") or ())

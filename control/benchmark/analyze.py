@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from synthbatch.agent_stdlib.contracts import Plan, ProgressRecord, ResultManifest
-from synthbatch.agent_stdlib.layout import RunLayout, attempt_number
+from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout, attempt_number
 from synthbatch.agent_stdlib.resume import request_cells
 from synthbatch.agent_stdlib.statefile import StateError, read_json
 from synthbatch.control.planning.sizing import percentile, size
@@ -88,7 +88,7 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
     """The figures of one point; ``state`` is ``done``, ``partial`` or ``missing``."""
     row: Dict[str, Any] = {"concurrency": concurrency, "shard": shard, "gpus": gpus}
     folder = attempt_dir(layout, shard)
-    raw = _json(folder / "progress.json") if folder else None
+    raw = _json(AttemptLayout(folder).progress_json) if folder else None
     if raw is None:
         return {**row, "state": "missing"}
     try:
@@ -96,7 +96,7 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
     except Exception:  # noqa: BLE001 - a damaged record is named, not raised
         return {**row, "state": "missing", "problem": "progress.json is damaged"}
     try:
-        result_raw = _json(folder / "result.json")
+        result_raw = _json(AttemptLayout(folder).result_json)
         result = ResultManifest.from_dict(result_raw) if result_raw else None
     except Exception:  # noqa: BLE001 - a damaged result: the point is partial
         result = None
@@ -112,7 +112,7 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
     errors = sum(a.errors.get(k, 0) for a in aliases for k in ERROR_KINDS_NOT_429)
     tried = requests + n429 + errors
     lat = list(_latencies(folder / "output"))
-    attempt = _json(folder / "attempt.json") or {}
+    attempt = _json(AttemptLayout(folder).attempt_json) or {}
     rate = generated / wall if wall and wall > 0 else None
     row.update(serving_figures(folder, progress, ended))  # issue 32: where time goes
     return {

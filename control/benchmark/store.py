@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List
 
+from synthbatch.agent_stdlib.layout import benchmarks_root
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
 from synthbatch.control.benchmark.sweep import CaseRun
 from synthbatch.control.config.benchmark import BenchmarkConfig
@@ -17,7 +18,7 @@ def bench_dir(workspace: Path, bench_id: str) -> Path:
     """The folder of one benchmark."""
     if not RUN_ID.match(bench_id):
         raise InvalidInput(f"benchmark id {bench_id!r}: not a valid benchmark id")
-    return workspace / "benchmarks" / bench_id
+    return benchmarks_root(workspace) / bench_id
 
 
 def manifest(bench_id: str, config: BenchmarkConfig, runs: List[CaseRun]) -> Dict[str, Any]:
@@ -46,7 +47,7 @@ def load(workspace: Path, bench_id: str) -> Dict[str, Any]:
         raise InvalidInput(f"unreadable: {err}") from None
     if data is None:
         raise NotFound(f"benchmark {bench_id}: no such benchmark in "
-                       f"{workspace / 'benchmarks'}")
+                       f"{benchmarks_root(workspace)}")
     if not isinstance(data.get("cases"), list):
         raise InvalidInput(f"{path}: not a benchmark record")
     return data
@@ -58,12 +59,3 @@ def case_file(base_run: Path, run_id: str, run: Dict[str, Any]) -> Path:
     path = base_run.parent / f".synthbatch-bench-{run_id}.json"
     write_json_atomic(path, run)
     return path
-
-
-def listing(workspace: Path) -> List[str]:
-    """Ids of the workspace's benchmarks."""
-    root = workspace / "benchmarks"
-    return sorted(p.name for p in root.iterdir() if (p / "benchmark.json").is_file()) \
-        if root.is_dir() else []
-
-

@@ -26,6 +26,7 @@ def _line(entry: Any) -> str:
 
 def _inspector(prof: Any) -> Any:
     """Inspects an image with the profile's runtime and mounts (see control/images/inspect)."""
+    from synthbatch.agent_stdlib.layout import bundle_cache
     from synthbatch.control.bundle import BundleError, locate_agent_bundle
     from synthbatch.control.images.inspect import inspect_image
 
@@ -33,8 +34,7 @@ def _inspector(prof: Any) -> Any:
 
     def inspect(path: str) -> Optional[Dict[str, Any]]:
         try:
-            agent: Optional[Path] = locate_agent_bundle(Path(prof.workspace) / ".cache" /
-                                                        "bundles")
+            agent: Optional[Path] = locate_agent_bundle(bundle_cache(prof.workspace))
         except BundleError:
             agent = None  # no bundle to check here: the rest of the inspection still runs
         return inspect_image(path, box.runtime, box.executable or "",

@@ -1,6 +1,9 @@
 """The columns of a built-in generator recipe (``[[client.columns]]``), one model per kind.
 
-``type`` picks the model; each checks its own fields strictly. How the columns fit
+``type`` picks the model; each checks its own fields strictly. Each kind's parameter
+names, required parameters and defaults are ``agent_stdlib.recipe.kinds``' tables: the
+models take their defaults from there, and tests/unit/control/config/test_column_kinds.py
+fails when a model's fields drift from them. How the columns fit
 together (names, dependencies, cycles) is checked by ``agent_stdlib.recipe.columns``
 from :meth:`ColumnBase.node`, the same rules the generator runs by.
 """
@@ -20,8 +23,15 @@ from pydantic import (
     model_validator,
 )
 
-from synthbatch.agent_stdlib.recipe.columns import KINDS, Node
+from synthbatch.agent_stdlib.recipe.columns import Node
 from synthbatch.agent_stdlib.recipe.expr import DTYPES
+from synthbatch.agent_stdlib.recipe.kinds import (
+    KINDS,
+    MIXABLE,
+    MIXTURE_WEIGHT,
+    VALIDATION,
+    default,
+)
 from synthbatch.agent_stdlib.recipe.logic import condition_field
 from synthbatch.agent_stdlib.recipe.names import LOCALES
 from synthbatch.agent_stdlib.recipe.schema import SchemaError, check
@@ -221,7 +231,7 @@ class Datetime(ColumnBase):
     type: Literal["datetime"]
     start: When
     end: When
-    unit: Literal["day", "hour", "minute", "second"] = "second"
+    unit: Literal["day", "hour", "minute", "second"] = default("datetime", "unit")
     format: Optional[Text] = None  # strftime; default ISO 8601 (a date for unit "day")
 
     @model_validator(mode="after")
@@ -258,7 +268,8 @@ class TimeDelta(ColumnBase):
     dt_min: int = Field(ge=-1_000_000, le=1_000_000)
     dt_max: int = Field(ge=-1_000_000, le=1_000_000)
     reference: ColumnName
-    unit: Literal["day", "hour", "minute", "second", "D", "h", "m", "s"] = "day"
+    unit: Literal["day", "hour", "minute", "second", "D", "h", "m", "s"] = default("timedelta",
+                                                                                 "unit")
 
     @model_validator(mode="after")
     def _range(self) -> TimeDelta:
@@ -280,10 +291,10 @@ class Identity(ColumnBase):
     """A person-like value (names, sex, age, place, email) from bundled or given lists."""
 
     type: Literal["identity"]
-    locale: Literal[tuple(LOCALES)] = "en_US"  # type: ignore[valid-type]
+    locale: Literal[tuple(LOCALES)] = default("identity", "locale")  # type: ignore[valid-type]
     sex: Optional[Literal["female", "male"]] = None
     age_range: List[Annotated[int, Field(ge=0, le=120)]] = Field(
-        default=[18, 85], min_length=2, max_length=2)
+        default=list(default("identity", "age_range")), min_length=2, max_length=2)
     first_names: Optional[List[Text]] = Field(default=None, min_length=1, max_length=100_000)
     last_names: Optional[List[Text]] = Field(default=None, min_length=1, max_length=100_000)
     places: Optional[List[Place]] = Field(default=None, min_length=1, max_length=100_000)
@@ -293,10 +304,6 @@ class Identity(ColumnBase):
         if self.age_range[0] > self.age_range[1]:
             raise ValueError(f"age_range: {self.age_range[0]} is above {self.age_range[1]}")
         return self
-
-
-MIXABLE = ("category", "uniform", "gaussian", "integer", "bernoulli", "uuid", "datetime",
-           "poisson", "binomial")
 
 
 class Mixture(ColumnBase):
@@ -315,7 +322,7 @@ class Mixture(ColumnBase):
     def params(self) -> Dict[str, Any]:
         """Each component as its sampler's checked parameters, with type and weight."""
         return {"components": [
-            {"type": c["type"], "weight": float(c.get("weight", 1.0)),
+            {"type": c["type"], "weight": float(c.get("weight", MIXTURE_WEIGHT)),
              **_component(c, "components").params()} for c in self.components]}
 
 
@@ -325,7 +332,7 @@ def _component(component: Dict[str, Any], where: str) -> ColumnBase:
     if kind not in MIXABLE:
         raise ValueError(f"{where}.type: {quoted(show(kind))} cannot be mixed (have: "
                          f"{', '.join(MIXABLE)})")
-    weight = component.get("weight", 1.0)
+    weight = component.get("weight", MIXTURE_WEIGHT)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight \
             < float("inf"):
         raise ValueError(f"{where}.weight: expected a positive number")
@@ -358,8 +365,8 @@ class LLMColumn(ColumnBase):
     system: Optional[Prompt] = None
     context: Optional[Prompt] = None  # shared text first in the request (docs/generator.md)
     continue_from: Optional[ColumnName] = None  # an earlier LLM column's conversation
-    max_tokens: int = Field(default=256, ge=1, le=131072)
-    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=default("llm-text", "max_tokens"), ge=1, le=131072)
+    temperature: float = Field(default=default("llm-text", "temperature"), ge=0.0, le=2.0)
     top_p: Optional[float] = Field(default=None, gt=0.0, le=1.0)
 
 
@@ -396,7 +403,7 @@ class LLMCode(LLMColumn):
 
     type: Literal["llm-code"]
     language: Optional[Name] = None
-    require_block: bool = False
+    require_block: bool = default("llm-code", "require_block")
 
 
 class Score(Strict):
@@ -411,7 +418,7 @@ class LLMJudge(LLMColumn):
     """Scores from a rubric: ``{"<score>": {"score": <option>, "reasoning": "..."}}``."""
 
     type: Literal["llm-judge"]
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    temperature: float = Field(default=default("llm-judge", "temperature"), ge=0.0, le=2.0)
     scores: List[Score] = Field(min_length=1, max_length=32)
 
     @model_validator(mode="after")
@@ -434,14 +441,15 @@ class Validation(ColumnBase):
     type: Literal["validation"]
     validator: Literal["python", "sql", "json_schema", "regex"]
     target: ColumnName
-    on_invalid: Literal["keep", "error"] = "keep"
-    run: bool = False
-    timeout_s: float = Field(default=5.0, gt=0, le=600, allow_inf_nan=False)
+    on_invalid: Literal["keep", "error"] = default(VALIDATION, "on_invalid")
+    run: bool = default(VALIDATION, "run")
+    timeout_s: float = Field(default=default(VALIDATION, "timeout_s"), gt=0, le=600,
+                             allow_inf_nan=False)
     sql_schema: Optional[Prompt] = None
     schema_column: Optional[ColumnName] = None
     schema_: Optional[Dict[str, Any]] = Field(default=None, alias="schema")
     pattern: Optional[Text] = None
-    full: bool = False
+    full: bool = default(VALIDATION, "full")
 
     @model_validator(mode="after")
     def _fields(self) -> Validation:

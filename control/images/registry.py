@@ -21,13 +21,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from synthbatch.agent_stdlib.imagedigest import DigestError, Progress, image_digest
+from synthbatch.agent_stdlib.layout import images_registry
 from synthbatch.agent_stdlib.statefile import StateError, locked, read_json, write_json_atomic
 from synthbatch.agent_stdlib.text import quoted
 from synthbatch.control.config.fields import NAME, SAFE_PATH
 from synthbatch.control.config.rules import check_version
 from synthbatch.control.errors import Conflict, InvalidInput, NotFound
 
-REGISTRY_FILE = "images.json"
 SCHEMA_VERSION = 2  # 2 added kind, format and inspection (version 1 files are still read)
 KINDS = ("serving", "client")
 SUFFIXES = (".sqsh", ".squashfs", ".sif", ".sqfs")
@@ -61,7 +61,7 @@ class ImageEntry:
 
 def registry_path(workspace: Path) -> Path:
     """Where the workspace keeps its image registry."""
-    return workspace / REGISTRY_FILE
+    return images_registry(workspace)
 
 
 def image_format(entry: ImageEntry) -> str:
@@ -147,7 +147,7 @@ def _save(workspace: Path, entries: Dict[str, ImageEntry]) -> None:
 @contextlib.contextmanager
 def _locked(workspace: Path) -> Iterator[None]:
     workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with locked(workspace / (REGISTRY_FILE + ".lock")):
+    with locked(images_registry(workspace).with_suffix(".json.lock")):
         yield
 
 

@@ -12,7 +12,7 @@ from synthbatch.agent_stdlib.contracts import (
     Plan,
     ResourceSpec,
 )
-from synthbatch.agent_stdlib.recipe.columns import LLM
+from synthbatch.agent_stdlib.recipe.kinds import LLM
 from synthbatch.agent_stdlib.recipe.sizing import bounds
 
 

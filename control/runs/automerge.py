@@ -25,8 +25,6 @@ from synthbatch.control.errors import InvalidInput, SynthbatchError
 MERGED, PARTIAL, NOT_MERGED, MERGE_FAILED, WAITING = (
     "merged", "partial", "not merged", "failed", "waiting")
 
-SETTINGS = "settings.json"
-RESULT = "merge.json"
 FLAG = "--merge-to"
 
 
@@ -58,14 +56,10 @@ def settings(auto_retry: bool, max_attempts: int, merge_to: Optional[Path], fmt:
     return {"auto_retry": auto_retry, "max_attempts": max_attempts, "merge": merge}
 
 
-def folder(layout: RunLayout) -> Path:
-    """``<run>/auto``: the automatic jobs' records (``control.runs.autoretry`` too)."""
-    return layout.root / "auto"
-
-
 def save_settings(layout: RunLayout, data: Dict[str, Any]) -> None:
     """Write ``<run>/auto/settings.json`` (before the first automatic job is submitted)."""
-    write_json_atomic(ensure_dir(folder(layout)) / SETTINGS, data)
+    ensure_dir(layout.auto)
+    write_json_atomic(layout.auto_settings, data)
 
 
 def _read(path: Path) -> Optional[Dict[str, Any]]:
@@ -79,7 +73,7 @@ def _read(path: Path) -> Optional[Dict[str, Any]]:
 def load_settings(layout: RunLayout) -> Dict[str, Any]:
     """The run's automatic settings; a run from before them (or damaged): retries on, no
     merge, ``max_attempts`` unknown (None)."""
-    data = _read(folder(layout) / SETTINGS) or {}
+    data = _read(layout.auto_settings) or {}
     merge = data.get("merge")
     if not (isinstance(merge, dict) and isinstance(merge.get("to"), str)):
         merge = None
@@ -90,12 +84,13 @@ def load_settings(layout: RunLayout) -> Dict[str, Any]:
 
 def load_result(layout: RunLayout) -> Optional[Dict[str, Any]]:
     """What the merge job recorded (``state``: merged / partial / failed / not merged)."""
-    return _read(folder(layout) / RESULT)
+    return _read(layout.auto_merge)
 
 
 def record_result(layout: RunLayout, result: Dict[str, Any]) -> None:
     """Write ``<run>/auto/merge.json``."""
-    write_json_atomic(ensure_dir(folder(layout)) / RESULT, result)
+    ensure_dir(layout.auto)
+    write_json_atomic(layout.auto_merge, result)
 
 
 def not_merged(failed: Any) -> Dict[str, Any]:

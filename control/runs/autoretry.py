@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     from synthbatch.control.config.profile import Profile
     from synthbatch.control.slurm.scheduler import Scheduler
 
-ROUND_DIR = "auto"
-ROUND_RECORD = "round.json"
 ROUND_SCRIPT = "round.sbatch"
 ROUND_TIME = "00:05:00"  # a round is one status refresh and at most two sbatch calls
 ROUND_MEM = "512M"
@@ -162,7 +160,7 @@ def python_visible(python: str, shared: Callable[[Path], bool]) -> Optional[str]
 
 def record_path(layout: RunLayout) -> Path:
     """``<run>/auto/round.json``: the pending round job of the run."""
-    return layout.root / ROUND_DIR / ROUND_RECORD
+    return layout.round_json
 
 
 def load_pending(layout: RunLayout) -> Optional[Dict[str, object]]:
@@ -260,7 +258,7 @@ def submit_round(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_
     if pending and pending.get("job_id") and pending["job_id"] != own_job \
             and _queued(scheduler, str(pending["job_id"])):
         return None
-    folder = ensure_dir(layout.root / ROUND_DIR)
+    folder = ensure_dir(layout.auto)
     script = folder / ("merge.sbatch" if action == MERGE else ROUND_SCRIPT)
     write_bytes_atomic(script, render_script(python or sys.executable, run_id,
                                              str(profile.workspace), action).encode(),

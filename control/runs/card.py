@@ -25,7 +25,7 @@ from synthbatch.control.errors import SynthbatchError
 from synthbatch.control.runs.cost import lines as cost_lines
 from synthbatch.control.runs.costread import card_cost
 from synthbatch.control.runs.store import attempt_numbers, load_plan
-from synthbatch.control.runs.totals import CACHE, created_at, ended_at
+from synthbatch.control.runs.totals import created_at, ended_at
 
 CARD_VERSION = 1
 
@@ -124,7 +124,7 @@ def _models(plan: Any) -> List[Dict[str, Any]]:
 
 def _totals(layout: RunLayout, records: int) -> Dict[str, Any]:
     try:
-        kept = read_json(layout.root / CACHE)
+        kept = read_json(layout.totals_json)
     except (StateError, OSError, ValueError):
         kept = None
     numbers = kept.get("totals") if isinstance(kept, dict) else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.layout import ATTEMPT_JSON, PROGRESS_JSON, RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, read_json, write_json_atomic
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.control.config.document import read_document
@@ -20,8 +20,6 @@ from synthbatch.control.runs.cost import AttemptUse, Figures, Part, Tokens, figu
 from synthbatch.control.runs.normalize import FINAL
 from synthbatch.control.runs.store import attempt_numbers, run_job_ids, submission_views
 from synthbatch.control.slurm.parsers import JobUsage
-
-CACHE = "cost.json"
 
 
 def _count(value: Any) -> int:
@@ -89,7 +87,7 @@ def attempt_uses(layout: RunLayout, shards: int) -> Tuple[List[AttemptUse], List
                 continue
             job, state = record.get("job_id"), record.get("state")
             won = winner is not None and winner.attempt == number
-            aliases, columns = _progress_tokens(path[:-len("attempt.json")] + "progress.json")
+            aliases, columns = _progress_tokens(path[:-len(ATTEMPT_JSON)] + PROGRESS_JSON)
             uses.append(AttemptUse(shard, number, job if isinstance(job, str) else None, won,
                                    (isinstance(state, str) and state in TERMINAL) or won,
                                    winner.records if won and winner else 0,
@@ -121,7 +119,7 @@ def _figures_from(data: Any) -> Optional[Figures]:
 def cached(layout: RunLayout, job_ids: Sequence[str]) -> Optional[Figures]:
     """The kept figures of a finished run whose job ids are still ``job_ids``."""
     try:
-        kept = read_json(layout.root / CACHE)
+        kept = read_json(layout.cost_json)
     except (StateError, OSError, ValueError):
         return None
     if not isinstance(kept, dict) or kept.get("job_ids") != list(job_ids):
@@ -154,7 +152,7 @@ def run_cost(layout: RunLayout, rows: Optional[Sequence[JobUsage]], job_ids: Seq
         found = figures(uses, rows, gpus)
         if keep and not notes:
             try:
-                write_json_atomic(layout.root / CACHE, {"schema_version": 1,
+                write_json_atomic(layout.cost_json, {"schema_version": 1,
                                                         "job_ids": list(job_ids),
                                                         "figures": _figures_data(found)})
             except OSError:
@@ -226,7 +224,7 @@ def kept_cost(layout: RunLayout, profile_path: Optional[Path]) -> Dict[str, Any]
     shard): ``gpu_hours`` and, with a price, ``cost`` (None: not counted yet, or no
     accounting, or not priced)."""
     try:
-        kept = read_json(layout.root / "totals.json")
+        kept = read_json(layout.totals_json)
     except (StateError, OSError, ValueError):
         kept = None
     numbers = kept.get("totals") if isinstance(kept, dict) else None

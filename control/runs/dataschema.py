@@ -22,8 +22,8 @@ import pyarrow as pa
 from synthbatch.agent_stdlib.contracts import GenerateSpec, Plan
 from synthbatch.agent_stdlib.recipe import logic
 from synthbatch.agent_stdlib.recipe.columns import IDENTITY_FIELDS
+from synthbatch.agent_stdlib.recipe.kinds import EXPRESSION, VALUE_TYPES
 
-STRING_KINDS = ("uuid", "datetime", "timedelta", "llm-text", "llm-code")
 LOGIC_TYPES = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(),
                "text": pa.string()}  # the expression language's types; others inferred
 META_CELL = (("model", pa.string()), ("served_model", pa.string()),
@@ -120,16 +120,8 @@ def _judge(params: Dict[str, Any]) -> pa.DataType:
 
 def column_type(kind: str, params: Dict[str, Any]) -> pa.DataType:
     """The Arrow type of one generator column's value (null: inferred from the data)."""
-    if kind in ("category", "subcategory", "expression"):  # values, conditional ones, dtype
-        return LOGIC_TYPES.get(logic.column_type(kind, params), pa.null())
-    if kind in ("uniform", "gaussian"):
-        return pa.float64()
-    if kind in ("integer", "poisson", "binomial"):
-        return pa.int64()
-    if kind == "bernoulli":
-        return pa.bool_()
-    if kind in STRING_KINDS:
-        return pa.string()
+    if kind in VALUE_TYPES or kind in ("category", "subcategory", EXPRESSION):
+        return LOGIC_TYPES.get(logic.column_type(kind, params), pa.null())  # values, dtype
     if kind == "llm-structured":
         return from_json_schema(params.get("schema"))
     if kind == "llm-judge":

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 from synthbatch.agent_stdlib.contracts import Plan, dd_check_report
+from synthbatch.agent_stdlib.layout import bundle_cache
 from synthbatch.control import bundle
 from synthbatch.control.errors import InvalidInput
 
@@ -39,7 +40,7 @@ def check_on_login_node(plan: Plan, plan_bytes: bytes, run_file: Path, workspace
         out["notes"] = [f"not checked here: {spec.python} is not on this node; " + LATER]
         return out
     with tempfile.TemporaryDirectory(prefix="synthbatch-plan-") as scratch:
-        cache = workspace / ".cache" / "bundles"  # a dry run creates no workspace
+        cache = bundle_cache(workspace)  # a dry run creates no workspace
         try:
             pyz = bundle.locate_agent_bundle(cache if cache.is_dir() else Path(scratch))
         except bundle.BundleError as err:

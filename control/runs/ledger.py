@@ -23,12 +23,12 @@ LAG_GRACE_S = 600.0
 
 def lag_path(layout: RunLayout) -> Path:
     """``<run>/observer/lag.json``."""
-    return layout.root / "observer" / "lag.json"
+    return layout.lag_json
 
 
 def cancels_dir(layout: RunLayout) -> Path:
     """``<run>/cancels/``."""
-    return layout.root / "cancels"
+    return layout.cancels
 
 
 def _first_seen(path: Path, key: str) -> Dict[str, float]:

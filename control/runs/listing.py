@@ -146,7 +146,7 @@ def _known_shards(layout: RunLayout) -> int:
     """How many shards are known without the plan: entries of the run's shard folder,
     or one past the highest shard a submission record names (0 when neither is read)."""
     try:
-        with os.scandir(layout.root / "shards") as entries:
+        with os.scandir(layout.shards) as entries:
             folders = sum(1 for _ in entries)
     except OSError:
         folders = 0

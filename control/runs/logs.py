@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, List, Optional
 
 from synthbatch.agent_stdlib import states
-from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, open_state_file
 from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.errors import DamagedState, NotFound, SynthbatchError
@@ -44,12 +44,12 @@ class LogTarget:
 def latest_execution(attempt_dir: Path) -> Optional[Path]:
     """The newest ``logs/execution-N`` folder of an attempt."""
     try:
-        names = [n for n in os.listdir(attempt_dir / "logs") if EXECUTION.match(n)]
+        names = [n for n in os.listdir(AttemptLayout(attempt_dir).logs) if EXECUTION.match(n)]
     except FileNotFoundError:
         return None
     if not names:
         return None
-    return attempt_dir / "logs" / max(names, key=lambda n: int(n.split("-", 1)[1]))
+    return AttemptLayout(attempt_dir).logs / max(names, key=lambda n: int(n.split("-", 1)[1]))
 
 
 def step_files(execution: Optional[Path]) -> dict:

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from synthbatch.agent_stdlib.clientenv import ClientEnv
 from synthbatch.agent_stdlib.contracts import Plan
+from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.control.errors import InvalidInput, SynthbatchError
 from synthbatch.control.runs.plan import resolve
 
@@ -110,7 +111,7 @@ def run_preview(run_file: Path, profile: Optional[str], count: int,
                                f"(have: {', '.join(aliases)})")
     with tempfile.TemporaryDirectory(prefix="synthbatch-preview-") as tmp:
         scratch = Path(tmp)
-        plan_json = scratch / "plan.json"
+        plan_json = RunLayout(scratch).plan_json
         plan_json.write_bytes(served_as(plan, models, run_file).to_json().encode("utf-8")
                               if models else resolved.plan_bytes)
         argv = [sys.executable, "-I", str(agent_pyz), "generate", "--plan", str(plan_json),

@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     from synthbatch.control.slurm.scheduler import Scheduler
 
 POLICIES = ("auto", "always", "never")
-LOCK_NAME = "retry.lock"
 LOCK_WAIT_S = 60.0
 ABANDONED_AFTER_S = 120.0  # a created, unsubmitted attempt this old lost its submitter
 
@@ -267,7 +266,7 @@ class RetryLock:
     """``flock`` on ``<run>/retry.lock``, waited for at most ``wait_s`` (0: try once)."""
 
     def __init__(self, layout: RunLayout, wait_s: float = LOCK_WAIT_S) -> None:
-        self.path: Path = layout.root / LOCK_NAME
+        self.path: Path = layout.retry_lock
         self.wait_s = wait_s
         self._held: Optional[contextlib.ExitStack] = None
 

@@ -22,7 +22,7 @@ def _layout(workspace: Path, run_id: str) -> RunLayout:
     workspace, or a run folder that leads out of this one, is refused naming both."""
     if "/" in run_id:  # a path given for an id: say whose run it is
         where = Path(run_id).expanduser()
-        if (where / "run.json").is_file() and where.parent.name == "runs":
+        if RunLayout(where).run_json.is_file() and where.parent.name == "runs":
             raise InvalidInput(f"--reuse {run_id}: a run of another workspace "
                                f"({where.parent.parent}); --reuse takes runs of this "
                                f"profile's workspace ({workspace}) by id")

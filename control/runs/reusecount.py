@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from synthbatch.agent_stdlib.layout import RunLayout, attempt_name
+from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, read_json
 from synthbatch.control.runs.store import latest_attempt_dir
 
@@ -45,11 +45,11 @@ def _progress_of(layout: RunLayout, shard: int) -> Optional[Dict[str, Any]]:
     try:
         won = read_json(layout.winner_json(shard))
         if isinstance(won, dict) and isinstance(won.get("attempt"), int):
-            folder = layout.shard_dir(shard) / "attempts" / attempt_name(won["attempt"])
+            folder = layout.attempt(shard, won["attempt"]).root
         if folder is None:
             _, latest = latest_attempt_dir(layout, shard)
-            folder = latest and layout.shard_dir(shard) / "attempts" / latest
-        return read_json(folder / "progress.json") if folder else None
+            folder = latest and layout.attempts_dir(shard) / latest
+        return read_json(AttemptLayout(folder).progress_json) if folder else None
     except (StateError, OSError, ValueError):
         return None
 

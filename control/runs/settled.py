@@ -84,12 +84,12 @@ Row = Dict[str, Any]
 
 def index_path(layout: RunLayout) -> Path:
     """``<run>/observer/settled.json``."""
-    return layout.root / "observer" / "settled.json"
+    return layout.settled_json
 
 
 def lock_path(layout: RunLayout) -> Path:
     """``<run>/observer/settled.lock``."""
-    return layout.root / "observer" / "settled.lock"
+    return layout.settled_lock
 
 
 def _defaults(code: str) -> Row:

@@ -28,6 +28,7 @@ from synthbatch.agent_stdlib.arrays import ArrayError, is_job_id, task_finder, t
 from synthbatch.agent_stdlib.layout import (
     ATTEMPTS,
     FIRST_ATTEMPT,
+    WINNER_JSON,
     RunLayout,
     attempt_number,
     attempt_path,
@@ -520,7 +521,7 @@ def latest_attempt_dir(layout: RunLayout, shard: int) -> Tuple[bool, Optional[st
         names = os.listdir(folder)
     except FileNotFoundError:
         return False, None
-    winner = "winner.json" in names
+    winner = WINNER_JSON in names
     if ATTEMPTS not in names:
         return winner, None
     numbers = sorted((n for n in map(attempt_number, os.listdir(f"{folder}/{ATTEMPTS}"))

@@ -82,7 +82,7 @@ def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: P
     publish_immutable(layout.plan_json, plan_bytes, mode=0o400)
     agent_name = f"agent-{agent_sha256}.pyz"
     _copy_private(agent_pyz, root / agent_name, 0o400)
-    ensure_dir(layout.root / "shards")  # each shard's folder is made by its first writer
+    ensure_dir(layout.shards)  # each shard's folder is made by its first writer
     return Staged(layout, plan, plan_sha256 or sha256_bytes(plan_bytes), agent_name,
                   agent_sha256)
 

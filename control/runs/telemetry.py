@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from synthbatch.agent_stdlib import states
-from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, load_record
 from synthbatch.control.errors import one_line
 
@@ -225,7 +225,7 @@ def serving_figures(attempt_root: Path, progress: Optional[ProgressRecord],
                     now: float) -> Dict[str, Any]:
     """A benchmark point's ``time`` (``time_split``, without the queue) and
     ``latency_split``, from its attempt's folder (``benchmark analyze``)."""
-    record, _ = read(attempt_root / "telemetry.json")
+    record, _ = read(AttemptLayout(attempt_root).telemetry_json)
     return {"time": time_split(record, progress, None, now),
             "latency_split": latency_split(record, progress)}
 
@@ -234,7 +234,7 @@ def shard_telemetry(attempt_root: Path, progress: Optional[ProgressRecord],
                     submitted_at: Optional[float], now: float) -> Dict[str, Any]:
     """One attempt's serving data for ``status --shard N``: ``replicas``, ``time``,
     ``flags`` and ``problem`` (a damaged telemetry file)."""
-    record, problem = read(attempt_root / "telemetry.json")  # AttemptLayout.telemetry_json
+    record, problem = read(AttemptLayout(attempt_root).telemetry_json)
     return {"replicas": replica_rows(record) if record else [],
             "time": time_split(record, progress, submitted_at, now),
             "flags": flags([record]) if record else [],

@@ -36,8 +36,6 @@ from synthbatch.control.runs.store import (
 from synthbatch.control.slurm.parsers import JobUsage, ParseError, split_job_id
 from synthbatch.control.slurm.scheduler import Scheduler
 
-CACHE = "totals.json"
-
 
 def _rates(done: int, tokens: int, elapsed: float) -> Dict[str, Optional[float]]:
     if elapsed <= 0:
@@ -190,7 +188,7 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
              "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
     if usage["complete"]:
         try:
-            write_json_atomic(layout.root / CACHE, {"schema_version": 1, "job_ids": job_ids,
+            write_json_atomic(layout.totals_json, {"schema_version": 1, "job_ids": job_ids,
                                                     "totals": found})
         except OSError:
             pass  # a read-only run directory: counted again next time
@@ -225,7 +223,7 @@ def created_at(layout: RunLayout) -> Optional[float]:
 
 def _cached(layout: RunLayout, job_ids: List[str]) -> Optional[Dict[str, Any]]:
     try:
-        kept = read_json(layout.root / CACHE)
+        kept = read_json(layout.totals_json)
     except (StateError, OSError, ValueError):
         return None
     if not isinstance(kept, dict) or kept.get("job_ids") != job_ids or \

@@ -15,7 +15,6 @@ from typing import Any, List, Optional
 
 from synthbatch.agent_stdlib.attempts import (
     advance_attempt,
-    create_attempt,
     load_attempt,
     load_readiness,
 )
@@ -25,6 +24,7 @@ from synthbatch.agent_stdlib.statefile import ensure_dir, publish_immutable, wri
 from synthbatch.control.slurm.renderer import BatchScript, render_batch_script
 from tests.agent_runs import local_plan
 from tests.conftest import FAKE_SERVER
+from tests.fakes import create_attempt
 from tests.processes import processes_mentioning
 
 

@@ -9,9 +9,10 @@ sub-package the tree names must exist.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
 
 from tests.conftest import REPO
 
@@ -85,3 +86,56 @@ def test_every_test_file_the_code_and_docs_point_at_exists() -> None:
                     for hit in pointer.findall(path.read_text(encoding="utf-8"))
                     if not (REPO / hit).is_file()})
     assert stale == []
+
+
+# ``control.runs.merge.verify_jsonl``, ``synthbatch.agent_stdlib.layout.RunLayout``: a
+# dotted pointer at a module and a name it defines.
+DOTTED = re.compile(r"(?<![\w./])(?:synthbatch\.)?((?:control|agent_stdlib)(?:\.[A-Za-z_]\w*)+)")
+
+
+def defined(module: Path) -> Set[str]:
+    """The names a module defines or imports at any depth (functions, classes, fields)."""
+    names: Set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def points_nowhere(pointer: str) -> bool:
+    """True when no module of the longest existing prefix defines the name after it."""
+    parts = pointer.split(".")
+    for i in range(len(parts), 0, -1):
+        base = REPO.joinpath(*parts[:i])
+        module = base.with_suffix(".py") if base.with_suffix(".py").is_file() else \
+            base / "__init__.py"
+        if module.is_file():
+            return i < len(parts) and parts[i] not in defined(module)
+        if base.is_dir():  # a package without __init__: only its modules can be named
+            return i < len(parts)
+    return True
+
+
+def test_every_dotted_pointer_names_what_exists() -> None:
+    """``module.name`` pointers in docstrings and docs; a renamed function leaves them
+    stale."""
+    sources = [p for folder in ("control", "agent_stdlib", "docs", "benchmarks", "scripts")
+               for p in sorted((REPO / folder).rglob("*")) if p.suffix in (".py", ".md")]
+    stale = sorted({f"{path.relative_to(REPO)}: {hit}"
+                    for path in sources + [REPO / "README.md"]
+                    for hit in DOTTED.findall(path.read_text(encoding="utf-8"))
+                    if points_nowhere(hit.rstrip("."))})
+    assert stale == []
+
+
+def test_a_pointer_at_a_missing_name_is_stale() -> None:
+    assert points_nowhere("control.runs.submit.submit_shared") == \
+        ("submit_shared" not in defined(REPO / "control" / "runs" / "submit.py"))
+    assert not points_nowhere("agent_stdlib.layout.RunLayout")
+    assert points_nowhere("agent_stdlib.layout.no_such_name")
+    assert points_nowhere("control.no_such_module.name")

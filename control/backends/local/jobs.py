@@ -42,7 +42,6 @@ from synthbatch.agent_stdlib.statefile import (
 from synthbatch.control.backends.local import proc
 from synthbatch.control.slurm.parsers import JobRow
 
-ROOT = "local"
 PENDING, RUNNING, COMPLETING = "PENDING", "RUNNING", "COMPLETING"
 COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL = (
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
@@ -55,11 +54,6 @@ STALE_S = 30.0  # a supervisor on another host is alive while its heartbeat is t
 def is_whole_job_id(text: str) -> bool:
     """True for a job's id (``12``), ASCII digits only (``'²'.isdigit()`` holds)."""
     return is_job_id(text) and "_" not in text
-
-
-def workspace_root(workspace: str) -> Path:
-    """``<workspace>/local``: the local backend's table."""
-    return Path(workspace) / ROOT
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import IO, List, Mapping, Optional
 
+from synthbatch.agent_stdlib.layout import RunLayout
+
 ROUND_JOB_ENV = "SYNTHBATCH_LOCAL_ROUND_JOB"  # the job whose supervisor runs the round
 TIMEOUT_S = 2 * 3600  # as the merge job's time limit on Slurm
 
@@ -30,7 +32,7 @@ def run_round(python: str, run_root: Path, job_id: str, env: Mapping[str, str],
               log: Optional[IO[bytes]] = None) -> Optional[int]:
     """Start the round for ``job_id`` when its run has automatic jobs; its exit status
     (None: the run has none)."""
-    if not (run_root / "auto" / "round.json").is_file():
+    if not RunLayout(run_root).round_json.is_file():
         return None
     done = subprocess.run(argv(python, run_root), env={**env, ROUND_JOB_ENV: job_id},
                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -30,6 +30,7 @@ from synthbatch.agent_stdlib.arrays import (
     job_and_task,
     task_job_id,
 )
+from synthbatch.agent_stdlib.layout import local_backend_root
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, write_json_atomic
 from synthbatch.control.backends.local import gpus as gpu_detection
 from synthbatch.control.backends.local import proc
@@ -43,7 +44,6 @@ from synthbatch.control.backends.local.jobs import (
     Task,
     supervisor_alive,
     task_row,
-    workspace_root,
 )
 from synthbatch.control.errors import SchedulerRejected, SchedulerUnavailable
 from synthbatch.control.slurm.parsers import JobRow, JobUsage, Partition
@@ -100,7 +100,7 @@ class LocalScheduler:
     @property
     def table(self) -> Table:
         """The workspace's job table."""
-        return Table(workspace_root(self.workspace))
+        return Table(local_backend_root(self.workspace))
 
     # ------------------------------------------------------------------ submitting
 

@@ -13,7 +13,6 @@ import pytest
 from synthbatch.agent_stdlib import states
 from synthbatch.agent_stdlib.attempts import (
     advance_attempt,
-    create_attempt,
     implied_attempt,
     load_attempt,
     load_readiness,
@@ -32,6 +31,7 @@ from synthbatch.agent_stdlib.statefile import (
     write_json_atomic,
 )
 from synthbatch.agent_stdlib.states import TransitionError, check_transition
+from tests.fakes import create_attempt
 
 
 @pytest.fixture(autouse=True)
@@ -262,7 +262,7 @@ def write_attempt(path: Path, state: str, revision: int = 4) -> bytes:
     return path.read_bytes()
 
 
-def test_create_attempt(tmp_path: Path) -> None:
+def test_create_attempts_writes_created_records(tmp_path: Path) -> None:
     path = tmp_path / "attempt.json"
     record = create_attempt(path, "run-1", 3, 2)
     assert (record.state, record.revision, record.shard, record.attempt) == ("created", 1, 3, 2)

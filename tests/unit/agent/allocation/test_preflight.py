@@ -25,7 +25,6 @@ from synthbatch.agent_stdlib.allocation.preflight import (
     check_images,
     check_nodes,
     check_paths,
-    check_ports,
     check_secrets,
     check_sites,
     node_hosts,
@@ -171,9 +170,9 @@ def test_port_taken_is_reported_with_the_node(tmp_path):
         sock.listen()
         port = sock.getsockname()[1]
         with pytest.raises(PreflightError, match=f"127.0.0.1:{port} is already in use on node1"):
-            check_ports(ctx, [port])
+            check_sites(ctx, {"tiny": [Site(0, "127.0.0.1", port)]}, HOSTS)
     with pytest.raises(PreflightError, match="outside 1024-65535"):
-        check_ports(ctx, [70000])
+        check_sites(ctx, {"tiny": [Site(0, "127.0.0.1", 70000)]}, HOSTS)
 
 
 def test_consecutive_raw_job_ids_get_distinct_port_blocks():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import typing
 from pathlib import Path
 from typing import Any, Dict
 
@@ -32,6 +33,17 @@ def test_defaults_and_bounds_are_the_models() -> None:
     assert bounds["Gt"].gt == 0 and bounds["Le"].le == workspace.MAX_SCHEDULER_TIMEOUT_S
     assert Profile.model_fields["slurm_bin"].default is None
     assert Profile.model_fields["backend"].default == workspace.BACKENDS[0]
+
+
+def test_both_models_accept_the_same_backends() -> None:
+    assert typing.get_args(Profile.model_fields["backend"].annotation) == workspace.BACKENDS
+
+
+def test_the_light_model_holds_the_shared_fields_of_profile() -> None:
+    shared = set(workspace.WorkspaceProfile._fields) - {"path"}
+    assert shared <= set(workspace.FIELDS)
+    light = workspace.WorkspaceProfile._field_defaults
+    assert all(light[name] == Profile.model_fields[name].default for name in light)
 
 
 def write(tmp_path: Path, data: Dict[str, Any]) -> Path:

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from synthbatch.agent_stdlib import states
-from synthbatch.agent_stdlib.attempts import advance_attempt, create_attempt, load_attempt
+from synthbatch.agent_stdlib.attempts import advance_attempt, load_attempt
 from synthbatch.agent_stdlib.contracts import WinnerRecord
 from synthbatch.agent_stdlib.statefile import publish_json_immutable
 from synthbatch.control.config.loader import load_model
@@ -26,7 +26,7 @@ from synthbatch.control.runs.retry import RetryLock, resume_source, retry_run, s
 from synthbatch.control.runs.submit import Staged, commit_run, stage_run, submit_all
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
-from tests.fakes import SbatchRecorder, first_record
+from tests.fakes import SbatchRecorder, create_attempt, first_record
 
 T = TypeVar("T")
 

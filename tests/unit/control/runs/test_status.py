@@ -12,7 +12,7 @@ from typing import Dict, List
 import pytest
 
 from synthbatch.agent_stdlib import states
-from synthbatch.agent_stdlib.attempts import create_attempt, load_attempt, publish_readiness
+from synthbatch.agent_stdlib.attempts import load_attempt, publish_readiness
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import (
     StateError,
@@ -34,7 +34,7 @@ from synthbatch.control.runs.store import (
 )
 from synthbatch.control.slurm.parsers import ACTIVE_STATES, TERMINAL_STATES, JobRow
 from synthbatch.control.slurm.scheduler import Scheduler
-from tests.fakes import NOW, RUN_ID, FakeSlurm, Shard, make_run
+from tests.fakes import NOW, RUN_ID, FakeSlurm, Shard, create_attempt, make_run
 
 # ============================================================================= the table
 
