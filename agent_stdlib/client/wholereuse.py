@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ..contracts import ContractError, Plan, SeedDataSpec
 from ..imagedigest import file_sha256
+from ..layout import RunLayout
 from ..recipe.columns import LLM, VALIDATION
 from ..recipe.reuse import plan_digests
 from ..statefile import StateError, read_json, write_json_atomic
@@ -97,7 +98,7 @@ def provable(new: Plan, run_dir: Path) -> bool:
     """:func:`same_recipe` of ``new`` and the plan of the reused run at ``run_dir``; False
     when that plan cannot be read."""
     try:
-        data = read_json(run_dir / "plan.json")
+        data = read_json(RunLayout(run_dir).plan_json)
         return data is not None and same_recipe(new, Plan.from_dict(data))
     except (StateError, ContractError, ValueError, KeyError, TypeError):
         return False
