@@ -8,8 +8,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.agent_stdlib.text import visible
-from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs.cachestats import cache_line
+from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.telemetry import shard_lines
 
 Status = Dict[str, Any]

@@ -36,7 +36,7 @@ from synthbatch.agent_stdlib.statefile import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs.status import verdict as norm
 
 if TYPE_CHECKING:
     from synthbatch.control.config.profile import Profile

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 from synthbatch.agent_stdlib.arrays import array_job_id
 from synthbatch.control.backends.local.rounds import ROUND_JOB_ENV
 from synthbatch.control.runs import automerge
-from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs.autoretry import (
     MERGE,
     Decision,
@@ -20,7 +19,8 @@ from synthbatch.control.runs.autoretry import (
     submit_round,
 )
 from synthbatch.control.runs.retry import RetryLock, retry_run
-from synthbatch.control.runs.status import observe
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.refresh import observe
 from synthbatch.control.runs.store import load_plan
 
 if TYPE_CHECKING:

@@ -42,20 +42,17 @@ from synthbatch.agent_stdlib.publish import load_winner
 from synthbatch.agent_stdlib.resume import scan_kept
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, read_bytes
 from synthbatch.control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
-from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs import settled
-from synthbatch.control.runs.reconcile import implied_first
-from synthbatch.control.runs.store import (
+from synthbatch.control.runs.status import index as settled
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.reconcile import implied_first
+from synthbatch.control.runs.status.records import (
     RECOVERY_GRACE_S,
     Expected,
-    attempt_numbers,
     committed_at,
     expected_lookup,
     implied_view,
-    load_plan,
-    load_run,
-    load_submissions,
 )
+from synthbatch.control.runs.store import attempt_numbers, load_plan, load_run, load_submissions
 
 if TYPE_CHECKING:
     from synthbatch.control.config.profile import Profile

@@ -14,7 +14,7 @@ import pytest
 from synthbatch.control.cli.output import paint, use_colour
 from synthbatch.control.cli.render import blocked_lines, frame, runs_text, status_text
 from synthbatch.control.cli.status import Screen
-from synthbatch.control.runs.pending import blocked, explain
+from synthbatch.control.runs.status.pending import blocked, explain
 from tests.fakes import NOW, Shard, fake_slurm_bin, invoke, make_run, profile_with_bin
 
 RUN = "obs-20240101-000000-abcdef"

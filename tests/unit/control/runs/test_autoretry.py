@@ -139,7 +139,7 @@ def test_one_attempt_with_a_merge_still_gets_a_round(tmp_path: Path) -> None:
 
 
 def test_status_shows_the_pending_round_and_wait_keeps_waiting(tmp_path: Path) -> None:
-    from synthbatch.control.runs.watch import finished
+    from synthbatch.control.runs.status.watch import finished
 
     layout = make_run(tmp_path, [Shard("failed")])
     q = RoundQueue()

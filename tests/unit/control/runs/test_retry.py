@@ -124,7 +124,7 @@ def test_select_refuses_a_running_named_shard(tmp_path: Path, agent_pyz: Path) -
 
 
 def test_named_refusals_use_the_words_of_status(tmp_path: Path, agent_pyz: Path) -> None:
-    from synthbatch.control.runs import normalize as norm
+    from synthbatch.control.runs.status import verdict as norm
 
     staged, _ = _run(tmp_path, agent_pyz, shards=3)
     for shard in (0, 1):
@@ -382,7 +382,7 @@ def test_a_retry_killed_after_making_the_attempt_folder_shows_the_attempt_before
     # found by the crash harness: mkdir attempt-0002, then killed before its record; status
     # showed the shard "unknown: no attempt record" forever (retry would have taken it,
     # but nothing said so)
-    from synthbatch.control.runs.status import observe
+    from synthbatch.control.runs.status.refresh import observe
 
     staged, profile = failed_run
     from tests.fakes import FakeSlurm
@@ -431,7 +431,7 @@ def _cli_env(staged: Staged, profile: Profile, tmp_path: Path, monkeypatch) -> P
                     .replace(_workspace_line(), f'workspace = "{profile.workspace}"'))
     slurm = SbatchRecorder()
     monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
-    monkeypatch.setattr("synthbatch.control.runs.status.observe",
+    monkeypatch.setattr("synthbatch.control.runs.status.refresh.observe",
 lambda layout, sched: {"shards": []})
     return path
 

@@ -32,12 +32,18 @@ from synthbatch.agent_stdlib.statefile import (
 )
 from synthbatch.control.config.loader import load_model
 from synthbatch.control.config.profile import Profile
-from synthbatch.control.runs import settled, status
-from synthbatch.control.runs.listing import durable_state
 from synthbatch.control.runs.retry import retry_run
-from synthbatch.control.runs.status import observe, refresh
-from synthbatch.control.runs.store import Expected, run_job_ids, submission_views, submissions_key
-from synthbatch.control.runs.totals import ended_at
+from synthbatch.control.runs.status import index as settled
+from synthbatch.control.runs.status import refresh as status
+from synthbatch.control.runs.status.listing import durable_state
+from synthbatch.control.runs.status.records import (
+    Expected,
+    run_job_ids,
+    submission_views,
+    submissions_key,
+)
+from synthbatch.control.runs.status.refresh import observe, refresh
+from synthbatch.control.runs.status.totals import ended_at
 from synthbatch.control.slurm.runner import CommandResult
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import (

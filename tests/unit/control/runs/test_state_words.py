@@ -37,7 +37,7 @@ def test_terminal_attempt_defined_once() -> None:
 
 
 def test_shard_states_reuse_the_attempt_words() -> None:
-    from synthbatch.control.runs import normalize as norm
+    from synthbatch.control.runs.status import verdict as norm
 
     assert not hasattr(norm, "ATTEMPT_TERMINAL")
     assert set(states.ATTEMPT_STATES) - {states.SUBMITTED} <= set(norm.SHARD_STATES)
@@ -53,7 +53,7 @@ NOT_A_STATE = {
     ("control/runs/doctor.py", "unknown"): "a filesystem type not found",
     ("control/images/probe.py", "unknown"): "an image's OS not found",
     ("control/slurm/parsers.py", "unknown"): "Slurm's own word in squeue output",
-    ("control/runs/settled.py", "pending"): "the settled index's key of unsettled shards",
+    ("control/runs/status/index.py", "pending"): "the settled index's key of unsettled shards",
     ("control/runs/telemetry.py", "running"): "an engine's running requests (a JSON key)",
     ("control/runs/automerge.py", "failed"): "a merge on completion's outcome (MERGE_FAILED)",
 }
@@ -62,9 +62,9 @@ NOT_A_STATE = {
 def test_no_state_word_is_spelled_outside_its_module() -> None:
     """A shard state is written as ``norm.X`` or ``states.X`` everywhere in the control
     plane: changing how a state is reported never means hunting bare strings (issue 29)."""
-    from synthbatch.control.runs import normalize as norm
+    from synthbatch.control.runs.status import verdict as norm
     words = set(norm.SHARD_STATES) | set(states.ATTEMPT_STATES)
-    homes = {ROOT / "control/runs/normalize.py"}
+    homes = {ROOT / "control/runs/status/verdict.py"}
     spelled = sorted({(path.relative_to(ROOT).as_posix(), node.value)
                       for path in sorted((ROOT / "control").rglob("*.py")) if path not in homes
                       for node in ast.walk(ast.parse(path.read_text()))

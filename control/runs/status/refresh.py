@@ -34,11 +34,11 @@ from synthbatch.agent_stdlib.arrays import array_job_id
 from synthbatch.agent_stdlib.layout import RunLayout, job_name
 from synthbatch.agent_stdlib.statefile import StateError
 from synthbatch.control.errors import MAX_REASON, SchedulerUnavailable, one_line
-from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs import settled
 from synthbatch.control.runs.cachestats import add_cache
-from synthbatch.control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
-from synthbatch.control.runs.store import (
+from synthbatch.control.runs.status import index as settled
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.ledger import LAG_GRACE_S, cancel_requested, expired_missing
+from synthbatch.control.runs.status.records import (
     Expected,
     PlanView,
     ShardView,
@@ -56,7 +56,7 @@ from synthbatch.control.runs.store import (
     submission_views,
     submissions_key,
 )
-from synthbatch.control.runs.totals import Usage
+from synthbatch.control.runs.status.totals import Usage
 from synthbatch.control.slurm.parsers import JobRow, index_rows
 from synthbatch.control.slurm.scheduler import Scheduler
 
@@ -510,12 +510,14 @@ def _reconcile(layout: RunLayout, run_id: str, shards: List[ShardView],
             continue
         try:
             if attempt.state == states.SUCCEEDED:
-                from synthbatch.control.runs import reconcile  # imported only when there is work
+                from synthbatch.control.runs.status import (
+                    reconcile,  # imported only when there is work
+                )
 
                 reconcile.complete_missing_winner(layout, shard.index, attempt.number)
             elif attempt.state in SCHEDULED and verdict.source != "attempt" \
                     and verdict.state in ENDED and gone(sched, attempt.job_id):
-                from synthbatch.control.runs import reconcile
+                from synthbatch.control.runs.status import reconcile
 
                 state, prefix = ENDED[verdict.state]
                 reconcile.mark_ended(layout, shard.index, attempt.number, state,

@@ -64,8 +64,8 @@ from typing import (
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, write_bytes_atomic
 from synthbatch.control.errors import Conflict
-from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs.store import read_limited, submissions_key
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.records import read_limited, submissions_key
 
 SCHEMA = 3  # 2: record_failures and records_dropped; 3: header/columns/rows sections
 # (older schemas are rebuilt once, with the "not used" note)

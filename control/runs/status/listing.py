@@ -12,20 +12,19 @@ from synthbatch.agent_stdlib import states
 from synthbatch.agent_stdlib.layout import RunLayout, runs_root
 from synthbatch.agent_stdlib.statefile import StateError
 from synthbatch.control.errors import SynthbatchError
-from synthbatch.control.runs import automerge, autoretry, settled
-from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs.store import (
+from synthbatch.control.runs import automerge, autoretry
+from synthbatch.control.runs.status import index as settled
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.records import (
     ShardView,
     committed_at,
     expected_lookup,
-    last_moment,
     load_plan_view,
-    load_run,
-    run_layout,
     scan_shard,
     shard_folders,
     submission_views,
 )
+from synthbatch.control.runs.store import last_moment, load_run, run_layout
 
 DURABLE = {
     states.CREATED: norm.CREATED,
@@ -60,7 +59,7 @@ def durable_state(layout: RunLayout, shard_count: int,
     With the shards' ``sizes`` (records per shard, from the plan) also ``records_done``
     (winners count whole, others by their progress) and ``ended_at``: when the last shard
     of a final run was recorded (None while it is not final). With ``run_id`` the shards
-    the settled index holds (``control.runs.settled``; status maintains it, this only
+    the settled index holds (``control.runs.status.index``; status maintains it, this only
     reads it) are counted from it, and only the others are read.
     """
     index = settled.check(layout, settled.load(layout), run_id, shard_count) \
