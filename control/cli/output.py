@@ -68,9 +68,7 @@ def emit_text(text: str, err: bool = False, colour: bool = False) -> None:
 
 
 # States as status, runs and wait print them -> their colour on a terminal.
-COLOURS = {norm.SUCCEEDED: "green", norm.RUNNING: "cyan", norm.PENDING: "yellow",
-           norm.CANCELLING: "yellow", norm.FAILED: "red", norm.LOST: "red",
-           norm.CANCELLED: "magenta", norm.UNKNOWN: "yellow"}
+COLOURS = {state: report.colour for state, report in norm.REPORT.items() if report.colour}
 STATE_CELL = state_cell(COLOURS)
 
 

@@ -20,9 +20,7 @@ REASON_SHOWN = 300  # a reason's first characters in the summary (its cause come
 BAR_LIMIT = 40  # a bar per shard up to this many shards; beyond, a compact grid
 BAR_WIDTH = 24
 GRID_WIDTH = 64
-GLYPH = {norm.SUCCEEDED: "#", norm.RUNNING: ">", norm.CANCELLING: "x", norm.PENDING: ".",
-         norm.CREATED: " ", norm.FAILED: "F", norm.CANCELLED: "C", norm.LOST: "L",
-         norm.UNKNOWN: "?"}
+GLYPH = {state: report.glyph for state, report in norm.REPORT.items()}
 
 
 def state_cell(states: Sequence[str]) -> re.Pattern[str]:

@@ -49,7 +49,7 @@ ROUND_TIME = "00:05:00"  # a round is one status refresh and at most two sbatch 
 ROUND_MEM = "512M"
 MERGE_TIME = "02:00:00"  # the merge job: a copy of the run's winners (docs/retry.md)
 RETRY, MERGE = "retry", "merge"  # what the pending automatic job will do
-RETRYABLE = frozenset({norm.FAILED, norm.LOST})  # cancelled shards were a person's decision
+RETRYABLE = norm.FAILING  # cancelled shards were a person's decision
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ SCHEMA = 3  # 2: record_failures and records_dropped; 3: header/columns/rows sec
 MAX_INDEX = 1 << 30
 DIGEST = b"#sha256="
 DIGEST_TAIL = 128  # the digest line (73 bytes) is looked for in the file's last bytes
-STATE_CODES = {norm.SUCCEEDED: "s", norm.FAILED: "f", norm.CANCELLED: "c", norm.LOST: "l"}
+STATE_CODES = {state: report.code for state, report in norm.REPORT.items() if report.code}
 CODE_STATES = {code: state for state, code in STATE_CODES.items()}
 COLUMNS = ("attempt", "job_id", "records", "records_done", "tokens", "record_failures",
            "records_dropped")

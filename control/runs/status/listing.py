@@ -46,9 +46,9 @@ def durable_shard_state(view: ShardView) -> str:
     return DURABLE.get(view.attempt.state, norm.UNKNOWN)
 
 
-# What a settled row says without Slurm: a lost shard's attempt is recorded ``failed``.
-SETTLED = {norm.SUCCEEDED: norm.SUCCEEDED, norm.FAILED: norm.FAILED,
-           norm.CANCELLED: norm.CANCELLED, norm.LOST: norm.FAILED}
+# What a settled row says without Slurm: the state status recorded on its attempt.
+SETTLED = {state: report.recorded[0] if report.recorded else state
+           for state, report in norm.REPORT.items() if report.code}
 
 
 def durable_state(layout: RunLayout, shard_count: int,

@@ -70,3 +70,37 @@ def test_no_state_word_is_spelled_outside_its_module() -> None:
                       for node in ast.walk(ast.parse(path.read_text()))
                       if isinstance(node, ast.Constant) and node.value in words})
     assert [hit for hit in spelled if hit not in NOT_A_STATE] == []
+
+
+def test_how_a_lost_job_is_reported_lives_in_one_module() -> None:
+    """A job that left Slurm without an outcome is ``lost``: its word, reason, glyph,
+    colour, index code, whether it fails the run and what status records for it are
+    decided in status/verdict.py alone; every other module derives from ``REPORT``
+    (issue 29: the newcomer's change touches one module plus its test)."""
+    names = {"LOST", "LOST_REASON"}
+    home = ROOT / "control/runs/status/verdict.py"
+    named = sorted(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}"
+                   for path in sorted((ROOT / "control").rglob("*.py")) if path != home
+                   for node in ast.walk(ast.parse(path.read_text()))
+                   if (isinstance(node, ast.Name) and node.id in names)
+                   or (isinstance(node, ast.Attribute) and node.attr in names)
+                   or (isinstance(node, ast.alias) and node.name in names))
+    assert named == []
+
+
+def test_every_report_of_a_state_follows_the_one_table() -> None:
+    from synthbatch.control.cli.output import COLOURS
+    from synthbatch.control.cli.render import GLYPH
+    from synthbatch.control.runs.autoretry import RETRYABLE
+    from synthbatch.control.runs.status import index, listing
+    from synthbatch.control.runs.status import verdict as norm
+
+    report = norm.REPORT
+    assert set(report) == set(norm.SHARD_STATES)
+    assert GLYPH == {s: r.glyph for s, r in report.items()}
+    assert COLOURS == {s: r.colour for s, r in report.items() if r.colour}
+    assert index.STATE_CODES == {s: r.code for s, r in report.items() if r.code}
+    assert set(index.STATE_CODES) == norm.FINAL
+    assert RETRYABLE == {s for s, r in report.items() if r.failure}
+    assert listing.SETTLED[norm.LOST] == report[norm.LOST].recorded[0] == states.FAILED
+    assert norm.run_state({norm.LOST: 1, norm.SUCCEEDED: 3}) == norm.FAILED
