@@ -20,7 +20,7 @@ from synthbatch.agent_stdlib.statefile import StateError, open_state_file
 from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.errors import DamagedState, NotFound, SynthbatchError
 from synthbatch.control.runs.status.records import ShardView, load_plan_view, shard_scanner
-from synthbatch.control.runs.status.refresh import LOG_IN_REASON
+from synthbatch.control.runs.status.rows import LOG_IN_REASON
 from synthbatch.control.runs.status.watch import Backoff
 from synthbatch.control.runs.store import attempt_numbers
 

@@ -66,6 +66,7 @@ from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, wr
 from synthbatch.control.errors import Conflict
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.records import read_limited, submissions_key
+from synthbatch.control.runs.status.rows import ShardRow
 
 SCHEMA = 3  # 2: record_failures and records_dropped; 3: header/columns/rows sections
 # (older schemas are rebuilt once, with the "not used" note)
@@ -74,8 +75,9 @@ DIGEST = b"#sha256="
 DIGEST_TAIL = 128  # the digest line (73 bytes) is looked for in the file's last bytes
 STATE_CODES = {state: report.code for state, report in norm.REPORT.items() if report.code}
 CODE_STATES = {code: state for state, code in STATE_CODES.items()}
-COLUMNS = ("attempt", "job_id", "records", "records_done", "tokens", "record_failures",
-           "records_dropped")
+# ShardRow's fields between ``reason`` and ``log``, in its order
+COLUMNS = ShardRow._fields[3:ShardRow._fields.index("log")]
+EXTRA = ("reason", "log")  # the fields a row keeps in the header when they are not None
 LOCK_WAIT_S = 30.0  # an invalidator waits this long; status never waits
 STATUS_WAIT_S = 0.05  # status: a few non-blocking tries, then it writes nothing
 Identity = Tuple[int, ...]  # (dev, ino, size, mtime_ns, ctime_ns) of plan.json
@@ -90,11 +92,6 @@ def index_path(layout: RunLayout) -> Path:
 def lock_path(layout: RunLayout) -> Path:
     """``<run>/observer/settled.lock``."""
     return layout.root / "observer" / "settled.lock"
-
-
-def _defaults(code: str) -> Row:
-    """The fields a row of this state has without being told (``log`` only for failures)."""
-    return {"reason": None} if code == "s" else {"reason": None, "log": None}
 
 
 SUMS = ("records_done", "tokens", "record_failures", "records_dropped")
@@ -223,40 +220,31 @@ class Index:
             found.pop(shard, None)
         return found
 
-    def row(self, pos: int) -> Row:
-        """The row at ``pos`` as status shows it."""
-        shard, code = self.shards[pos], self.codes[pos]
-        row = {"index": shard, "state": CODE_STATES[code],
-               **{name: values[pos] for name, values in self.columns.items()},
-               **_defaults(code)}
-        row.update(self.extra.get(shard, ()))
-        return row
+    def row(self, pos: int) -> ShardRow:
+        """The row at ``pos``."""
+        shard, cols = self.shards[pos], self.columns
+        extra = self.extra.get(shard, {})
+        return ShardRow(shard, CODE_STATES[self.codes[pos]], extra.get("reason"),
+                        *(cols[name][pos] for name in COLUMNS), extra.get("log"))
 
-    def rows(self, positions: Sequence[int]) -> List[Row]:
+    def rows(self, positions: Sequence[int]) -> List[ShardRow]:
         """The rows at ``positions``: the common case (no extra fields) in one pass."""
         if self.extra:
             return [self.row(p) for p in positions]
         shards, codes, cols = self.shards, self.codes, self.columns
         attempt, job, records = cols["attempt"], cols["job_id"], cols["records"]
-        done, tokens, failed = cols["records_done"], cols["tokens"], cols["record_failures"]
-        dropped = cols["records_dropped"]
-        rows = [{"index": shards[p], "state": CODE_STATES[codes[p]], "reason": None,
-                 "attempt": attempt[p], "job_id": job[p], "records": records[p],
-                 "records_done": done[p], "tokens": tokens[p], "record_failures": failed[p],
-                 "records_dropped": dropped[p]} for p in positions]
-        if codes.count("s") != len(codes):
-            for row in rows:
-                if row["state"] != norm.SUCCEEDED:
-                    row["log"] = None
-        return rows
+        done, dropped, tokens = cols["records_done"], cols["records_dropped"], cols["tokens"]
+        failed = cols["record_failures"]
+        return [ShardRow(shards[p], CODE_STATES[codes[p]], None, attempt[p], job[p],
+                         records[p], done[p], dropped[p], tokens[p], failed[p])
+                for p in positions]
 
-    def brief(self, pos: int) -> Row:
+    def brief(self, pos: int) -> ShardRow:
         """The fields of the row at ``pos`` a failure entry needs (index, state, reason,
         log) from the header alone, for an index that is ``whole`` (shard = position)."""
-        code = self.codes[pos]
-        row = {"index": pos, "state": CODE_STATES[code], **_defaults(code)}
-        row.update(self.extra.get(pos, ()))
-        return row
+        extra = self.extra.get(pos, {})
+        return ShardRow(pos, CODE_STATES[self.codes[pos]], extra.get("reason"), None, None,
+                        0, log=extra.get("log"))
 
 
 def identity(path: Path) -> Optional[Identity]:
@@ -434,10 +422,11 @@ def encode(index: Index, layout: RunLayout, run_id: str) -> bytes:
     return payload + DIGEST + hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n"
 
 
-def _merge(index: Index, rows: Sequence[Row], drop: FrozenSet[int] = frozenset()) -> None:
+def _merge(index: Index, rows: Sequence[ShardRow], drop: FrozenSet[int] = frozenset()
+           ) -> None:
     """Replace ``index``'s rows by its rows minus ``drop`` plus ``rows`` (shard order)."""
     keep = [(s, p) for p, s in enumerate(index.shards) if s not in drop]
-    new = {row["index"]: row for row in rows}
+    new = {row.index: row for row in rows}
     order = sorted([(s, p, None) for s, p in keep if s not in new] +
                    [(s, -1, r) for s, r in new.items()], key=lambda item: item[0])
     shards, codes, texts = [], [], []
@@ -453,27 +442,21 @@ def _merge(index: Index, rows: Sequence[Row], drop: FrozenSet[int] = frozenset()
                 extra[shard] = index.extra[shard]
             texts.append(index.texts[pos])
             continue
-        code = STATE_CODES[row["state"]]
-        codes.append(code)
+        codes.append(STATE_CODES[row.state])
         for name in COLUMNS:
-            columns[name].append(row[name])
-        defaults = _defaults(code)
-        fields = {k: v for k, v in row.items() if k not in COLUMNS and k not in
-                  ("index", "state") and (k not in defaults or v != defaults[k])}
+            columns[name].append(getattr(row, name))
+        fields = {k: getattr(row, k) for k in EXTRA if getattr(row, k) is not None}
         if fields:
             extra[shard] = fields
-        texts.append(json.dumps(row, sort_keys=True))
+        texts.append(json.dumps(row.to_dict(), sort_keys=True))
     index.set_rows(shards, "".join(codes), columns, extra, texts)
 
 
-def can_keep(row: Row) -> bool:
-    """True when ``row`` fits the index: a final state, column fields of their types, the
-    fields every row of its state has."""
-    code = STATE_CODES.get(row.get("state"))  # type: ignore[arg-type]
-    return code is not None and all(
-        type(row.get(name)) is int for name in COLUMNS if name != "job_id") and \
-        isinstance(row.get("job_id"), (str, type(None))) and \
-        all(name in row for name in _defaults(code))
+def can_keep(row: ShardRow) -> bool:
+    """True when ``row`` fits the index: a final state, column fields of their types."""
+    return row.state in STATE_CODES and all(
+        type(getattr(row, name)) is int for name in COLUMNS if name != "job_id") and \
+        isinstance(row.job_id, (str, type(None))) and row.aliases is None
 
 
 def _new_lineage() -> str:
@@ -519,7 +502,8 @@ def _trusted(latest: Index, base: Index) -> Callable[[int], bool]:
     return lambda shard: shard not in latest.invalidated  # rebuilt by another writer since
 
 
-def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_count: int,
+def add(layout: RunLayout, base: Index, rows: Sequence[ShardRow], run_id: str,
+        shard_count: int,
         plan: Optional[Tuple[Identity, Dict[str, Any]]] = None, ended_at: float = 0.0,
         submissions: Optional[Dict[str, Any]] = None) -> bool:
     """Add the newly settled ``rows`` (verified after ``base`` was read); True if written.
@@ -547,8 +531,8 @@ def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_
             latest = _current(layout, run_id, shard_count)
             valid, there = _trusted(latest, base), set(latest.shards)
             # (a pending shard's row is dropped below, with its pending mark)
-            fresh = [r for r in rows if r["index"] not in there and valid(r["index"])
-                     and r["index"] not in latest.pending]
+            fresh = [r for r in rows if r.index not in there and valid(r.index)
+                     and r.index not in latest.pending]
             changed = bool(fresh) or latest.problem is not None or bool(latest.pending)
             if plan is not None and latest.plan_identity != plan[0]:
                 latest.plan_identity, latest.plan = plan

@@ -43,6 +43,7 @@ from synthbatch.control.runs.status.records import (
     submissions_key,
 )
 from synthbatch.control.runs.status.refresh import observe, refresh
+from synthbatch.control.runs.status.rows import ShardRow
 from synthbatch.control.runs.status.totals import ended_at
 from synthbatch.control.slurm.runner import CommandResult
 from synthbatch.control.slurm.scheduler import Scheduler
@@ -474,7 +475,7 @@ def test_a_row_verified_before_a_retry_is_dropped_after_it(tmp_path: Path) -> No
     compare(layout, cluster, NOW)  # the index holds shard 1; shard 0 failed just now
     assert settled.load(layout).shards == [1]
     captured = late_refresh(layout, cluster, NOW + 700)  # shard 0 settles: not written
-    assert [row["index"] for row in captured[0][2]] == [0]
+    assert [row.index for row in captured[0][2]] == [0]
     retry_run(layout, load_model(TESTBED, Profile), scheduler(cluster), [0])
     assert not settled.add(*captured[0])  # nothing it read may be kept now
     assert settled.load(layout).shards == [1]
@@ -634,17 +635,15 @@ def test_a_submission_record_of_100000_shards_is_read(tmp_path: Path) -> None:
 
 
 def test_rows_with_fields_beyond_the_columns_are_kept_as_they_are(tmp_path: Path) -> None:
-    """A row field the index has no column for (say, one a future client adds) is kept in
-    ``extra`` and comes back the same, as dict and as text."""
-    layout = make_run(tmp_path, [Shard("winner")] * 2)
-    rows = [{"index": 0, "state": "succeeded", "reason": None, "attempt": 1, "job_id": None,
-             "records": 10, "records_done": 10, "tokens": 0, "record_failures": 0,
-             "records_dropped": 0,
-             "aliases": {"m": {"tokens": 3.5}}},
-            {"index": 1, "state": "lost", "reason": "lost: x", "attempt": 1,
-             "job_id": "5_1", "records": 10, "records_done": 2, "tokens": 4,
-             "record_failures": 1, "records_dropped": 2, "log": "/l"}]
-    assert settled.add(layout, settled.Index(), rows, RUN_ID, 2)
+    """A row's reason and log (no column of their own) are kept in ``extra`` and come back
+    the same, as ShardRow and as text; a row with figures of a running shard is never
+    kept."""
+    layout = make_run(tmp_path, [Shard("winner")] * 3)
+    rows = [ShardRow(0, "succeeded", "odd", 1, None, 10, 10),
+            ShardRow(1, "lost", "lost: x", 1, "5_1", 10, 2, 2, 4, 1, "/l")]
+    running = ShardRow(2, "succeeded", None, 1, None, 10, 10, aliases={"m": {"tokens": 3}})
+    assert settled.add(layout, settled.Index(), rows + [running], RUN_ID, 3)
     index = settled.load(layout)
     assert index.rows([0, 1]) == rows and [index.row(0), index.row(1)] == rows
-    assert index.texts == [json.dumps(r, sort_keys=True) for r in rows]
+    assert index.shards == [0, 1]
+    assert index.texts == [json.dumps(r.to_dict(), sort_keys=True) for r in rows]
