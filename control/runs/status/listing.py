@@ -67,8 +67,8 @@ def durable_state(layout: RunLayout, shard_count: int,
     known = index.positions()
     counts: Counter = Counter(SETTLED[settled.CODE_STATES[index.codes[p]]]
                               for p in known.values())
-    done_column = index.columns["records_done"]
-    done = sum(done_column[p] for p in known.values())
+    done = index.sums["records_done"] if len(known) == len(index.codes) else \
+        sum(row.records_done for row in index.rows(sorted(known.values())))
     ended = index.ended_at if known else 0.0
     todo = [i for i in range(shard_count) if i not in known]
     if todo:

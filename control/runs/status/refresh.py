@@ -245,11 +245,10 @@ class Refresh:
                 for i in range(self.count)]
 
     def column(self, name: str) -> List[Any]:
-        """Every shard's ``name`` field, in shard order, without building the settled
-        rows (``name`` is one of the index's columns)."""
+        """Every shard's ``name`` field (a ShardRow field), in shard order."""
         if not self.known:
             return [getattr(row, name) for row in self.fresh]
-        values = self.index.columns[name]
+        values = self.index.column(name)
         read = {row.index: getattr(row, name) for row in self.fresh}
         return [read[i] if i in read else values[self.known[i]] for i in range(self.count)]
 
@@ -570,8 +569,9 @@ def tally(rows: List[ShardRow]) -> Tally:
 
 
 def _tally_index(index: settled.Index, known: Mapping[int, int]) -> Optional[Tally]:
-    """The Tally of the settled rows status uses, from the index's header (its codes,
-    sums and non-default fields) when every row is used, else from its columns."""
+    """The Tally of the settled rows status uses, from the index's header (its codes and
+    sums; the rows that did not succeed read for the failures) when every row is used,
+    else from its rows."""
     if not known:
         return None
     codes = index.codes
