@@ -525,6 +525,7 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
     """
     from synthbatch.control.runs.retry import retry_run
     from synthbatch.control.runs.status.refresh import observe, unreachable
+    from synthbatch.control.runs.status.rows import ShardRow
 
     prof = _profile(profile)
     layout = run_layout(Path(prof.workspace), run_id)
@@ -534,8 +535,7 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
     error = unreachable(seen)
     if error is not None:  # the records alone cannot say which shards ended
         raise error
-    verdicts = {row["index"]: (row["state"], row["reason"], row["attempt"])
-                for row in seen["shards"]}
+    verdicts = {row.index: row for row in map(ShardRow.from_dict, seen["shards"])}
     done = retry_run(layout, prof, sched, list(shards), resume, dry_run, auto, lock_wait_s,
                      verdicts=verdicts)
     selection = done.selection

@@ -52,6 +52,7 @@ from synthbatch.control.runs.status.records import (
     expected_lookup,
     implied_view,
 )
+from synthbatch.control.runs.status.rows import ShardRow
 from synthbatch.control.runs.store import attempt_numbers, load_plan, load_run, load_submissions
 
 if TYPE_CHECKING:
@@ -92,14 +93,13 @@ class Selection:
     over_limit: Dict[int, str] = field(default_factory=dict)  # manual: past max_attempts
 
 
-# shard -> (state, reason, attempt number) as the status refresh before the lock said
-Verdicts = Mapping[int, Tuple[str, Optional[str], Optional[int]]]
+# shard -> its row as the status refresh before the lock saw it
+Verdicts = Mapping[int, ShardRow]
 
 
-def _not_over(shard: int, number: int, state: str,
-              verdict: Optional[Tuple[str, Optional[str], Optional[int]]]) -> str:
+def _not_over(shard: int, number: int, state: str, verdict: Optional[ShardRow]) -> str:
     """Why a named shard whose latest attempt has not ended is refused, in status's words."""
-    shown, reason = verdict[:2] if verdict else (state, None)
+    shown, reason = (verdict.state, verdict.reason) if verdict else (state, None)
     if reason == norm.COMPLETING_REASON:
         return f"shard {shard}: {reason}; retry in a few seconds"
     return f"shard {shard} is {shown} (attempt {number})" + (f": {reason}" if reason else "")
@@ -201,14 +201,14 @@ def _decide(layout: RunLayout, plan: Plan, shard: int, named: bool, policy: str,
     state = latest.state if latest else "unrecorded"
     if state not in states.TERMINAL:
         verdict = verdicts.get(shard)
-        if verdict is not None and verdict[2] != number:
+        if verdict is not None and verdict.attempt != number:
             # status judged an earlier attempt: another retry made this one since (while
             # this one waited for the lock), so it says nothing about it
             verdict = None
         if named:
             selection.refused[shard] = _not_over(shard, number, state, verdict)
-        elif verdict is not None and verdict[0] in norm.FINAL:  # status could not record it
-            selection.skipped[shard] = (f"shard {shard}: status shows it {verdict[0]} but "
+        elif verdict is not None and verdict.state in norm.FINAL:  # status could not record it
+            selection.skipped[shard] = (f"shard {shard}: status shows it {verdict.state} but "
                                         f"attempt {number} is still recorded {state}")
         return
     if state == states.SUCCEEDED:
