@@ -113,7 +113,7 @@ def build(workspace: Path, shards: int, run_id: str, job: str) -> Path:
         agent_pyz="agent-x.pyz", agent_sha256="0" * 64, backend="slurm",
         job_name=f"synthbatch-{run_id}", shard_count=shards).to_dict())
     # What the first status of a finished run writes once accounting has a row for every
-    # shard's job (``control/runs/totals.py``): this run's jobs are made up (only the
+    # shard's job (``control/runs/status/totals.py``): this run's jobs are made up (only the
     # active range gets a real held array), so no status could count them, and each
     # would ask sacct again, which no real finished run does.
     write(root / "totals.json", {"schema_version": 1, "job_ids": [job], "totals": {

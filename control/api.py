@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from synthbatch.control.backends.local.scheduler import LocalScheduler
     from synthbatch.control.config.overrides import Overrides
     from synthbatch.control.config.profile import Profile
-    from synthbatch.control.runs.status import Refresh
+    from synthbatch.control.runs.status.refresh import Refresh
 
 PathLike = Union[str, "os.PathLike[str]"]
 ProfileRef = Union[str, "os.PathLike[str]", None]  # a name, a file, or None (the default)
@@ -344,7 +344,7 @@ def status_refresh(run_id: Optional[str] = None, profile: ProfileRef = None,
 def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Refresh:
     """``refresh`` plus ``backend``: which scheduler answered (and, for the local backend,
     where each supervisor of the run is)."""
-    from synthbatch.control.runs.status import refresh
+    from synthbatch.control.runs.status.refresh import refresh
 
     fresh = refresh(layout, sched, with_usage=True)
     fresh.summary["backend"] = sched.describe(job_name(layout.root.name))
@@ -357,8 +357,8 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler,
     (``blocked``: from the rows read this time, as a settled shard is never pending; and
     ``pending_reasons``, how many pending shards wait for each of Slurm's reasons) and
     the run's numbers (``totals``: from the index's columns, no settled row is built)."""
-    from synthbatch.control.runs.pending import blocked, reasons
-    from synthbatch.control.runs.totals import totals
+    from synthbatch.control.runs.status.pending import blocked, reasons
+    from synthbatch.control.runs.status.totals import totals
 
     summary = fresh.summary
     summary["blocked"] = blocked(fresh.fresh)
@@ -395,7 +395,7 @@ def _observed(layout: RunLayout, profile: ProfileRef, sched: Scheduler, auto_ret
               given: Optional[Scheduler] = None) -> Refresh:
     """One refresh; with ``auto_retry``, failed shards resubmitted (through ``given``, the
     caller's scheduler, or one made from the whole profile: submitting needs all of it)."""
-    from synthbatch.control.runs.status import unreachable
+    from synthbatch.control.runs.status.refresh import unreachable
 
     fresh = _refresh(layout, sched)
     data = fresh.summary
@@ -430,10 +430,10 @@ def wait(run_id: Optional[str] = None, profile: ProfileRef = None,
     Each refresh is one ``status`` (backing off from ``interval_s`` to 30 s while nothing
     changes, never stopping on a Slurm outage); ``show`` is called with each refresh's
     data. Whether the run succeeded is the result's ``state`` (``succeeded``); the CLI's
-    exit status comes from it (``control.runs.watch.outcome``).
+    exit status comes from it (``control.runs.status.watch.outcome``).
     """
-    from synthbatch.control.runs.watch import Backoff
-    from synthbatch.control.runs.watch import watch as watch_loop
+    from synthbatch.control.runs.status.watch import Backoff
+    from synthbatch.control.runs.status.watch import watch as watch_loop
 
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(_of_run(prof, layout))
@@ -524,7 +524,8 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
     Returns what was (with ``dry_run``: would be) submitted.
     """
     from synthbatch.control.runs.retry import retry_run
-    from synthbatch.control.runs.status import observe, unreachable
+    from synthbatch.control.runs.status.refresh import observe, unreachable
+    from synthbatch.control.runs.status.rows import ShardRow
 
     prof = _profile(profile)
     layout = run_layout(Path(prof.workspace), run_id)
@@ -534,8 +535,7 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
     error = unreachable(seen)
     if error is not None:  # the records alone cannot say which shards ended
         raise error
-    verdicts = {row["index"]: (row["state"], row["reason"], row["attempt"])
-                for row in seen["shards"]}
+    verdicts = {row.index: row for row in map(ShardRow.from_dict, seen["shards"])}
     done = retry_run(layout, prof, sched, list(shards), resume, dry_run, auto, lock_wait_s,
                      verdicts=verdicts)
     selection = done.selection
@@ -551,7 +551,7 @@ def runs(profile: ProfileRef = None) -> List[RunSummary]:
     """The runs of the workspace, newest first, from their directories alone (no Slurm):
     state, records done, shards, when submitted, how long they ran."""
     from synthbatch.control.runs.costread import kept_cost  # issue 32: GPU-hours, cost
-    from synthbatch.control.runs.listing import list_runs
+    from synthbatch.control.runs.status.listing import list_runs
 
     prof = load_workspace_profile(profile_ref(profile))
     workspace = Path(prof.workspace)

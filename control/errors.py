@@ -130,7 +130,7 @@ class RunCancelled(SynthbatchError):
 
 class RunStuck(SynthbatchError):
     """The run being waited for cannot end by itself: every shard that is not over pends
-    with a reason Slurm calls permanent (``control.runs.pending``)."""
+    with a reason Slurm calls permanent (``control.runs.status.pending``)."""
 
     exit_code = RUN_STUCK
     code = "run_stuck"

@@ -101,8 +101,8 @@ class Crash(Exception):
 def first_record(layout: RunLayout, shard: int) -> Any:
     """The first revision of ``shard``'s attempt 1 as its submission record implies it
     (what an agent starting it, or a cancel ending it, advances)."""
-    from synthbatch.control.runs.reconcile import implied_first
-    from synthbatch.control.runs.store import load_plan_view, shard_scanner
+    from synthbatch.control.runs.status.reconcile import implied_first
+    from synthbatch.control.runs.status.records import load_plan_view, shard_scanner
 
     view = shard_scanner(layout)(shard).attempt
     assert view is not None, f"no submission names shard {shard}"
@@ -822,7 +822,7 @@ def drive(world: World, cluster: FileCluster, client: FakeClient, rounds: int = 
     succeeded (and no task is left to run: a job requeued after its attempt succeeded
     still runs, and exits); AssertionError if ``rounds`` do not get there."""
     from synthbatch.control.runs.retry import retry_run
-    from synthbatch.control.runs.status import observe
+    from synthbatch.control.runs.status.refresh import observe
     from synthbatch.control.slurm.scheduler import Scheduler
 
     layout, sched = world.layout, Scheduler(runner=cluster)

@@ -22,7 +22,7 @@ from synthbatch.agent_stdlib.statefile import StateError
 from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.cli.render import state_cell
 from synthbatch.control.errors import MAX_MESSAGE, DamagedState, SynthbatchError, one_line
-from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs.status import verdict as norm
 
 KEEP = "\n\t"
 # A control character other than newline and tab as json.dumps writes it (ASCII only).
@@ -68,9 +68,7 @@ def emit_text(text: str, err: bool = False, colour: bool = False) -> None:
 
 
 # States as status, runs and wait print them -> their colour on a terminal.
-COLOURS = {norm.SUCCEEDED: "green", norm.RUNNING: "cyan", norm.PENDING: "yellow",
-           norm.CANCELLING: "yellow", norm.FAILED: "red", norm.LOST: "red",
-           norm.CANCELLED: "magenta", norm.UNKNOWN: "yellow"}
+COLOURS = {state: report.colour for state, report in norm.REPORT.items() if report.colour}
 STATE_CELL = state_cell(COLOURS)
 
 

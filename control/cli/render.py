@@ -8,8 +8,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.agent_stdlib.text import visible
-from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs.cachestats import cache_line
+from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.telemetry import shard_lines
 
 Status = Dict[str, Any]
@@ -20,9 +20,7 @@ REASON_SHOWN = 300  # a reason's first characters in the summary (its cause come
 BAR_LIMIT = 40  # a bar per shard up to this many shards; beyond, a compact grid
 BAR_WIDTH = 24
 GRID_WIDTH = 64
-GLYPH = {norm.SUCCEEDED: "#", norm.RUNNING: ">", norm.CANCELLING: "x", norm.PENDING: ".",
-         norm.CREATED: " ", norm.FAILED: "F", norm.CANCELLED: "C", norm.LOST: "L",
-         norm.UNKNOWN: "?"}
+GLYPH = {state: report.glyph for state, report in norm.REPORT.items()}
 
 
 def state_cell(states: Sequence[str]) -> re.Pattern[str]:

@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import (
@@ -36,7 +36,8 @@ from synthbatch.agent_stdlib.statefile import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.rows import ShardRow
 
 if TYPE_CHECKING:
     from synthbatch.control.config.profile import Profile
@@ -47,16 +48,7 @@ ROUND_TIME = "00:05:00"  # a round is one status refresh and at most two sbatch 
 ROUND_MEM = "512M"
 MERGE_TIME = "02:00:00"  # the merge job: a copy of the run's winners (docs/retry.md)
 RETRY, MERGE = "retry", "merge"  # what the pending automatic job will do
-RETRYABLE = frozenset({norm.FAILED, norm.LOST})  # cancelled shards were a person's decision
-
-
-@dataclass(frozen=True)
-class ShardNow:
-    """One shard as the status refresh before a round saw it."""
-
-    index: int
-    state: str
-    attempt: Optional[int]
+RETRYABLE = norm.FAILING  # cancelled shards were a person's decision
 
 
 @dataclass(frozen=True)
@@ -75,7 +67,7 @@ class Decision:
         return not self.over
 
 
-def decide(shards: Sequence[ShardNow], max_attempts: int, merge_wanted: bool = False,
+def decide(shards: Sequence[ShardRow], max_attempts: int, merge_wanted: bool = False,
            allow_partial: bool = False) -> Decision:
     """The round's decision: which shards get attempt N+1, whether the run is over.
 
@@ -98,7 +90,7 @@ def decide(shards: Sequence[ShardNow], max_attempts: int, merge_wanted: bool = F
     return Decision(tuple(retry), tuple(waiting), tuple(exhausted), over, merge)
 
 
-def story(shards: Sequence[ShardNow], max_attempts: int, round_pending: bool) -> Optional[str]:
+def story(shards: Sequence[ShardRow], max_attempts: int, round_pending: bool) -> Optional[str]:
     """What ``runs`` shows while an automatic retry is under way, else None.
 
     ``retrying (attempt 2 of 3)``: the highest attempt a failed-then-retried shard is on.
@@ -199,19 +191,18 @@ def _queued(scheduler: Scheduler, job_id: str) -> bool:
 
 
 def round_now(layout: RunLayout, scheduler: Scheduler,
-              rows: Callable[[], Sequence[Mapping[str, object]]],
+              rows: Callable[[], Sequence[ShardRow]],
               max_attempts: Callable[[], int]) -> Optional[Dict[str, object]]:
     """The pending round job as ``status`` shows it (None: none queued or running).
 
-    ``rows`` (the status rows: ``index``, ``state``, ``attempt``) and ``max_attempts`` (from
+    ``rows`` (the status refresh's rows) and ``max_attempts`` (from
     the plan, whose contracts a plain ``status`` never imports) are read only when a round is
     pending, for the story ``runs`` tells ("retrying (attempt 2 of 3)").
     """
     pending = load_pending(layout)
     if not pending or not _queued(scheduler, str(pending["job_id"])):
         return None
-    shards = [ShardNow(int(r["index"]), str(r["state"]),  # type: ignore[call-overload]
-                       r.get("attempt")) for r in rows()]  # type: ignore[arg-type]
+    shards = rows()
     if pending.get("action") == MERGE:
         return {"job_id": pending["job_id"], "round": pending.get("round"), "action": MERGE,
                 "story": "merging"}

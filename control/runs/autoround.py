@@ -9,18 +9,18 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 from synthbatch.agent_stdlib.arrays import array_job_id
 from synthbatch.control.backends.local.rounds import ROUND_JOB_ENV
 from synthbatch.control.runs import automerge
-from synthbatch.control.runs import normalize as norm
 from synthbatch.control.runs.autoretry import (
     MERGE,
     Decision,
-    ShardNow,
     decide,
     load_pending,
     record_pending,
     submit_round,
 )
 from synthbatch.control.runs.retry import RetryLock, retry_run
-from synthbatch.control.runs.status import observe
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.refresh import observe
+from synthbatch.control.runs.status.rows import ShardRow
 from synthbatch.control.runs.store import load_plan
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Deci
     wanted = automerge.load_settings(layout)
     merge = wanted["merge"] or {}
     seen = observe(layout, scheduler)
-    shards = [ShardNow(r["index"], r["state"], r["attempt"]) for r in seen["shards"]]
+    shards = [ShardRow.from_dict(r) for r in seen["shards"]]
     decision = decide(shards, plan.max_attempts if wanted["auto_retry"] else 1,
                       bool(merge), bool(merge.get("allow_partial")))
     after: List[str] = []
@@ -51,8 +51,8 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Deci
     local = getattr(scheduler, "ROUNDS_IN_SUPERVISOR", False)  # no plain jobs: in place
     with RetryLock(layout):
         if decision.successor:
-            jobs = after or sorted({array_job_id(str(r["job_id"])) for r in seen["shards"]
-                                    if r.get("job_id") and r["state"] not in norm.FINAL})
+            jobs = after or sorted({array_job_id(str(r.job_id)) for r in shards
+                                    if r.job_id and r.state not in norm.FINAL})
             if local:  # the supervisor of one of these jobs runs the next round
                 record_pending(layout, jobs[0] if jobs else None, number, jobs,
                                attempt=attempt)

@@ -30,16 +30,13 @@ from synthbatch.control.errors import (
     SchedulerUnavailable,
     SchedulerUncertain,
 )
-from synthbatch.control.runs import autoretry, settled
-from synthbatch.control.runs.ledger import carried_out, pending_cancels, record_cancel
-from synthbatch.control.runs.normalize import UNKNOWN
-from synthbatch.control.runs.store import (
-    ShardView,
-    load_plan_view,
-    load_submissions,
-    shard_scanner,
-)
-from synthbatch.control.runs.watch import Backoff
+from synthbatch.control.runs import autoretry
+from synthbatch.control.runs.status import index as settled
+from synthbatch.control.runs.status.ledger import carried_out, pending_cancels, record_cancel
+from synthbatch.control.runs.status.records import ShardView, load_plan_view, shard_scanner
+from synthbatch.control.runs.status.verdict import UNKNOWN
+from synthbatch.control.runs.status.watch import Backoff
+from synthbatch.control.runs.store import load_submissions
 from synthbatch.control.slurm.parsers import index_rows
 from synthbatch.control.slurm.scheduler import Scheduler
 
@@ -80,7 +77,7 @@ def scancel_targets(layout: RunLayout, arrays: Sequence[Array],
 def _settle(layout: RunLayout, run_id: str, view: ShardView, reason: str) -> None:
     """Record ``cancelled`` unless the attempt reached a terminal state by itself (an
     attempt without a record yet, ``created``, gets its first record so)."""
-    from synthbatch.control.runs.reconcile import mark_ended
+    from synthbatch.control.runs.status.reconcile import mark_ended
 
     attempt = view.attempt
     assert attempt is not None

@@ -17,8 +17,9 @@ from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.control.config.document import read_document
 from synthbatch.control.errors import SchedulerUnavailable, SynthbatchError
 from synthbatch.control.runs.cost import AttemptUse, Figures, Part, Tokens, figures, report
-from synthbatch.control.runs.normalize import FINAL
-from synthbatch.control.runs.store import attempt_numbers, run_job_ids, submission_views
+from synthbatch.control.runs.status.records import run_job_ids, submission_views
+from synthbatch.control.runs.status.verdict import FINAL
+from synthbatch.control.runs.store import attempt_numbers
 from synthbatch.control.slurm.parsers import JobUsage
 
 

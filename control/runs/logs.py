@@ -19,9 +19,10 @@ from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, open_state_file
 from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.errors import DamagedState, NotFound, SynthbatchError
-from synthbatch.control.runs.status import LOG_IN_REASON
-from synthbatch.control.runs.store import ShardView, attempt_numbers, load_plan_view, shard_scanner
-from synthbatch.control.runs.watch import Backoff
+from synthbatch.control.runs.status.records import ShardView, load_plan_view, shard_scanner
+from synthbatch.control.runs.status.rows import LOG_IN_REASON
+from synthbatch.control.runs.status.watch import Backoff
+from synthbatch.control.runs.store import attempt_numbers
 
 SLURM_STEP = "slurm"
 CLIENT_STEP = "client"

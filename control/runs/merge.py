@@ -54,7 +54,8 @@ from synthbatch.agent_stdlib.statefile import (
     write_json_atomic,
 )
 from synthbatch.control.errors import Conflict, InvalidInput, SynthbatchError
-from synthbatch.control.runs.store import load_plan, load_plan_view
+from synthbatch.control.runs.status.records import load_plan_view
+from synthbatch.control.runs.store import load_plan
 
 CHUNK = 1 << 20
 MANIFEST_VERSION = 2  # 2: a jsonl merge names its files' digest (files_sha256), not its own

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from synthbatch.agent_stdlib.states import CANCELLED, FAILED, SUCCEEDED
+from synthbatch.control.runs.status.rows import ShardRow
 
 Data = Dict[str, Any]
 
@@ -91,20 +92,6 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class ShardStatus:
-    """One shard in ``status``."""
-
-    index: int
-    state: str
-    reason: Optional[str]
-    attempt: Optional[int]
-    job_id: Optional[str]
-    records: int
-    records_done: int
-    tokens: int
-
-
-@dataclass(frozen=True)
 class RunStatus(Result):
     """``status`` (and ``wait``): the run's state, records, rate, failures, shards.
 
@@ -153,12 +140,9 @@ class RunStatus(Result):
         return dict(self.data.get("cost") or {})
 
     @property
-    def shards(self) -> Tuple[ShardStatus, ...]:
-        """Every shard (built when read)."""
-        return tuple(ShardStatus(s["index"], s["state"], s.get("reason"), s.get("attempt"),
-                                 s.get("job_id"), s.get("records", 0), s.get("records_done", 0),
-                                 s.get("tokens", 0))
-                     for s in self.data.get("shards", []))
+    def shards(self) -> Tuple[ShardRow, ...]:
+        """Every shard: status's read model (built when read)."""
+        return tuple(map(ShardRow.from_dict, self.data.get("shards", [])))
 
     @classmethod
     def from_dict(cls, data: Data) -> RunStatus:

@@ -42,20 +42,18 @@ from synthbatch.agent_stdlib.publish import load_winner
 from synthbatch.agent_stdlib.resume import scan_kept
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, read_bytes
 from synthbatch.control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
-from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs import settled
-from synthbatch.control.runs.reconcile import implied_first
-from synthbatch.control.runs.store import (
+from synthbatch.control.runs.status import index as settled
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.reconcile import implied_first
+from synthbatch.control.runs.status.records import (
     RECOVERY_GRACE_S,
     Expected,
-    attempt_numbers,
     committed_at,
     expected_lookup,
     implied_view,
-    load_plan,
-    load_run,
-    load_submissions,
 )
+from synthbatch.control.runs.status.rows import ShardRow
+from synthbatch.control.runs.store import attempt_numbers, load_plan, load_run, load_submissions
 
 if TYPE_CHECKING:
     from synthbatch.control.config.profile import Profile
@@ -94,14 +92,13 @@ class Selection:
     over_limit: Dict[int, str] = field(default_factory=dict)  # manual: past max_attempts
 
 
-# shard -> (state, reason, attempt number) as the status refresh before the lock said
-Verdicts = Mapping[int, Tuple[str, Optional[str], Optional[int]]]
+# shard -> its row as the status refresh before the lock saw it
+Verdicts = Mapping[int, ShardRow]
 
 
-def _not_over(shard: int, number: int, state: str,
-              verdict: Optional[Tuple[str, Optional[str], Optional[int]]]) -> str:
+def _not_over(shard: int, number: int, state: str, verdict: Optional[ShardRow]) -> str:
     """Why a named shard whose latest attempt has not ended is refused, in status's words."""
-    shown, reason = verdict[:2] if verdict else (state, None)
+    shown, reason = (verdict.state, verdict.reason) if verdict else (state, None)
     if reason == norm.COMPLETING_REASON:
         return f"shard {shard}: {reason}; retry in a few seconds"
     return f"shard {shard} is {shown} (attempt {number})" + (f": {reason}" if reason else "")
@@ -203,14 +200,14 @@ def _decide(layout: RunLayout, plan: Plan, shard: int, named: bool, policy: str,
     state = latest.state if latest else "unrecorded"
     if state not in states.TERMINAL:
         verdict = verdicts.get(shard)
-        if verdict is not None and verdict[2] != number:
+        if verdict is not None and verdict.attempt != number:
             # status judged an earlier attempt: another retry made this one since (while
             # this one waited for the lock), so it says nothing about it
             verdict = None
         if named:
             selection.refused[shard] = _not_over(shard, number, state, verdict)
-        elif verdict is not None and verdict[0] in norm.FINAL:  # status could not record it
-            selection.skipped[shard] = (f"shard {shard}: status shows it {verdict[0]} but "
+        elif verdict is not None and verdict.state in norm.FINAL:  # status could not record it
+            selection.skipped[shard] = (f"shard {shard}: status shows it {verdict.state} but "
                                         f"attempt {number} is still recorded {state}")
         return
     if state == states.SUCCEEDED:

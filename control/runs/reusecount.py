@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional
 
 from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, read_json
-from synthbatch.control.runs.store import latest_attempt_dir
+from synthbatch.control.runs.status.records import latest_attempt_dir
 
 FIELDS = ("cells_reused", "cells_generated", "records_reused")
 MARK = b'"reuse": {\n'  # plan.json (canonical, indented) of a run that reuses runs

@@ -32,11 +32,8 @@ from synthbatch.agent_stdlib.statefile import (
     write_many,
 )
 from synthbatch.control.errors import SchedulerRejected, SchedulerUncertain, SynthbatchError
-from synthbatch.control.runs.store import (
-    RECOVERY_GRACE_S,
-    load_plan,
-    load_submissions,
-)
+from synthbatch.control.runs.status.records import RECOVERY_GRACE_S
+from synthbatch.control.runs.store import load_plan, load_submissions
 from synthbatch.control.slurm.parsers import JobRow, split_job_id
 from synthbatch.control.slurm.renderer import BatchScript, render_batch_script
 from synthbatch.control.slurm.scheduler import Scheduler

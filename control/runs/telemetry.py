@@ -19,6 +19,7 @@ from synthbatch.control.errors import one_line
 
 if TYPE_CHECKING:  # the record classes load only when a file is read: status stays light
     from synthbatch.agent_stdlib.contracts import ProgressRecord, TelemetryRecord
+    from synthbatch.control.runs.status.rows import ShardRow
 
 # ---- thresholds (the one place)
 WINDOW_POINTS = 12  # the flags look at the last 12 samples (a minute at 5 s)
@@ -268,16 +269,15 @@ def shard_serving(layout: RunLayout, shard: int, attempt: Optional[int],
                            submission.submitted_at if submission else None, now)
 
 
-def run_flags(layout: RunLayout, rows: Iterable[Dict[str, Any]], now: float) -> List[str]:
+def run_flags(layout: RunLayout, rows: Iterable[ShardRow], now: float) -> List[str]:
     """The flags across the running shards (``rows``: status rows; fresh telemetry only),
     read from at most ``FLAG_SHARDS`` of them, evenly spread (a refresh of 10,000 running
     shards opens 8 more files, not 10,000)."""
-    running = [r for r in rows
-               if r.get("state") == states.RUNNING and r.get("attempt") is not None]
+    running = [r for r in rows if r.state == states.RUNNING and r.attempt is not None]
     step = max(1, -(-len(running) // FLAG_SHARDS))
     records = []
     for row in running[::step]:
-        record, _ = read(layout.attempt(row["index"], row["attempt"]).telemetry_json)
+        record, _ = read(layout.attempt(row.index, row.attempt).telemetry_json)
         if record is not None and now - record.updated_at <= FRESH_S:
             records.append(record)
     return flags(records)

@@ -17,8 +17,9 @@ import pytest
 
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.control import api
-from synthbatch.control.runs import store, submit
-from synthbatch.control.runs.store import shard_scanner
+from synthbatch.control.runs import submit
+from synthbatch.control.runs.status import records as status_records
+from synthbatch.control.runs.status.records import shard_scanner
 from tests.fakes import Crash, crash_on_call
 from tests.integration.runs import cli_json, wait_final, write_profile, write_run
 
@@ -45,7 +46,7 @@ def test_recovery_of_a_crashed_split_submit_runs_every_shard(slurm_cluster_noacc
     first, second = records[0].job_id, records[1].job_id
     assert first is not None and second is not None
 
-    monkeypatch.setattr(store, "RECOVERY_GRACE_S", 0.0)  # the crashed submit is long gone
+    monkeypatch.setattr(status_records, "RECOVERY_GRACE_S", 0.0)  # the crashed submit is long gone
     monkeypatch.setattr(submit, "RECOVERY_GRACE_S", 0.0)
     status = cli_json("status", root.name, "--profile", str(profile))
     assert f"submission 1: job {first} released" in status["notes"]

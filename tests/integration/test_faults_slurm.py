@@ -25,7 +25,7 @@ import pytest
 
 from synthbatch.agent_stdlib.attempts import load_attempt, load_readiness
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs.status import verdict as norm
 from tests.integration.runs import (
     cli_json,
     invoke,

@@ -21,9 +21,9 @@ import pytest
 from synthbatch.agent_stdlib.allocation.preflight import assign_ports
 from synthbatch.agent_stdlib.publish import load_winner
 from synthbatch.agent_stdlib.statefile import read_json
-from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs.reconcile import complete_missing_winner, mark_ended
-from synthbatch.control.runs.status import SchedulerView, gone
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.reconcile import complete_missing_winner, mark_ended
+from synthbatch.control.runs.status.refresh import SchedulerView, gone
 from synthbatch.control.slurm.parsers import index_rows
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.integration.allocations import (

@@ -18,7 +18,7 @@ from synthbatch.agent_stdlib.arrays import (
     task_shard,
 )
 from synthbatch.control.planning.arrays import array_chunks
-from synthbatch.control.runs.store import ArrayView
+from synthbatch.control.runs.status.records import ArrayView
 from tests.conftest import REPO
 
 

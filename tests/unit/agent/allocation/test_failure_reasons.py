@@ -251,7 +251,7 @@ def test_cause_is_the_last_error_line(text, found):
 
 def test_the_whole_reason_is_kept_by_status_and_shown_cut_in_the_summary():
     from synthbatch.control.cli.render import REASON_SHOWN, failure_lines
-    from synthbatch.control.runs import normalize as norm
+    from synthbatch.control.runs.status import verdict as norm
 
     reason = "client exited with status 1: HTTP 500 " + "y" * 2000
     evidence = norm.Evidence(attempt_state="failed", attempt_reason=reason)
@@ -266,7 +266,7 @@ def test_the_whole_reason_is_kept_by_status_and_shown_cut_in_the_summary():
 def test_the_log_of_a_replica_reason_is_found(tmp_path):
     """status's ``log`` (and ``logs``' default step) come from the reason's ``log PATH``:
     also in a replica's ``(srun status N; log PATH, rank R: ...)``."""
-    from synthbatch.control.runs.status import LOG_IN_REASON
+    from synthbatch.control.runs.status.rows import LOG_IN_REASON
 
     who = RankId("server-big-0", "node2", 1, 2)
     child = _child(tmp_path, 137, f"1: {exit_line(who, -9, 0.0)}\n", ranks=2)

@@ -12,6 +12,7 @@ import pytest
 from synthbatch.agent_stdlib.contracts import ColumnSpec, ProgressRecord, TelemetryRecord
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import load_record
+from synthbatch.control.runs.status.rows import ShardRow
 from synthbatch.control.runs.telemetry import read, run_flags, shard_telemetry
 from tests.agent_runs import recipe_plan, server_argv, stage, start_allocation
 
@@ -37,7 +38,7 @@ def test_status_names_the_starved_and_the_idle_deployment(
     args = stage(tmp_path / "run", plan)
     layout = RunLayout(tmp_path / "run")
     proc = start_allocation(python_exe, agent_pyz, args)
-    running = [{"index": 0, "state": "running", "attempt": 1}]
+    running = [ShardRow(0, "running", None, 1, None, 1)]
     seen: list = []
     try:
         deadline = time.monotonic() + 90

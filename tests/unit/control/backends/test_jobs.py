@@ -36,7 +36,7 @@ from synthbatch.control.backends.local.jobs import (
     supervisor_alive,
     task_row,
 )
-from synthbatch.control.runs import normalize as norm
+from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.slurm.parsers import ACTIVE_STATES, TERMINAL_STATES
 
 

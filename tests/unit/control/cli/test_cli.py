@@ -427,13 +427,13 @@ def test_status_watch_plain_lines_until_the_run_ends(tmp_path: Path, profile_fil
 def test_ctrl_c_on_status_watch_exits_130(workspace: Path, profile_file: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """It exited 0, as if the run had been watched to its end."""
-    import synthbatch.control.runs.watch
+    import synthbatch.control.runs.status.watch
 
     def interrupted(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt
 
     make_run(workspace, [Shard("running")])
-    monkeypatch.setattr(synthbatch.control.runs.watch, "watch", interrupted)
+    monkeypatch.setattr(synthbatch.control.runs.status.watch, "watch", interrupted)
     result = invoke("status", "obs-20240101-000000-abcdef", "--watch", "--profile",
                     str(profile_file))
     assert result.exit_code == 130, result.output

@@ -14,7 +14,8 @@ import pytest
 from synthbatch.control.cli.output import paint, use_colour
 from synthbatch.control.cli.render import blocked_lines, frame, runs_text, status_text
 from synthbatch.control.cli.status import Screen
-from synthbatch.control.runs.pending import blocked, explain
+from synthbatch.control.runs.status.pending import blocked, explain
+from synthbatch.control.runs.status.rows import ShardRow
 from tests.fakes import NOW, Shard, fake_slurm_bin, invoke, make_run, profile_with_bin
 
 RUN = "obs-20240101-000000-abcdef"
@@ -51,7 +52,7 @@ def test_blocked_groups_pending_shards_by_reason() -> None:
     rows += [{"index": 3, "state": "pending", "reason": "Resources"},
              {"index": 4, "state": "running", "reason": None},
              {"index": 5, "state": "pending", "reason": "ReqNodeNotAvail, UnavailableNodes:n1"}]
-    groups = blocked(rows)
+    groups = blocked(list(map(ShardRow.from_dict, rows)))
     assert [(g["reason"], g["shards"], g["never"]) for g in groups] == [
         ("BadConstraints", [0, 1, 2], True),
         ("ReqNodeNotAvail, UnavailableNodes:n1", [5], False)]

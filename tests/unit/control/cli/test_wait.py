@@ -22,7 +22,7 @@ from synthbatch.control.errors import (
     SchedulerUnavailable,
     StillRunning,
 )
-from synthbatch.control.runs.watch import outcome
+from synthbatch.control.runs.status.watch import outcome
 from tests.fakes import Shard, fake_slurm_bin, invoke, make_run, profile_with_bin
 
 RUN = "obs-20240101-000000-abcdef"

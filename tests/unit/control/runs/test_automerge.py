@@ -16,8 +16,8 @@ from synthbatch.control.cli.render import runs_text, shard_line
 from synthbatch.control.config.run import Output, RunConfig
 from synthbatch.control.errors import InvalidInput
 from synthbatch.control.runs import automerge, autoretry, autoround
-from synthbatch.control.runs.listing import list_runs
 from synthbatch.control.runs.merge import verify_jsonl
+from synthbatch.control.runs.status.listing import list_runs
 from tests.fakes import RoundQueue, Shard, make_run, round_profile
 
 

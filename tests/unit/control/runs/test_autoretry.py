@@ -9,16 +9,17 @@ import pytest
 
 from synthbatch.control.cli import autoround
 from synthbatch.control.runs import autoretry
-from synthbatch.control.runs.autoretry import ShardNow, decide, render_script, sbatch_argv, story
+from synthbatch.control.runs.autoretry import decide, render_script, sbatch_argv, story
 from synthbatch.control.runs.cancel import cancel_run
+from synthbatch.control.runs.status.rows import ShardRow
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import FakeSlurm, RoundQueue, Shard, make_run, round_profile
 
 S, F, C, R = "succeeded", "failed", "cancelled", "running"
 
 
-def _shards(*pairs: tuple) -> List[ShardNow]:
-    return [ShardNow(i, state, attempt) for i, (state, attempt) in enumerate(pairs)]
+def _shards(*pairs: tuple) -> List[ShardRow]:
+    return [ShardRow(i, state, None, attempt, None, 1) for i, (state, attempt) in enumerate(pairs)]
 
 
 def test_failed_shards_below_the_limit_are_retried_and_the_run_goes_on() -> None:
@@ -139,11 +140,11 @@ def test_one_attempt_with_a_merge_still_gets_a_round(tmp_path: Path) -> None:
 
 
 def test_status_shows_the_pending_round_and_wait_keeps_waiting(tmp_path: Path) -> None:
-    from synthbatch.control.runs.watch import finished
+    from synthbatch.control.runs.status.watch import finished
 
     layout = make_run(tmp_path, [Shard("failed")])
     q = RoundQueue()
-    rows = lambda: [{"index": 0, "state": "running", "attempt": 2}]  # noqa: E731
+    rows = lambda: [ShardRow(0, "running", None, 2, None, 1)]  # noqa: E731
     assert autoretry.round_now(layout, q, rows, lambda: 3) is None
     autoretry.submit_round(layout, round_profile(tmp_path), q, "r", ["500"], 1)
     shown = autoretry.round_now(layout, q, rows, lambda: 3)

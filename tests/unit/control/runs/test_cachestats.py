@@ -9,7 +9,7 @@ import pytest
 
 from synthbatch.agent_stdlib.statefile import write_json_atomic
 from synthbatch.control.cli.render import shard_text
-from synthbatch.control.runs.status import observe
+from synthbatch.control.runs.status.refresh import observe
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import NOW, FakeSlurm, Shard, make_run
 

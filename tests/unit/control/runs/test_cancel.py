@@ -10,7 +10,7 @@ import pytest
 
 from synthbatch.control.errors import InvalidInput
 from synthbatch.control.runs.cancel import BY_CANCEL, cancel_run
-from synthbatch.control.runs.ledger import cancel_requested
+from synthbatch.control.runs.status.ledger import cancel_requested
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import FakeSlurm, Shard, make_run
 
@@ -164,7 +164,7 @@ def test_a_cancel_slurm_did_not_answer_is_carried_out_by_the_next_status(
         tmp_path: Path) -> None:
     """Before: status said "cancel requested; squeue says RUNNING" for good, and the job
     ran on until someone cancelled again."""
-    from synthbatch.control.runs.status import observe
+    from synthbatch.control.runs.status.refresh import observe
 
     layout, record = _cancel_during_outage(tmp_path)
     fake = FakeSlurm()  # slurmctld is back
@@ -183,7 +183,7 @@ def test_a_cancel_slurm_did_not_answer_is_carried_out_by_the_next_status(
 
 
 def test_a_status_during_the_outage_leaves_the_cancel_pending(tmp_path: Path) -> None:
-    from synthbatch.control.runs.status import observe
+    from synthbatch.control.runs.status.refresh import observe
 
     layout, record = _cancel_during_outage(tmp_path)
     fake = FakeSlurm()

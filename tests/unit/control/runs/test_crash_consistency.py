@@ -52,8 +52,8 @@ from synthbatch.agent_stdlib.statefile import load_record, read_json
 from synthbatch.control.runs.cancel import cancel_run
 from synthbatch.control.runs.merge import merge_run
 from synthbatch.control.runs.retry import retry_run
-from synthbatch.control.runs.status import observe
-from synthbatch.control.runs.store import scan_shard
+from synthbatch.control.runs.status.records import scan_shard
+from synthbatch.control.runs.status.refresh import observe
 from synthbatch.control.runs.submit import remove_uncommitted
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests import fakes
@@ -129,7 +129,7 @@ def check_readable(world: World) -> Dict[str, Any]:
     for path in state_files(layout):
         rel = str(path.relative_to(layout.root))
         if path.name == "settled.json":  # one row a line, not one JSON document
-            from synthbatch.control.runs import settled
+            from synthbatch.control.runs.status import index as settled
 
             index = settled.load(layout)
             assert index.problem is None, index.problem

@@ -23,12 +23,13 @@ from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.publish import load_winner
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, publish_json_immutable
 from synthbatch.control.cli.main import cli
-from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs.listing import durable_state
 from synthbatch.control.runs.merge import merge_run
 from synthbatch.control.runs.retry import select
-from synthbatch.control.runs.status import observe
-from synthbatch.control.runs.store import Expected, load_plan, scan_shard
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.listing import durable_state
+from synthbatch.control.runs.status.records import Expected, scan_shard
+from synthbatch.control.runs.status.refresh import observe
+from synthbatch.control.runs.store import load_plan
 from synthbatch.control.slurm.runner import CommandResult
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
@@ -300,7 +301,7 @@ def test_a_truncated_attempt_record_beside_a_winner_keeps_the_verdict_and_is_rep
 def test_damaged_shards_are_never_kept_in_the_settled_index(tmp_path: Path) -> None:
     """Status keeps only shards whose every record read cleanly: the second refresh (from
     the index) says what the first said, and the damaged shards are read again each time."""
-    from synthbatch.control.runs import settled
+    from synthbatch.control.runs.status import index as settled
 
     layout = damaged_run(tmp_path)
     now = time.time()
@@ -316,7 +317,7 @@ def test_damaged_shards_are_never_kept_in_the_settled_index(tmp_path: Path) -> N
 
 
 def test_a_half_written_index_is_ignored_and_rebuilt(tmp_path: Path) -> None:
-    from synthbatch.control.runs import settled
+    from synthbatch.control.runs.status import index as settled
 
     layout = damaged_run(tmp_path)
     now = time.time()

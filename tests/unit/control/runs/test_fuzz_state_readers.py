@@ -216,7 +216,7 @@ def commands(layout: RunLayout, profile: str, env: Dict[str, Any]) -> List[Resul
 @pytest.fixture(scope="module")
 def baseline(template: Path, tmp_path_factory: pytest.TempPathFactory) -> List[str]:
     """What status shows for each shard of the healthy run."""
-    from synthbatch.control.runs.status import observe
+    from synthbatch.control.runs.status.refresh import observe
 
     copy = tmp_path_factory.mktemp("baseline") / "ws"
     shutil.copytree(template, copy, symlinks=True)

@@ -10,8 +10,9 @@ import pytest
 from synthbatch.agent_stdlib.attempts import load_attempt
 from synthbatch.control.runs.cancel import cancel_run
 from synthbatch.control.runs.retry import select
-from synthbatch.control.runs.status import observe
-from synthbatch.control.runs.store import load_plan, shard_scanner
+from synthbatch.control.runs.status.records import shard_scanner
+from synthbatch.control.runs.status.refresh import observe
+from synthbatch.control.runs.store import load_plan
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import World, harness_plan
 
@@ -70,7 +71,7 @@ def test_a_named_retry_of_a_pending_shard_is_refused_in_status_words(world) -> N
 
 
 def test_status_lists_the_shards_once_instead_of_a_lookup_each(world, monkeypatch) -> None:
-    from synthbatch.control.runs import store
+    from synthbatch.control.runs.status import records as store
 
     looked: list = []
     real = store._exists
@@ -82,7 +83,8 @@ def test_status_lists_the_shards_once_instead_of_a_lookup_each(world, monkeypatc
 def test_a_shard_read_again_after_a_write_is_not_taken_from_the_listing(world) -> None:
     from synthbatch.agent_stdlib import states
     from synthbatch.agent_stdlib.attempts import advance_attempt
-    from synthbatch.control.runs import status, store
+    from synthbatch.control.runs.status import records as store
+    from synthbatch.control.runs.status import refresh as status
     from tests.fakes import first_record
 
     layout = world.layout

@@ -11,7 +11,7 @@ import pytest
 from synthbatch.agent_stdlib.statefile import ensure_dir
 from synthbatch.control.errors import NotFound
 from synthbatch.control.runs.logs import copy_from, follow, locate, newer_target, read_tail
-from synthbatch.control.runs.watch import Backoff
+from synthbatch.control.runs.status.watch import Backoff
 from tests.fakes import Shard, make_run
 
 

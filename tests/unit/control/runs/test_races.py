@@ -26,7 +26,7 @@ import pytest
 from synthbatch.agent_stdlib import states
 from synthbatch.agent_stdlib.attempts import load_attempt, load_readiness
 from synthbatch.agent_stdlib.publish import verify_winner
-from synthbatch.control.runs.status import observe
+from synthbatch.control.runs.status.refresh import observe
 from synthbatch.control.runs.store import load_submissions
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO

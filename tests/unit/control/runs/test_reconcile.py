@@ -13,8 +13,8 @@ from synthbatch.agent_stdlib.contracts import AttemptRecord
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.publish import load_winner, publish_result
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir
-from synthbatch.control.runs.reconcile import complete_missing_winner, mark_ended
-from synthbatch.control.runs.status import SchedulerView, gone
+from synthbatch.control.runs.status.reconcile import complete_missing_winner, mark_ended
+from synthbatch.control.runs.status.refresh import SchedulerView, gone
 from synthbatch.control.slurm.parsers import JobRow
 from tests.agent_runs import local_plan, stage
 from tests.fakes import write_readiness

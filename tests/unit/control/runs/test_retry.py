@@ -23,6 +23,7 @@ from synthbatch.control.errors import Conflict, InvalidInput, NotFound, Schedule
 from synthbatch.control.planning.planner import make_plan
 from synthbatch.control.runs import retry as retrying
 from synthbatch.control.runs.retry import RetryLock, resume_source, retry_run, select
+from synthbatch.control.runs.status.rows import ShardRow
 from synthbatch.control.runs.submit import Staged, commit_run, stage_run, submit_all
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
@@ -124,14 +125,15 @@ def test_select_refuses_a_running_named_shard(tmp_path: Path, agent_pyz: Path) -
 
 
 def test_named_refusals_use_the_words_of_status(tmp_path: Path, agent_pyz: Path) -> None:
-    from synthbatch.control.runs import normalize as norm
+    from synthbatch.control.runs.status import verdict as norm
 
     staged, _ = _run(tmp_path, agent_pyz, shards=3)
     for shard in (0, 1):
         _start(staged, shard)
-    verdicts = {0: ("running", norm.COMPLETING_REASON, 1),
-                1: ("cancelling", "cancel requested; squeue says RUNNING", 1),
-                2: ("pending", "Priority", 1)}
+    verdicts = {0: ShardRow(0, "running", norm.COMPLETING_REASON, 1, None, 10),
+                1: ShardRow(1, "cancelling", "cancel requested; squeue says RUNNING", 1, None,
+                            10),
+                2: ShardRow(2, "pending", "Priority", 1, None, 10)}
     selection = select(staged.layout, staged.plan, [0, 1, 2], verdicts=verdicts)
     assert selection.refused == {
         0: "shard 0: its job is still completing in Slurm (COMPLETING); retry in a few "
@@ -305,7 +307,8 @@ def test_retries_that_refreshed_status_together_leave_the_second_nothing_to_do(
     and must find nothing to do, not report attempt 2 "still recorded submitted" as damage
     (which made the CLI exit 4 with a repair hint)."""
     staged, profile = failed_run
-    verdicts = {1: ("failed", "test failed", 1), 4: ("failed", "test failed", 1)}
+    verdicts = {1: ShardRow(1, "failed", "test failed", 1, None, 10),
+                4: ShardRow(4, "failed", "test failed", 1, None, 10)}
     slurm = SbatchRecorder(delay_s=0.3)  # the second waits on the lock meanwhile
     results = _concurrently(2, lambda: retry_run(staged.layout, profile,
                                                  Scheduler(runner=slurm), verdicts=verdicts))
@@ -313,7 +316,8 @@ def test_retries_that_refreshed_status_together_leave_the_second_nothing_to_do(
     assert [r.selection.skipped for r in results] == [{}, {}]
     assert len(slurm.sbatch()) == 1
     # a verdict on the attempt the record names still counts: status could not record it
-    still = select(staged.layout, staged.plan, verdicts={1: ("failed", "gone", 2)})
+    still = select(staged.layout, staged.plan,
+                   verdicts={1: ShardRow(1, "failed", "gone", 2, None, 10)})
     assert still.skipped == {1: "shard 1: status shows it failed but attempt 2 is still "
                                 "recorded submitted"}
 
@@ -382,7 +386,7 @@ def test_a_retry_killed_after_making_the_attempt_folder_shows_the_attempt_before
     # found by the crash harness: mkdir attempt-0002, then killed before its record; status
     # showed the shard "unknown: no attempt record" forever (retry would have taken it,
     # but nothing said so)
-    from synthbatch.control.runs.status import observe
+    from synthbatch.control.runs.status.refresh import observe
 
     staged, profile = failed_run
     from tests.fakes import FakeSlurm
@@ -431,7 +435,7 @@ def _cli_env(staged: Staged, profile: Profile, tmp_path: Path, monkeypatch) -> P
                     .replace(_workspace_line(), f'workspace = "{profile.workspace}"'))
     slurm = SbatchRecorder()
     monkeypatch.setattr(api, "scheduler_for", lambda prof: Scheduler(runner=slurm))
-    monkeypatch.setattr("synthbatch.control.runs.status.observe",
+    monkeypatch.setattr("synthbatch.control.runs.status.refresh.observe",
 lambda layout, sched: {"shards": []})
     return path
 

@@ -32,12 +32,19 @@ from synthbatch.agent_stdlib.statefile import (
 )
 from synthbatch.control.config.loader import load_model
 from synthbatch.control.config.profile import Profile
-from synthbatch.control.runs import settled, status
-from synthbatch.control.runs.listing import durable_state
 from synthbatch.control.runs.retry import retry_run
-from synthbatch.control.runs.status import observe, refresh
-from synthbatch.control.runs.store import Expected, run_job_ids, submission_views, submissions_key
-from synthbatch.control.runs.totals import ended_at
+from synthbatch.control.runs.status import index as settled
+from synthbatch.control.runs.status import refresh as status
+from synthbatch.control.runs.status.listing import durable_state
+from synthbatch.control.runs.status.records import (
+    Expected,
+    run_job_ids,
+    submission_views,
+    submissions_key,
+)
+from synthbatch.control.runs.status.refresh import observe, refresh
+from synthbatch.control.runs.status.rows import ShardRow
+from synthbatch.control.runs.status.totals import ended_at
 from synthbatch.control.slurm.runner import CommandResult
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import (
@@ -468,7 +475,7 @@ def test_a_row_verified_before_a_retry_is_dropped_after_it(tmp_path: Path) -> No
     compare(layout, cluster, NOW)  # the index holds shard 1; shard 0 failed just now
     assert settled.load(layout).shards == [1]
     captured = late_refresh(layout, cluster, NOW + 700)  # shard 0 settles: not written
-    assert [row["index"] for row in captured[0][2]] == [0]
+    assert [row.index for row in captured[0][2]] == [0]
     retry_run(layout, load_model(TESTBED, Profile), scheduler(cluster), [0])
     assert not settled.add(*captured[0])  # nothing it read may be kept now
     assert settled.load(layout).shards == [1]
@@ -530,13 +537,14 @@ def test_the_submission_records_summary_is_kept_and_checked(tmp_path: Path,
 
 
 def test_rows_malformed_behind_a_valid_digest_are_named(tmp_path: Path) -> None:
-    """Only a hand edit that recomputes the digest can make the columns line wrong: a
+    """Only a hand edit that recomputes the digest can make the header's shards wrong: a
     status that needs the rows by shard rebuilds the index with the note; one that only
-    needs the header says which file to remove, in one line."""
+    needs the header's codes and sums says which file to remove, in one line."""
     def forge(layout: RunLayout) -> None:
         path = settled.index_path(layout)
         head, _, rest = path.read_bytes().partition(b"\n")
-        body = head + b"\n" + b'{"shards":"x"}' + rest[rest.index(b"\n"):rest.rindex(b"#")]
+        body = json.dumps({**json.loads(head), "shards": "x"}).encode() + b"\n" + \
+            rest[:rest.rindex(b"#")]
         path.write_bytes(body + b"#sha256=" + hashlib.sha256(body).hexdigest().encode())
 
     layout = make_run(tmp_path / "a", [Shard("winner")] * 3 + [Shard("running")])
@@ -628,17 +636,55 @@ def test_a_submission_record_of_100000_shards_is_read(tmp_path: Path) -> None:
 
 
 def test_rows_with_fields_beyond_the_columns_are_kept_as_they_are(tmp_path: Path) -> None:
-    """A row field the index has no column for (say, one a future client adds) is kept in
-    ``extra`` and comes back the same, as dict and as text."""
-    layout = make_run(tmp_path, [Shard("winner")] * 2)
-    rows = [{"index": 0, "state": "succeeded", "reason": None, "attempt": 1, "job_id": None,
-             "records": 10, "records_done": 10, "tokens": 0, "record_failures": 0,
-             "records_dropped": 0,
-             "aliases": {"m": {"tokens": 3.5}}},
-            {"index": 1, "state": "lost", "reason": "lost: x", "attempt": 1,
-             "job_id": "5_1", "records": 10, "records_done": 2, "tokens": 4,
-             "record_failures": 1, "records_dropped": 2, "log": "/l"}]
-    assert settled.add(layout, settled.Index(), rows, RUN_ID, 2)
+    """A row's reason and log (no column of their own) are kept in ``extra`` and come back
+    the same, as ShardRow and as text; a row with figures of a running shard is never
+    kept."""
+    layout = make_run(tmp_path, [Shard("winner")] * 3)
+    rows = [ShardRow(0, "succeeded", "odd", 1, None, 10, 10),
+            ShardRow(1, "lost", "lost: x", 1, "5_1", 10, 2, 2, 4, 1, "/l")]
+    running = ShardRow(2, "succeeded", None, 1, None, 10, 10, aliases={"m": {"tokens": 3}})
+    assert settled.add(layout, settled.Index(), rows + [running], RUN_ID, 3)
     index = settled.load(layout)
     assert index.rows([0, 1]) == rows and [index.row(0), index.row(1)] == rows
-    assert index.texts == [json.dumps(r, sort_keys=True) for r in rows]
+    assert index.shards == [0, 1]
+    assert index.texts == [json.dumps(r.to_dict(), sort_keys=True) for r in rows]
+
+
+def test_an_index_the_old_code_wrote_is_rebuilt_once_and_said_once(tmp_path: Path) -> None:
+    """The settled index is derived data: one in the format before ShardRow lines
+    (schema 3: header, a columns line, the rows, a digest) breaks nothing; the first
+    status says it was not used, rebuilds it from the records, and the next one reads the
+    rebuilt index without a note."""
+    layout = make_run(tmp_path, [Shard("winner"), Shard("failed", "boom",
+                                                        updated_at=NOW - 7200)])
+    rows = [{"index": 0, "state": "succeeded", "reason": None, "attempt": 1,
+             "job_id": "500_0", "records": 10, "records_done": 10, "tokens": 0,
+             "record_failures": 0, "records_dropped": 0},
+            {"index": 1, "state": "failed", "reason": "boom", "attempt": 1,
+             "job_id": "500_1", "records": 10, "records_done": 0, "tokens": 0,
+             "record_failures": 0, "records_dropped": 0, "log": None}]
+    header = {"schema_version": 3, "run_id": RUN_ID, "root": str(layout.root),
+              "lineage": "0123456789abcdef", "generation": 0, "pending": [],
+              "invalidated": {}, "plan": None, "plan_identity": None, "ended_at": NOW,
+              "state": "sf", "last": 1, "extra": {"1": {"reason": "boom"}},
+              "sums": {"records_done": 10, "tokens": 0, "record_failures": 0,
+                       "records_dropped": 0}, "submissions": None}
+    columns = {"shards": [0, 1], "columns": {
+        name: [row[name] for row in rows] for name in
+        ("attempt", "job_id", "records", "records_done", "tokens", "record_failures",
+         "records_dropped")}}
+    body = b"\n".join([json.dumps(header, separators=(",", ":")).encode(),
+                       json.dumps(columns, separators=(",", ":")).encode(),
+                       *(json.dumps(r, sort_keys=True).encode() for r in rows), b""])
+    path = settled.index_path(layout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(body + b"#sha256=" + hashlib.sha256(body).hexdigest().encode() + b"\n")
+    cluster = Cluster()
+    first = compare(layout, cluster, NOW)
+    said = [n for n in first["notes"] if n.startswith("settled index not used")]
+    assert len(said) == 1 and "not a schema_version 4 settled index" in said[0]
+    assert first["shards"] == rows and first["counts"] == {"failed": 1, "succeeded": 1}
+    assert json.loads(path.read_bytes().partition(b"\n")[0])["schema_version"] == 4
+    again = compare(layout, cluster, NOW)
+    assert again == {**first, "notes": [n for n in first["notes"] if n not in said]}
+    assert settled.load(layout).rows([0, 1]) == [ShardRow.from_dict(r) for r in rows]

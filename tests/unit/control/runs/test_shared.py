@@ -19,7 +19,7 @@ from synthbatch.control.config.run import RunConfig
 from synthbatch.control.planning.arrays import array_chunks
 from synthbatch.control.planning.planner import make_plan
 from synthbatch.control.runs import shared
-from synthbatch.control.runs.store import shard_scanner
+from synthbatch.control.runs.status.records import shard_scanner
 from synthbatch.control.runs.submit import Staged, commit_run, load_submissions, stage_run
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
@@ -119,7 +119,7 @@ def test_the_batch_script_runs_the_task_s_run_and_logs_there(tmp_path: Path,
                                         ("write_json_atomic", 5), ("write_json_atomic", 6)])
 def test_recovery_from_either_run_finishes_the_whole_group(
         tmp_path: Path, agent_pyz: Path, monkeypatch, where: str, call: int) -> None:
-    from synthbatch.control.runs.status import observe
+    from synthbatch.control.runs.status.refresh import observe
 
     profile, (a, b) = _two_runs(tmp_path, agent_pyz)
     cluster = FileCluster(tmp_path / "cluster.json")
@@ -164,7 +164,7 @@ def test_recovery_never_cancels_a_shared_job(tmp_path: Path, agent_pyz: Path,
 def test_status_and_cancel_of_one_run_touch_only_its_tasks(tmp_path: Path,
                                                            agent_pyz: Path) -> None:
     from synthbatch.control.runs.cancel import cancel_run
-    from synthbatch.control.runs.status import observe
+    from synthbatch.control.runs.status.refresh import observe
 
     profile, (a, b) = _two_runs(tmp_path, agent_pyz)
     cluster = FileCluster(tmp_path / "cluster.json")
@@ -187,7 +187,7 @@ def test_status_and_cancel_of_one_run_touch_only_its_tasks(tmp_path: Path,
 
 def test_gpu_hours_of_a_run_count_only_its_own_tasks_of_a_shared_array(
         tmp_path: Path, agent_pyz: Path) -> None:
-    from synthbatch.control.runs.totals import totals
+    from synthbatch.control.runs.status.totals import totals
 
     profile, (a, b) = _two_runs(tmp_path, agent_pyz)
     shared.submit_shared([a, b], profile, Scheduler(runner=FileCluster(tmp_path / "c.json")))

@@ -20,11 +20,10 @@ from synthbatch.agent_stdlib.statefile import (
     write_json_atomic,
 )
 from synthbatch.control.errors import EvidenceConflict
-from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs import store
-from synthbatch.control.runs.ledger import lag_path
-from synthbatch.control.runs.status import observe
-from synthbatch.control.runs.store import (
+from synthbatch.control.runs.status import records as store
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.ledger import lag_path
+from synthbatch.control.runs.status.records import (
     Expected,
     expected_lookup,
     load_plan_view,
@@ -32,6 +31,7 @@ from synthbatch.control.runs.store import (
     scan_shard,
     submission_views,
 )
+from synthbatch.control.runs.status.refresh import observe
 from synthbatch.control.slurm.parsers import ACTIVE_STATES, TERMINAL_STATES, JobRow
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import NOW, RUN_ID, FakeSlurm, Shard, create_attempt, make_run
@@ -413,7 +413,8 @@ def test_a_job_ended_on_a_full_filesystem_says_so(tmp_path: Path, fake: FakeSlur
     import errno
     import os
 
-    from synthbatch.control.runs import reconcile, status
+    from synthbatch.control.runs.status import reconcile
+    from synthbatch.control.runs.status import refresh as status
 
     def no_space(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -525,7 +526,7 @@ def test_both_terminal_and_agreeing_prefers_accounting_detail() -> None:
 
 # ============================================================================= polling
 
-from synthbatch.control.runs.watch import Backoff, watch  # noqa: E402
+from synthbatch.control.runs.status.watch import Backoff, watch  # noqa: E402
 
 
 def test_backoff_grows_to_the_cap_and_resets_on_change() -> None:

@@ -26,7 +26,7 @@ def _first(staged, profile, runner, count: int = 5):
 
 def _shown(layout, count: int = 5):
     """(state, job id) of each shard as status reads it."""
-    from synthbatch.control.runs.store import shard_scanner
+    from synthbatch.control.runs.status.records import shard_scanner
 
     scan = shard_scanner(layout)
     return [(v.attempt.state, v.attempt.job_id) if v.attempt else None
@@ -142,7 +142,7 @@ def test_cancel_folds_the_tasks_of_a_split_array_into_its_job_id(
 def test_first_attempts_have_no_record_and_are_as_their_submission_implies(
         tmp_path: Path, agent_pyz: Path, monkeypatch) -> None:
     from synthbatch.control.runs import submit
-    from synthbatch.control.runs.store import UNSUBMITTED, shard_scanner
+    from synthbatch.control.runs.status.records import UNSUBMITTED, shard_scanner
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
     layout = staged.layout

@@ -15,6 +15,7 @@ from synthbatch.agent_stdlib.contracts import (
 )
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import ensure_dir, write_bytes_atomic
+from synthbatch.control.runs.status.rows import ShardRow
 from synthbatch.control.runs.telemetry import (
     MIN_POINTS,
     WINDOW_POINTS,
@@ -127,8 +128,8 @@ def test_run_flags_read_running_shards_with_fresh_telemetry(tmp_path: Path) -> N
             {"index": 1, "state": "running", "attempt": 1},  # stale: agent gone
             {"index": 2, "state": "succeeded", "attempt": 1},
             {"index": 3, "state": "running", "attempt": 1}]  # no telemetry yet
-    assert run_flags(layout, rows, now=1010.0) == ["gen: KV cache 100%, 30 waiting — add "
-                                                   "replicas"]
+    assert run_flags(layout, map(ShardRow.from_dict, rows), now=1010.0) == [
+        "gen: KV cache 100%, 30 waiting — add replicas"]
 
 
 def test_run_flags_read_a_bounded_sample_of_the_running_shards(tmp_path: Path,
@@ -139,7 +140,7 @@ def test_run_flags_read_a_bounded_sample_of_the_running_shards(tmp_path: Path,
     read_paths = []
     monkeypatch.setattr(telemetry, "read", lambda path: (read_paths.append(path), (None, None))[1])
     rows = [{"index": i, "state": "running", "attempt": 1} for i in range(10_000)]
-    assert run_flags(RunLayout(tmp_path), rows, now=0.0) == []
+    assert run_flags(RunLayout(tmp_path), map(ShardRow.from_dict, rows), now=0.0) == []
     assert len(read_paths) == telemetry.FLAG_SHARDS
     assert [p.parent.parent.parent.name for p in read_paths][::7] == ["shard-00000", "shard-08750"]
 

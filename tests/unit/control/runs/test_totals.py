@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 from synthbatch.agent_stdlib.attempts import advance_attempt
 from synthbatch.agent_stdlib.contracts import SubmissionRecord
 from synthbatch.agent_stdlib.statefile import ensure_dir, write_json_atomic
-from synthbatch.control.runs.totals import totals
+from synthbatch.control.runs.status.totals import totals
 from synthbatch.control.slurm.parsers import JobUsage
 from tests.fakes import NOW, RUN_ID, Shard, create_attempt, make_run
 

@@ -25,14 +25,14 @@ from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, read_json, write_json_atomic
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.control.errors import SchedulerUnavailable
-from synthbatch.control.runs.normalize import FINAL
-from synthbatch.control.runs.store import (
+from synthbatch.control.runs.status.records import (
     SubmissionView,
-    last_moment,
     run_job_ids,
     shard_scanner,
     submission_views,
 )
+from synthbatch.control.runs.status.verdict import FINAL
+from synthbatch.control.runs.store import last_moment
 from synthbatch.control.slurm.parsers import JobUsage, ParseError, split_job_id
 from synthbatch.control.slurm.scheduler import Scheduler
 

@@ -11,7 +11,7 @@ Two situations only the next reader can settle:
   readiness out.
 
 What counts as "gone" and which outcome is recorded is decided in one place,
-``control.runs.status`` (``gone`` and the normalisation table), after its one batched
+``control.runs.status.refresh`` (``gone`` and the normalisation table), after its one batched
 squeue + sacct call; ``cancel`` settles its shards through :func:`mark_ended` too.
 """
 
@@ -33,7 +33,7 @@ from synthbatch.agent_stdlib.publish import complete_winner
 from synthbatch.agent_stdlib.statefile import StateError
 
 if TYPE_CHECKING:
-    from synthbatch.control.runs.store import AttemptView
+    from synthbatch.control.runs.status.records import AttemptView
 
 
 def complete_missing_winner(layout: RunLayout, shard: int, attempt: int) -> WinnerRecord:
@@ -83,7 +83,7 @@ def mark_ended(layout: RunLayout, shard: int, attempt: int, state: str,
 
 def implied_first(run_id: str, shard: int, shown: AttemptView) -> AttemptRecord:
     """The first revision of an attempt without a record, from status's view of it (which
-    ``store`` made from its submission record: ``created`` or ``submitted``)."""
+    ``status.records`` made from its submission record: ``created`` or ``submitted``)."""
     return implied_attempt(run_id, shard, shown.number, shown.job_id, None, shown.updated_at)
 
 

@@ -12,20 +12,19 @@ from synthbatch.agent_stdlib import states
 from synthbatch.agent_stdlib.layout import RunLayout, runs_root
 from synthbatch.agent_stdlib.statefile import StateError
 from synthbatch.control.errors import SynthbatchError
-from synthbatch.control.runs import automerge, autoretry, settled
-from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs.store import (
+from synthbatch.control.runs import automerge, autoretry
+from synthbatch.control.runs.status import index as settled
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.records import (
     ShardView,
     committed_at,
     expected_lookup,
-    last_moment,
     load_plan_view,
-    load_run,
-    run_layout,
     scan_shard,
     shard_folders,
     submission_views,
 )
+from synthbatch.control.runs.store import last_moment, load_run, run_layout
 
 DURABLE = {
     states.CREATED: norm.CREATED,
@@ -47,9 +46,9 @@ def durable_shard_state(view: ShardView) -> str:
     return DURABLE.get(view.attempt.state, norm.UNKNOWN)
 
 
-# What a settled row says without Slurm: a lost shard's attempt is recorded ``failed``.
-SETTLED = {norm.SUCCEEDED: norm.SUCCEEDED, norm.FAILED: norm.FAILED,
-           norm.CANCELLED: norm.CANCELLED, norm.LOST: norm.FAILED}
+# What a settled row says without Slurm: the state status recorded on its attempt.
+SETTLED = {state: report.recorded[0] if report.recorded else state
+           for state, report in norm.REPORT.items() if report.code}
 
 
 def durable_state(layout: RunLayout, shard_count: int,
@@ -60,7 +59,7 @@ def durable_state(layout: RunLayout, shard_count: int,
     With the shards' ``sizes`` (records per shard, from the plan) also ``records_done``
     (winners count whole, others by their progress) and ``ended_at``: when the last shard
     of a final run was recorded (None while it is not final). With ``run_id`` the shards
-    the settled index holds (``control.runs.settled``; status maintains it, this only
+    the settled index holds (``control.runs.status.index``; status maintains it, this only
     reads it) are counted from it, and only the others are read.
     """
     index = settled.check(layout, settled.load(layout), run_id, shard_count) \
@@ -68,8 +67,8 @@ def durable_state(layout: RunLayout, shard_count: int,
     known = index.positions()
     counts: Counter = Counter(SETTLED[settled.CODE_STATES[index.codes[p]]]
                               for p in known.values())
-    done_column = index.columns["records_done"]
-    done = sum(done_column[p] for p in known.values())
+    done = index.sums["records_done"] if len(known) == len(index.codes) else \
+        sum(row.records_done for row in index.rows(sorted(known.values())))
     ended = index.ended_at if known else 0.0
     todo = [i for i in range(shard_count) if i not in known]
     if todo:

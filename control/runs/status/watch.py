@@ -34,7 +34,7 @@ from synthbatch.control.errors import (
     StillRunning,
     SynthbatchError,
 )
-from synthbatch.control.runs.normalize import CANCELLED, FAILED, FINAL, LOST, SUCCEEDED
+from synthbatch.control.runs.status.verdict import CANCELLED, FAILED, FAILING, FINAL, SUCCEEDED
 
 Snapshot = Dict[str, Any]
 
@@ -70,7 +70,7 @@ def fingerprint(snapshot: Snapshot) -> tuple:
 def stuck(snapshot: Snapshot) -> List[Dict[str, Any]]:
     """The ``blocked`` groups that keep a run from ever ending (empty: none do): the run is
     not over and every shard that is not final pends with a reason Slurm calls permanent
-    (``never``: the job cannot start as submitted; ``control.runs.pending``)."""
+    (``never``: the job cannot start as submitted; ``control.runs.status.pending``)."""
     if snapshot.get("state") in FINAL:
         return []
     counts = snapshot.get("counts", {})
@@ -134,7 +134,7 @@ def outcome(snapshot: Snapshot, waited: bool = True) -> Optional[SynthbatchError
     total = sum(counts.values())
     hint = f"synthbatch status {run}; synthbatch retry {run}"
     if state == FAILED:
-        bad = counts.get(FAILED, 0) + counts.get(LOST, 0)
+        bad = sum(counts.get(state, 0) for state in FAILING)
         first = next(iter(snapshot.get("failures", [])), None)
         why = f" (shard {first['shard']}: {first['reason']})" if first and first.get(
             "reason") else ""

@@ -1,17 +1,17 @@
-"""The settled index: what status has verified about shards that can no longer change.
+"""The settled index: the rows status has verified for shards that can no longer change.
 
-``<run>/observer/settled.json`` keeps, per settled shard, the row status shows for it (a
-verified winner, or a ``failed``/``cancelled`` attempt older than the window in which
-Slurm's word is still added to it, read without a problem in any of its records). Those
-records are immutable (``winner.json`` is published once, terminal attempts never move),
-so a status of a run whose shards are all settled reads this one file instead of two or
-three per shard. The index also keeps the plan's shape, keyed by ``plan.json``'s identity
-(device, inode, size, mtime, ctime), so a large plan is not decoded on every refresh.
+``<run>/observer/settled.json`` keeps, per settled shard, its ``ShardRow`` (a verified
+winner, or a ``failed``/``cancelled`` attempt older than the window in which Slurm's word
+is still added to it, read without a problem in any of its records). Those records are
+immutable (``winner.json`` is published once, terminal attempts never move), so a status
+of a run whose shards are all settled reads this one file instead of two or three per
+shard. The index also keeps the plan's shape, keyed by ``plan.json``'s identity (device,
+inode, size, mtime, ctime), so a large plan is not decoded on every refresh.
 
 Only ``retry`` makes a settled shard change (a new attempt after a failed or cancelled
 one); ``cancel`` acts on open shards only, and wraps its writes the same way as a guard.
-Every writer holds ``observer/settled.lock`` (``flock``, as ``retry.lock``) while it
-reads, merges and replaces the file (temp + fsync + rename):
+Every writer holds ``observer/settled.lock`` (``statefile.locked``) while it reads,
+merges and replaces the file (temp + fsync + rename):
 
 * an invalidator (``changing``) removes the shards' rows and marks them ``pending``,
   does its work, then moves them from ``pending`` to ``invalidated`` at a new
@@ -25,18 +25,18 @@ reads, merges and replaces the file (temp + fsync + rename):
 
 So a writer only ever adds rows it verified itself to what the latest index holds: two
 status processes never lose each other's rows, and no row verified before a retry created
-its attempt survives it. A missing index is built by the next status; a damaged one (or
-one of another run or run directory) is ignored, named in the notes and rebuilt.
+its attempt survives it. The index is derived data: a missing one is built by the next
+status; a damaged one, one in an older format, or one of another run or run directory is
+not used, named once in the notes and rebuilt from the records.
 
-Format: one compact JSON header line (the fields above; the rows' state codes, their
-non-default fields (``extra``) and the sums of their columns, so that a status of a run
-whose every shard is settled needs nothing else; and a summary of the submission records,
-``submissions``: see ``status.submissions_summary``), then one JSON line of the rows as columns
-(shard, attempt, job id, records, records done, tokens, records the client gave up on
-(``record_failures``), records dropped (``records_dropped``)), decoded only when a status
-needs rows by shard (``expand``), then each row as status prints it
-(``json.dumps(row, sort_keys=True)``, one a line, so ``status --json`` writes the block as
-it is, newlines made ``, ``), then ``#sha256=<digest of everything before it>``.
+Format (JSON lines): a header line (the fields above, the run's facts, and what lets a
+status of a run whose every shard is settled read nothing else: which shards have a row
+(``shards``, as ranges), the rows' state codes, the sums of their counts, and a summary
+of the submission records, ``submissions``: see ``refresh.submissions_summary``); then
+one line per row, in shard order: the row as ``status --json`` prints it
+(``json.dumps(row.to_dict(), sort_keys=True)``, so ``status --json`` writes the lines as
+they are, newlines made ``, ``), decoded only when a status needs rows by shard; then
+``#sha256=<digest of everything before it>``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from operator import lt
+from itertools import chain
 from pathlib import Path
 from typing import (
     Any,
@@ -64,22 +64,23 @@ from typing import (
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, write_bytes_atomic
 from synthbatch.control.errors import Conflict
-from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs.store import read_limited, submissions_key
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.records import read_limited, submissions_key
+from synthbatch.control.runs.status.rows import ShardRow
 
-SCHEMA = 3  # 2: record_failures and records_dropped; 3: header/columns/rows sections
-# (older schemas are rebuilt once, with the "not used" note)
+SCHEMA = 4  # 4: JSON lines of ShardRows (3: header/columns/rows sections; older ones
+# are rebuilt once, with the "not used" note)
 MAX_INDEX = 1 << 30
 DIGEST = b"#sha256="
 DIGEST_TAIL = 128  # the digest line (73 bytes) is looked for in the file's last bytes
-STATE_CODES = {norm.SUCCEEDED: "s", norm.FAILED: "f", norm.CANCELLED: "c", norm.LOST: "l"}
+STATE_CODES = {state: report.code for state, report in norm.REPORT.items() if report.code}
 CODE_STATES = {code: state for state, code in STATE_CODES.items()}
-COLUMNS = ("attempt", "job_id", "records", "records_done", "tokens", "record_failures",
-           "records_dropped")
+# ShardRow's counts between ``reason`` and ``log``, in its order
+COLUMNS = ShardRow._fields[3:ShardRow._fields.index("log")]
+SUMS = ("records_done", "tokens", "record_failures", "records_dropped")
 LOCK_WAIT_S = 30.0  # an invalidator waits this long; status never waits
 STATUS_WAIT_S = 0.05  # status: a few non-blocking tries, then it writes nothing
 Identity = Tuple[int, ...]  # (dev, ino, size, mtime_ns, ctime_ns) of plan.json
-Row = Dict[str, Any]
 
 
 def index_path(layout: RunLayout) -> Path:
@@ -90,14 +91,6 @@ def index_path(layout: RunLayout) -> Path:
 def lock_path(layout: RunLayout) -> Path:
     """``<run>/observer/settled.lock``."""
     return layout.settled_lock
-
-
-def _defaults(code: str) -> Row:
-    """The fields a row of this state has without being told (``log`` only for failures)."""
-    return {"reason": None} if code == "s" else {"reason": None, "log": None}
-
-
-SUMS = ("records_done", "tokens", "record_failures", "records_dropped")
 
 
 class Span(Mapping):
@@ -126,15 +119,50 @@ class Span(Mapping):
         return range(self.count)
 
 
+def _ranges(shards: Sequence[int]) -> List[List[int]]:
+    """Ascending shards as ``[start, stop)`` ranges (the header's ``shards``)."""
+    found: List[List[int]] = []
+    for shard in shards:
+        if found and found[-1][1] == shard:
+            found[-1][1] = shard + 1
+        else:
+            found.append([shard, shard + 1])
+    return found
+
+
+def _shards_of(ranges: Any) -> List[int]:
+    """The header's ranges as shards; ValueError unless ascending and disjoint."""
+    if not isinstance(ranges, list) or not all(
+            isinstance(r, list) and len(r) == 2 and type(r[0]) is int and type(r[1]) is int
+            for r in ranges):
+        raise ValueError("'shards' is not a list of [start, stop] ranges")
+    last = -1
+    for start, stop in ranges:
+        if start <= last or stop <= start:
+            raise ValueError("'shards' are not ascending")
+        last = stop - 1
+    return list(chain.from_iterable(range(a, b) for a, b in ranges))
+
+
+def _checked(data: Any, shard: int, code: str) -> ShardRow:
+    """One row line decoded, checked against the header's shard and state code."""
+    if not isinstance(data, dict):
+        raise ValueError(f"the row of shard {shard} is not an object")
+    row = ShardRow.from_dict(data)
+    if row.index != shard or STATE_CODES.get(row.state) != code or not can_keep(row) \
+            or not all(isinstance(v, (str, type(None))) for v in (row.reason, row.log)):
+        raise ValueError(f"the row of shard {shard} does not match the header")
+    return row
+
+
 @dataclass
 class Index:
     """One read of the settled index (empty when missing or damaged: see ``problem``).
 
-    The rows are kept as columns (``shards`` ascending) and as the JSON text status
-    prints; ``row``/``rows`` build the dicts, only for whoever needs them. The columns and
-    the row texts are decoded from their sections only when first used (``expand``): a
-    status of a run whose every shard is settled uses the header's codes and sums and
-    writes the rows' block (``block``) as it is.
+    The rows are kept as the JSON lines status prints (``texts``); ``row``/``rows`` make
+    ShardRows of them, only for whoever needs them. The lines are split from the block
+    (``expand``) only when first used: a status of a run whose every shard is settled uses
+    the header's codes and sums and writes the block (``block``) as it is.
     """
 
     lineage: str = ""  # random id of this index's history; a new one after a rebuild
@@ -147,59 +175,64 @@ class Index:
     root: Optional[str] = None  # the run directory the rows were read in (log paths)
     ended_at: float = 0.0  # latest ``updated_at`` of the rows' attempts (0: none known)
     codes: str = ""
-    extra: Dict[int, Row] = field(default_factory=dict)  # shard -> non-default fields
     sums: Dict[str, int] = field(default_factory=lambda: {c: 0 for c in SUMS})
     submissions: Optional[Dict[str, Any]] = None  # ``SubmissionsSummary`` data, or None
     last: int = -1  # the largest shard with a row (-1: none)
     raw: Optional[bytes] = None  # the bytes read (None: no file)
     problem: Optional[str] = None  # why the file on disk was not used
-    sections: Optional[Tuple[bytes, bytes]] = None  # (columns line, rows block): not decoded
-    _rows: Optional[Tuple[List[int], Dict[str, List[Any]], List[str]]] = None
+    ranges: Any = None  # the header's ``shards`` (not yet checked)
+    section: Optional[bytes] = None  # the rows' lines, not split
+    _rows: Optional[Tuple[List[int], List[str]]] = None
+    _decoded: Optional[List[ShardRow]] = None
+    _lines: Optional[List[str]] = None  # the rows' lines, for ``brief``
 
     def __post_init__(self) -> None:
-        if self._rows is None and self.sections is None:
-            self._rows = ([], {c: [] for c in COLUMNS}, [])
+        if self._rows is None and self.section is None:
+            self._rows = ([], [])
 
     def expand(self) -> Index:
-        """Decode the columns and row texts (once); ValueError when they are malformed."""
+        """Split the rows' lines (once); ValueError when they do not fit the header."""
         if self._rows is None:
-            assert self.sections is not None
-            self._rows = _decode_rows(self.sections[0], self.sections[1], self.codes)
-            if (self._rows[0][-1] if self._rows[0] else -1) != self.last:
+            assert self.section is not None
+            shards = _shards_of(self.ranges)
+            texts = self.section.decode("utf-8").split("\n") if self.section else []
+            if not len(shards) == len(texts) == len(self.codes):
+                raise ValueError("shards, state codes and rows differ in length")
+            if (shards[-1] if shards else -1) != self.last:
                 raise ValueError("'last' does not match the shards")
+            self._rows = (shards, texts)
         return self
 
-    def _decoded(self) -> Tuple[List[int], Dict[str, List[Any]], List[str]]:
-        """The rows, decoded on first use; StateError (one line) if they are malformed
-        behind a valid digest (only a hand edit that recomputed it can do that)."""
+    def _split(self) -> Tuple[List[int], List[str]]:
         try:
             return self.expand()._rows  # type: ignore[return-value]
         except (ValueError, TypeError, KeyError, AttributeError) as err:
-            raise StateError(f"settled index of run {self.run_id}: {err} (remove "
-                             "observer/settled.json: the next status rebuilds it)") from err
+            raise _malformed(self, err) from err
 
     @property
     def shards(self) -> List[int]:
         """The shards with a row, ascending."""
-        return self._decoded()[0]
-
-    @property
-    def columns(self) -> Dict[str, List[Any]]:
-        """Column name -> each row's value, in ``shards`` order."""
-        return self._decoded()[1]
+        return self._split()[0]
 
     @property
     def texts(self) -> List[str]:
         """Each row's JSON text, in ``shards`` order."""
-        return self._decoded()[2]
+        return self._split()[1]
 
-    def set_rows(self, shards: List[int], codes: str, columns: Dict[str, List[Any]],
-                 extra: Dict[int, Row], texts: List[str]) -> None:
-        """Replace every row (``_merge``); the header's sums follow."""
-        self._rows, self.sections = (shards, columns, texts), None
-        self.codes, self.extra = codes, extra
-        self.last = shards[-1] if shards else -1
-        self.sums = {c: sum(columns[c]) for c in SUMS}
+    def _all(self) -> List[ShardRow]:
+        """Every row, decoded once (one ``json.loads`` of all the lines)."""
+        if self._decoded is None:
+            shards, texts = self._split()
+            try:
+                data = json.loads("[" + ",".join(texts) + "]")
+                self._decoded = list(map(_checked, data, shards, self.codes))
+            except (ValueError, TypeError, KeyError, AttributeError) as err:
+                raise _malformed(self, err) from err
+        return self._decoded
+
+    def column(self, name: str) -> List[Any]:
+        """Every row's ``name`` field, in ``shards`` order."""
+        return [getattr(row, name) for row in self._all()]
 
     def whole(self, count: int) -> bool:
         """True when the index holds a row for each of shards ``0..count-1`` (so shard i
@@ -210,8 +243,8 @@ class Index:
     def block(self) -> bytes:
         """Every row's text, in shard order, joined by ``, `` (as ``json.dumps`` joins a
         list's items): the rows of ``status --json`` when the index is ``whole``."""
-        if self.sections is not None:
-            return self.sections[1].replace(b"\n", b", ")
+        if self._rows is None and self.section is not None:
+            return self.section.replace(b"\n", b", ")
         return ", ".join(self.texts).encode("utf-8")
 
     def positions(self) -> Mapping[int, int]:
@@ -223,40 +256,41 @@ class Index:
             found.pop(shard, None)
         return found
 
-    def row(self, pos: int) -> Row:
-        """The row at ``pos`` as status shows it."""
-        shard, code = self.shards[pos], self.codes[pos]
-        row = {"index": shard, "state": CODE_STATES[code],
-               **{name: values[pos] for name, values in self.columns.items()},
-               **_defaults(code)}
-        row.update(self.extra.get(shard, ()))
-        return row
+    def row(self, pos: int) -> ShardRow:
+        """The row at ``pos``."""
+        if self._decoded is not None:
+            return self._decoded[pos]
+        shards, texts = self._split()
+        try:
+            return _checked(json.loads(texts[pos]), shards[pos], self.codes[pos])
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            raise _malformed(self, err) from err
 
-    def rows(self, positions: Sequence[int]) -> List[Row]:
-        """The rows at ``positions``: the common case (no extra fields) in one pass."""
-        if self.extra:
+    def rows(self, positions: Sequence[int]) -> List[ShardRow]:
+        """The rows at ``positions`` (many of them: every row decoded at once)."""
+        if self._decoded is None and len(positions) * 8 < len(self.codes):
             return [self.row(p) for p in positions]
-        shards, codes, cols = self.shards, self.codes, self.columns
-        attempt, job, records = cols["attempt"], cols["job_id"], cols["records"]
-        done, tokens, failed = cols["records_done"], cols["tokens"], cols["record_failures"]
-        dropped = cols["records_dropped"]
-        rows = [{"index": shards[p], "state": CODE_STATES[codes[p]], "reason": None,
-                 "attempt": attempt[p], "job_id": job[p], "records": records[p],
-                 "records_done": done[p], "tokens": tokens[p], "record_failures": failed[p],
-                 "records_dropped": dropped[p]} for p in positions]
-        if codes.count("s") != len(codes):
-            for row in rows:
-                if row["state"] != norm.SUCCEEDED:
-                    row["log"] = None
-        return rows
+        every = self._all()
+        return [every[p] for p in positions]
 
-    def brief(self, pos: int) -> Row:
-        """The fields of the row at ``pos`` a failure entry needs (index, state, reason,
-        log) from the header alone, for an index that is ``whole`` (shard = position)."""
-        code = self.codes[pos]
-        row = {"index": pos, "state": CODE_STATES[code], **_defaults(code)}
-        row.update(self.extra.get(pos, ()))
-        return row
+    def brief(self, pos: int) -> ShardRow:
+        """The row at ``pos`` of an index that is ``whole`` (shard = position), read
+        from its line alone (for a failure entry: the header's shards are not needed)."""
+        if self._rows is not None:
+            return self.row(pos)
+        if self._lines is None:
+            self._lines = self.section.decode("utf-8").split("\n") if self.section else []
+        try:
+            return _checked(json.loads(self._lines[pos]), pos, self.codes[pos])
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+            raise _malformed(self, err) from err
+
+
+def _malformed(index: Index, err: Exception) -> StateError:
+    """The one-line error of rows malformed behind a valid digest (only a hand edit that
+    recomputed it can make them)."""
+    return StateError(f"settled index of run {index.run_id}: {err} (remove "
+                      "observer/settled.json: the next status rebuilds it)")
 
 
 def identity(path: Path) -> Optional[Identity]:
@@ -277,30 +311,6 @@ def _ints(value: Any, name: str) -> List[int]:
     return value
 
 
-def _decode_rows(columns_line: bytes, block: bytes, codes: str
-                 ) -> Tuple[List[int], Dict[str, List[Any]], List[str]]:
-    """The columns section and the rows' block; ValueError naming what is wrong."""
-    data = json.loads(columns_line)
-    if not isinstance(data, dict):
-        raise ValueError("the columns line is not an object")
-    shards = _ints(data.get("shards"), "shards")
-    columns = data.get("columns")
-    if not isinstance(columns, dict) or set(columns) != set(COLUMNS):
-        raise ValueError(f"'columns' are not {', '.join(COLUMNS)}")
-    for name in COLUMNS:
-        if name != "job_id":
-            _ints(columns[name], name)
-    if not isinstance(columns["job_id"], list) or \
-            not set(map(type, columns["job_id"])) <= {str, type(None)}:
-        raise ValueError("'job_id' is not a list of strings")
-    texts = block.decode("utf-8").split("\n") if block else []
-    if len({len(shards), len(codes), len(texts), *map(len, columns.values())}) != 1:
-        raise ValueError("columns and rows differ in length")
-    if shards and (shards[0] < 0 or not all(map(lt, shards, shards[1:]))):
-        raise ValueError("shards are not ascending")
-    return shards, columns, texts
-
-
 def _submissions_data(value: Any) -> Optional[Dict[str, Any]]:
     if value is None:
         return None
@@ -313,15 +323,14 @@ def _submissions_data(value: Any) -> Optional[Dict[str, Any]]:
 
 def decode(raw: bytes, expand: bool = True) -> Index:
     """Parse index bytes; ValueError naming the first thing that is wrong. Without
-    ``expand`` the columns and rows are checked and decoded only when first used."""
+    ``expand`` the rows are checked and split only when first used."""
     end = raw.rfind(DIGEST, max(0, len(raw) - DIGEST_TAIL))  # the digest line is last
     if end < 0 or raw[end + len(DIGEST):].strip().decode("ascii", "replace") != \
             hashlib.sha256(memoryview(raw)[:end]).hexdigest():
         raise ValueError("digest missing or wrong (truncated or edited)")
     first = raw.find(b"\n", 0, end)
-    second = raw.find(b"\n", first + 1, end) if first >= 0 else -1
-    if second < 0 or raw[end - 1:end] != b"\n":
-        raise ValueError("header, columns or rows missing")
+    if first < 0 or raw[end - 1:end] != b"\n":
+        raise ValueError("header or rows missing")
     data = json.loads(raw[:first])
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA:
         raise ValueError(f"not a schema_version {SCHEMA} settled index")
@@ -338,10 +347,7 @@ def decode(raw: bytes, expand: bool = True) -> Index:
     if not isinstance(sums, dict) or set(sums) != set(SUMS) or \
             not all(type(v) is int for v in sums.values()):
         raise ValueError(f"'sums' are not {', '.join(SUMS)}")
-    extra, invalidated = data.get("extra"), data.get("invalidated")
-    if not isinstance(extra, dict) or not all(
-            k.isdigit() and isinstance(v, dict) for k, v in extra.items()):
-        raise ValueError("'extra' is not a shard -> fields map")
+    invalidated = data.get("invalidated")
     if not isinstance(invalidated, dict) or not all(
             k.isdigit() and type(v) is int for k, v in invalidated.items()):
         raise ValueError("'invalidated' is not a shard -> generation map")
@@ -351,22 +357,23 @@ def decode(raw: bytes, expand: bool = True) -> Index:
     plan, plan_identity = data.get("plan"), data.get("plan_identity")
     if plan is not None and (not isinstance(plan, dict) or not isinstance(plan_identity, list)):
         raise ValueError("'plan' is malformed")
+    section = raw[first + 1:end - 1] if end - 1 > first else b""
+    if not codes and section:
+        raise ValueError("shards, state codes and rows differ in length")
     index = Index(lineage, generation, frozenset(_ints(data.get("pending"), "pending")),
                   {int(k): v for k, v in invalidated.items()}, plan,
                   tuple(plan_identity) if plan is not None else None, run_id, root,
-                  float(ended), codes, {int(k): v for k, v in extra.items()}, sums,
-                  _submissions_data(data.get("submissions")), last, raw,
-                  sections=(raw[first + 1:second], raw[second + 1:end - 1]))
-    if not codes and second + 1 < end - 1:
-        raise ValueError("columns and rows differ in length")
+                  float(ended), codes, sums, _submissions_data(data.get("submissions")),
+                  last, raw, ranges=data.get("shards"), section=section)
     return index.expand() if expand else index
 
 
 def load(layout: RunLayout, expand: bool = True) -> Index:
-    """The index as it is on disk; an empty Index (with ``problem``) if it is damaged.
+    """The index as it is on disk; an empty Index (with ``problem``) if it is damaged or
+    in another format.
 
     The caller checks it against the plan (``check``) once it knows the plan. Without
-    ``expand`` only the header is decoded; ``expanded`` decodes the rest when needed.
+    ``expand`` only the header is decoded; ``expanded`` splits the rows when needed.
     """
     path = index_path(layout)
     try:
@@ -382,8 +389,8 @@ def load(layout: RunLayout, expand: bool = True) -> Index:
 
 
 def expanded(layout: RunLayout, index: Index) -> Index:
-    """``index`` with its columns and rows decoded; an empty Index naming the problem
-    when they are malformed (as ``load`` would have returned)."""
+    """``index`` with its rows split; an empty Index naming the problem when they do not
+    fit its header (as ``load`` would have returned)."""
     try:
         return index.expand()
     except (ValueError, TypeError, KeyError, AttributeError) as err:
@@ -411,7 +418,11 @@ def check(layout: RunLayout, index: Index, run_id: str, shard_count: int) -> Ind
 
 
 def encode(index: Index, layout: RunLayout, run_id: str) -> bytes:
-    """The index file: header line, columns line, one row a line, digest line."""
+    """The index file: header line, one row a line, digest line."""
+    if index._rows is None and index.section is not None:  # rows as they were read
+        ranges, block = index.ranges, index.section
+    else:
+        ranges, block = _ranges(index.shards), "\n".join(index.texts).encode("utf-8")
     data = {
         "schema_version": SCHEMA, "run_id": run_id, "root": str(layout.root),
         "lineage": index.lineage, "generation": index.generation,
@@ -420,60 +431,43 @@ def encode(index: Index, layout: RunLayout, run_id: str) -> bytes:
         "plan": index.plan,
         "plan_identity": list(index.plan_identity) if index.plan is not None else None,
         "ended_at": index.ended_at, "state": index.codes, "last": index.last,
-        "sums": index.sums, "extra": {str(k): v for k, v in sorted(index.extra.items())},
-        "submissions": index.submissions,
+        "shards": ranges, "sums": index.sums, "submissions": index.submissions,
     }
     head = json.dumps(data, separators=(",", ":")).encode("utf-8")
-    if index.sections is not None:  # rows unchanged: their sections as they were read
-        columns, block = index.sections
-    else:
-        columns = json.dumps({"shards": index.shards, "columns": index.columns},
-                             separators=(",", ":")).encode("utf-8")
-        block = "\n".join(index.texts).encode("utf-8")
-    payload = b"\n".join([head, columns, block, b""])
+    payload = head + b"\n" + (block + b"\n" if index.codes else b"")
     return payload + DIGEST + hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n"
 
 
-def _merge(index: Index, rows: Sequence[Row], drop: FrozenSet[int] = frozenset()) -> None:
-    """Replace ``index``'s rows by its rows minus ``drop`` plus ``rows`` (shard order)."""
-    keep = [(s, p) for p, s in enumerate(index.shards) if s not in drop]
-    new = {row["index"]: row for row in rows}
-    order = sorted([(s, p, None) for s, p in keep if s not in new] +
-                   [(s, -1, r) for s, r in new.items()], key=lambda item: item[0])
-    shards, codes, texts = [], [], []
-    columns: Dict[str, List[Any]] = {c: [] for c in COLUMNS}
-    extra: Dict[int, Row] = {}
-    for shard, pos, row in order:
-        shards.append(shard)
-        if row is None:
-            codes.append(index.codes[pos])
-            for name in COLUMNS:
-                columns[name].append(index.columns[name][pos])
-            if shard in index.extra:
-                extra[shard] = index.extra[shard]
-            texts.append(index.texts[pos])
-            continue
-        code = STATE_CODES[row["state"]]
-        codes.append(code)
-        for name in COLUMNS:
-            columns[name].append(row[name])
-        defaults = _defaults(code)
-        fields = {k: v for k, v in row.items() if k not in COLUMNS and k not in
-                  ("index", "state") and (k not in defaults or v != defaults[k])}
-        if fields:
-            extra[shard] = fields
-        texts.append(json.dumps(row, sort_keys=True))
-    index.set_rows(shards, "".join(codes), columns, extra, texts)
+def _merge(index: Index, rows: Sequence[ShardRow], drop: FrozenSet[int] = frozenset()
+           ) -> None:
+    """Replace ``index``'s rows by its rows minus ``drop`` plus ``rows`` (shard order);
+    the header's sums follow (only the rows dropped are decoded)."""
+    old_shards, old_texts = index.shards, index.texts
+    new = {row.index: row for row in rows}
+    sums = dict(index.sums)
+    gone = [p for p, s in enumerate(old_shards) if s in drop or s in new]
+    for row in (index.rows(gone) if gone else []):
+        for name in SUMS:
+            sums[name] -= getattr(row, name)
+    out = [(s, index.codes[p], old_texts[p]) for p, s in enumerate(old_shards)
+           if s not in drop and s not in new]
+    for shard, row in new.items():
+        out.append((shard, STATE_CODES[row.state], json.dumps(row.to_dict(), sort_keys=True)))
+        for name in SUMS:
+            sums[name] += getattr(row, name)
+    out.sort(key=lambda item: item[0])
+    shards = [s for s, _, _ in out]
+    index._rows, index.section, index._decoded = (shards, [t for _, _, t in out]), None, None
+    index.codes = "".join(c for _, c, _ in out)
+    index.last = shards[-1] if shards else -1
+    index.sums = sums
 
 
-def can_keep(row: Row) -> bool:
-    """True when ``row`` fits the index: a final state, column fields of their types, the
-    fields every row of its state has."""
-    code = STATE_CODES.get(row.get("state"))  # type: ignore[arg-type]
-    return code is not None and all(
-        type(row.get(name)) is int for name in COLUMNS if name != "job_id") and \
-        isinstance(row.get("job_id"), (str, type(None))) and \
-        all(name in row for name in _defaults(code))
+def can_keep(row: ShardRow) -> bool:
+    """True when ``row`` fits the index: a final state, column fields of their types."""
+    return row.state in STATE_CODES and all(
+        type(getattr(row, name)) is int for name in COLUMNS if name != "job_id") and \
+        isinstance(row.job_id, (str, type(None))) and row.aliases is None
 
 
 def _new_lineage() -> str:
@@ -519,7 +513,8 @@ def _trusted(latest: Index, base: Index) -> Callable[[int], bool]:
     return lambda shard: shard not in latest.invalidated  # rebuilt by another writer since
 
 
-def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_count: int,
+def add(layout: RunLayout, base: Index, rows: Sequence[ShardRow], run_id: str,
+        shard_count: int,
         plan: Optional[Tuple[Identity, Dict[str, Any]]] = None, ended_at: float = 0.0,
         submissions: Optional[Dict[str, Any]] = None) -> bool:
     """Add the newly settled ``rows`` (verified after ``base`` was read); True if written.
@@ -547,8 +542,8 @@ def add(layout: RunLayout, base: Index, rows: Sequence[Row], run_id: str, shard_
             latest = _current(layout, run_id, shard_count)
             valid, there = _trusted(latest, base), set(latest.shards)
             # (a pending shard's row is dropped below, with its pending mark)
-            fresh = [r for r in rows if r["index"] not in there and valid(r["index"])
-                     and r["index"] not in latest.pending]
+            fresh = [r for r in rows if r.index not in there and valid(r.index)
+                     and r.index not in latest.pending]
             changed = bool(fresh) or latest.problem is not None or bool(latest.pending)
             if plan is not None and latest.plan_identity != plan[0]:
                 latest.plan_identity, latest.plan = plan

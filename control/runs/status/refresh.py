@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import (
     Any,
     Callable,
@@ -34,11 +34,11 @@ from synthbatch.agent_stdlib.arrays import array_job_id
 from synthbatch.agent_stdlib.layout import RunLayout, job_name
 from synthbatch.agent_stdlib.statefile import StateError
 from synthbatch.control.errors import MAX_REASON, SchedulerUnavailable, one_line
-from synthbatch.control.runs import normalize as norm
-from synthbatch.control.runs import settled
 from synthbatch.control.runs.cachestats import add_cache
-from synthbatch.control.runs.ledger import LAG_GRACE_S, cancel_requested, expired_missing
-from synthbatch.control.runs.store import (
+from synthbatch.control.runs.status import index as settled
+from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.runs.status.ledger import LAG_GRACE_S, cancel_requested, expired_missing
+from synthbatch.control.runs.status.records import (
     Expected,
     PlanView,
     ShardView,
@@ -56,14 +56,13 @@ from synthbatch.control.runs.store import (
     submission_views,
     submissions_key,
 )
-from synthbatch.control.runs.totals import Usage
+from synthbatch.control.runs.status.rows import ShardRow, shard_row
+from synthbatch.control.runs.status.totals import Usage
 from synthbatch.control.slurm.parsers import JobRow, index_rows
 from synthbatch.control.slurm.scheduler import Scheduler
 
 ENRICH_WINDOW_S = 600.0  # ask Slurm why a shard failed or was cancelled this recently
 FRESH_PROGRESS_S = 60.0  # progress older than this does not count towards the rate
-# the agent's "(log PATH: ..." or, for a replica across nodes, "(srun status N; log PATH, rank"
-LOG_IN_REASON = re.compile(r"(?:\(|; )log (/[^\s:),]+)")
 NOT_SUCCEEDED = re.compile(f"[^{settled.STATE_CODES[norm.SUCCEEDED]}]")  # in the index's codes
 
 
@@ -196,47 +195,10 @@ def settles(view: ShardView, now: float) -> bool:
     return attempt.state in (norm.FAILED, norm.CANCELLED) and not needs_scheduler(view, now)
 
 
-def log_path(layout: RunLayout, shard: ShardView, reason: Optional[str]) -> Optional[str]:
-    """The log a failure points at: the one named in the reason, else Slurm's output."""
-    match = LOG_IN_REASON.search(reason or "")
-    if match:
-        return match.group(1)
-    job = shard.attempt.job_id if shard.attempt else None
-    if job:
-        path = layout.slurm_logs / f"slurm-{job}.out"
-        if path.exists():
-            return str(path)
-    return None
-
-
-def _shard_row(layout: RunLayout, shard: ShardView, size: int,
-               verdict: norm.Verdict) -> Dict[str, Any]:
-    attempt, progress = shard.attempt, shard.progress
-    done = size if verdict.state == norm.SUCCEEDED else (progress.records_done if progress
-                                                           else 0)
-    reason = verdict.reason
-    if reason is None and verdict.state not in norm.FINAL and shard.progress_problem:
-        reason = one_line(shard.progress_problem, MAX_REASON)  # advisory: only shown, never decides
-    row: Dict[str, Any] = {
-        "index": shard.index, "state": verdict.state, "reason": reason,
-        "attempt": attempt.number if attempt else shard.winner_attempt,
-        "job_id": attempt.job_id if attempt else None,
-        "records": size, "records_done": min(done, size),
-        "records_dropped": progress.dropped if progress else 0,
-        "tokens": progress.tokens if progress else 0,
-        "record_failures": progress.failures if progress else 0,
-    }
-    if progress is not None and progress.aliases and verdict.state == norm.RUNNING:
-        row["aliases"] = progress.aliases
-    if verdict.state in (norm.FAILED, norm.CANCELLED, norm.LOST, norm.UNKNOWN):
-        row["log"] = log_path(layout, shard, verdict.reason)
-    return row
-
-
-def _rate(shards: List[ShardView], rows: List[Dict[str, Any]], now: float) -> float:
+def _rate(shards: List[ShardView], rows: List[ShardRow], now: float) -> float:
     rate = 0.0
     for shard, row in zip(shards, rows):
-        if row["state"] == norm.RUNNING and shard.progress is not None and \
+        if row.state == norm.RUNNING and shard.progress is not None and \
                 now - shard.progress.updated_at <= FRESH_PROGRESS_S:
             rate += shard.progress.rate
     return rate
@@ -267,33 +229,32 @@ class Refresh:
     count: int
     index: settled.Index
     known: Mapping[int, int]  # shard -> position of its row in the index
-    fresh: List[Dict[str, Any]]  # the rows read this refresh, in shard order
+    fresh: List[ShardRow]  # the rows read this refresh, in shard order
     ended_at: Optional[float] = None  # latest update of any shard's attempt (None: none)
     job_ids: Optional[List[str]] = None  # ``run_job_ids`` of the submissions (None: unknown)
     usage: Optional[Usage] = None  # GPU usage of ``job_ids`` if this refresh asked sacct
 
-    def rows(self) -> List[Dict[str, Any]]:
+    def rows(self) -> List[ShardRow]:
         """Every shard's row, in shard order."""
         if not self.known:
             return self.fresh
         if not self.fresh:
             return self.index.rows([self.known[i] for i in range(self.count)])
-        read = {row["index"]: row for row in self.fresh}
+        read = {row.index: row for row in self.fresh}
         return [read[i] if i in read else self.index.row(self.known[i])
                 for i in range(self.count)]
 
     def column(self, name: str) -> List[Any]:
-        """Every shard's ``name`` field, in shard order, without building the settled
-        rows (``name`` is one of the index's columns)."""
+        """Every shard's ``name`` field (a ShardRow field), in shard order."""
         if not self.known:
-            return [row[name] for row in self.fresh]
-        values = self.index.columns[name]
-        read = {row["index"]: row[name] for row in self.fresh}
+            return [getattr(row, name) for row in self.fresh]
+        values = self.index.column(name)
+        read = {row.index: getattr(row, name) for row in self.fresh}
         return [read[i] if i in read else values[self.known[i]] for i in range(self.count)]
 
     def data(self) -> Dict[str, Any]:
         """The status as plain data (``observe``)."""
-        return {**self.summary, "shards": self.rows()}
+        return {**self.summary, "shards": [row.to_dict() for row in self.rows()]}
 
     def json_bytes(self) -> bytes:
         """``json.dumps(self.data(), sort_keys=True)`` as UTF-8, with the settled rows as
@@ -305,9 +266,9 @@ class Refresh:
             rows = self.index.block()
         else:
             texts = self.index.texts if self.known else []
-            read = {row["index"]: row for row in self.fresh}
+            read = {row.index: row for row in self.fresh}
             rows = ", ".join(texts[self.known[i]] if i in self.known else
-                             json.dumps(read[i], sort_keys=True)
+                             json.dumps(read[i].to_dict(), sort_keys=True)
                              for i in range(self.count)).encode("utf-8")
         before, _, after = head.partition(f'"{marker}"'.encode("ascii"))
         return b"".join((before, b"[", rows, b"]", after))
@@ -425,7 +386,7 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     accounting_down(sched, verdicts, notes)
     notes.extend(one_line(note) for note in damaged_beside_winner(shards))
     verdicts = full_disk(layout, verdicts)
-    fresh = [_shard_row(layout, s, plan.shard_records[s.index], v)
+    fresh = [shard_row(layout, s, plan.shard_records[s.index], v)
              for s, v in zip(shards, verdicts)]
     if use_index:
         settling = [(s, row) for s, row in zip(shards, fresh) if settles(s, now)]
@@ -437,7 +398,6 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
                                    default=0.0), summary_copy)
     summary = summarize(plan.run_id, plan.name, plan.total_records, committed, fresh,
                         _rate(shards, fresh, now), sched, notes, _tally_index(index, known))
-    del summary["shards"]
     ended = max((s.attempt.updated_at for s in shards if s.attempt), default=0.0)
     if known:
         ended = max(ended, index.ended_at)
@@ -472,10 +432,6 @@ def _rescan(layout: RunLayout, shards: List[ShardView],
     return [scan_shard(layout, s.index, fresh(s.index)) for s in shards]
 
 
-# Scheduler verdicts on a scheduled attempt whose job is gone -> what gets persisted.
-ENDED = {norm.LOST: (states.FAILED, norm.LOST_REASON),
-         norm.FAILED: (states.FAILED, ""),
-         norm.CANCELLED: (states.CANCELLED, "")}
 SCHEDULED = frozenset({states.SUBMITTED, states.PENDING, states.RUNNING})
 
 
@@ -510,14 +466,16 @@ def _reconcile(layout: RunLayout, run_id: str, shards: List[ShardView],
             continue
         try:
             if attempt.state == states.SUCCEEDED:
-                from synthbatch.control.runs import reconcile  # imported only when there is work
+                from synthbatch.control.runs.status import (
+                    reconcile,  # imported only when there is work
+                )
 
                 reconcile.complete_missing_winner(layout, shard.index, attempt.number)
             elif attempt.state in SCHEDULED and verdict.source != "attempt" \
-                    and verdict.state in ENDED and gone(sched, attempt.job_id):
-                from synthbatch.control.runs import reconcile
+                    and verdict.state in norm.RECORDED and gone(sched, attempt.job_id):
+                from synthbatch.control.runs.status import reconcile
 
-                state, prefix = ENDED[verdict.state]
+                state, prefix = norm.RECORDED[verdict.state]
                 reconcile.mark_ended(layout, shard.index, attempt.number, state,
                                      f"{prefix}{verdict.reason}", run_id, attempt)
             else:
@@ -575,9 +533,8 @@ def unreachable(data: Dict[str, Any]) -> Optional[SchedulerUnavailable]:
     return SchedulerUnavailable(data["scheduler_error"], hint=data.get("scheduler_hint"))
 
 
-_STATE, _DONE, _TOKENS = itemgetter("state"), itemgetter("records_done"), itemgetter("tokens")
-_RECORD_FAILURES, _DROPPED = itemgetter("record_failures"), itemgetter("records_dropped")
-_MAYBE_FAILED = frozenset({norm.FAILED, norm.LOST, norm.UNKNOWN, norm.CANCELLED})
+_STATE, _DONE, _TOKENS = attrgetter("state"), attrgetter("records_done"), attrgetter("tokens")
+_RECORD_FAILURES, _DROPPED = attrgetter("record_failures"), attrgetter("records_dropped")
 
 
 class Tally(NamedTuple):
@@ -592,29 +549,29 @@ class Tally(NamedTuple):
     dropped: int
 
 
-def _failure(row: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def _failure(row: ShardRow) -> Optional[Dict[str, Any]]:
     """The failure entry of a row, or None. A shard that is unknown only because Slurm
     could not be asked is not a failure: the one ``scheduler_error`` says so for all."""
-    state, reason = row["state"], row["reason"]
+    state, reason = row.state, row.reason
     if (state != norm.CANCELLED and reason != norm.SCHEDULER_UNAVAILABLE) or \
             (state == norm.CANCELLED and reason):
-        return {"shard": row["index"], "state": state, "reason": reason,
-                "log": row.get("log")}
+        return {"shard": row.index, "state": state, "reason": reason, "log": row.log}
     return None
 
 
-def tally(rows: List[Dict[str, Any]]) -> Tally:
+def tally(rows: List[ShardRow]) -> Tally:
     """The Tally of ``rows`` in C-level passes (100,000 rows: ~15 ms, not ~100)."""
     states = list(map(_STATE, rows))
-    failures = [f for f in map(_failure, compress(rows, map(_MAYBE_FAILED.__contains__,
-                                                            states))) if f]
+    maybe = compress(rows, map(norm.MAYBE_FAILED.__contains__, states))
+    failures = [f for f in map(_failure, maybe) if f]
     return Tally(Counter(states), sum(map(_DONE, rows)), sum(map(_TOKENS, rows)), failures,
                  sum(map(_RECORD_FAILURES, rows)), sum(map(_DROPPED, rows)))
 
 
 def _tally_index(index: settled.Index, known: Mapping[int, int]) -> Optional[Tally]:
-    """The Tally of the settled rows status uses, from the index's header (its codes,
-    sums and non-default fields) when every row is used, else from its columns."""
+    """The Tally of the settled rows status uses, from the index's header (its codes and
+    sums; the rows that did not succeed read for the failures) when every row is used,
+    else from its rows."""
     if not known:
         return None
     codes = index.codes
@@ -630,12 +587,12 @@ def _tally_index(index: settled.Index, known: Mapping[int, int]) -> Optional[Tal
     return tally(index.rows(sorted(known.values())))
 
 
-def alias_totals(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+def alias_totals(rows: List[ShardRow]) -> Dict[str, Dict[str, Any]]:
     """Per model alias, the running shards' generator figures added up (concurrency is
     the sum of every running client's current limit)."""
     totals: Dict[str, Dict[str, Any]] = {}
     for row in rows:
-        for alias, figures in (row.get("aliases") or {}).items():
+        for alias, figures in (row.aliases or {}).items():
             total = totals.setdefault(alias, {"shards": 0, "errors": {}})
             total["shards"] += 1
             for key, value in figures.items():
@@ -650,7 +607,7 @@ def alias_totals(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
 
 
 def summarize(run_id: str, name: str, total: int, committed: bool,
-              rows: List[Dict[str, Any]], rate: float, sched: SchedulerView,
+              rows: List[ShardRow], rate: float, sched: SchedulerView,
               notes: List[str], settled_rows: Optional[Tally] = None) -> Dict[str, Any]:
     """Counts, totals, rate and ETA around the per-shard rows (and the settled rows the
     index holds, which ``rows`` then leaves out)."""
@@ -674,5 +631,5 @@ def summarize(run_id: str, name: str, total: int, committed: bool,
         "rate": round(rate, 3), "eta_s": round(eta, 1) if eta is not None else None,
         "counts": dict(sorted(counts.items())), "accounting": sched.accounting,
         "scheduler_error": sched.error, "scheduler_hint": sched.hint, "notes": notes,
-        "failures": counted.failures, "shards": rows,
+        "failures": counted.failures,
     }

@@ -11,9 +11,12 @@ otherwise it waits for something outside the run (a node back, a hold released).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from synthbatch.agent_stdlib.states import PENDING
+
+if TYPE_CHECKING:
+    from synthbatch.control.runs.status.rows import ShardRow
 
 FIX = "cancel the run, fix the request (synthbatch plan checks it against the partition) " \
       "and submit again"
@@ -57,27 +60,27 @@ def explain(reason: Optional[str]) -> Optional[Tuple[str, bool]]:
     return None
 
 
-def blocked(shards: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def blocked(shards: Sequence[ShardRow]) -> List[Dict[str, Any]]:
     """Pending shards grouped by a reason ``explain`` knows: reason, shards, hint, never."""
     groups: Dict[str, Dict[str, Any]] = {}
     for row in shards:
-        if row.get("state") != PENDING:
+        if row.state != PENDING or not row.reason:
             continue
-        known = explain(row.get("reason"))
+        known = explain(row.reason)
         if known is None:
             continue
-        group = groups.setdefault(row["reason"], {"reason": row["reason"], "shards": [],
-                                                  "hint": known[0], "never": known[1]})
-        group["shards"].append(row["index"])
+        group = groups.setdefault(row.reason, {"reason": row.reason, "shards": [],
+                                               "hint": known[0], "never": known[1]})
+        group["shards"].append(row.index)
     return sorted(groups.values(), key=lambda g: (not g["never"], g["shards"][0]))
 
 
-def reasons(shards: List[Dict[str, Any]]) -> Dict[str, int]:
+def reasons(shards: Sequence[ShardRow]) -> Dict[str, int]:
     """How many pending shards wait for each of Slurm's reasons (``None`` and ``"None"``:
     no reason given yet), most first: what the progress lines of ``wait`` show."""
     counts: Dict[str, int] = {}
     for row in shards:
-        reason = row.get("reason")
-        if row.get("state") == PENDING and reason and reason != "None":
+        reason = row.reason
+        if row.state == PENDING and reason and reason != "None":
             counts[reason] = counts.get(reason, 0) + 1
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))

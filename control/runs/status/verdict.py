@@ -22,7 +22,7 @@ Precedence, first match wins:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional, Tuple
 
 from synthbatch.agent_stdlib.states import (
     CANCELLED,
@@ -45,6 +45,40 @@ COMPLETING_REASON = "its job is still completing in Slurm (COMPLETING)"
 SHARD_STATES = (CREATED, PENDING, RUNNING, CANCELLING, SUCCEEDED, FAILED, CANCELLED,
                 UNKNOWN, LOST)
 FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, LOST})
+
+
+class Report(NamedTuple):
+    """How a shard state is reported everywhere it shows: its glyph on status's grid, its
+    colour on a terminal (None: plain), its one-letter code in the settled index (final
+    states only), whether it is a failure (it fails the run, ``wait`` counts it, an
+    automatic round retries it), and what status records on the attempt when it decides
+    this state for a job that left Slurm without an outcome (attempt state, reason prefix)."""
+
+    glyph: str
+    colour: Optional[str] = None
+    code: Optional[str] = None
+    failure: bool = False
+    recorded: Optional[Tuple[str, str]] = None
+
+
+# The one table of how each state is reported: a change to how a lost job (one that left
+# Slurm without an outcome) is reported is a change to its line here and to ``_missing``.
+REPORT = {
+    SUCCEEDED: Report("#", "green", "s"),
+    RUNNING: Report(">", "cyan"),
+    CANCELLING: Report("x", "yellow"),
+    PENDING: Report(".", "yellow"),
+    CREATED: Report(" "),
+    FAILED: Report("F", "red", "f", failure=True, recorded=(FAILED, "")),
+    CANCELLED: Report("C", "magenta", "c", recorded=(CANCELLED, "")),
+    LOST: Report("L", "red", "l", failure=True, recorded=(FAILED, LOST_REASON)),
+    UNKNOWN: Report("?", "yellow"),
+}
+FAILING = frozenset(state for state, report in REPORT.items() if report.failure)
+# rows that name a log and may be a failure entry (status's ``_failure`` decides)
+MAYBE_FAILED = FAILING | {CANCELLED, UNKNOWN}
+# what status records on the attempt of a job gone without an outcome, by verdict
+RECORDED = {state: report.recorded for state, report in REPORT.items() if report.recorded}
 RUNNING_ROWS = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT",
                           "RESIZING", "SUSPENDED", "STOPPED", "UPDATE_DB"})
 FAILURE_TEXT = {
@@ -210,4 +244,4 @@ def run_state(counts: dict, committed: bool = True) -> str:
         return RUNNING
     if seen == {SUCCEEDED}:
         return SUCCEEDED
-    return FAILED if seen & {FAILED, LOST} else CANCELLED
+    return FAILED if seen & FAILING else CANCELLED
