@@ -23,7 +23,6 @@ from typing import (
     Callable,
     Dict,
     List,
-    NamedTuple,
     Optional,
     Sequence,
     Union,
@@ -170,9 +169,9 @@ def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
     ``$SYNTHBATCH_PROFILE`` or default profile) the run is planned with a stand-in."""
     import tempfile
 
-    from synthbatch.control import bundle
     from synthbatch.control.runs.preview import parse_endpoints, parse_models, run_preview
     from synthbatch.control.runs.preview_profile import profile_given, write_standin
+    from synthbatch.control.runs.submit.checked import agent_bundle
 
     urls = parse_endpoints(endpoints)
     names = parse_models(models)
@@ -180,11 +179,7 @@ def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
         ref = profile_ref(profile)
         if not profile_given(ref):  # no profile at all: plan with a stand-in
             ref = str(write_standin(Path(tmp)))
-        prof = _profile(ref)
-        try:
-            pyz = bundle.locate_agent_bundle(Path(prof.workspace) / ".cache" / "bundles")
-        except bundle.BundleError as err:
-            raise InvalidInput(f"agent bundle: {err}") from err
+        pyz = agent_bundle(_profile(ref))
         return run_preview(Path(run_file), ref, count, urls, pyz, api_key_env, timeout_s,
                            names, on_record)
 
@@ -209,107 +204,19 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     the merge job writes the dataset there once the run is over (issue 34).
     A run Slurm refuses (SchedulerRejected, exit 2) is not kept: no run is left behind.
     """
-    from synthbatch.control.runs import submit as submitting
+    from synthbatch.control.benchmark.pilot import read_pilot
+    from synthbatch.control.runs.submit.flow import submit_run
 
     prof = _profile(profile)
     sched = scheduler or scheduler_for(prof)
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
-    if merge_to is not None:  # a bad --merge-to is refused before anything else is asked
-        from synthbatch.control.runs.automerge import target
-
-        target(str(merge_to), Path.cwd(), None)
-    ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
-    from synthbatch.control.runs.reuse import (
-        with_reuse,  # the run file's reuse and --reuse (issue 31)
-    )
-
-    resolved, notes = with_reuse(ready.resolved, Path(prof.workspace), reuse)
-    ready = ready._replace(resolved=resolved, warnings=ready.warnings + notes)
-    from synthbatch.control.runs.automerge import auto_settings  # issue 34
-
-    auto = auto_settings(ready.resolved.config, ready.run_file, ready.resolved.plan.max_attempts,
-                         merge_to, merge_format, allow_partial)
-    staged = _staged(ready, prof)
-    records = submitting.submit_all(staged, ready.resolved.profile, sched,
-                                    {s.index: 1 for s in staged.plan.shards}, implied=True,
-                                    withdraw=True)
-    from synthbatch.control.runs.autoround import (
-        start,  # issue 34: attempts 2..N with no one around
-    )
-    start(staged.layout, ready.resolved.profile, sched, staged.plan.run_id,
-          [r.job_id for r in records if r.job_id], auto)
-    return _submitted(ready, staged, records, scheduler)
-
-
-class _Checked(NamedTuple):
-    """A run resolved and checked, before anything is written."""
-
-    resolved: Any  # control.runs.plan.Resolved
-    run_file: Path
-    pyz: Path
-    agent_sha256: str
-    warnings: List[str]
-    overrides: Dict[str, str]
-    profile: ProfileRef
-
-
-def _checked(run_file: Path, profile: ProfileRef, prof: Profile, sched: Scheduler,
-             over: Overrides, checks: bool, run_id: Optional[str],
-             shards: Optional[Sequence[ShardSpec]]) -> _Checked:
-    """Resolve and check a run (InvalidInput for what ``plan``'s checks call an error)."""
-    from synthbatch.control import bundle
-    from synthbatch.control.benchmark.pilot import read_pilot
-    from synthbatch.control.runs.checks import errors, warnings
-    from synthbatch.control.runs.plan import login_checks, resolve
-
-    try:
-        pyz = bundle.locate_agent_bundle(Path(prof.workspace) / ".cache" / "bundles")
-    except bundle.BundleError as err:
-        raise InvalidInput(f"agent bundle: {err}") from err
-    agent_sha256 = bundle.sha256_file(pyz)
-    resolved = resolve(run_file, profile_ref(profile), run_id=run_id,
-                       max_array_size=sched.max_array_size(), agent_sha256=agent_sha256,
-                       overrides=over, shards=shards, read_pilot=read_pilot)
-    found = login_checks(resolved, sched) if checks else []
-    bad = errors(found)
-    if bad:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise InvalidInput(f"submit refused: {bad[0].line()}{more}",
-                           hint=f"synthbatch plan {run_file} shows every check")
-    return _Checked(resolved, run_file, pyz, agent_sha256, [f.line() for f in warnings(found)],
-                    over.to_dict(), profile)
-
-
-def _staged(ready: _Checked, prof: Profile) -> Any:
-    """Stage and commit a checked run (run.json written); its ``Staged``."""
-    from synthbatch.control.runs import submit as submitting
-
-    resolved, run_file = ready.resolved, ready.run_file
-    inputs = {"run" + run_file.suffix: run_file,
-              "profile" + resolved.profile_path.suffix: resolved.profile_path}
-    if resolved.client_config is not None:  # a copy of what the plan pinned, for the record
-        inputs["data-designer" + resolved.client_config.suffix] = resolved.client_config
-    staged = submitting.stage_run(Path(prof.workspace), resolved.plan, inputs, ready.pyz,
-                                  ready.agent_sha256, resolved.plan_bytes,
-                                  resolved.plan_sha256)
-    try:
-        submitting.commit_run(staged, prof.backend, warnings=ready.warnings,
-                              overrides=ready.overrides)
-    except BaseException:
-        submitting.remove_uncommitted(staged.layout)
-        raise
-    return staged
-
-
-def _submitted(ready: _Checked, staged: Any, records: Sequence[Any],
-               scheduler: Optional[Scheduler]) -> Run:
-    plan = staged.plan
-    return Run(plan.run_id, ready.profile, scheduler, submission={
-        "run_id": plan.run_id, "run_dir": str(staged.layout.root),
-        "job_id": records[0].job_id, "job_ids": [r.job_id for r in records],
-        "shards": len(plan.shards), "warnings": ready.warnings,
-        "overrides": ready.overrides})
+    ref = profile_ref(profile)
+    submission = submit_run(Path(run_file), ref, prof, sched, over, checks=checks,
+                            run_id=run_id, shards=shards, reuse=reuse, merge_to=merge_to,
+                            merge_format=merge_format, allow_partial=allow_partial,
+                            read_pilot=read_pilot)
+    return Run(submission["run_id"], profile, scheduler, submission=submission)
 
 
 def status(run_id: Optional[str] = None, profile: ProfileRef = None,
@@ -667,52 +574,18 @@ def benchmark_run(bench_file: PathLike, profile: ProfileRef = None,
             run_layout(workspace, case.run_id)
         except SynthbatchError:
             new.append(case)
-    submitted = _submit_cases(bench_file, base_file, new, profile, scheduler)
+    from synthbatch.control.benchmark.pilot import read_pilot
+    from synthbatch.control.runs.submit.flow import submit_cases
+
+    full = _profile(profile)
+    cases = [(c, store.case_file(base_file, c.run_id, c.run)) for c in new]
+    submitted = submit_cases(bench_file, cases, profile_ref(profile), full,
+                             scheduler or scheduler_for(full),
+                             _overrides(None, None, None, None, None), read_pilot)
     return {"benchmark_id": bench_id, "cases": [
         {"case": c.case, "run_id": c.run_id, "submitted": True, **submitted[c.run_id]}
         if c.run_id in submitted else
         {"case": c.case, "run_id": c.run_id, "submitted": False} for c in case_runs]}
-
-
-def _submit_cases(bench_file: Path, base_file: Path, cases: Sequence[Any],
-                  profile: ProfileRef, scheduler: Optional[Scheduler]
-                  ) -> Dict[str, Dict[str, Any]]:
-    """Check every case, then submit the cases of one shape as one Slurm array
-    (``control.runs.shared``; each case stays an ordinary run at its own task offset)."""
-    from synthbatch.control.benchmark import store
-    from synthbatch.control.runs import submit as submitting
-    from synthbatch.control.runs.plan import at_first_task
-    from synthbatch.control.runs.shared import groups, submit_shared
-
-    prof = _profile(profile)
-    sched = scheduler or scheduler_for(prof)
-    ready = []
-    for case in cases:
-        path = store.case_file(base_file, case.run_id, case.run)
-        try:
-            ready.append(_checked(path, profile, prof, sched, _overrides(None, None, None,
-                                                                          None, None),
-                                  True, case.run_id, case.shards))
-        except InvalidInput as err:
-            raise InvalidInput(f"{bench_file}: case {case.case}: {err.message}") from err
-    size = sched.max_array_size() if prof.backend == "slurm" else 1
-    found: Dict[str, Dict[str, Any]] = {}
-    for group in groups([r.resolved.plan for r in ready], size):
-        members = [ready[i]._replace(resolved=at_first_task(ready[i].resolved, task, size))
-                   for i, task in group]
-        staged = [_staged(m, prof) for m in members]
-        if len(staged) == 1:
-            records = submitting.submit_all(staged[0], members[0].resolved.profile, sched,
-                                            {s.index: 1 for s in staged[0].plan.shards},
-                                            implied=True)
-        else:
-            records = submit_shared(staged, members[0].resolved.profile, sched)
-        for i, stage in enumerate(staged):
-            mine = records if len(staged) == 1 else [records[i]]
-            found[stage.plan.run_id] = {"job_ids": [r.job_id for r in mine],
-                                        "shared_with": [s.plan.run_id for s in staged
-                                                        if s is not stage]}
-    return found
 
 
 def _benchmark_data(bench_id: str, profile: ProfileRef) -> Dict[str, Any]:

@@ -345,7 +345,7 @@ def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
     Raises Conflict when a named shard cannot be retried (nothing is submitted then).
     Shards with damaged records are left out (``selection.skipped``); the rest go ahead.
     """
-    from synthbatch.control.runs.submit import Staged, submit_all
+    from synthbatch.control.runs.submit.arrays import Staged, submit_all
 
     run = load_run(layout)
     if run is None:

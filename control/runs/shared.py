@@ -36,7 +36,7 @@ from synthbatch.agent_stdlib.statefile import (
     write_json_atomic,
 )
 from synthbatch.control.runs.store import RECOVERY_GRACE_S, load_plan, load_submissions
-from synthbatch.control.runs.submit import HELD, Staged, mark_submitted, sbatch_adopting
+from synthbatch.control.runs.submit.arrays import HELD, Staged, mark_submitted, sbatch_adopting
 from synthbatch.control.slurm.parsers import split_job_id
 from synthbatch.control.slurm.renderer import BatchScript, SharedMember, render_shared_script
 from synthbatch.control.slurm.scheduler import Scheduler
