@@ -28,8 +28,7 @@ from typing import (
     Union,
 )
 
-from synthbatch.agent_stdlib.layout import RunLayout, job_name
-from synthbatch.agent_stdlib.states import FAILED
+from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.control.config.workspace import WorkspaceProfile, load_workspace_profile
 from synthbatch.control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
 from synthbatch.control.runs.results import MergeResult, PlanResult, RunStatus, RunSummary
@@ -229,12 +228,7 @@ def status(run_id: Optional[str] = None, profile: ProfileRef = None,
     adds what it submitted as ``retried``.
     """
 
-    return RunStatus.from_dict(_status_data(run_id, profile, scheduler, auto_retry))
-
-
-def _status_data(run_id: Optional[str], profile: ProfileRef, scheduler: Optional[Scheduler],
-                 auto_retry: bool) -> Dict[str, Any]:
-    return status_refresh(run_id, profile, scheduler, auto_retry).data()
+    return RunStatus.from_dict(status_refresh(run_id, profile, scheduler, auto_retry).data())
 
 
 def status_refresh(run_id: Optional[str] = None, profile: ProfileRef = None,
@@ -242,90 +236,19 @@ def status_refresh(run_id: Optional[str] = None, profile: ProfileRef = None,
     """``status`` before it is plain data: ``data()`` is what ``status`` returns, and
     ``status --json`` prints ``json_bytes()``, which writes the settled rows as the index
     keeps their text instead of building and encoding them (100,000 rows: ~0.3 s)."""
+    from synthbatch.control.runs.observed import observed
+
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(_of_run(prof, layout))
-    return _presented(layout, _observed(layout, profile, sched, auto_retry, scheduler), sched,
-                      prof.path)
 
+    def retry() -> Any:  # submitting needs the whole profile
+        from synthbatch.control.runs.retry import retry_run
 
-def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Refresh:
-    """``refresh`` plus ``backend``: which scheduler answered (and, for the local backend,
-    where each supervisor of the run is)."""
-    from synthbatch.control.runs.status import refresh
-
-    fresh = refresh(layout, sched, with_usage=True)
-    fresh.summary["backend"] = sched.describe(job_name(layout.root.name))
-    return fresh
-
-
-def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler,
-               profile_path: Optional[Path] = None) -> Refresh:
-    """The refresh with what is said about it: pending reasons that block shards
-    (``blocked``: from the rows read this time, as a settled shard is never pending; and
-    ``pending_reasons``, how many pending shards wait for each of Slurm's reasons) and
-    the run's numbers (``totals``: from the index's columns, no settled row is built)."""
-    from synthbatch.control.runs.pending import blocked, reasons
-    from synthbatch.control.runs.totals import totals
-
-    summary = fresh.summary
-    summary["blocked"] = blocked(fresh.fresh)
-    summary["pending_reasons"] = reasons(fresh.fresh)
-    used: Dict[str, Any] = {}
-    summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
-                               ended=fresh.ended_at, job_ids=fresh.job_ids, usage=fresh.usage,
-                               used=used)
-    from synthbatch.control.runs import reusecount  # issue 31: reused cells apart
-
-    summary["reuse"] = reusecount.counts(layout, sum(summary.get("counts", {}).values()))
-    if summary["reuse"] is not None:
-        reusecount.generated(summary["totals"], summary.get("records_done", 0),
-                             summary["reuse"])
-    from synthbatch.control.runs.costread import status_cost  # issue 32: what records cost
-
-    summary["cost"] = status_cost(layout, summary, used, fresh.job_ids, profile_path,
-                                  lambda: sched.usage(fresh.job_ids))
-    from synthbatch.control.runs.autoretry import round_now  # issue 34: the pending automatic round
-    from synthbatch.control.runs.store import load_plan
-    from synthbatch.control.runs.telemetry import run_flags  # issue 32: idle or saturated
-
-    summary["serving_flags"] = run_flags(layout, fresh.fresh, time.time())
-    summary["auto_retry"] = round_now(layout, sched, fresh.rows,  # the plan: only if pending
-                                      lambda: load_plan(layout).max_attempts)
-    from synthbatch.control.runs import automerge  # the merge on completion, attempts' budget
-
-    summary["merge"] = automerge.view(layout)
-    summary["max_attempts"] = automerge.load_settings(layout)["max_attempts"]
-    return fresh
-
-
-def _observed(layout: RunLayout, profile: ProfileRef, sched: Scheduler, auto_retry: bool,
-              given: Optional[Scheduler] = None) -> Refresh:
-    """One refresh; with ``auto_retry``, failed shards resubmitted (through ``given``, the
-    caller's scheduler, or one made from the whole profile: submitting needs all of it)."""
-    from synthbatch.control.runs.status import unreachable
-
-    fresh = _refresh(layout, sched)
-    data = fresh.summary
-    if not auto_retry or not data["counts"].get(FAILED) or unreachable(data):
-        return fresh
-    from synthbatch.control.errors import Conflict
-    from synthbatch.control.runs.retry import retry_run
-
-    try:
-        full = _of_run(_profile(profile), layout)  # submitting needs the whole profile
-        done = retry_run(layout, full, given or scheduler_for(full), auto=True,
+        full = _of_run(_profile(profile), layout)
+        return retry_run(layout, full, scheduler or scheduler_for(full), auto=True,
                          lock_wait_s=0.0)
-    except Conflict as err:
-        data.update(retried=[], notes=[*data["notes"], err.message])
-        return fresh
-    notes = [done.selection.skipped[s] for s in sorted(done.selection.skipped)]
-    if not done.submitted:
-        data.update(retried=[], notes=[*data["notes"], *notes])
-        return fresh
-    fresh = _refresh(layout, sched)
-    fresh.summary.update(retried=[c.to_dict() for c in done.submitted],
-                         notes=[*fresh.summary["notes"], *notes])
-    return fresh
+
+    return observed(layout, sched, prof.path, retry if auto_retry else None)
 
 
 def wait(run_id: Optional[str] = None, profile: ProfileRef = None,
@@ -345,7 +268,7 @@ def wait(run_id: Optional[str] = None, profile: ProfileRef = None,
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(_of_run(prof, layout))
     name = layout.root.name
-    last = watch_loop(lambda: _status_data(name, profile, sched, False),
+    last = watch_loop(lambda: status_refresh(name, profile, sched).data(),
                       show or (lambda data: None), Backoff(base_s=interval_s),
                       max_s=timeout_s)
     return RunStatus.from_dict(last)
