@@ -545,3 +545,34 @@ def benchmark_report(bench_id: str, output: Optional[PathLike] = None,
     return {"benchmark_id": bench_id, "report_dir": str(folder),
             "files": report.write(data, folder), "complete": data["complete"],
             "missing": data["missing"]}
+
+
+# What the CLI's writing commands use besides the functions above (imported when first
+# asked for; the read-only ones are in ``control.readapi``): the CLI imports nothing of
+# ``control`` but ``api``, ``readapi`` and ``errors``.
+_CLI = "synthbatch.control."
+CLI_LAZY = {
+    "load_profile": (_CLI + "config.profile", "load_profile"),
+    "default_profile_path": (_CLI + "config.profile", "default_profile_path"),
+    "Profile": (_CLI + "config.profile", "Profile"),
+    "load_model": (_CLI + "config.loader", "load_model"),
+    "starter_toml": (_CLI + "config.starter", "starter_toml"),
+    "write_starter": (_CLI + "config.starter", "write_starter"),
+    "local_starter_toml": (_CLI + "config.starter", "local_starter_toml"),
+    "toml_text": (_CLI + "config.tomltext", "toml_text"),
+    "detect_gpus": (_CLI + "backends.local.gpus", "detect"),
+    "ROUND_JOB_ENV": (_CLI + "backends.local.rounds", "ROUND_JOB_ENV"),
+    "check_profile": (_CLI + "runs.doctor", "check_profile"),
+    "autoround": (_CLI + "runs.autoround", ""),
+    "due_locally": (_CLI + "runs.autoretry", "due_locally"),
+    "image_registry": (_CLI + "images.registry", ""),
+    "inspect_image": (_CLI + "images.inspect", "inspect_image"),
+    "locate_agent_bundle": (_CLI + "bundle", "locate_agent_bundle"),
+    "BundleError": (_CLI + "bundle", "BundleError"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    from synthbatch.control.readapi import lazy
+
+    return lazy(CLI_LAZY, name, __name__)
