@@ -353,28 +353,13 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
     are damaged are left out and listed as ``skipped``, the others still submitted.
     Returns what was (with ``dry_run``: would be) submitted.
     """
-    from synthbatch.control.runs.retry import retry_run
-    from synthbatch.control.runs.status import observe, unreachable
+    from synthbatch.control.runs.retry import retry_reconciled
 
     prof = _profile(profile)
     layout = run_layout(Path(prof.workspace), run_id)
     prof = _of_run(prof, layout)  # type: ignore[assignment]
-    sched = scheduler or scheduler_for(prof)
-    seen = observe(layout, sched)
-    error = unreachable(seen)
-    if error is not None:  # the records alone cannot say which shards ended
-        raise error
-    verdicts = {row["index"]: (row["state"], row["reason"], row["attempt"])
-                for row in seen["shards"]}
-    done = retry_run(layout, prof, sched, list(shards), resume, dry_run, auto, lock_wait_s,
-                     verdicts=verdicts)
-    selection = done.selection
-    return {"run_id": run_id, "dry_run": dry_run, "auto": auto,
-            "shards": [c.to_dict() for c in done.submitted],
-            "submissions": done.submissions,
-            "exhausted": [selection.exhausted[s] for s in sorted(selection.exhausted)],
-            "skipped": [selection.skipped[s] for s in sorted(selection.skipped)],
-            "over_limit": [selection.over_limit[s] for s in sorted(selection.over_limit)]}
+    return retry_reconciled(layout, prof, scheduler or scheduler_for(prof), shards, resume,
+                            dry_run, auto, lock_wait_s)
 
 
 def runs(profile: ProfileRef = None) -> List[RunSummary]:
