@@ -5,12 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from synthbatch.control.runs.submit.arrays import (
-    Staged,
-    commit_run,
-    remove_uncommitted,
-    stage_run,
-)
+from synthbatch.control.runs.submit import arrays
+from synthbatch.control.runs.submit.arrays import Staged
 
 if TYPE_CHECKING:
     from synthbatch.control.config.profile import Profile
@@ -24,11 +20,11 @@ def staged(ready: Checked, prof: Profile) -> Staged:
               "profile" + resolved.profile_path.suffix: resolved.profile_path}
     if resolved.client_config is not None:  # a copy of what the plan pinned, for the record
         inputs["data-designer" + resolved.client_config.suffix] = resolved.client_config
-    done = stage_run(Path(prof.workspace), resolved.plan, inputs, ready.pyz,
-                     ready.agent_sha256, resolved.plan_bytes, resolved.plan_sha256)
+    done = arrays.stage_run(Path(prof.workspace), resolved.plan, inputs, ready.pyz,
+                            ready.agent_sha256, resolved.plan_bytes, resolved.plan_sha256)
     try:
-        commit_run(done, prof.backend, warnings=ready.warnings, overrides=ready.overrides)
+        arrays.commit_run(done, prof.backend, warnings=ready.warnings, overrides=ready.overrides)
     except BaseException:
-        remove_uncommitted(done.layout)
+        arrays.remove_uncommitted(done.layout)
         raise
     return done
