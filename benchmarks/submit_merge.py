@@ -66,7 +66,7 @@ def counters() -> Dict[str, int]:
 def phase_timer() -> Dict[str, float]:
     """Time the submit phases (wrapping the functions api.submit calls)."""
     from synthbatch.control.runs import plan as planning
-    from synthbatch.control.runs import submit as submitting
+    from synthbatch.control.runs.submit import arrays as submitting
 
     times: Dict[str, float] = {}
 

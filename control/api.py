@@ -23,14 +23,12 @@ from typing import (
     Callable,
     Dict,
     List,
-    NamedTuple,
     Optional,
     Sequence,
     Union,
 )
 
-from synthbatch.agent_stdlib.layout import RunLayout, bundle_cache, job_name
-from synthbatch.agent_stdlib.states import FAILED
+from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.control.config.workspace import WorkspaceProfile, load_workspace_profile
 from synthbatch.control.errors import InvalidInput, SchedulerUnavailable, SynthbatchError
 from synthbatch.control.runs.results import MergeResult, PlanResult, RunStatus, RunSummary
@@ -170,9 +168,9 @@ def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
     ``$SYNTHBATCH_PROFILE`` or default profile) the run is planned with a stand-in."""
     import tempfile
 
-    from synthbatch.control import bundle
     from synthbatch.control.runs.preview import parse_endpoints, parse_models, run_preview
     from synthbatch.control.runs.preview_profile import profile_given, write_standin
+    from synthbatch.control.runs.submit.checked import agent_bundle
 
     urls = parse_endpoints(endpoints)
     names = parse_models(models)
@@ -180,11 +178,7 @@ def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
         ref = profile_ref(profile)
         if not profile_given(ref):  # no profile at all: plan with a stand-in
             ref = str(write_standin(Path(tmp)))
-        prof = _profile(ref)
-        try:
-            pyz = bundle.locate_agent_bundle(bundle_cache(prof.workspace))
-        except bundle.BundleError as err:
-            raise InvalidInput(f"agent bundle: {err}") from err
+        pyz = agent_bundle(_profile(ref))
         return run_preview(Path(run_file), ref, count, urls, pyz, api_key_env, timeout_s,
                            names, on_record)
 
@@ -209,107 +203,19 @@ def submit(run_file: PathLike, profile: ProfileRef = None,
     the merge job writes the dataset there once the run is over (issue 34).
     A run Slurm refuses (SchedulerRejected, exit 2) is not kept: no run is left behind.
     """
-    from synthbatch.control.runs import submit as submitting
+    from synthbatch.control.benchmark.pilot import read_pilot
+    from synthbatch.control.runs.submit.flow import submit_run
 
     prof = _profile(profile)
     sched = scheduler or scheduler_for(prof)
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
-    if merge_to is not None:  # a bad --merge-to is refused before anything else is asked
-        from synthbatch.control.runs.automerge import target
-
-        target(str(merge_to), Path.cwd(), None)
-    ready = _checked(Path(run_file), profile, prof, sched, over, checks, run_id, shards)
-    from synthbatch.control.runs.reuse import (
-        with_reuse,  # the run file's reuse and --reuse (issue 31)
-    )
-
-    resolved, notes = with_reuse(ready.resolved, Path(prof.workspace), reuse)
-    ready = ready._replace(resolved=resolved, warnings=ready.warnings + notes)
-    from synthbatch.control.runs.automerge import auto_settings  # issue 34
-
-    auto = auto_settings(ready.resolved.config, ready.run_file, ready.resolved.plan.max_attempts,
-                         merge_to, merge_format, allow_partial)
-    staged = _staged(ready, prof)
-    records = submitting.submit_all(staged, ready.resolved.profile, sched,
-                                    {s.index: 1 for s in staged.plan.shards}, implied=True,
-                                    withdraw=True)
-    from synthbatch.control.runs.autoround import (
-        start,  # issue 34: attempts 2..N with no one around
-    )
-    start(staged.layout, ready.resolved.profile, sched, staged.plan.run_id,
-          [r.job_id for r in records if r.job_id], auto)
-    return _submitted(ready, staged, records, scheduler)
-
-
-class _Checked(NamedTuple):
-    """A run resolved and checked, before anything is written."""
-
-    resolved: Any  # control.runs.plan.Resolved
-    run_file: Path
-    pyz: Path
-    agent_sha256: str
-    warnings: List[str]
-    overrides: Dict[str, str]
-    profile: ProfileRef
-
-
-def _checked(run_file: Path, profile: ProfileRef, prof: Profile, sched: Scheduler,
-             over: Overrides, checks: bool, run_id: Optional[str],
-             shards: Optional[Sequence[ShardSpec]]) -> _Checked:
-    """Resolve and check a run (InvalidInput for what ``plan``'s checks call an error)."""
-    from synthbatch.control import bundle
-    from synthbatch.control.benchmark.pilot import read_pilot
-    from synthbatch.control.runs.checks import errors, warnings
-    from synthbatch.control.runs.plan import login_checks, resolve
-
-    try:
-        pyz = bundle.locate_agent_bundle(bundle_cache(prof.workspace))
-    except bundle.BundleError as err:
-        raise InvalidInput(f"agent bundle: {err}") from err
-    agent_sha256 = bundle.sha256_file(pyz)
-    resolved = resolve(run_file, profile_ref(profile), run_id=run_id,
-                       max_array_size=sched.max_array_size(), agent_sha256=agent_sha256,
-                       overrides=over, shards=shards, read_pilot=read_pilot)
-    found = login_checks(resolved, sched) if checks else []
-    bad = errors(found)
-    if bad:
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise InvalidInput(f"submit refused: {bad[0].line()}{more}",
-                           hint=f"synthbatch plan {run_file} shows every check")
-    return _Checked(resolved, run_file, pyz, agent_sha256, [f.line() for f in warnings(found)],
-                    over.to_dict(), profile)
-
-
-def _staged(ready: _Checked, prof: Profile) -> Any:
-    """Stage and commit a checked run (run.json written); its ``Staged``."""
-    from synthbatch.control.runs import submit as submitting
-
-    resolved, run_file = ready.resolved, ready.run_file
-    inputs = {"run" + run_file.suffix: run_file,
-              "profile" + resolved.profile_path.suffix: resolved.profile_path}
-    if resolved.client_config is not None:  # a copy of what the plan pinned, for the record
-        inputs["data-designer" + resolved.client_config.suffix] = resolved.client_config
-    staged = submitting.stage_run(Path(prof.workspace), resolved.plan, inputs, ready.pyz,
-                                  ready.agent_sha256, resolved.plan_bytes,
-                                  resolved.plan_sha256)
-    try:
-        submitting.commit_run(staged, prof.backend, warnings=ready.warnings,
-                              overrides=ready.overrides)
-    except BaseException:
-        submitting.remove_uncommitted(staged.layout)
-        raise
-    return staged
-
-
-def _submitted(ready: _Checked, staged: Any, records: Sequence[Any],
-               scheduler: Optional[Scheduler]) -> Run:
-    plan = staged.plan
-    return Run(plan.run_id, ready.profile, scheduler, submission={
-        "run_id": plan.run_id, "run_dir": str(staged.layout.root),
-        "job_id": records[0].job_id, "job_ids": [r.job_id for r in records],
-        "shards": len(plan.shards), "warnings": ready.warnings,
-        "overrides": ready.overrides})
+    ref = profile_ref(profile)
+    submission = submit_run(Path(run_file), ref, prof, sched, over, checks=checks,
+                            run_id=run_id, shards=shards, reuse=reuse, merge_to=merge_to,
+                            merge_format=merge_format, allow_partial=allow_partial,
+                            read_pilot=read_pilot)
+    return Run(submission["run_id"], profile, scheduler, submission=submission)
 
 
 def status(run_id: Optional[str] = None, profile: ProfileRef = None,
@@ -322,12 +228,7 @@ def status(run_id: Optional[str] = None, profile: ProfileRef = None,
     adds what it submitted as ``retried``.
     """
 
-    return RunStatus.from_dict(_status_data(run_id, profile, scheduler, auto_retry))
-
-
-def _status_data(run_id: Optional[str], profile: ProfileRef, scheduler: Optional[Scheduler],
-                 auto_retry: bool) -> Dict[str, Any]:
-    return status_refresh(run_id, profile, scheduler, auto_retry).data()
+    return RunStatus.from_dict(status_refresh(run_id, profile, scheduler, auto_retry).data())
 
 
 def status_refresh(run_id: Optional[str] = None, profile: ProfileRef = None,
@@ -335,90 +236,19 @@ def status_refresh(run_id: Optional[str] = None, profile: ProfileRef = None,
     """``status`` before it is plain data: ``data()`` is what ``status`` returns, and
     ``status --json`` prints ``json_bytes()``, which writes the settled rows as the index
     keeps their text instead of building and encoding them (100,000 rows: ~0.3 s)."""
+    from synthbatch.control.runs.observed import observed
+
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(_of_run(prof, layout))
-    return _presented(layout, _observed(layout, profile, sched, auto_retry, scheduler), sched,
-                      prof.path)
 
+    def retry() -> Any:  # submitting needs the whole profile
+        from synthbatch.control.runs.retry import retry_run
 
-def _refresh(layout: RunLayout, sched: Union[Scheduler, LocalScheduler]) -> Refresh:
-    """``refresh`` plus ``backend``: which scheduler answered (and, for the local backend,
-    where each supervisor of the run is)."""
-    from synthbatch.control.runs.status.refresh import refresh
-
-    fresh = refresh(layout, sched, with_usage=True)
-    fresh.summary["backend"] = sched.describe(job_name(layout.root.name))
-    return fresh
-
-
-def _presented(layout: RunLayout, fresh: Refresh, sched: Scheduler,
-               profile_path: Optional[Path] = None) -> Refresh:
-    """The refresh with what is said about it: pending reasons that block shards
-    (``blocked``: from the rows read this time, as a settled shard is never pending; and
-    ``pending_reasons``, how many pending shards wait for each of Slurm's reasons) and
-    the run's numbers (``totals``: from the index's columns, no settled row is built)."""
-    from synthbatch.control.runs.status.pending import blocked, reasons
-    from synthbatch.control.runs.status.totals import totals
-
-    summary = fresh.summary
-    summary["blocked"] = blocked(fresh.fresh)
-    summary["pending_reasons"] = reasons(fresh.fresh)
-    used: Dict[str, Any] = {}
-    summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
-                               ended=fresh.ended_at, job_ids=fresh.job_ids, usage=fresh.usage,
-                               used=used)
-    from synthbatch.control.runs import reusecount  # issue 31: reused cells apart
-
-    summary["reuse"] = reusecount.counts(layout, sum(summary.get("counts", {}).values()))
-    if summary["reuse"] is not None:
-        reusecount.generated(summary["totals"], summary.get("records_done", 0),
-                             summary["reuse"])
-    from synthbatch.control.runs.costread import status_cost  # issue 32: what records cost
-
-    summary["cost"] = status_cost(layout, summary, used, fresh.job_ids, profile_path,
-                                  lambda: sched.usage(fresh.job_ids))
-    from synthbatch.control.runs.autoretry import round_now  # issue 34: the pending automatic round
-    from synthbatch.control.runs.store import load_plan
-    from synthbatch.control.runs.telemetry import run_flags  # issue 32: idle or saturated
-
-    summary["serving_flags"] = run_flags(layout, fresh.fresh, time.time())
-    summary["auto_retry"] = round_now(layout, sched, fresh.rows,  # the plan: only if pending
-                                      lambda: load_plan(layout).max_attempts)
-    from synthbatch.control.runs import automerge  # the merge on completion, attempts' budget
-
-    summary["merge"] = automerge.view(layout)
-    summary["max_attempts"] = automerge.load_settings(layout)["max_attempts"]
-    return fresh
-
-
-def _observed(layout: RunLayout, profile: ProfileRef, sched: Scheduler, auto_retry: bool,
-              given: Optional[Scheduler] = None) -> Refresh:
-    """One refresh; with ``auto_retry``, failed shards resubmitted (through ``given``, the
-    caller's scheduler, or one made from the whole profile: submitting needs all of it)."""
-    from synthbatch.control.runs.status.refresh import unreachable
-
-    fresh = _refresh(layout, sched)
-    data = fresh.summary
-    if not auto_retry or not data["counts"].get(FAILED) or unreachable(data):
-        return fresh
-    from synthbatch.control.errors import Conflict
-    from synthbatch.control.runs.retry import retry_run
-
-    try:
-        full = _of_run(_profile(profile), layout)  # submitting needs the whole profile
-        done = retry_run(layout, full, given or scheduler_for(full), auto=True,
+        full = _of_run(_profile(profile), layout)
+        return retry_run(layout, full, scheduler or scheduler_for(full), auto=True,
                          lock_wait_s=0.0)
-    except Conflict as err:
-        data.update(retried=[], notes=[*data["notes"], err.message])
-        return fresh
-    notes = [done.selection.skipped[s] for s in sorted(done.selection.skipped)]
-    if not done.submitted:
-        data.update(retried=[], notes=[*data["notes"], *notes])
-        return fresh
-    fresh = _refresh(layout, sched)
-    fresh.summary.update(retried=[c.to_dict() for c in done.submitted],
-                         notes=[*fresh.summary["notes"], *notes])
-    return fresh
+
+    return observed(layout, sched, prof.path, retry if auto_retry else None)
 
 
 def wait(run_id: Optional[str] = None, profile: ProfileRef = None,
@@ -438,7 +268,7 @@ def wait(run_id: Optional[str] = None, profile: ProfileRef = None,
     prof, layout = _run(run_id, profile)
     sched = scheduler or scheduler_for(_of_run(prof, layout))
     name = layout.root.name
-    last = watch_loop(lambda: _status_data(name, profile, sched, False),
+    last = watch_loop(lambda: status_refresh(name, profile, sched).data(),
                       show or (lambda data: None), Backoff(base_s=interval_s),
                       max_s=timeout_s)
     return RunStatus.from_dict(last)
@@ -523,28 +353,13 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
     are damaged are left out and listed as ``skipped``, the others still submitted.
     Returns what was (with ``dry_run``: would be) submitted.
     """
-    from synthbatch.control.runs.retry import retry_run
-    from synthbatch.control.runs.status.refresh import observe, unreachable
-    from synthbatch.control.runs.status.rows import ShardRow
+    from synthbatch.control.runs.retry import retry_reconciled
 
     prof = _profile(profile)
     layout = run_layout(Path(prof.workspace), run_id)
     prof = _of_run(prof, layout)  # type: ignore[assignment]
-    sched = scheduler or scheduler_for(prof)
-    seen = observe(layout, sched)
-    error = unreachable(seen)
-    if error is not None:  # the records alone cannot say which shards ended
-        raise error
-    verdicts = {row.index: row for row in map(ShardRow.from_dict, seen["shards"])}
-    done = retry_run(layout, prof, sched, list(shards), resume, dry_run, auto, lock_wait_s,
-                     verdicts=verdicts)
-    selection = done.selection
-    return {"run_id": run_id, "dry_run": dry_run, "auto": auto,
-            "shards": [c.to_dict() for c in done.submitted],
-            "submissions": done.submissions,
-            "exhausted": [selection.exhausted[s] for s in sorted(selection.exhausted)],
-            "skipped": [selection.skipped[s] for s in sorted(selection.skipped)],
-            "over_limit": [selection.over_limit[s] for s in sorted(selection.over_limit)]}
+    return retry_reconciled(layout, prof, scheduler or scheduler_for(prof), shards, resume,
+                            dry_run, auto, lock_wait_s)
 
 
 def runs(profile: ProfileRef = None) -> List[RunSummary]:
@@ -667,52 +482,18 @@ def benchmark_run(bench_file: PathLike, profile: ProfileRef = None,
             run_layout(workspace, case.run_id)
         except SynthbatchError:
             new.append(case)
-    submitted = _submit_cases(bench_file, base_file, new, profile, scheduler)
+    from synthbatch.control.benchmark.pilot import read_pilot
+    from synthbatch.control.runs.submit.flow import submit_cases
+
+    full = _profile(profile)
+    cases = [(c, store.case_file(base_file, c.run_id, c.run)) for c in new]
+    submitted = submit_cases(bench_file, cases, profile_ref(profile), full,
+                             scheduler or scheduler_for(full),
+                             _overrides(None, None, None, None, None), read_pilot)
     return {"benchmark_id": bench_id, "cases": [
         {"case": c.case, "run_id": c.run_id, "submitted": True, **submitted[c.run_id]}
         if c.run_id in submitted else
         {"case": c.case, "run_id": c.run_id, "submitted": False} for c in case_runs]}
-
-
-def _submit_cases(bench_file: Path, base_file: Path, cases: Sequence[Any],
-                  profile: ProfileRef, scheduler: Optional[Scheduler]
-                  ) -> Dict[str, Dict[str, Any]]:
-    """Check every case, then submit the cases of one shape as one Slurm array
-    (``control.runs.shared``; each case stays an ordinary run at its own task offset)."""
-    from synthbatch.control.benchmark import store
-    from synthbatch.control.runs import submit as submitting
-    from synthbatch.control.runs.plan import at_first_task
-    from synthbatch.control.runs.shared import groups, submit_shared
-
-    prof = _profile(profile)
-    sched = scheduler or scheduler_for(prof)
-    ready = []
-    for case in cases:
-        path = store.case_file(base_file, case.run_id, case.run)
-        try:
-            ready.append(_checked(path, profile, prof, sched, _overrides(None, None, None,
-                                                                          None, None),
-                                  True, case.run_id, case.shards))
-        except InvalidInput as err:
-            raise InvalidInput(f"{bench_file}: case {case.case}: {err.message}") from err
-    size = sched.max_array_size() if prof.backend == "slurm" else 1
-    found: Dict[str, Dict[str, Any]] = {}
-    for group in groups([r.resolved.plan for r in ready], size):
-        members = [ready[i]._replace(resolved=at_first_task(ready[i].resolved, task, size))
-                   for i, task in group]
-        staged = [_staged(m, prof) for m in members]
-        if len(staged) == 1:
-            records = submitting.submit_all(staged[0], members[0].resolved.profile, sched,
-                                            {s.index: 1 for s in staged[0].plan.shards},
-                                            implied=True)
-        else:
-            records = submit_shared(staged, members[0].resolved.profile, sched)
-        for i, stage in enumerate(staged):
-            mine = records if len(staged) == 1 else [records[i]]
-            found[stage.plan.run_id] = {"job_ids": [r.job_id for r in mine],
-                                        "shared_with": [s.plan.run_id for s in staged
-                                                        if s is not stage]}
-    return found
 
 
 def _benchmark_data(bench_id: str, profile: ProfileRef) -> Dict[str, Any]:
@@ -749,3 +530,34 @@ def benchmark_report(bench_id: str, output: Optional[PathLike] = None,
     return {"benchmark_id": bench_id, "report_dir": str(folder),
             "files": report.write(data, folder), "complete": data["complete"],
             "missing": data["missing"]}
+
+
+# What the CLI's writing commands use besides the functions above (imported when first
+# asked for; the read-only ones are in ``control.readapi``): the CLI imports nothing of
+# ``control`` but ``api``, ``readapi`` and ``errors``.
+_CLI = "synthbatch.control."
+CLI_LAZY = {
+    "load_profile": (_CLI + "config.profile", "load_profile"),
+    "default_profile_path": (_CLI + "config.profile", "default_profile_path"),
+    "Profile": (_CLI + "config.profile", "Profile"),
+    "load_model": (_CLI + "config.loader", "load_model"),
+    "starter_toml": (_CLI + "config.starter", "starter_toml"),
+    "write_starter": (_CLI + "config.starter", "write_starter"),
+    "local_starter_toml": (_CLI + "config.starter", "local_starter_toml"),
+    "toml_text": (_CLI + "config.tomltext", "toml_text"),
+    "detect_gpus": (_CLI + "backends.local.gpus", "detect"),
+    "ROUND_JOB_ENV": (_CLI + "backends.local.rounds", "ROUND_JOB_ENV"),
+    "check_profile": (_CLI + "runs.doctor", "check_profile"),
+    "autoround": (_CLI + "runs.autoround", ""),
+    "due_locally": (_CLI + "runs.autoretry", "due_locally"),
+    "image_registry": (_CLI + "images.registry", ""),
+    "inspect_image": (_CLI + "images.inspect", "inspect_image"),
+    "locate_agent_bundle": (_CLI + "bundle", "locate_agent_bundle"),
+    "BundleError": (_CLI + "bundle", "BundleError"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    from synthbatch.control.readapi import lazy
+
+    return lazy(CLI_LAZY, name, __name__)

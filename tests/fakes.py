@@ -798,7 +798,7 @@ class World:
     def submit(self, plan: Any, cluster: FileCluster) -> Any:
         """``synthbatch submit`` of ``plan``: stage, commit, one held array, release."""
         from synthbatch.agent_stdlib.contracts import sha256_bytes
-        from synthbatch.control.runs.submit import commit_run, stage_run, submit_all
+        from synthbatch.control.runs.submit.arrays import commit_run, stage_run, submit_all
         from synthbatch.control.slurm.scheduler import Scheduler
 
         staged = stage_run(self.ws, plan, {"run.toml": QUICKSTART, "profile.toml": TESTBED},

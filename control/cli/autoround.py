@@ -12,14 +12,10 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from synthbatch.control.backends.local.rounds import ROUND_JOB_ENV
-from synthbatch.control.runs import autoround
-from synthbatch.control.runs.autoretry import due_locally
-
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m synthbatch.control.cli.autoround --workspace W RUN_ID``: one round."""
-    from synthbatch.control.runs.store import run_layout
+    from synthbatch.control.api import ROUND_JOB_ENV, autoround, due_locally, run_layout
 
     args = list(sys.argv[1:] if argv is None else argv)
     merging = args[3:] == ["--merge"]
@@ -28,9 +24,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "[--merge]", file=sys.stderr)
         return 2
     workspace, run_id = args[1], args[2]
-    from synthbatch.control.api import scheduler_for
-    from synthbatch.control.config.loader import load_model
-    from synthbatch.control.config.profile import Profile
+    from synthbatch.control.api import Profile, load_model, scheduler_for
 
     layout = run_layout(Path(workspace), run_id)
     local_job = os.environ.get(ROUND_JOB_ENV)  # the local backend's supervisor runs it

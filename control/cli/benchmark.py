@@ -39,7 +39,7 @@ def run_cmd(bench_file: Path, profile: Optional[str]) -> Any:
 def analyze_cmd(bench_id: str, profile: Optional[str]) -> Any:
     """Figures per case and concurrency, the Pareto front and the recommendation."""
     from synthbatch.control import api
-    from synthbatch.control.benchmark.report import text
+    from synthbatch.control.readapi import report_text as text
 
     data = api.benchmark_analyze(bench_id, profile)
     return {"data": data, "text": text(data)}

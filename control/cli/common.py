@@ -90,7 +90,7 @@ def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str
 
     if "/" in incomplete or incomplete.startswith((".", "~")):
         return [CompletionItem(incomplete, type="file")]
-    from synthbatch.control.config.workspace import PROFILE_DIR
+    from synthbatch.control.readapi import PROFILE_DIR
 
     try:
         names = sorted(n[:-5] for n in os.listdir(PROFILE_DIR.expanduser())
@@ -105,8 +105,7 @@ def complete_run_id(ctx: click.Context, param: click.Parameter, incomplete: str)
     newest first (as ``runs`` lists them)."""
     from click.shell_completion import CompletionItem
 
-    from synthbatch.control.config.workspace import load_workspace_profile
-    from synthbatch.control.runs.store import committed_run_ids
+    from synthbatch.control.readapi import committed_run_ids, load_workspace_profile
 
     try:
         workspace = load_workspace_profile(ctx.params.get("profile")).workspace

@@ -13,7 +13,7 @@ from synthbatch.control.cli.common import SuggestingGroup, common, group_json
 
 
 def _profile(profile: Optional[str]) -> Any:
-    from synthbatch.control.config.profile import load_profile
+    from synthbatch.control.api import load_profile
 
     return load_profile(profile)[0]
 
@@ -27,8 +27,7 @@ def _line(entry: Any) -> str:
 def _inspector(prof: Any) -> Any:
     """Inspects an image with the profile's runtime and mounts (see control/images/inspect)."""
     from synthbatch.agent_stdlib.layout import bundle_cache
-    from synthbatch.control.bundle import BundleError, locate_agent_bundle
-    from synthbatch.control.images.inspect import inspect_image
+    from synthbatch.control.api import BundleError, inspect_image, locate_agent_bundle
 
     box = prof.container
 
@@ -44,7 +43,7 @@ def _inspector(prof: Any) -> Any:
 
 
 def _text(entry: Any, data: Dict[str, Any]) -> str:
-    from synthbatch.control.images.inspect import describe
+    from synthbatch.control.readapi import describe_image as describe
 
     shown = {k: v for k, v in data.items() if k != "inspection"}
     return "\n".join([f"{k}: {v}" for k, v in shown.items()] +
@@ -70,8 +69,8 @@ def add_cmd(alias: str, path: str, kind: str, replace: bool, no_inspect: bool,
     """Hash the image PATH (absolute: a .sqsh/.squashfs/.sqfs/.sif file or a charliecloud
     image directory), inspect it when the profile's runtime can run it here, and register
     it as ALIAS."""
+    from synthbatch.control.api import image_registry as registry
     from synthbatch.control.cli.output import ByteProgress
-    from synthbatch.control.images import registry
 
     prof = _profile(profile)
     bar = ByteProgress(f"sha256 {Path(path).name}")
@@ -80,7 +79,7 @@ def add_cmd(alias: str, path: str, kind: str, replace: bool, no_inspect: bool,
                              progress=bar, inspect=None if no_inspect else _inspector(prof))
     finally:
         bar.close()
-    from synthbatch.control.images.inspect import describe
+    from synthbatch.control.readapi import describe_image as describe
 
     lines = [f"{entry.alias}: {entry.path} sha256 {entry.sha256}"]
     if entry.inspection is not None:
@@ -92,7 +91,7 @@ def add_cmd(alias: str, path: str, kind: str, replace: bool, no_inspect: bool,
 @common
 def ls_cmd(profile: Optional[str]) -> Any:
     """List registered images."""
-    from synthbatch.control.images import registry
+    from synthbatch.control.api import image_registry as registry
 
     entries = sorted(registry.load(Path(_profile(profile).workspace)).values(),
                      key=lambda e: e.alias)
@@ -107,9 +106,9 @@ def ls_cmd(profile: Optional[str]) -> Any:
 def info_cmd(alias: str, verify: bool, profile: Optional[str]) -> Any:
     """Show one image and what its inspection found; with --verify, check that it still
     matches its pinned digest."""
+    from synthbatch.control.api import image_registry as registry
     from synthbatch.control.cli.output import ByteProgress
     from synthbatch.control.errors import Conflict
-    from synthbatch.control.images import registry
 
     entry = registry.get(Path(_profile(profile).workspace), alias)
     data: dict = asdict(entry)
@@ -131,7 +130,7 @@ def info_cmd(alias: str, verify: bool, profile: Optional[str]) -> Any:
 @common
 def rm_cmd(alias: str, profile: Optional[str]) -> Any:
     """Unregister ALIAS (the image itself is not touched)."""
-    from synthbatch.control.images import registry
+    from synthbatch.control.api import image_registry as registry
 
     entry = registry.remove(Path(_profile(profile).workspace), alias)
     return {"data": asdict(entry), "text": f"removed {entry.alias} ({entry.path})"}

@@ -34,7 +34,7 @@ def logs_cmd(run_id: Optional[str], shard: Optional[int], step: Optional[str], f
     (``\\x1b``); piped, the file's bytes are copied as they are.
     """
     from synthbatch.control import api
-    from synthbatch.control.runs import logs
+    from synthbatch.control.readapi import logs
 
     run_id = run_id or api.latest_run(profile)
     if follow and not as_json:
@@ -57,7 +57,7 @@ def _follow(run_id: str, shard: Optional[int], step: Optional[str],
             profile: Optional[str]) -> None:
     """Wait for the log (notes on stderr), then follow it across executions and attempts."""
     from synthbatch.control import api
-    from synthbatch.control.runs import logs
+    from synthbatch.control.readapi import logs
 
     layout = api.run_dir(run_id, profile)
     index = logs.shard_index(layout, shard)

@@ -22,7 +22,7 @@ from synthbatch.agent_stdlib.statefile import StateError
 from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.cli.render import state_cell
 from synthbatch.control.errors import MAX_MESSAGE, DamagedState, SynthbatchError, one_line
-from synthbatch.control.runs.status import verdict as norm
+from synthbatch.control.readapi import norm
 
 KEEP = "\n\t"
 # A control character other than newline and tab as json.dumps writes it (ASCII only).

@@ -15,7 +15,7 @@ MARK = {"ok": "ok  ", "warning": "warn", "error": "FAIL"}
 def checks_text(checks: List[Dict[str, str]]) -> List[str]:
     """The checks as ``plan`` and ``submit`` print them: what was checked here, then what
     only the compute node can tell."""
-    from synthbatch.control.runs.checks import NODE_ONLY
+    from synthbatch.control.readapi import NODE_ONLY
 
     here = [c for c in checks if c["level"] != "node"]
     there = [c for c in checks if c["level"] == "node"]

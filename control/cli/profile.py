@@ -20,7 +20,7 @@ def profile_group() -> None:
 
 
 def _target(path: Optional[Path], profile: Optional[str]) -> Path:
-    from synthbatch.control.config.profile import default_profile_path
+    from synthbatch.control.api import default_profile_path
 
     if path is not None:
         return path.expanduser()
@@ -57,7 +57,7 @@ def init_cmd(path: Optional[Path], local: bool, workspace: Optional[str],
              gpus_per_node: int, gpu_request: str, container_runtime: str,
              python: Optional[str], slurm_bin: Optional[str], profile: Optional[str]) -> Any:
     """Write a commented starter profile (0600); never overwrites a file."""
-    from synthbatch.control.config.starter import starter_toml, write_starter
+    from synthbatch.control.api import starter_toml, write_starter
     from synthbatch.control.errors import InvalidInput
 
     if local:
@@ -81,8 +81,8 @@ def _local_starter(workspace: Optional[str], python: Optional[str], runtime: str
     """``profile init --local``: this machine's GPUs (nvidia-smi -L) and Python."""
     import sys
 
-    from synthbatch.control.backends.local.gpus import detect
-    from synthbatch.control.config.starter import local_starter_toml
+    from synthbatch.control.api import detect_gpus as detect
+    from synthbatch.control.api import local_starter_toml
     from synthbatch.control.errors import InvalidInput
 
     given = [name for name, value in slurm_only.items() if value]
@@ -100,9 +100,8 @@ def _local_starter(workspace: Optional[str], python: Optional[str], runtime: str
 @common
 def validate_cmd(profile: Optional[str], as_json: bool) -> Any:
     """Check the workspace, Slurm, the partition and its GPUs, Python and containers."""
-    from synthbatch.control.config.profile import load_profile
+    from synthbatch.control.api import check_profile, load_profile
     from synthbatch.control.errors import InvalidInput, SchedulerUnavailable
-    from synthbatch.control.runs.doctor import check_profile
 
     prof, path = load_profile(profile)
     checks = check_profile(prof)
@@ -127,8 +126,7 @@ def validate_cmd(profile: Optional[str], as_json: bool) -> Any:
 def show_cmd(profile: Optional[str]) -> Any:
     """Print the resolved profile as TOML (every field, defaults filled in): valid as a
     profile file itself."""
-    from synthbatch.control.config.profile import load_profile
-    from synthbatch.control.config.tomltext import toml_text
+    from synthbatch.control.api import load_profile, toml_text
 
     prof, path = load_profile(profile)
     values = prof.model_dump(mode="json")

@@ -8,9 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.agent_stdlib.text import visible
-from synthbatch.control.runs.cachestats import cache_line
-from synthbatch.control.runs.status import verdict as norm
-from synthbatch.control.runs.telemetry import shard_lines
+from synthbatch.control.readapi import cache_line, norm, shard_lines
 
 Status = Dict[str, Any]
 
@@ -79,7 +77,7 @@ def alias_lines(data: Status) -> List[str]:
 
 def cost_lines(data: Status) -> List[str]:
     """GPU-hours, cost and tokens per 1,000 records (``control.runs.cost.lines``)."""
-    from synthbatch.control.runs.cost import lines
+    from synthbatch.control.readapi import cost_lines as lines
 
     return [f"  {line}" for line in lines(data.get("cost") or {})]
 
@@ -105,7 +103,7 @@ def finished_numbers(totals: Dict[str, Any]) -> str:
 
 def spans(indices: List[int]) -> str:
     """``0-2,5`` for [0, 1, 2, 5] (the compression ``--array`` uses)."""
-    from synthbatch.control.slurm.scheduler import array_spec
+    from synthbatch.control.readapi import array_spec
 
     return array_spec(indices, 0) if indices else ""
 
@@ -145,7 +143,7 @@ def backend_lines(data: Status) -> List[str]:
 
 
 def _notes(data: Status) -> List[str]:
-    from synthbatch.control.runs.reusecount import line  # issue 31
+    from synthbatch.control.readapi import reuse_line as line  # issue 31
 
     reused = line(data.get("reuse"))
     lines = ([f"  {reused}"] if reused else []) + backend_lines(data) + blocked_lines(data)

@@ -83,8 +83,7 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status:
     its failing step's log.
     """
     from synthbatch.control import api
-    from synthbatch.control.runs.status.refresh import unreachable
-    from synthbatch.control.runs.status.watch import outcome
+    from synthbatch.control.readapi import outcome, unreachable
 
     run_id = run_id or api.latest_run(profile)
     if shard is not None:
@@ -112,8 +111,7 @@ def status_cmd(run_id: Optional[str], watch: bool, interval: float, exit_status:
         # the error line on stderr is the one message about the scheduler
         emit_text(status_text({**data, "scheduler_error": None}), colour=True)
         raise error
-    from synthbatch.control.runs.status.watch import Backoff
-    from synthbatch.control.runs.status.watch import watch as watch_loop
+    from synthbatch.control.readapi import Backoff, watch_loop
 
     screen = Screen(is_tty() and not as_json)
     show = (lambda data: None) if as_json else screen.show

@@ -48,7 +48,7 @@ def wait_until_over(run_id: str, profile: Optional[str], timeout_s: Optional[flo
 
 def finish(data: Dict[str, Any], as_json: bool, extra: Optional[Dict[str, Any]] = None) -> None:
     """Print the final status (JSON or text) and raise what the exit status must say."""
-    from synthbatch.control.runs.status.watch import outcome
+    from synthbatch.control.readapi import outcome
 
     if as_json:
         emit_json(data if extra is None else {**extra, "status": data})

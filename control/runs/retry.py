@@ -341,7 +341,7 @@ def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
     Raises Conflict when a named shard cannot be retried (nothing is submitted then).
     Shards with damaged records are left out (``selection.skipped``); the rest go ahead.
     """
-    from synthbatch.control.runs.submit import Staged, submit_all
+    from synthbatch.control.runs.submit.arrays import Staged, submit_all
 
     run = load_run(layout)
     if run is None:
@@ -378,3 +378,30 @@ def _refuse(selection: Selection) -> None:
         reasons = [selection.refused[s] for s in sorted(selection.refused)]
         raise Conflict("; ".join(reasons), hint="retry takes shards whose latest attempt "
                                                 "failed or was cancelled, without a winner")
+
+
+def retry_reconciled(layout: RunLayout, profile: Profile, scheduler: Scheduler,
+                     shards: Sequence[int] = (), resume: Optional[str] = None,
+                     dry_run: bool = False, auto: bool = False,
+                     lock_wait_s: float = 60.0) -> Dict[str, object]:
+    """``api.retry``: reconcile first (the same refresh as ``status``; the scheduler's
+    error when it did not answer, as the records alone cannot say which shards ended),
+    then ``retry_run`` with status's verdicts; what was (``dry_run``: would be) submitted
+    as plain data."""
+    from synthbatch.control.runs.status.refresh import observe, unreachable
+    from synthbatch.control.runs.status.rows import ShardRow
+
+    seen = observe(layout, scheduler)
+    error = unreachable(seen)
+    if error is not None:
+        raise error
+    verdicts = {row.index: row for row in map(ShardRow.from_dict, seen["shards"])}
+    done = retry_run(layout, profile, scheduler, list(shards), resume, dry_run, auto,
+                     lock_wait_s, verdicts=verdicts)
+    selection = done.selection
+    return {"run_id": layout.root.name, "dry_run": dry_run, "auto": auto,
+            "shards": [c.to_dict() for c in done.submitted],
+            "submissions": done.submissions,
+            "exhausted": [selection.exhausted[s] for s in sorted(selection.exhausted)],
+            "skipped": [selection.skipped[s] for s in sorted(selection.skipped)],
+            "over_limit": [selection.over_limit[s] for s in sorted(selection.over_limit)]}

@@ -37,7 +37,7 @@ from synthbatch.agent_stdlib.statefile import (
 )
 from synthbatch.control.runs.status.records import RECOVERY_GRACE_S
 from synthbatch.control.runs.store import load_plan, load_submissions
-from synthbatch.control.runs.submit import HELD, Staged, mark_submitted, sbatch_adopting
+from synthbatch.control.runs.submit.arrays import HELD, Staged, mark_submitted, sbatch_adopting
 from synthbatch.control.slurm.parsers import split_job_id
 from synthbatch.control.slurm.renderer import BatchScript, SharedMember, render_shared_script
 from synthbatch.control.slurm.scheduler import Scheduler

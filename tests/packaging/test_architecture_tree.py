@@ -134,8 +134,9 @@ def test_every_dotted_pointer_names_what_exists() -> None:
 
 
 def test_a_pointer_at_a_missing_name_is_stale() -> None:
-    assert points_nowhere("control.runs.submit.submit_shared") == \
-        ("submit_shared" not in defined(REPO / "control" / "runs" / "submit.py"))
+    assert points_nowhere("control.runs.store.submit_shared") == \
+        ("submit_shared" not in defined(REPO / "control" / "runs" / "store.py"))
+    assert not points_nowhere("control.runs.shared.submit_shared")
     assert not points_nowhere("agent_stdlib.layout.RunLayout")
     assert points_nowhere("agent_stdlib.layout.no_such_name")
     assert points_nowhere("control.no_such_module.name")

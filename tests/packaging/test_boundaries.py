@@ -10,6 +10,8 @@
   planning, slurm < backends < runs < api < cli; planning and slurm never import each other; the
   agent's shared modules never import its roles, the roles never import each other; the
   proxy's modules run config/http/loop < route < exchange < client/upstream < core < main);
+* ``control/cli`` imports nothing of ``control`` but ``api``, ``readapi`` (what the
+  read-only commands use), ``errors`` and itself;
 * ``control/planning`` does no I/O: no file, process, socket, clock or randomness calls;
 * there is no import cycle anywhere.
 """
@@ -32,7 +34,8 @@ SHARED = {"arrays", "attempts", "candidate", "clientenv", "containers", "contrac
           "text"}
 ROLES = ("allocation", "proxy", "client", "engines")
 CONTROL_LAYERS = {"errors": 0, "secrets": 0, "bundle": 0, "config": 1, "images": 2, "planning": 3,
-                  "slurm": 3, "backends": 4, "runs": 5, "benchmark": 6, "api": 7, "cli": 8}
+                  "slurm": 3, "backends": 4, "runs": 5, "benchmark": 6, "api": 7, "readapi": 7,
+                  "cli": 8}
 PROXY_LAYERS = {"config": 0, "http": 0, "loop": 0, "route": 1, "exchange": 2, "client": 3,
                 "upstream": 3, "core": 4, "main": 5}
 # Names whose use in control/planning would be I/O (or a clock or randomness).
@@ -175,6 +178,30 @@ def test_no_import_runs_back_up_a_layer() -> None:
     bad = [where(name, target) for name, targets in graph().items() for target in targets
            if not target.endswith("__init__") and second(target) and crosses(name, target)]
     assert bad == []
+
+
+CLI_MAY_IMPORT = {"api", "readapi", "errors", "cli"}
+
+
+def test_the_cli_reaches_control_only_through_the_api() -> None:
+    bad = [where(name, target) for name, targets in graph().items()
+           if name.startswith("control.cli") for target in targets
+           if target.startswith("control.") and second(target) not in CLI_MAY_IMPORT]
+    assert bad == []
+
+
+def test_every_name_the_api_lends_the_cli_resolves() -> None:
+    from synthbatch.control import api, readapi
+
+    for module, table in ((readapi, readapi.LAZY), (api, api.CLI_LAZY)):
+        for name in table:
+            assert getattr(module, name) is not None, name
+    try:
+        readapi.no_such_name  # noqa: B018
+    except AttributeError as err:
+        assert "no_such_name" in str(err)
+    else:
+        raise AssertionError("readapi answered a name it does not lend")
 
 
 def test_planning_does_no_io() -> None:

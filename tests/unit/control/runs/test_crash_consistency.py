@@ -54,7 +54,7 @@ from synthbatch.control.runs.merge import merge_run
 from synthbatch.control.runs.retry import retry_run
 from synthbatch.control.runs.status.records import scan_shard
 from synthbatch.control.runs.status.refresh import observe
-from synthbatch.control.runs.submit import remove_uncommitted
+from synthbatch.control.runs.submit.arrays import remove_uncommitted
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests import fakes
 from tests.fakes import (

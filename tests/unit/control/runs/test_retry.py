@@ -24,7 +24,7 @@ from synthbatch.control.planning.planner import make_plan
 from synthbatch.control.runs import retry as retrying
 from synthbatch.control.runs.retry import RetryLock, resume_source, retry_run, select
 from synthbatch.control.runs.status.rows import ShardRow
-from synthbatch.control.runs.submit import Staged, commit_run, stage_run, submit_all
+from synthbatch.control.runs.submit.arrays import Staged, commit_run, stage_run, submit_all
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import SbatchRecorder, create_attempt, first_record
@@ -357,7 +357,7 @@ def test_a_submit_killed_before_sbatch_is_submitted_by_the_next_retry(
     # found by the crash harness: the submission record was written (no job id yet), then
     # the process died before sbatch; status found no job to adopt and retry counted the
     # attempts as submitted: the shards stayed "created" forever
-    from synthbatch.control.runs import submit as submitting
+    from synthbatch.control.runs.submit import arrays as submitting
     from tests.fakes import Crash, crash_on_call
 
     run = load_model(REPO / "examples" / "fake-server.toml", RunConfig)

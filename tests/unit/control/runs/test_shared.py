@@ -20,7 +20,7 @@ from synthbatch.control.planning.arrays import array_chunks
 from synthbatch.control.planning.planner import make_plan
 from synthbatch.control.runs import shared
 from synthbatch.control.runs.status.records import shard_scanner
-from synthbatch.control.runs.submit import Staged, commit_run, load_submissions, stage_run
+from synthbatch.control.runs.submit.arrays import Staged, commit_run, load_submissions, stage_run
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import Crash, FileCluster, crash_on_call

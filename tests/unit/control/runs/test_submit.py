@@ -12,7 +12,7 @@ from synthbatch.control.config.loader import load_model
 from synthbatch.control.config.profile import Profile
 from synthbatch.control.config.run import RunConfig
 from synthbatch.control.planning.planner import make_plan
-from synthbatch.control.runs.submit import array_groups, commit_run, stage_run, submit_all
+from synthbatch.control.runs.submit.arrays import array_groups, commit_run, stage_run, submit_all
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.conftest import REPO
 from tests.fakes import Crash, SbatchRecorder, crash_on_call
@@ -79,7 +79,7 @@ def test_submit_all_sends_one_held_array_per_chunk(tmp_path: Path, agent_pyz: Pa
 
 def test_recovery_of_a_crashed_submit_releases_every_array(
         tmp_path: Path, agent_pyz: Path, monkeypatch) -> None:
-    from synthbatch.control.runs import submit
+    from synthbatch.control.runs.submit import arrays as submit
     from synthbatch.control.slurm.parsers import JobRow
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
@@ -110,7 +110,7 @@ def test_recovery_of_a_crashed_submit_releases_every_array(
 def test_arrays_held_before_a_failed_sbatch_are_released_and_the_error_raised(
         tmp_path: Path, agent_pyz: Path) -> None:
     from synthbatch.control.errors import SchedulerRejected
-    from synthbatch.control.runs import submit
+    from synthbatch.control.runs.submit import arrays as submit
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
     runner = SbatchRecorder(next_id=700, fail_on=3)
@@ -141,8 +141,8 @@ def test_cancel_folds_the_tasks_of_a_split_array_into_its_job_id(
 
 def test_first_attempts_have_no_record_and_are_as_their_submission_implies(
         tmp_path: Path, agent_pyz: Path, monkeypatch) -> None:
-    from synthbatch.control.runs import submit
     from synthbatch.control.runs.status.records import UNSUBMITTED, shard_scanner
+    from synthbatch.control.runs.submit import arrays as submit
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
     layout = staged.layout
@@ -171,7 +171,7 @@ def test_first_attempts_have_no_record_and_are_as_their_submission_implies(
 def test_a_release_that_fails_leaves_the_arrays_released_before_it_recorded(
         tmp_path: Path, agent_pyz: Path) -> None:
     from synthbatch.control.errors import SchedulerRejected
-    from synthbatch.control.runs import submit
+    from synthbatch.control.runs.submit import arrays as submit
     from synthbatch.control.slurm.runner import CommandResult
 
     staged, profile = _committed(tmp_path, agent_pyz, 2)
