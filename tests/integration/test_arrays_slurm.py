@@ -17,9 +17,9 @@ import pytest
 
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.control import api
-from synthbatch.control.runs import submit
 from synthbatch.control.runs.status import records as status_records
 from synthbatch.control.runs.status.records import shard_scanner
+from synthbatch.control.runs.submit import arrays as submit
 from tests.fakes import Crash, crash_on_call
 from tests.integration.runs import cli_json, wait_final, write_profile, write_run
 

@@ -408,8 +408,8 @@ def recover_crashed(layout: RunLayout, scheduler: Scheduler, committed: bool,
                     rows: List[JobRow], now: float) -> List[str]:
     """Finish the submissions a crash interrupted: the run's own (``rows``: its jobs by
     name) and those of arrays it shares with other runs (for their whole group)."""
-    from synthbatch.control.runs import submit  # rare: a submit crashed; needs the full records
     from synthbatch.control.runs.shared import recover_shared
+    from synthbatch.control.runs.submit import arrays as submit  # rare: a submit crashed
 
     records = submit.load_submissions(layout)
     notes = submit.recover_submissions(layout, scheduler, committed,

@@ -6,10 +6,5 @@
 - ``flow``: the order of a submit (and of a benchmark's cases), what ``api.submit`` and
   ``api.benchmark_run`` call.
 
-``load_submissions`` and ``recover_submissions`` are here for ``status``, which finishes
-a submit that crashed.
+``status`` finishes a submit that crashed through ``arrays.recover_submissions``.
 """
-
-from synthbatch.control.runs.submit.arrays import load_submissions, recover_submissions
-
-__all__ = ["load_submissions", "recover_submissions"]
