@@ -15,14 +15,23 @@ not written yet) is cut off and generated again, so no record is lost or duplica
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 from ..candidate import dropped_name
 from ..resume import KeptRecords, completion_tokens, parse_record
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def record_bytes(record: Dict[str, Any]) -> bytes:
+    """One record as its output line: compact JSON, UTF-8, newline-terminated (the one
+    encoding of a record line: generated and reused records are byte-identical)."""
+    return _encode(record).encode("utf-8") + b"\n"
 
 BATCH_S = 1.0
 BATCH_LINES = 512

@@ -30,6 +30,7 @@ from .http import Endpoint, HttpError, Reply
 from .llm import InvalidOutput, parse_answer, request_body
 from .logic import LogicError, compute, draw, skipped
 from .order import DispatchOrder
+from .output import record_bytes
 from .progress import AliasCounters
 from .recipe import LEGACY_COLUMN, Column, Recipe
 from .retrying import RETRIED_KINDS, retry_body
@@ -307,8 +308,7 @@ class Engine:
         record["_meta"] = {"index": index, "columns": meta}
         if failure is not None:
             record["_error"] = {"column": failure.column, "message": failure.message}
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-        return Outcome(index, line.encode("utf-8") + b"\n", tokens=tokens, cells=cells)
+        return Outcome(index, record_bytes(record), tokens=tokens, cells=cells)
 
     def _legacy_line(self, index: int, values: Dict[str, Any],
                      meta: Dict[str, Dict[str, Any]]) -> bytes:

@@ -27,7 +27,6 @@ Whatever is not proven goes the per-cell way (``records.Engine.reused``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -37,8 +36,8 @@ from ..layout import RunLayout
 from ..recipe.columns import LLM, VALIDATION
 from ..recipe.reuse import plan_digests
 from ..statefile import StateError, read_json, write_json_atomic
+from .output import record_bytes
 
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # as records.py
 NO_SEED = "none"  # the run has no seed data
 UNKNOWN = "unknown"  # the records' seed data cannot be named: never taken whole
 
@@ -133,4 +132,4 @@ def record_line(record: Dict[str, Any], index: int, run_id: str, llm: Sequence[s
         kept.setdefault("reused_from", run_id)
         meta[name] = kept
     record["_meta"] = {"index": index, "columns": meta}
-    return _encode(record).encode("utf-8") + b"\n"
+    return record_bytes(record)
