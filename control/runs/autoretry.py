@@ -36,6 +36,7 @@ from synthbatch.agent_stdlib.statefile import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.rows import ShardRow
 
@@ -60,6 +61,7 @@ class Decision:
     exhausted: Tuple[int, ...]  # failed with every attempt used
     over: bool  # nothing can change any more: no successor
     merge: bool  # the run is over and its merge should be submitted now
+    halted: Optional[str] = None  # the run was cancelled: this round submitted nothing
 
     @property
     def successor(self) -> bool:
@@ -164,6 +166,28 @@ def load_pending(layout: RunLayout) -> Optional[Dict[str, object]]:
     if not isinstance(data, dict) or not isinstance(data.get("job_id"), str):
         return None
     return data
+
+
+def halt(layout: RunLayout, why: str) -> None:
+    """Stop the automatic rounds for good (``cancel`` of the whole run): a round that runs
+    now, or later, submits no attempt, no successor and no merge once it reads this."""
+    ensure_dir(layout.auto)
+    write_json_atomic(layout.auto_halted, {"at": time.time(), "why": why})
+
+
+def halted(layout: RunLayout) -> Optional[str]:
+    """Why the automatic rounds are stopped, or None. A damaged record still stops them
+    (its presence is the stop) and says so."""
+    path = layout.auto_halted
+    if not os.path.lexists(path):
+        return None
+    try:
+        data = read_json(path)
+    except (StateError, OSError) as err:
+        return f"{err}; the automatic rounds stay stopped"
+    why = data.get("why") if isinstance(data, dict) else None
+    return visible(why) if isinstance(why, str) and why else \
+        f"{path}: the automatic rounds are stopped"
 
 
 def pending_job_ids(layout: RunLayout) -> List[str]:

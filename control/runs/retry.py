@@ -31,7 +31,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from synthbatch.agent_stdlib import states
 from synthbatch.agent_stdlib.attempts import advance_attempt, load_attempt
@@ -335,11 +335,14 @@ class RetryResult:
 def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
               shards: Sequence[int] = (), policy: Optional[str] = None, dry_run: bool = False,
               auto: bool = False, lock_wait_s: float = LOCK_WAIT_S,
-              verdicts: Optional[Verdicts] = None) -> RetryResult:
+              verdicts: Optional[Verdicts] = None,
+              halted: Optional[Callable[[], Optional[str]]] = None) -> RetryResult:
     """Select, create attempt N+1, submit one held sparse array per plan array, release.
 
     Raises Conflict when a named shard cannot be retried (nothing is submitted then).
     Shards with damaged records are left out (``selection.skipped``); the rest go ahead.
+    ``halted`` (the automatic rounds: ``autoretry.halted``) is asked under the lock: when
+    it gives a reason, nothing is created or submitted.
     """
     from synthbatch.control.runs.submit.arrays import Staged, submit_all
 
@@ -354,6 +357,8 @@ def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
         return RetryResult(selection, selection.choices, [])
     with RetryLock(layout, lock_wait_s):
         selection = select(layout, plan, shards, policy, auto, verdicts=verdicts)
+        if halted is not None and halted():  # a cancel came first: it wins
+            return RetryResult(selection, [], [])
         _refuse(selection)
         # A new attempt unsettles its shard: the settled index drops it first.
         with settled.changing(layout, plan.run_id, len(plan.shards),

@@ -60,8 +60,9 @@ def test_the_flag_wins_over_the_run_file_and_the_run_file_is_relative_to_itself(
 
 
 def _round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, states: List[tuple],
-           merge: Dict[str, Any], auto_retry: bool = True) -> tuple:
+           merge: Dict[str, Any], auto_retry: bool = True, own: str = "") -> tuple:
     layout = make_run(tmp_path, [Shard("submitted")] * len(states))
+    monkeypatch.setenv("SLURM_JOB_ID", own)  # the round's own job ("": not in a job)
     automerge.save_settings(layout, automerge.settings(
         auto_retry, 3, Path(merge["to"]) if merge else None, "jsonl",
         bool(merge.get("allow_partial"))))
@@ -72,8 +73,8 @@ def _round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, states: List[tuple],
     def retry_run(*_: Any, **__: Any) -> Any:
         retried.append(1)
         return SimpleNamespace(submissions=[{"job_id": "900"}],
-                               submitted=[SimpleNamespace(attempt=a + 1)
-                                          for s, a in states if s == "failed"])
+                               submitted=[SimpleNamespace(shard=i, attempt=a + 1)
+                                          for i, (s, a) in enumerate(states) if s == "failed"])
 
     monkeypatch.setattr(autoround, "observe", lambda *_: {"shards": rows})
     monkeypatch.setattr(autoround, "load_plan", lambda _: SimpleNamespace(
@@ -112,6 +113,18 @@ def test_a_failed_round_is_retried_and_runs_tells_the_attempt(
     assert autoretry.load_pending(layout)["attempt"] == 2
     assert autoretry.listed_story(layout, "running", 3) == "retrying (attempt 2 of 3)"
     assert autoretry.listed_story(layout, "cancelled", 3) is None
+
+
+def test_the_next_automatic_job_waits_for_the_round_that_submits_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # never two automatic jobs running together: the successor (or the merge job) starts
+    # only after the round job that submitted it has ended
+    _, q, _, _ = _round(tmp_path / "a", monkeypatch, [("succeeded", 1), ("failed", 1)], {},
+                        own="650")
+    assert "--dependency=afterany:900:650" in q.submitted[0]
+    _, q, decision, _ = _round(tmp_path / "b", monkeypatch, [("succeeded", 1)],
+                               {"to": str(tmp_path / "m.jsonl")}, own="650")
+    assert decision.merge and "--dependency=afterany:650" in q.submitted[0]
 
 
 def test_with_retries_off_a_round_only_merges(tmp_path: Path,

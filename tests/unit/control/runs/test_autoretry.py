@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List
 
 import pytest
 
@@ -155,3 +157,78 @@ def test_status_shows_the_pending_round_and_wait_keeps_waiting(tmp_path: Path) -
     assert not finished({"state": "failed", "auto_retry": shown})
     q.alive.clear()  # the round ended
     assert autoretry.round_now(layout, q, rows, lambda: 3) is None
+
+
+def _cancel(layout: Any) -> Dict[str, Any]:
+    """``cancel RUN`` of the whole run, Slurm answering that shard 0's job ended."""
+    fake = FakeSlurm()
+    fake.on("scancel")
+    fake.on("squeue", stdout="500_0|CANCELLED|None\n")
+    result = cancel_run(layout, Scheduler(runner=fake), [], 0)
+    result["calls"] = [c for c in fake.calls if c[0] == "scancel"]
+    return result
+
+
+def test_a_round_running_when_the_run_is_cancelled_submits_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from synthbatch.control.runs import automerge
+    from synthbatch.control.runs import autoround as rounds
+    from synthbatch.control.runs.submit import arrays
+
+    layout = make_run(tmp_path, [Shard("running"), Shard("failed")])
+    automerge.save_settings(layout, automerge.settings(True, 3, None, "jsonl", False))
+    stale = [{"index": 0, "state": R, "attempt": 1, "job_id": "500_0"},
+             {"index": 1, "state": F, "attempt": 1, "job_id": "500_1"}]
+
+    def observe(*_: Any) -> Dict[str, Any]:  # the round read the shards, then the cancel came
+        _cancel(layout)
+        return {"shards": stale}
+
+    sbatch: List[Any] = []
+    monkeypatch.setattr(rounds, "observe", observe)
+    monkeypatch.setattr(arrays, "submit_all", lambda *a, **_: sbatch.append(a) or [])
+    q = RoundQueue()
+    decision = rounds.run_round(layout, round_profile(tmp_path), q)
+    assert sbatch == [] and q.submitted == []  # no attempt 2, no successor
+    assert not layout.attempt(1, 2).root.exists()
+    assert decision.halted and decision.retry == () and decision.over
+    assert autoretry.load_pending(layout) is None
+
+
+def test_cancel_waits_for_a_submitting_retry_and_cancels_what_it_submitted(
+        tmp_path: Path) -> None:
+    from synthbatch.agent_stdlib.attempts import advance_attempt, load_attempt
+    from synthbatch.agent_stdlib.statefile import ensure_dir
+    from synthbatch.control.runs.retry import RetryLock
+    from tests.fakes import RUN_ID, create_attempt
+
+    layout = make_run(tmp_path, [Shard("running"), Shard("failed")])
+    held = threading.Event()
+    paths = layout.attempt(1, 2)
+
+    def a_round_submitting() -> None:
+        with RetryLock(layout):
+            held.set()
+            deadline = time.monotonic() + 10  # the cancel stops the rounds before it reads
+            while not autoretry.halted(layout) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            ensure_dir(paths.root)  # what retry_run writes: attempt 2, submitted as 900
+            create_attempt(paths.attempt_json, RUN_ID, 1, 2)
+            advance_attempt(paths.attempt_json, "submitted", job_id="900_1", submission=2)
+
+    thread = threading.Thread(target=a_round_submitting)
+    thread.start()
+    held.wait()
+    cancelled = _cancel(layout)
+    thread.join()
+    assert "900_1" in cancelled["scancelled"], cancelled
+    assert load_attempt(paths.attempt_json).state == "cancelled"
+    assert "cancelled" in (autoretry.halted(layout) or "")
+
+
+def test_a_damaged_halt_record_still_stops_the_rounds(tmp_path: Path) -> None:
+    layout = make_run(tmp_path, [Shard("running")])
+    assert autoretry.halted(layout) is None
+    layout.auto.mkdir(mode=0o700)
+    layout.auto_halted.write_text("{torn")
+    assert "stay stopped" in autoretry.halted(layout)
