@@ -19,7 +19,8 @@ from synthbatch.control.runs.autoretry import (
     record_pending,
     submit_round,
 )
-from synthbatch.control.runs.retry import RetryLock, retry_run
+from synthbatch.control.runs.retry import retry_run
+from synthbatch.control.runs.retrylock import RetryLock
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.refresh import observe
 from synthbatch.control.runs.status.rows import ShardRow

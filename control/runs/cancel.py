@@ -33,7 +33,7 @@ from synthbatch.control.errors import (
     SchedulerUncertain,
 )
 from synthbatch.control.runs import autoretry
-from synthbatch.control.runs.retry import RetryLock
+from synthbatch.control.runs.retrylock import RetryLock
 from synthbatch.control.runs.status import index as settled
 from synthbatch.control.runs.status.ledger import carried_out, pending_cancels, record_cancel
 from synthbatch.control.runs.status.records import ShardView, load_plan_view, shard_scanner

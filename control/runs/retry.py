@@ -25,12 +25,8 @@ never create attempts, so they never count against ``max_attempts``.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from synthbatch.agent_stdlib import states
@@ -40,8 +36,9 @@ from synthbatch.agent_stdlib.contracts import AttemptRecord, Plan, SubmissionRec
 from synthbatch.agent_stdlib.layout import FIRST_ATTEMPT, RunLayout
 from synthbatch.agent_stdlib.publish import load_winner
 from synthbatch.agent_stdlib.resume import scan_kept
-from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, read_bytes
+from synthbatch.agent_stdlib.statefile import StateError, ensure_dir
 from synthbatch.control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
+from synthbatch.control.runs.retrylock import LOCK_WAIT_S, RetryLock
 from synthbatch.control.runs.status import index as settled
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.reconcile import implied_first
@@ -60,7 +57,6 @@ if TYPE_CHECKING:
     from synthbatch.control.slurm.scheduler import Scheduler
 
 POLICIES = ("auto", "always", "never")
-LOCK_WAIT_S = 60.0
 ABANDONED_AFTER_S = 120.0  # a created, unsubmitted attempt this old lost its submitter
 
 
@@ -257,35 +253,6 @@ def select(layout: RunLayout, plan: Plan, shards: Sequence[int] = (), policy: st
         _decide(layout, plan, shard, named, policy, auto, submitted, selection, now,
                 verdicts or {}, expected(shard))
     return selection
-
-
-class RetryLock:
-    """``flock`` on ``<run>/retry.lock``, waited for at most ``wait_s`` (0: try once)."""
-
-    def __init__(self, layout: RunLayout, wait_s: float = LOCK_WAIT_S) -> None:
-        self.path: Path = layout.retry_lock
-        self.wait_s = wait_s
-        self._held: Optional[contextlib.ExitStack] = None
-
-    def __enter__(self) -> RetryLock:
-        stack = contextlib.ExitStack()
-        fd = stack.enter_context(locked(self.path, self.wait_s))
-        if fd is None:
-            stack.close()
-            holder = (read_bytes(self.path) or b"").decode("utf-8", "replace").strip()
-            raise Conflict(f"{self.path}: another retry of this run is in progress "
-                           f"({holder or 'holder unknown'})",
-                           hint="wait for it, then run status")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
-                      f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
-        self._held = stack
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._held is not None:
-            self._held.close()  # closing the descriptor releases the flock
-            self._held = None
 
 
 def create_attempts(layout: RunLayout, run_id: str, choices: Sequence[Choice]) -> List[Choice]:
