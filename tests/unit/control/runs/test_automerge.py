@@ -166,6 +166,20 @@ def test_the_merge_job_writes_the_dataset_and_records_what_is_missing(tmp_path: 
     assert lines == [f"  merge to {to}: partial; missing shards: 1"]
 
 
+def test_the_merge_jobs_log_says_what_is_missing(tmp_path: Path, capsys) -> None:
+    from synthbatch.control.cli import autoround as entry
+    from tests.fakes import RUN_ID, TESTBED
+
+    layout = make_run(tmp_path / "ws", [Shard("winner"), Shard("failed")])
+    automerge.save_settings(layout, automerge.settings(True, 3, tmp_path / "o.jsonl",
+                                                       "jsonl", True))
+    layout.inputs.mkdir(mode=0o700)
+    (layout.inputs / "profile.toml").write_text(TESTBED.read_text())
+    assert entry.main(["--workspace", str(tmp_path / "ws"), RUN_ID, "--merge"]) == 0
+    said = capsys.readouterr().out
+    assert f"merge of run {RUN_ID}: partial {tmp_path / 'o.jsonl'} missing shards: 1" in said
+
+
 def test_the_merge_job_without_allow_partial_says_why_nothing_was_merged(
         tmp_path: Path) -> None:
     layout = make_run(tmp_path / "ws", [Shard("winner"), Shard("failed")])
