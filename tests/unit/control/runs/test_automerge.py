@@ -236,3 +236,34 @@ def test_a_local_round_is_run_only_by_the_supervisor_its_record_names(tmp_path: 
     assert not autoretry.due_locally(layout, "43")
     autoretry.record_pending(layout, "41", 2, (), "merge", 2)  # merging: no second round
     assert not autoretry.due_locally(layout, "41")
+
+
+@pytest.mark.parametrize("extra, warned", [("", True), ("auto_retry = false\n", False)])
+def test_plan_warns_when_the_nodes_may_not_see_the_rounds_python(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str, warned: bool) -> None:
+    from click.testing import CliRunner
+
+    from synthbatch.control.cli.main import cli
+    from synthbatch.control.runs.checks import Sight
+    from tests.fakes import QUICKSTART, TESTBED
+
+    python = tmp_path / "private" / "python"  # a Python only this login node has
+    python.parent.mkdir()
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(python))
+    real = Sight.shared
+    monkeypatch.setattr(Sight, "shared", lambda self, path: path != python and
+                        real(self, path))
+    (tmp_path / "ws").mkdir()
+    profile = tmp_path / "profile.toml"
+    profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                   json.dumps(str(tmp_path / "ws"))))
+    run = tmp_path / "run.toml"
+    run.write_text(QUICKSTART.read_text().replace("max_attempts = 3\n",
+                                                  "max_attempts = 3\n" + extra))
+    result = CliRunner().invoke(cli, ["plan", str(run), "--profile", str(profile)])
+    said = result.output
+    assert (f"the control plane's Python {python} is not on a shared filesystem" in said) \
+        is warned, said
+    assert ("auto_retry = false" in said) is warned
