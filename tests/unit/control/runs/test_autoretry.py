@@ -232,3 +232,30 @@ def test_a_damaged_halt_record_still_stops_the_rounds(tmp_path: Path) -> None:
     layout.auto.mkdir(mode=0o700)
     layout.auto_halted.write_text("{torn")
     assert "stay stopped" in autoretry.halted(layout)
+
+
+def test_a_round_and_a_manual_retry_converge_on_one_submission(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from synthbatch.agent_stdlib.attempts import advance_attempt
+    from synthbatch.agent_stdlib.statefile import ensure_dir
+    from synthbatch.control.runs import automerge
+    from synthbatch.control.runs import autoround as rounds
+    from synthbatch.control.runs.submit import arrays
+    from tests.fakes import RUN_ID, create_attempt
+
+    layout = make_run(tmp_path, [Shard("failed")])
+    automerge.save_settings(layout, automerge.settings(True, 3, None, "jsonl", False))
+    paths = layout.attempt(0, 2)
+
+    def observe(*_: Any) -> Dict[str, Any]:  # the round read shard 0 failed; then a manual
+        ensure_dir(paths.root)               # `retry` submitted its attempt 2
+        create_attempt(paths.attempt_json, RUN_ID, 0, 2)
+        advance_attempt(paths.attempt_json, "submitted", job_id="900_0", submission=2)
+        return {"shards": [{"index": 0, "state": F, "attempt": 1, "job_id": "500_0"}]}
+
+    sbatch: List[Any] = []
+    monkeypatch.setattr(rounds, "observe", observe)
+    monkeypatch.setattr(arrays, "submit_all", lambda *a, **_: sbatch.append(a) or [])
+    rounds.run_round(layout, round_profile(tmp_path), RoundQueue())
+    assert sbatch == []  # the round selected under the lock: nothing left to retry
+    assert not layout.attempt(0, 3).root.exists()
