@@ -234,6 +234,23 @@ def round_now(layout: RunLayout, scheduler: Scheduler,
             "story": story(shards, max_attempts(), True)}
 
 
+def lost_note(layout: RunLayout, scheduler: Scheduler) -> Optional[str]:
+    """``status``'s note when the recorded automatic job left the queue without finishing
+    its round (killed, out of time, its Python not found on the node): a round that
+    finishes always records its successor or none, so nothing more will be submitted
+    automatically. None otherwise (and after a cancel, which says why itself)."""
+    pending = load_pending(layout)
+    if not pending or halted(layout) or _queued(scheduler, str(pending["job_id"])):
+        return None
+    number = int(pending.get("round") or 0)
+    merge = pending.get("action") == MERGE
+    log = layout.auto / f"{'merge' if merge else 'round'}-{number:04d}.out"
+    return (f"the automatic {'merge' if merge else 'round'} job {visible(pending['job_id'])} "
+            f"ended without finishing (its log: {log}): nothing more is submitted "
+            f"automatically; `synthbatch {'merge' if merge else 'retry --auto'} "
+            f"{layout.root.name}` does it by hand")
+
+
 def due_locally(layout: RunLayout, job_id: str) -> bool:
     """Local backend: whether the run's recorded round is ``job_id``'s supervisor's to run
     (the record names that job, or waits for it)."""

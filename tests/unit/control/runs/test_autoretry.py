@@ -259,3 +259,24 @@ def test_a_round_and_a_manual_retry_converge_on_one_submission(
     rounds.run_round(layout, round_profile(tmp_path), RoundQueue())
     assert sbatch == []  # the round selected under the lock: nothing left to retry
     assert not layout.attempt(0, 3).root.exists()
+
+
+def test_status_says_when_the_round_job_died_without_finishing(
+        tmp_path: Path, workspace: Path, profile_file: Path) -> None:
+    from synthbatch.control import api
+    from tests.fakes import RUN_ID, fake_slurm_bin, profile_with_bin
+
+    layout = make_run(workspace, [Shard("winner"), Shard("failed")])
+    autoretry.record_pending(layout, "701", 2, ["500"], attempt=2)  # then killed by Slurm
+    profile = profile_with_bin(profile_file, fake_slurm_bin(tmp_path, squeue="exit 0",
+                                                            sacct="exit 0"))
+    notes = api.status(RUN_ID, profile).to_dict()["notes"]
+    lost = [n for n in notes if "automatic round job 701 ended without finishing" in n]
+    assert len(lost) == 1 and str(layout.auto / "round-0002.out") in lost[0], notes
+    assert f"`synthbatch retry --auto {RUN_ID}` does it by hand" in lost[0]
+    # a live round job, or a cancel, says nothing of the kind
+    q = RoundQueue()
+    q.alive.add("701")
+    assert autoretry.lost_note(layout, q) is None
+    autoretry.halt(layout, "the run was cancelled")
+    assert autoretry.lost_note(layout, RoundQueue()) is None
