@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 ROUND_SCRIPT = "round.sbatch"
 ROUND_TIME = "00:05:00"  # a round is one status refresh and at most two sbatch calls
 ROUND_MEM = "512M"
+IDLE_BEGIN = "now+60"  # a successor with no shard job to wait for starts no sooner
 MERGE_TIME = "02:00:00"  # the merge job: a copy of the run's winners (docs/retry.md)
 RETRY, MERGE = "retry", "merge"  # what the pending automatic job will do
 RETRYABLE = norm.FAILING  # cancelled shards were a person's decision
@@ -123,13 +124,16 @@ def round_job_name(run_id: str) -> str:
 
 def sbatch_argv(script: Path, run_id: str, after: Sequence[str], log: Path,
                 partition: Optional[str] = None, account: Optional[str] = None,
-                time_limit: str = ROUND_TIME) -> List[str]:
-    """``sbatch`` arguments of one round: one CPU, no GPU, a few minutes, after ``after``."""
+                time_limit: str = ROUND_TIME, begin: Optional[str] = None) -> List[str]:
+    """``sbatch`` arguments of one round: one CPU, no GPU, a few minutes, after ``after``
+    (``begin``: not before then)."""
     argv = ["--parsable", f"--job-name={round_job_name(run_id)}", "--cpus-per-task=1",
             f"--mem={ROUND_MEM}", f"--time={time_limit}", "--kill-on-invalid-dep=yes",
             f"--output={log}"]
     if after:
         argv.append("--dependency=afterany:" + ":".join(after))
+    if begin:
+        argv.append(f"--begin={begin}")
     if partition:
         argv.append(f"--partition={partition}")
     if account:
@@ -279,7 +283,7 @@ def listed_story(layout: RunLayout, state: str, max_attempts: Optional[int]) -> 
 def submit_round(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_id: str,
                  after: Sequence[str], number: int, python: Optional[str] = None,
                  own_job: Optional[str] = None, action: str = RETRY,
-                 attempt: int = 1) -> Optional[str]:
+                 attempt: int = 1, begin: Optional[str] = None) -> Optional[str]:
     """Submit round ``number`` after ``after`` (``action`` merge: the merge job, at once);
     None when another automatic job is pending.
 
@@ -297,7 +301,7 @@ def submit_round(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_
                        mode=0o700)
     log = folder / (f"merge-{number:04d}.out" if action == MERGE else f"round-{number:04d}.out")
     argv = sbatch_argv(script, run_id, after, log, profile.partition, profile.account,
-                       MERGE_TIME if action == MERGE else ROUND_TIME)
+                       MERGE_TIME if action == MERGE else ROUND_TIME, begin)
     job_id = scheduler.submit_job(argv)
     record_pending(layout, job_id, number, after, action, attempt)
     return job_id

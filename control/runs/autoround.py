@@ -11,6 +11,7 @@ from synthbatch.agent_stdlib.arrays import array_job_id
 from synthbatch.control.backends.local.rounds import ROUND_JOB_ENV
 from synthbatch.control.runs import automerge
 from synthbatch.control.runs.autoretry import (
+    IDLE_BEGIN,
     MERGE,
     Decision,
     decide,
@@ -68,8 +69,11 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Deci
                 record_pending(layout, jobs[0] if jobs else None, number, jobs,
                                attempt=attempt)
             else:
+                # nothing to wait for (its refresh came before a manual retry, or the
+                # shards' jobs are not known yet): a minute's pause, not a busy chain
                 submit_round(layout, profile, scheduler, plan.run_id, [*jobs, *last], number,
-                             own_job=own, attempt=attempt)
+                             own_job=own, attempt=attempt,
+                             begin=None if jobs else IDLE_BEGIN)
         elif decision.merge and local:  # shown "merging" while this supervisor merges
             record_pending(layout, own, number, (), MERGE, attempt)
         elif decision.merge:

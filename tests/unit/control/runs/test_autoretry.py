@@ -185,6 +185,7 @@ def test_a_round_running_when_the_run_is_cancelled_submits_nothing(
         return {"shards": stale}
 
     sbatch: List[Any] = []
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)  # not run inside a Slurm job
     monkeypatch.setattr(rounds, "observe", observe)
     monkeypatch.setattr(arrays, "submit_all", lambda *a, **_: sbatch.append(a) or [])
     q = RoundQueue()
@@ -254,11 +255,16 @@ def test_a_round_and_a_manual_retry_converge_on_one_submission(
         return {"shards": [{"index": 0, "state": F, "attempt": 1, "job_id": "500_0"}]}
 
     sbatch: List[Any] = []
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)  # not run inside a Slurm job
     monkeypatch.setattr(rounds, "observe", observe)
     monkeypatch.setattr(arrays, "submit_all", lambda *a, **_: sbatch.append(a) or [])
-    rounds.run_round(layout, round_profile(tmp_path), RoundQueue())
+    q = RoundQueue()
+    rounds.run_round(layout, round_profile(tmp_path), q)
     assert sbatch == []  # the round selected under the lock: nothing left to retry
     assert not layout.attempt(0, 3).root.exists()
+    # its refresh knew no job to wait for: the successor pauses instead of running at once
+    assert len(q.submitted) == 1 and f"--begin={autoretry.IDLE_BEGIN}" in q.submitted[0]
+    assert not any(a.startswith("--dependency") for a in q.submitted[0])
 
 
 def test_status_says_when_the_round_job_died_without_finishing(
