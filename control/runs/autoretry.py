@@ -210,6 +210,15 @@ def record_pending(layout: RunLayout, job_id: Optional[str], number: int,
                                             "action": action, "attempt": attempt})
 
 
+def clear_pending(layout: RunLayout) -> None:
+    """No automatic job is pending any more (the merge job's end, a cancel): the record
+    keeps its round number and attempt, and names no job. The caller holds the lock."""
+    pending = load_pending(layout)
+    if pending is not None:
+        record_pending(layout, None, int(pending.get("round") or 0), (),
+                       attempt=int(pending.get("attempt") or 1))
+
+
 def _queued(scheduler: Scheduler, job_id: str) -> bool:
     supervising = getattr(scheduler, "supervising", None)  # the local backend's rounds
     if supervising is not None:

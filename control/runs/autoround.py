@@ -14,6 +14,7 @@ from synthbatch.control.runs.autoretry import (
     IDLE_BEGIN,
     MERGE,
     Decision,
+    clear_pending,
     decide,
     halted,
     load_pending,
@@ -92,10 +93,8 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Deci
 def merge_job(layout: RunLayout) -> Dict[str, object]:
     """The merge job: the run's merge (``automerge.run_merge``), then no job is pending."""
     result = automerge.run_merge(layout)
-    pending = load_pending(layout) or {}
     with RetryLock(layout):
-        record_pending(layout, None, int(pending.get("round") or 0), (),
-                       attempt=int(pending.get("attempt") or 1))
+        clear_pending(layout)
     return result
 
 

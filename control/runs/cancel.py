@@ -119,6 +119,8 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
             if record is not None and not isinstance(err, SchedulerUncertain):
                 record.unlink(missing_ok=True)  # definitely nothing was cancelled
             raise
+        if not shards:  # halted: a round job still in the queue submits nothing
+            autoretry.clear_pending(layout)
     if record is not None:
         _carried(record)
     notes = carry_out_pending(layout, scheduler)  # an earlier cancel Slurm did not answer

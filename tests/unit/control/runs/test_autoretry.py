@@ -96,6 +96,19 @@ def test_cancel_of_the_run_cancels_its_pending_round(tmp_path: Path) -> None:
     fake.on("squeue", stdout="500_0|CANCELLED|None\n")
     cancel_run(layout, Scheduler(runner=fake), [], 0)
     assert [c for c in fake.calls if c[0] == "scancel"] == [["scancel", "500", "777"]]
+    assert autoretry.load_pending(layout) is None  # no automatic job pending any more
+
+
+def test_runs_tells_no_retry_story_of_a_run_cancelled_while_its_round_waited(
+        tmp_path: Path) -> None:
+    # shard 1 failed, its round waits: the person cancels the run to stop the retries;
+    # nothing is open but the round job, and the run reads failed, not "retrying"
+    layout = make_run(tmp_path, [Shard("winner"), Shard("failed")])
+    autoretry.record_pending(layout, "777", 1, ["500"])
+    assert autoretry.listed_story(layout, "failed", 3) == "retrying (attempt 2 of 3)"
+    result = _cancel(layout)
+    assert result["scancelled"] == ["777"]
+    assert autoretry.listed_story(layout, "failed", 3) is None
 
 
 def test_a_damaged_round_record_reads_as_none(tmp_path: Path) -> None:
