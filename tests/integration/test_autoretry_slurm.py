@@ -209,6 +209,10 @@ def test_cancel_during_the_automatic_retry_submits_nothing_further(
     wait_until("the first round's successor", second_round, timeout_s=240)
     pending = autoretry.load_pending(layout)
     assert pending is not None and pending["attempt"] == 2
+    # `runs` (records only) tells the story while attempt 2 runs and its round waits
+    listed = invoke("runs", "--profile", str(profile))
+    assert listed.exit_code == 0 and "retrying (attempt 2 of 3)" in listed.output, \
+        listed.output
     cancelled = cli_json("cancel", run_id, "--profile", str(profile))
     assert pending["job_id"] in cancelled["scancelled"]
     name = autoretry.round_job_name(run_id)
