@@ -213,6 +213,9 @@ def test_cancel_during_the_automatic_retry_submits_nothing_further(
     listed = invoke("runs", "--profile", str(profile))
     assert listed.exit_code == 0 and "retrying (attempt 2 of 3)" in listed.output, \
         listed.output
+    shown = cli_json("status", run_id, "--profile", str(profile))  # asks Slurm too
+    assert shown["auto_retry"]["job_id"] == pending["job_id"], shown["auto_retry"]
+    assert shown["auto_retry"]["story"] == "retrying (attempt 2 of 3)"
     cancelled = cli_json("cancel", run_id, "--profile", str(profile))
     assert pending["job_id"] in cancelled["scancelled"]
     name = autoretry.round_job_name(run_id)
