@@ -198,6 +198,11 @@ class RunLayout:
         """The pending round job of the run."""
         return self.auto / "round.json"
 
+    @property
+    def auto_halted(self) -> Path:
+        """Written by ``cancel`` of the whole run: no automatic round submits anything."""
+        return self.auto / "halted.json"
+
     def submission_json(self, number: int) -> Path:
         """Record of submission ``number``."""
         return self.submissions / f"{number:04d}.json"

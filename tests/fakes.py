@@ -140,7 +140,7 @@ FLAGS: Dict[str, Dict[str, bool]] = {
                # the automatic retry round's job (control/runs/autoretry.py)
                **{f: True for f in ("--cpus-per-task", "--mem", "--time", "--output",
                                     "--kill-on-invalid-dep", "--dependency", "--partition",
-                                    "--account")}},
+                                    "--account", "--begin")}},
     "scontrol": {"-o": False},
     "sacctmgr": {"-n": False, "-P": False},
     "scancel": {},

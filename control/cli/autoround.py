@@ -35,10 +35,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     profile = profile.model_copy(update={"workspace": workspace})
     if merging:  # the merge job the last round submitted
         result = autoround.merge_job(layout)
+        missing = result.get("missing_shards") or []
+        gone = f"missing shards: {', '.join(map(str, missing))}" if missing else ""
         print(f"merge of run {run_id}: {result['state']} "
-              f"{result.get('output') or ''} {result.get('reason') or ''}".rstrip())
+              f"{result.get('output') or ''} {gone} {result.get('reason') or ''}".rstrip())
         return 0 if result["state"] in ("merged", "partial") else 1
     decision = autoround.run_round(layout, profile, scheduler_for(profile))  # type: ignore[arg-type]
+    if decision.halted:
+        print(f"round of run {run_id}: stopped, {decision.halted}: retried "
+              f"{list(decision.retry)}, nothing more submitted")
+        return 0
     print(f"round of run {run_id}: retried {list(decision.retry)}, waiting "
           f"{list(decision.waiting)}, exhausted {list(decision.exhausted)}, "
           f"{'over' if decision.over else 'next round submitted'}")

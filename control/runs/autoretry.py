@@ -36,6 +36,7 @@ from synthbatch.agent_stdlib.statefile import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.rows import ShardRow
 
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 ROUND_SCRIPT = "round.sbatch"
 ROUND_TIME = "00:05:00"  # a round is one status refresh and at most two sbatch calls
 ROUND_MEM = "512M"
+IDLE_BEGIN = "now+60"  # a successor with no shard job to wait for starts no sooner
 MERGE_TIME = "02:00:00"  # the merge job: a copy of the run's winners (docs/retry.md)
 RETRY, MERGE = "retry", "merge"  # what the pending automatic job will do
 RETRYABLE = norm.FAILING  # cancelled shards were a person's decision
@@ -60,6 +62,7 @@ class Decision:
     exhausted: Tuple[int, ...]  # failed with every attempt used
     over: bool  # nothing can change any more: no successor
     merge: bool  # the run is over and its merge should be submitted now
+    halted: Optional[str] = None  # the run was cancelled: this round submitted nothing
 
     @property
     def successor(self) -> bool:
@@ -121,13 +124,16 @@ def round_job_name(run_id: str) -> str:
 
 def sbatch_argv(script: Path, run_id: str, after: Sequence[str], log: Path,
                 partition: Optional[str] = None, account: Optional[str] = None,
-                time_limit: str = ROUND_TIME) -> List[str]:
-    """``sbatch`` arguments of one round: one CPU, no GPU, a few minutes, after ``after``."""
+                time_limit: str = ROUND_TIME, begin: Optional[str] = None) -> List[str]:
+    """``sbatch`` arguments of one round: one CPU, no GPU, a few minutes, after ``after``
+    (``begin``: not before then)."""
     argv = ["--parsable", f"--job-name={round_job_name(run_id)}", "--cpus-per-task=1",
             f"--mem={ROUND_MEM}", f"--time={time_limit}", "--kill-on-invalid-dep=yes",
             f"--output={log}"]
     if after:
         argv.append("--dependency=afterany:" + ":".join(after))
+    if begin:
+        argv.append(f"--begin={begin}")
     if partition:
         argv.append(f"--partition={partition}")
     if account:
@@ -166,6 +172,28 @@ def load_pending(layout: RunLayout) -> Optional[Dict[str, object]]:
     return data
 
 
+def halt(layout: RunLayout, why: str) -> None:
+    """Stop the automatic rounds for good (``cancel`` of the whole run): a round that runs
+    now, or later, submits no attempt, no successor and no merge once it reads this."""
+    ensure_dir(layout.auto)
+    write_json_atomic(layout.auto_halted, {"at": time.time(), "why": why})
+
+
+def halted(layout: RunLayout) -> Optional[str]:
+    """Why the automatic rounds are stopped, or None. A damaged record still stops them
+    (its presence is the stop) and says so."""
+    path = layout.auto_halted
+    if not os.path.lexists(path):
+        return None
+    try:
+        data = read_json(path)
+    except (StateError, OSError) as err:
+        return f"{err}; the automatic rounds stay stopped"
+    why = data.get("why") if isinstance(data, dict) else None
+    return visible(why) if isinstance(why, str) and why else \
+        f"{path}: the automatic rounds are stopped"
+
+
 def pending_job_ids(layout: RunLayout) -> List[str]:
     """The round job ``cancel`` must scancel too (nothing further is submitted after it)."""
     pending = load_pending(layout)
@@ -180,6 +208,15 @@ def record_pending(layout: RunLayout, job_id: Optional[str], number: int,
     write_json_atomic(record_path(layout), {"job_id": job_id, "round": number,
                                             "after": list(after), "at": time.time(),
                                             "action": action, "attempt": attempt})
+
+
+def clear_pending(layout: RunLayout) -> None:
+    """No automatic job is pending any more (the merge job's end, a cancel): the record
+    keeps its round number and attempt, and names no job. The caller holds the lock."""
+    pending = load_pending(layout)
+    if pending is not None:
+        record_pending(layout, None, int(pending.get("round") or 0), (),
+                       attempt=int(pending.get("attempt") or 1))
 
 
 def _queued(scheduler: Scheduler, job_id: str) -> bool:
@@ -210,6 +247,23 @@ def round_now(layout: RunLayout, scheduler: Scheduler,
             "story": story(shards, max_attempts(), True)}
 
 
+def lost_note(layout: RunLayout, scheduler: Scheduler) -> Optional[str]:
+    """``status``'s note when the recorded automatic job left the queue without finishing
+    its round (killed, out of time, its Python not found on the node): a round that
+    finishes always records its successor or none, so nothing more will be submitted
+    automatically. None otherwise (and after a cancel, which says why itself)."""
+    pending = load_pending(layout)
+    if not pending or halted(layout) or _queued(scheduler, str(pending["job_id"])):
+        return None
+    number = int(pending.get("round") or 0)
+    merge = pending.get("action") == MERGE
+    log = layout.auto / f"{'merge' if merge else 'round'}-{number:04d}.out"
+    return (f"the automatic {'merge' if merge else 'round'} job {visible(pending['job_id'])} "
+            f"ended without finishing (its log: {log}): nothing more is submitted "
+            f"automatically; `synthbatch {'merge' if merge else 'retry --auto'} "
+            f"{layout.root.name}` does it by hand")
+
+
 def due_locally(layout: RunLayout, job_id: str) -> bool:
     """Local backend: whether the run's recorded round is ``job_id``'s supervisor's to run
     (the record names that job, or waits for it)."""
@@ -238,7 +292,7 @@ def listed_story(layout: RunLayout, state: str, max_attempts: Optional[int]) -> 
 def submit_round(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_id: str,
                  after: Sequence[str], number: int, python: Optional[str] = None,
                  own_job: Optional[str] = None, action: str = RETRY,
-                 attempt: int = 1) -> Optional[str]:
+                 attempt: int = 1, begin: Optional[str] = None) -> Optional[str]:
     """Submit round ``number`` after ``after`` (``action`` merge: the merge job, at once);
     None when another automatic job is pending.
 
@@ -256,7 +310,7 @@ def submit_round(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_
                        mode=0o700)
     log = folder / (f"merge-{number:04d}.out" if action == MERGE else f"round-{number:04d}.out")
     argv = sbatch_argv(script, run_id, after, log, profile.partition, profile.account,
-                       MERGE_TIME if action == MERGE else ROUND_TIME)
+                       MERGE_TIME if action == MERGE else ROUND_TIME, begin)
     job_id = scheduler.submit_job(argv)
     record_pending(layout, job_id, number, after, action, attempt)
     return job_id

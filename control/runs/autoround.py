@@ -4,20 +4,25 @@ submit the successor round while anything can still change (rules: ``autoretry``
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from synthbatch.agent_stdlib.arrays import array_job_id
 from synthbatch.control.backends.local.rounds import ROUND_JOB_ENV
 from synthbatch.control.runs import automerge
 from synthbatch.control.runs.autoretry import (
+    IDLE_BEGIN,
     MERGE,
     Decision,
+    clear_pending,
     decide,
+    halted,
     load_pending,
     record_pending,
     submit_round,
 )
-from synthbatch.control.runs.retry import RetryLock, retry_run
+from synthbatch.control.runs.retry import retry_run
+from synthbatch.control.runs.retrylock import RetryLock
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.refresh import observe
 from synthbatch.control.runs.status.rows import ShardRow
@@ -40,16 +45,24 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Deci
     decision = decide(shards, plan.max_attempts if wanted["auto_retry"] else 1,
                       bool(merge), bool(merge.get("allow_partial")))
     after: List[str] = []
+    retried: Tuple[int, ...] = ()
     pending = load_pending(layout)
     attempt = int(pending.get("attempt") or 1) if pending else 1
-    if decision.retry:
-        done = retry_run(layout, profile, scheduler, auto=True)
+    if decision.retry and not halted(layout):  # asked again under the lock (retry_run)
+        done = retry_run(layout, profile, scheduler, auto=True, halted=lambda: halted(layout))
         after = [str(s["job_id"]) for s in done.submissions if s.get("job_id")]
         attempt = max([attempt, *(c.attempt for c in done.submitted)])
+        retried = tuple(c.shard for c in done.submitted)
     number = int(pending.get("round", 0)) + 1 if pending else 1
     own = os.environ.get("SLURM_JOB_ID") or os.environ.get(ROUND_JOB_ENV)
     local = getattr(scheduler, "ROUNDS_IN_SUPERVISOR", False)  # no plain jobs: in place
+    # the next automatic job also waits for this one: never two of them running together
+    last = [own] if own and not local else []
     with RetryLock(layout):
+        stopped = halted(layout)  # cancel of the run: no successor, no merge, nothing
+        if stopped:
+            record_pending(layout, None, number - 1, (), attempt=attempt)
+            return replace(decision, retry=retried, over=True, merge=False, halted=stopped)
         if decision.successor:
             jobs = after or sorted({array_job_id(str(r.job_id)) for r in shards
                                     if r.job_id and r.state not in norm.FINAL})
@@ -57,12 +70,15 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Deci
                 record_pending(layout, jobs[0] if jobs else None, number, jobs,
                                attempt=attempt)
             else:
-                submit_round(layout, profile, scheduler, plan.run_id, jobs, number,
-                             own_job=own, attempt=attempt)
+                # nothing to wait for (its refresh came before a manual retry, or the
+                # shards' jobs are not known yet): a minute's pause, not a busy chain
+                submit_round(layout, profile, scheduler, plan.run_id, [*jobs, *last], number,
+                             own_job=own, attempt=attempt,
+                             begin=None if jobs else IDLE_BEGIN)
         elif decision.merge and local:  # shown "merging" while this supervisor merges
             record_pending(layout, own, number, (), MERGE, attempt)
         elif decision.merge:
-            submit_round(layout, profile, scheduler, plan.run_id, (), number, own_job=own,
+            submit_round(layout, profile, scheduler, plan.run_id, last, number, own_job=own,
                          action=MERGE, attempt=attempt)
         else:
             if merge and decision.over:
@@ -77,10 +93,8 @@ def run_round(layout: RunLayout, profile: Profile, scheduler: Scheduler) -> Deci
 def merge_job(layout: RunLayout) -> Dict[str, object]:
     """The merge job: the run's merge (``automerge.run_merge``), then no job is pending."""
     result = automerge.run_merge(layout)
-    pending = load_pending(layout) or {}
     with RetryLock(layout):
-        record_pending(layout, None, int(pending.get("round") or 0), (),
-                       attempt=int(pending.get("attempt") or 1))
+        clear_pending(layout)
     return result
 
 

@@ -10,9 +10,10 @@ agent can write them any more), unless the agent recorded its own outcome first.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set
 
 from synthbatch.agent_stdlib import states
 from synthbatch.agent_stdlib.arrays import (
@@ -25,12 +26,14 @@ from synthbatch.agent_stdlib.arrays import (
 from synthbatch.agent_stdlib.layout import RunLayout, job_name
 from synthbatch.agent_stdlib.statefile import StateError
 from synthbatch.control.errors import (
+    Conflict,
     InvalidInput,
     SchedulerRejected,
     SchedulerUnavailable,
     SchedulerUncertain,
 )
 from synthbatch.control.runs import autoretry
+from synthbatch.control.runs.retrylock import RetryLock
 from synthbatch.control.runs.status import index as settled
 from synthbatch.control.runs.status.ledger import carried_out, pending_cancels, record_cancel
 from synthbatch.control.runs.status.records import ShardView, load_plan_view, shard_scanner
@@ -101,20 +104,23 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
     """Cancel the selected shards of a run; wait up to ``wait_s`` for Slurm to confirm."""
     plan = load_plan_view(layout)
     selected = select_shards(len(plan.shard_records), shards)
-    scan = shard_scanner(layout, plan.arrays)
-    views = [v for v in (scan(i) for i in selected) if _open(v)]
-    settled.forget(layout, plan.run_id, len(plan.shard_records), [v.index for v in views])
-    jobs = {v.attempt.job_id for v in views if v.attempt and v.attempt.job_id}
-    targets = scancel_targets(layout, plan.arrays, jobs)
-    if not shards:  # the whole run: its pending automatic round too (issue 34)
-        targets += [j for j in autoretry.pending_job_ids(layout) if j not in targets]
-    record = record_cancel(layout, selected, targets) if views else None
-    try:
-        scheduler.cancel(targets)
-    except (SchedulerRejected, SchedulerUnavailable) as err:
-        if record is not None and not isinstance(err, SchedulerUncertain):
-            record.unlink(missing_ok=True)  # definitely nothing was cancelled
-        raise
+    with _rounds_stopped(layout, whole=not shards):
+        scan = shard_scanner(layout, plan.arrays)
+        views = [v for v in (scan(i) for i in selected) if _open(v)]
+        settled.forget(layout, plan.run_id, len(plan.shard_records), [v.index for v in views])
+        jobs = {v.attempt.job_id for v in views if v.attempt and v.attempt.job_id}
+        targets = scancel_targets(layout, plan.arrays, jobs)
+        if not shards:  # the whole run: its pending automatic round too (issue 34)
+            targets += [j for j in autoretry.pending_job_ids(layout) if j not in targets]
+        record = record_cancel(layout, selected, targets) if views else None
+        try:
+            scheduler.cancel(targets)
+        except (SchedulerRejected, SchedulerUnavailable) as err:
+            if record is not None and not isinstance(err, SchedulerUncertain):
+                record.unlink(missing_ok=True)  # definitely nothing was cancelled
+            raise
+        if not shards:  # halted: a round job still in the queue submits nothing
+            autoretry.clear_pending(layout)
     if record is not None:
         _carried(record)
     notes = carry_out_pending(layout, scheduler)  # an earlier cancel Slurm did not answer
@@ -132,6 +138,23 @@ def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequenc
     return {"run_id": plan.run_id, "shards": selected, "scancelled": targets,
             "converged": ended >= jobs, "waiting_for": sorted(jobs - ended, key=_task_key),
             "states": {str(v.index): _state(v) for v in after}, "notes": notes}
+
+
+@contextlib.contextmanager
+def _rounds_stopped(layout: RunLayout, whole: bool) -> Iterator[None]:
+    """Cancel of the whole run first stops the automatic rounds (``autoretry.halt``). The
+    shards are then read under the retry lock: a round or retry that was submitting has
+    finished, and its new attempts are cancelled with the rest; a round that comes later
+    reads the halt under the same lock and submits nothing. A lock not had within its
+    wait does not stop the cancel."""
+    if whole:
+        autoretry.halt(layout, f"the run was cancelled ({BY_CANCEL})")
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(RetryLock(layout))
+        except Conflict:
+            pass
+        yield
 
 
 def _carried(record: Path) -> None:

@@ -89,6 +89,10 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Any,
     summary["serving_flags"] = run_flags(layout, fresh.fresh, time.time())
     summary["auto_retry"] = round_now(layout, sched, fresh.rows,  # the plan: only if pending
                                       lambda: load_plan(layout).max_attempts)
+    if summary["auto_retry"] is None and not summary.get("scheduler_error"):
+        from synthbatch.control.runs.autoretry import lost_note  # a round job that died
+
+        summary["notes"] = [*summary["notes"], *filter(None, [lost_note(layout, sched)])]
     from synthbatch.control.runs import automerge  # the merge on completion, attempts' budget
 
     summary["merge"] = automerge.view(layout)

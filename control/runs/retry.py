@@ -25,13 +25,9 @@ never create attempts, so they never count against ``max_attempts``.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from synthbatch.agent_stdlib import states
 from synthbatch.agent_stdlib.attempts import advance_attempt, load_attempt
@@ -40,8 +36,9 @@ from synthbatch.agent_stdlib.contracts import AttemptRecord, Plan, SubmissionRec
 from synthbatch.agent_stdlib.layout import FIRST_ATTEMPT, RunLayout
 from synthbatch.agent_stdlib.publish import load_winner
 from synthbatch.agent_stdlib.resume import scan_kept
-from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, read_bytes
+from synthbatch.agent_stdlib.statefile import StateError, ensure_dir
 from synthbatch.control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
+from synthbatch.control.runs.retrylock import LOCK_WAIT_S, RetryLock
 from synthbatch.control.runs.status import index as settled
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.reconcile import implied_first
@@ -60,7 +57,6 @@ if TYPE_CHECKING:
     from synthbatch.control.slurm.scheduler import Scheduler
 
 POLICIES = ("auto", "always", "never")
-LOCK_WAIT_S = 60.0
 ABANDONED_AFTER_S = 120.0  # a created, unsubmitted attempt this old lost its submitter
 
 
@@ -259,35 +255,6 @@ def select(layout: RunLayout, plan: Plan, shards: Sequence[int] = (), policy: st
     return selection
 
 
-class RetryLock:
-    """``flock`` on ``<run>/retry.lock``, waited for at most ``wait_s`` (0: try once)."""
-
-    def __init__(self, layout: RunLayout, wait_s: float = LOCK_WAIT_S) -> None:
-        self.path: Path = layout.retry_lock
-        self.wait_s = wait_s
-        self._held: Optional[contextlib.ExitStack] = None
-
-    def __enter__(self) -> RetryLock:
-        stack = contextlib.ExitStack()
-        fd = stack.enter_context(locked(self.path, self.wait_s))
-        if fd is None:
-            stack.close()
-            holder = (read_bytes(self.path) or b"").decode("utf-8", "replace").strip()
-            raise Conflict(f"{self.path}: another retry of this run is in progress "
-                           f"({holder or 'holder unknown'})",
-                           hint="wait for it, then run status")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
-                      f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
-        self._held = stack
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._held is not None:
-            self._held.close()  # closing the descriptor releases the flock
-            self._held = None
-
-
 def create_attempts(layout: RunLayout, run_id: str, choices: Sequence[Choice]) -> List[Choice]:
     """Write the ``created`` record of every new attempt; return the choices now on disk.
 
@@ -335,11 +302,14 @@ class RetryResult:
 def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
               shards: Sequence[int] = (), policy: Optional[str] = None, dry_run: bool = False,
               auto: bool = False, lock_wait_s: float = LOCK_WAIT_S,
-              verdicts: Optional[Verdicts] = None) -> RetryResult:
+              verdicts: Optional[Verdicts] = None,
+              halted: Optional[Callable[[], Optional[str]]] = None) -> RetryResult:
     """Select, create attempt N+1, submit one held sparse array per plan array, release.
 
     Raises Conflict when a named shard cannot be retried (nothing is submitted then).
     Shards with damaged records are left out (``selection.skipped``); the rest go ahead.
+    ``halted`` (the automatic rounds: ``autoretry.halted``) is asked under the lock: when
+    it gives a reason, nothing is created or submitted.
     """
     from synthbatch.control.runs.submit.arrays import Staged, submit_all
 
@@ -354,6 +324,8 @@ def retry_run(layout: RunLayout, profile: Profile, scheduler: Scheduler,
         return RetryResult(selection, selection.choices, [])
     with RetryLock(layout, lock_wait_s):
         selection = select(layout, plan, shards, policy, auto, verdicts=verdicts)
+        if halted is not None and halted():  # a cancel came first: it wins
+            return RetryResult(selection, [], [])
         _refuse(selection)
         # A new attempt unsettles its shard: the settled index drops it first.
         with settled.changing(layout, plan.run_id, len(plan.shards),

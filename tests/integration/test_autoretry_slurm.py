@@ -1,11 +1,13 @@
 """Automatic retries and merge on completion on the real Slurm testbed (issue 34).
 
 Six shards; shard 2's server exits after 3 requests on its first two starts. With the
-defaults (automatic retries on), ``max_attempts = 3`` and ``--merge-to``, no command but
-``wait`` runs after ``submit``: the round jobs Slurm starts after the arrays submit
-attempts 2 and 3 of shard 2, the last round submits the merge job, and the run ends with
-every shard won, attempts 1..3 recorded for shard 2, no record requested twice, never two
-automatic jobs pending or running together, and the merged file exact.
+defaults (automatic retries on), ``max_attempts = 3`` and ``--merge-to``, no command runs
+after ``submit`` (the test only reads the records until the merge job has recorded its
+outcome): the round jobs Slurm starts after the arrays submit attempts 2 and 3 of shard 2,
+the last round submits the merge job, and the run ends with every shard won, attempts
+1..3 recorded for shard 2, no record requested twice, one automatic job at a time (each
+submitted by the one before while it ran, started after it ended), and the merged file
+exact. A shard that always fails, and cancel while a round is pending, too.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pytest
 
 from synthbatch.agent_stdlib.attempts import load_attempt
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.control.runs import autoretry
+from synthbatch.control.runs import automerge, autoretry
 from tests.integration.runs import cli_json, crash_wrapper, invoke, wait_until, write_profile
 
 pytestmark = pytest.mark.slurm
@@ -83,12 +85,20 @@ class AutoJobs:
         self._thread.join()
 
 
-def _history(name: str) -> List[Tuple[str, str, str, str]]:
-    """sacct's rows of the automatic jobs: id, state, start, end."""
+def _history(name: str) -> List[Tuple[str, str, str, str, str]]:
+    """sacct's rows of the automatic jobs: id, state, start, end, submit."""
     out = subprocess.run(["sacct", "-n", "-P", "-X", "-S", "now-2hours", f"--name={name}",
-                          "--format=JobID,State,Start,End"], capture_output=True, text=True,
-                         check=True).stdout
+                          "--format=JobID,State,Start,End,Submit"], capture_output=True,
+                         text=True, check=True).stdout
     return [tuple(line.split("|")) for line in out.splitlines() if line]  # type: ignore[misc]
+
+
+def _over(layout: RunLayout) -> bool:
+    """The records alone (no synthbatch command): the merge job recorded its outcome and
+    no automatic job is pending any more."""
+    result = automerge.load_result(layout)
+    return bool(result and result.get("state") != "waiting") and \
+        autoretry.load_pending(layout) is None
 
 
 def _no_round(name: str) -> bool:
@@ -114,12 +124,11 @@ def test_a_failed_shard_is_retried_and_merged_by_the_cluster_alone(
                       "--merge-to", str(merged))["run_id"]
     layout = RunLayout(tmp_path / "workspace" / "runs" / run_id)
     assert autoretry.load_pending(layout) is not None  # the first round waits for the array
-    # `wait` alone: the run looks failed after attempts 1 and 2, but the pending round
-    # keeps it waiting until attempt 3 has won and the merge job has written the dataset
+    # no command after submit: the test only reads the run's records (and squeue) until
+    # the merge job has recorded its outcome
     with AutoJobs(run_id) as jobs:
-        waited = invoke("wait", run_id, "--json", "--timeout", "500", "--profile",
-                        str(profile))
-    assert waited.exit_code == 0, waited.output
+        wait_until("the merge job's outcome", lambda: _over(layout), timeout_s=500)
+    assert automerge.load_result(layout)["state"] == "merged"
     assert all(layout.winner_json(s).exists() for s in range(SHARDS))
     for number, ended in ((1, "failed"), (2, "failed"), (3, "succeeded")):
         assert load_attempt(layout.attempt(CRASHING, number).attempt_json).state == ended
@@ -131,10 +140,13 @@ def test_a_failed_shard_is_retried_and_merged_by_the_cluster_alone(
     name = autoretry.round_job_name(run_id)
     wait_until("no round job left", lambda: _no_round(name), timeout_s=120)
     assert autoretry.load_pending(layout) is None
-    history = sorted(_history(name), key=lambda row: row[2])
-    assert len(history) >= 3, history  # rounds after attempts 1 and 2, and the merge job
+    history = sorted(_history(name), key=lambda row: (row[4], int(row[0])))
+    # rounds after attempts 1, 2 and 3, and the merge job: a chain of single jobs, each
+    # submitted by the one before while it ran, started only after it had ended
+    assert len(history) >= 4, history
+    assert all(state == "COMPLETED" for _, state, *_ in history), history
     for before, after in zip(history, history[1:]):
-        assert before[3] <= after[2] or after[1] == "PENDING", history  # one at a time
+        assert after[4] <= before[3] <= after[2], history
     # the merged file is exact: every index once, in order
     assert _indices(merged) == list(range(SHARDS * PER_SHARD))
     counts: Counter = Counter()
@@ -173,6 +185,8 @@ def test_a_shard_that_always_fails_ends_failed_and_the_rest_is_merged(
     assert _indices(Path(merge["output"])) == list(range(20))  # shard 0's records only
     text = invoke("status", run_id, "--profile", str(profile)).output
     assert "partial; missing shards: 1" in text and "attempt 3 of 3" in text
+    said = "".join(p.read_text() for p in layout.auto.glob("merge-*.out"))
+    assert "partial" in said and "missing shards: 1" in said, said  # the merge job's log
 
 
 def test_cancel_during_the_automatic_retry_submits_nothing_further(
@@ -195,6 +209,13 @@ def test_cancel_during_the_automatic_retry_submits_nothing_further(
     wait_until("the first round's successor", second_round, timeout_s=240)
     pending = autoretry.load_pending(layout)
     assert pending is not None and pending["attempt"] == 2
+    # `runs` (records only) tells the story while attempt 2 runs and its round waits
+    listed = invoke("runs", "--profile", str(profile))
+    assert listed.exit_code == 0 and "retrying (attempt 2 of 3)" in listed.output, \
+        listed.output
+    shown = cli_json("status", run_id, "--profile", str(profile))  # asks Slurm too
+    assert shown["auto_retry"]["job_id"] == pending["job_id"], shown["auto_retry"]
+    assert shown["auto_retry"]["story"] == "retrying (attempt 2 of 3)"
     cancelled = cli_json("cancel", run_id, "--profile", str(profile))
     assert pending["job_id"] in cancelled["scancelled"]
     name = autoretry.round_job_name(run_id)

@@ -141,3 +141,84 @@ def test_a_configuration_error_of_the_client_is_not_restarted(tmp_path, agent_py
     assert "restarting" not in result.stderr
     assert load_readiness(paths.readiness_json).restarts == {}
     assert not list(paths.execution_logs(1).glob("client.restart-*"))
+
+
+def _not_restarted(result, paths) -> str:  # noqa: ANN001
+    """The attempt failed at once: no restart, no restart's log; its reason."""
+    assert result.returncode == 1, result.stderr
+    attempt = load_attempt(paths.attempt_json)
+    assert attempt.state == "failed", attempt
+    assert "restarting" not in result.stderr and "restart(s) in the allocation" not in \
+        attempt.reason
+    assert not list(paths.root.rglob("*.restart-*.log"))
+    return attempt.reason
+
+
+def test_a_model_that_does_not_exist_is_not_restarted(tmp_path, agent_pyz, python_exe):
+    requests = tmp_path / "requests.jsonl"
+    # the server serves another model: every request is refused with HTTP 404
+    plan = _plan(python_exe, "--model", "another-model", "--request-log", str(requests))
+    args = stage(tmp_path / "run", plan)
+    result = run_allocation(python_exe, agent_pyz, args)
+    reason = _not_restarted(result, RunLayout(tmp_path / "run").attempt(0, 1))
+    assert "HTTP 404" in reason and "does not exist" in reason
+    assert {e.get("status") for e in logged(requests)} == {404}
+
+
+def _loader(tmp_path: Path, python: str, *serve: str) -> List[str]:
+    """A server command that counts its starts in ``starts``, then runs the fake server,
+    or, once ``oom`` exists, fails at load as an engine out of GPU memory does."""
+    from tests.conftest import FAKE_SERVER
+
+    script = tmp_path / "loader.py"
+    script.write_text(
+        "import os, sys\n"
+        "starts, oom = sys.argv[1], sys.argv[2]\n"
+        "with open(starts, 'a') as f:\n    f.write('start\\n')\n"
+        "if os.path.exists(oom):\n"
+        "    sys.exit('torch.OutOfMemoryError: CUDA out of memory while loading weights')\n"
+        "open(oom, 'w').close()\n"
+        "os.execv(sys.executable, [sys.executable, *sys.argv[3:]])\n")
+    return [python, str(script), str(tmp_path / "starts"), str(tmp_path / "oom"),
+            str(FAKE_SERVER), "--host", "{host}", "--port", "{port}", "--model",
+            "fake-model", *serve]
+
+
+def test_a_server_out_of_memory_at_load_is_not_restarted(tmp_path, agent_pyz, python_exe):
+    (tmp_path / "oom").touch()  # every start fails at load
+    plan = dataclasses.replace(local_plan(python_exe, _loader(tmp_path, python_exe)),
+                               restarts_in_allocation=2)
+    args = stage(tmp_path / "run", plan)
+    result = run_allocation(python_exe, agent_pyz, args)
+    reason = _not_restarted(result, RunLayout(tmp_path / "run").attempt(0, 1))
+    assert "CUDA out of memory" in reason, reason
+    assert (tmp_path / "starts").read_text().splitlines() == ["start"]  # started once
+
+
+def test_a_restarted_server_out_of_memory_again_ends_the_restarts(tmp_path, agent_pyz,
+                                                                   python_exe):
+    # the first start serves 3 requests and crashes (a restart may cure that); the
+    # restarted server runs out of memory at load: that is not restarted again, although
+    # the bound (2) would allow another restart
+    plan = dataclasses.replace(local_plan(python_exe, _loader(
+        tmp_path, python_exe, "--exit-after", "3"), records=12), restarts_in_allocation=2)
+    args = stage(tmp_path / "run", plan)
+    result = run_allocation(python_exe, agent_pyz, args)
+    assert result.returncode == 1, result.stderr
+    paths = RunLayout(tmp_path / "run").attempt(0, 1)
+    attempt = load_attempt(paths.attempt_json)
+    assert attempt.state == "failed"
+    assert (tmp_path / "starts").read_text().splitlines() == ["start", "start"]
+    assert result.stderr.count("agent: shard 0 attempt 1: restarting") == 1, result.stderr
+    assert load_readiness(paths.readiness_json).restarts == {"client": 1, "server tiny/0": 1}
+
+
+def test_a_preflight_failure_is_not_restarted(tmp_path, agent_pyz, python_exe):
+    missing = tmp_path / "no-such-engine"
+    plan = dataclasses.replace(local_plan(python_exe, [str(missing), "--port", "{port}"]),
+                               restarts_in_allocation=2)
+    args = stage(tmp_path / "run", plan)
+    result = run_allocation(python_exe, agent_pyz, args)
+    reason = _not_restarted(result, RunLayout(tmp_path / "run").attempt(0, 1))
+    assert "preflight" in reason and str(missing) in reason, reason
+    assert not list(RunLayout(tmp_path / "run").attempt(0, 1).root.rglob("server-*.log"))

@@ -60,8 +60,9 @@ def test_the_flag_wins_over_the_run_file_and_the_run_file_is_relative_to_itself(
 
 
 def _round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, states: List[tuple],
-           merge: Dict[str, Any], auto_retry: bool = True) -> tuple:
+           merge: Dict[str, Any], auto_retry: bool = True, own: str = "") -> tuple:
     layout = make_run(tmp_path, [Shard("submitted")] * len(states))
+    monkeypatch.setenv("SLURM_JOB_ID", own)  # the round's own job ("": not in a job)
     automerge.save_settings(layout, automerge.settings(
         auto_retry, 3, Path(merge["to"]) if merge else None, "jsonl",
         bool(merge.get("allow_partial"))))
@@ -72,8 +73,8 @@ def _round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, states: List[tuple],
     def retry_run(*_: Any, **__: Any) -> Any:
         retried.append(1)
         return SimpleNamespace(submissions=[{"job_id": "900"}],
-                               submitted=[SimpleNamespace(attempt=a + 1)
-                                          for s, a in states if s == "failed"])
+                               submitted=[SimpleNamespace(shard=i, attempt=a + 1)
+                                          for i, (s, a) in enumerate(states) if s == "failed"])
 
     monkeypatch.setattr(autoround, "observe", lambda *_: {"shards": rows})
     monkeypatch.setattr(autoround, "load_plan", lambda _: SimpleNamespace(
@@ -114,6 +115,18 @@ def test_a_failed_round_is_retried_and_runs_tells_the_attempt(
     assert autoretry.listed_story(layout, "cancelled", 3) is None
 
 
+def test_the_next_automatic_job_waits_for_the_round_that_submits_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # never two automatic jobs running together: the successor (or the merge job) starts
+    # only after the round job that submitted it has ended
+    _, q, _, _ = _round(tmp_path / "a", monkeypatch, [("succeeded", 1), ("failed", 1)], {},
+                        own="650")
+    assert "--dependency=afterany:900:650" in q.submitted[0]
+    _, q, decision, _ = _round(tmp_path / "b", monkeypatch, [("succeeded", 1)],
+                               {"to": str(tmp_path / "m.jsonl")}, own="650")
+    assert decision.merge and "--dependency=afterany:650" in q.submitted[0]
+
+
 def test_with_retries_off_a_round_only_merges(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     to = tmp_path / "m.jsonl"
@@ -151,6 +164,20 @@ def test_the_merge_job_writes_the_dataset_and_records_what_is_missing(tmp_path: 
             "merge": automerge.view(layout)}
     lines = [line for line in status_text_lines(data) if "merge to" in line]
     assert lines == [f"  merge to {to}: partial; missing shards: 1"]
+
+
+def test_the_merge_jobs_log_says_what_is_missing(tmp_path: Path, capsys) -> None:
+    from synthbatch.control.cli import autoround as entry
+    from tests.fakes import RUN_ID, TESTBED
+
+    layout = make_run(tmp_path / "ws", [Shard("winner"), Shard("failed")])
+    automerge.save_settings(layout, automerge.settings(True, 3, tmp_path / "o.jsonl",
+                                                       "jsonl", True))
+    layout.inputs.mkdir(mode=0o700)
+    (layout.inputs / "profile.toml").write_text(TESTBED.read_text())
+    assert entry.main(["--workspace", str(tmp_path / "ws"), RUN_ID, "--merge"]) == 0
+    said = capsys.readouterr().out
+    assert f"merge of run {RUN_ID}: partial {tmp_path / 'o.jsonl'} missing shards: 1" in said
 
 
 def test_the_merge_job_without_allow_partial_says_why_nothing_was_merged(
@@ -209,3 +236,34 @@ def test_a_local_round_is_run_only_by_the_supervisor_its_record_names(tmp_path: 
     assert not autoretry.due_locally(layout, "43")
     autoretry.record_pending(layout, "41", 2, (), "merge", 2)  # merging: no second round
     assert not autoretry.due_locally(layout, "41")
+
+
+@pytest.mark.parametrize("extra, warned", [("", True), ("auto_retry = false\n", False)])
+def test_plan_warns_when_the_nodes_may_not_see_the_rounds_python(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str, warned: bool) -> None:
+    from click.testing import CliRunner
+
+    from synthbatch.control.cli.main import cli
+    from synthbatch.control.runs.checks import Sight
+    from tests.fakes import QUICKSTART, TESTBED
+
+    python = tmp_path / "private" / "python"  # a Python only this login node has
+    python.parent.mkdir()
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(python))
+    real = Sight.shared
+    monkeypatch.setattr(Sight, "shared", lambda self, path: path != python and
+                        real(self, path))
+    (tmp_path / "ws").mkdir()
+    profile = tmp_path / "profile.toml"
+    profile.write_text(TESTBED.read_text().replace('"/tmp/synthbatch-workspace"',
+                                                   json.dumps(str(tmp_path / "ws"))))
+    run = tmp_path / "run.toml"
+    run.write_text(QUICKSTART.read_text().replace("max_attempts = 3\n",
+                                                  "max_attempts = 3\n" + extra))
+    result = CliRunner().invoke(cli, ["plan", str(run), "--profile", str(profile)])
+    said = result.output
+    assert (f"the control plane's Python {python} is not on a shared filesystem" in said) \
+        is warned, said
+    assert ("auto_retry = false" in said) is warned
