@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Mapping
 from ..recipe.kinds import VALIDATION, default
 from ..recipe.schema import validate
 from ..recipe.template import show
+from .pyguard import GUARD
 
 MAX_ERRORS, ERROR_CHARS = 5, 300
 
@@ -48,17 +49,17 @@ def check_python(code: str, run: bool = False, timeout_s: float = 5.0) -> List[s
 
 
 def run_python(code: str, timeout_s: float) -> List[str]:
-    """Run ``code`` as ``python -I -S main.py`` in a fresh scratch folder (its working
-    folder, deleted after) with an empty environment, no stdin, in a session of its own
-    that is killed whole after ``timeout_s``. This isolates it from the generator's files,
-    variables and site-packages; it does NOT take away the network, limit memory or
-    sandbox the file system (the standard library cannot): run only code you would run
-    yourself, on a node where that is acceptable."""
+    """Run ``code`` as ``main.py`` under :data:`pyguard.GUARD` (``python -I -S``: no network,
+    no new process, no ctypes) in a fresh scratch folder (its working folder, deleted
+    after) with an empty environment, no stdin, in a session of its own that is killed
+    whole after ``timeout_s``. This isolates it from the generator's files, variables,
+    site-packages and the network; it does NOT limit memory or hide the file system: run
+    only code you would run yourself, on a node where that is acceptable."""
     with tempfile.TemporaryDirectory(prefix="synthbatch-validate-") as scratch:
         path = os.path.join(scratch, "main.py")
         with open(path, "w", encoding="utf-8") as out:
             out.write(code)
-        proc = subprocess.Popen([sys.executable, "-I", "-S", "main.py"], cwd=scratch,
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", GUARD], cwd=scratch,
                                 env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)
         try:

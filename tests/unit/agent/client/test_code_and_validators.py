@@ -79,3 +79,49 @@ def test_json_schema_and_regex_results() -> None:
     assert check_regex("abc-123", r"\d+", full=True) == ["does not match '\\\\d+'"]
     sql = {"validator": "sql", "target": "q", "schema_column": "ddl"}
     assert check(sql, {"q": "SELECT a FROM t", "ddl": "CREATE TABLE t (a);"})["valid"]
+
+
+def test_python_run_has_no_network_and_starts_no_process(tmp_path: Any) -> None:
+    """A listener on loopback: the code's connection never reaches it (own network
+    namespace, and the audit hook refuses the socket); nor may it start a process that
+    would (curl, another python) or reach libc's connect through ctypes."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        listener.settimeout(0.2)
+        port = listener.getsockname()[1]
+        connect = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 2)\n"
+        problem = check_python(connect, run=True)
+        assert len(problem) == 1 and "may not use the network" in problem[0], problem
+        spawn = ("import subprocess, sys\nsubprocess.run([sys.executable, '-c', "
+                 f"{connect!r}], check=True)\n")
+        problem = check_python(spawn, run=True)
+        assert len(problem) == 1 and "(subprocess.Popen)" in problem[0], problem
+        problem = check_python("import os\nos.system('true')\n", run=True)
+        assert len(problem) == 1 and "(os.system)" in problem[0], problem
+        problem = check_python("import ctypes\nctypes.CDLL(None)\n", run=True)
+        assert len(problem) == 1 and "(ctypes.dlopen)" in problem[0], problem
+        with pytest.raises(socket.timeout):
+            listener.accept()  # nothing ever connected
+    assert check_python("import json, math\nprint(json.dumps(math.pi))\n", run=True) == []
+
+
+def test_python_run_is_in_a_network_namespace_of_its_own_where_the_kernel_allows() -> None:
+    """Where this user may unshare a network namespace, the code sees only its own
+    loopback (/proc/net/dev lists 'lo' alone), not the node's interfaces."""
+    import os
+    import subprocess
+    import sys
+
+    probe = subprocess.run([sys.executable, "-c", (
+        "import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "sys.exit(0 if libc.unshare(0x40000000) == 0 or "
+        "libc.unshare(0x40000000 | 0x10000000) == 0 else 3)")], check=False)
+    if probe.returncode != 0 or not os.path.exists("/proc/net/dev"):
+        pytest.skip("this kernel gives no network namespace to this user")
+    code = ("names = [line.split(':')[0].strip() for line in "
+            "open('/proc/net/dev').read().splitlines()[2:]]\n"
+            "assert names == ['lo'], names\n")
+    assert check_python(code, run=True) == []
