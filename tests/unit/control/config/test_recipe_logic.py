@@ -4,6 +4,7 @@ line naming ``client.columns[i].field`` (and the position in an expression)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -184,3 +185,26 @@ def test_the_documented_example_plans(tmp_path: Path) -> None:
     assert spec is not None
     assert [c.name for c in spec.columns][-6:] == ["category", "price", "start", "end",
                                                    "review", "label"]
+
+
+def test_the_documented_column_examples_plan_as_written(tmp_path: Path) -> None:
+    """docs/generator.md's examples of the samplers (timedelta, mixture, identity...),
+    llm-code and validation columns plan together as written (plus the two columns they
+    read: a task and a query)."""
+    doc = (REPO / "docs" / "generator.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```toml\n(.*?)```", doc, re.S)
+              if b.startswith("[[client.columns]]")]
+    wanted = ("timedelta", "mixture", "identity", "llm-code", "validation", "datetime")
+    examples = [b for b in blocks if any(f'type = "{k}"' in b for k in wanted)]
+    assert len(examples) == 4, [b[:60] for b in blocks]
+    readers = ('\n[[client.columns]]\nname = "task"\ntype = "category"\n'
+               'values = ["adds two numbers"]\n\n[[client.columns]]\nname = "query"\n'
+               'type = "llm-text"\nmodel = "gen"\nprompt = "SQL for {task}"\n')
+    columns = readers + "\n" + "\n".join(examples)
+    spec = plan_of(tmp_path, SEEDLESS.replace("\n[[deployments]]",
+                                              columns + "\n[[deployments]]", 1)).client
+    assert spec is not None
+    kinds = {c.name: c.type for c in spec.columns}
+    assert {kinds[n] for n in ("ships_on", "wait_minutes", "customer", "solution",
+                               "solution_ok", "query_ok")} == {
+        "timedelta", "mixture", "identity", "llm-code", "validation"}
