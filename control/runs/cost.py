@@ -175,6 +175,9 @@ def lines(cost: Mapping[str, Any]) -> List[str]:
         if parts:
             out.append(f"  per 1,000 records by {'model' if kind == 'aliases' else 'column'}: "
                        + ", ".join(parts))
+    if cost.get("reused_cells"):
+        out.append(f"  reused {cost['reused_cells']:,} cells: no GPU time or tokens here "
+                   "(counted once, by the runs that made them)")
     wasted = cost.get("wasted") or {}
     if wasted.get("gpu_hours"):
         out.append(f"  wasted on failed attempts and requeues: {wasted['gpu_hours']} GPU-hours"

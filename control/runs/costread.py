@@ -169,7 +169,9 @@ def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str
                 ask: Callable[[], Optional[List[JobUsage]]]) -> Dict[str, Any]:
     """``status``'s ``cost``: priced by the profile at ``profile_path`` (its ``[pricing]``
     for the run's partition), from the rows ``totals`` got this refresh (``used``), else
-    the kept figures, else ``ask()`` (once, for a run counted before these figures were)."""
+    the kept figures, else ``ask()`` (once, for a run counted before these figures were);
+    ``reused_cells``: the LLM cells taken from earlier runs (``summary["reuse"]``), which
+    cost this run no GPU time and no tokens (counted once: by the runs that made them)."""
     if job_ids is None:
         job_ids = run_job_ids(submission_views(layout))
     totals = summary.get("totals") or {}
@@ -190,10 +192,14 @@ def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str
     try:
         facts = _plan_facts(layout)
         price = pricing.price(facts[1]) if pricing is not None else None
-        return run_cost(layout, rows, job_ids, price, pricing.currency if pricing else "$",
-                        keep=keep, gpu_hours_from=source, facts=facts)
+        out = run_cost(layout, rows, job_ids, price, pricing.currency if pricing else "$",
+                       keep=keep, gpu_hours_from=source, facts=facts)
     except (StateError, OSError) as err:  # a damaged plan: status names it; no figures
         return {"gpu_hours": None, "cost": None, "notes": [f"cost: {err}"]}
+    reused = summary.get("reuse") or {}  # issue 31's count: cells no request was made for
+    if reused.get("cells_reused"):
+        out["reused_cells"] = reused["cells_reused"]
+    return out
 
 
 def _pricing(path: Optional[Path]) -> Optional[Any]:
