@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from synthbatch.agent_stdlib.contracts import Plan, ProgressRecord, ResultManifest
 from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout, attempt_number
@@ -129,6 +129,7 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
                        "p99": percentile(lat, 99), "requests": len(lat)},
         "error_rate": errors / tried if tried else 0.0,
         "rate_429": n429 / tried if tried else 0.0,
+        "gpu_hours": gpus * wall / 3600.0 if wall else None,
         "gpu_hours_per_1000": per_1000(gpus * wall / 3600.0 if wall else None, records),
         "tokens_per_1000": {"in": per_1000(sum(a.tokens_in for a in aliases), records, 1),
                             "out": per_1000(tokens_out, records, 1)},
@@ -144,12 +145,22 @@ def with_job_times(row: Dict[str, Any], times: Dict[str, Any]) -> Dict[str, Any]
     out = {**row, "job_boot_s": max(0.0, row["started_at"] - start),
            "job_wall_s": (end - start) if end is not None else None}
     if out["job_wall_s"] and row.get("records"):
-        out["gpu_hours_per_1000"] = per_1000(row["gpus"] * out["job_wall_s"] / 3600.0,
-                                             row["records"])
+        out["gpu_hours"] = row["gpus"] * out["job_wall_s"] / 3600.0
+        out["gpu_hours_per_1000"] = per_1000(out["gpu_hours"], row["records"])
         out["gpu_hours_from"] = "sacct"
     else:
         out["gpu_hours_from"] = "generator"
     return out
+
+
+def priced(row: Dict[str, Any], price: Optional[float], currency: Optional[str]
+           ) -> Dict[str, Any]:
+    """The point with ``cost_per_1000``: its GPU-hours x ``price`` per 1,000 records
+    (``cost.per_1000``'s rule; None without a price or GPU-hours), and ``currency``."""
+    hours = row.get("gpu_hours")
+    return {**row, "currency": currency if price is not None else None,
+            "cost_per_1000": per_1000(hours * price if hours is not None and
+                                      price is not None else None, row.get("records") or 0)}
 
 
 def knee(rows: List[Dict[str, Any]], share: float = 0.9) -> Optional[int]:
@@ -206,19 +217,22 @@ def _case_rows(case: Dict[str, Any], layout: Optional[RunLayout]) -> List[Dict[s
 
 
 def analyze(manifest: Dict[str, Any], layouts: Dict[str, Optional[RunLayout]],
-            job_times: Optional[Callable[[List[str]], Dict[str, Any]]] = None
+            job_times: Optional[Callable[[List[str]], Dict[str, Any]]] = None,
+            prices: Optional[Dict[str, Tuple[Optional[float], Optional[str]]]] = None
             ) -> Dict[str, Any]:
     """Every point of every case, the missing ones named, the knee per case, the Pareto
     front and the recommendation (``layouts``: run id -> its layout, None if absent;
-    ``job_times``: job ids -> their sacct start and end, when the cluster has them)."""
+    ``job_times``: job ids -> their sacct start and end, when the cluster has them;
+    ``prices``: run id -> (price of a GPU-hour, currency), ``costread.run_price``)."""
     by_case = [(case, _case_rows(case, layouts.get(case["run_id"])))
                for case in manifest["cases"]]
     ids = [r["job_id"] for _, rows in by_case for r in rows if r.get("job_id")]
     times = job_times(ids) if job_times and ids else {}
     rows, missing, cases = [], [], []
     for case, found in by_case:
-        case_rows = [with_job_times(r, times) if r["state"] != "missing" else r
-                     for r in found]
+        price, currency = (prices or {}).get(case["run_id"], (None, None))
+        case_rows = [priced(with_job_times(r, times), price, currency)
+                     if r["state"] != "missing" else r for r in found]
         for row in case_rows:
             if row["state"] != "done":
                 missing.append(f"{case['case']} @ concurrency {row['concurrency']}: "
