@@ -27,7 +27,7 @@ from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout, attempt_num
 from synthbatch.agent_stdlib.resume import request_cells
 from synthbatch.agent_stdlib.statefile import StateError, read_json
 from synthbatch.control.planning.sizing import percentile, size
-from synthbatch.control.runs.cost import per_1000
+from synthbatch.control.runs.cost import attribute, part_report, per_1000
 from synthbatch.control.runs.telemetry import serving_figures
 
 ERROR_KINDS_NOT_429 = ("503", "5xx", "4xx", "timeout", "connection", "invalid_output")
@@ -133,6 +133,11 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
         "gpu_hours_per_1000": per_1000(gpus * wall / 3600.0 if wall else None, records),
         "tokens_per_1000": {"in": per_1000(sum(a.tokens_in for a in aliases), records, 1),
                             "out": per_1000(tokens_out, records, 1)},
+        "tokens_by_alias": {a: [f.tokens_in, f.tokens_out]
+                            for a, f in sorted(progress.aliases.items())},
+        "tokens_by_column": {c: [a, t.tokens_in, t.tokens_out]
+                             for a, f in sorted(progress.aliases.items())
+                             for c, t in sorted(f.columns.items())},
     }
 
 
@@ -153,14 +158,23 @@ def with_job_times(row: Dict[str, Any], times: Dict[str, Any]) -> Dict[str, Any]
     return out
 
 
-def priced(row: Dict[str, Any], price: Optional[float], currency: Optional[str]
-           ) -> Dict[str, Any]:
+def priced(row: Dict[str, Any], price: Optional[float], currency: Optional[str],
+           alias_gpus: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
     """The point with ``cost_per_1000``: its GPU-hours x ``price`` per 1,000 records
-    (``cost.per_1000``'s rule; None without a price or GPU-hours), and ``currency``."""
+    (``cost.per_1000``'s rule; None without a price or GPU-hours), ``currency``, and per
+    model alias and LLM column (``aliases``, ``columns``) the figures ``status`` gives a
+    run, attributed by ``cost.attribute`` (``alias_gpus``: alias -> its GPUs)."""
     hours = row.get("gpu_hours")
-    return {**row, "currency": currency if price is not None else None,
-            "cost_per_1000": per_1000(hours * price if hours is not None and
-                                      price is not None else None, row.get("records") or 0)}
+    records = row.get("records") or 0
+    out = {**row, "currency": currency if price is not None else None,
+           "cost_per_1000": per_1000(hours * price if hours is not None and
+                                     price is not None else None, records)}
+    if hours is not None:
+        aliases, columns = attribute(hours, alias_gpus or {}, row.get("tokens_by_alias", {}),
+                                     row.get("tokens_by_column", {}))
+        out["aliases"] = {a: part_report(p, records, price) for a, p in aliases.items()}
+        out["columns"] = {c: part_report(p, records, price) for c, p in columns.items()}
+    return out
 
 
 def knee(rows: List[Dict[str, Any]], share: float = 0.9) -> Optional[int]:
@@ -204,15 +218,18 @@ def recommend(rows: List[Dict[str, Any]], targets: Optional[Dict[str, Any]]
 def _case_rows(case: Dict[str, Any], layout: Optional[RunLayout]) -> List[Dict[str, Any]]:
     plan = _json(layout.plan_json) if layout else None
     gpus = 0
+    alias_gpus: Dict[str, int] = {}
     if plan is not None:
-        resources = Plan.from_dict(plan).resources
-        gpus = resources.gpus * resources.nodes
+        decoded = Plan.from_dict(plan)
+        gpus = decoded.resources.gpus * decoded.resources.nodes
+        alias_gpus = {d.alias: d.replicas * d.gpus_per_replica for d in decoded.deployments}
     rows = []
     for p in case["points"]:
         row = ({"concurrency": p["concurrency"], "shard": p["shard"], "gpus": gpus,
                 "state": "missing", "problem": "run not submitted"} if layout is None
                else point(layout, p["shard"], p["concurrency"], gpus))
-        rows.append({"case": case["case"], "run_id": case["run_id"], **row})
+        rows.append({"case": case["case"], "run_id": case["run_id"], **row,
+                     "deployment_gpus": alias_gpus})
     return rows
 
 
@@ -231,7 +248,7 @@ def analyze(manifest: Dict[str, Any], layouts: Dict[str, Optional[RunLayout]],
     rows, missing, cases = [], [], []
     for case, found in by_case:
         price, currency = (prices or {}).get(case["run_id"], (None, None))
-        case_rows = [priced(with_job_times(r, times), price, currency)
+        case_rows = [priced(with_job_times(r, times), price, currency, r["deployment_gpus"])
                      if r["state"] != "missing" else r for r in found]
         for row in case_rows:
             if row["state"] != "done":
