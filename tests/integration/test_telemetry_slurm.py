@@ -1,6 +1,6 @@
 """Serving telemetry on the real Slurm testbed (issue 32): a run with one starved and one
 idle deployment; ``status`` of the run names both, ``status --shard 0`` shows each
-replica's last values and where the shard's time went."""
+replica's last values, where the shard's time went and each LLM column's latency split."""
 
 from __future__ import annotations
 
@@ -81,4 +81,9 @@ def test_status_names_the_starved_and_the_idle_deployment(slurm_cluster, tmp_pat
     assert [r.split()[0] for r in replicas] == ["gen", "judge"], shard_text
     assert " running, " in replicas[0] and " waiting, KV " in replicas[0]
     assert "time: queue " in shard_text and "servers ready " in shard_text
+    # per LLM column, the mean latency split into the proxy's queue and the engine's time
+    latency = [line.strip() for line in shard_text.splitlines()
+               if line.strip().startswith(("question (gen): ", "grade (judge): "))]
+    assert len(latency) == 2 and all(" = proxy queue " in x and " ms + engine " in x
+                                     for x in latency), shard_text
     assert wait_final(run_id, tmp_path / "profile.toml", 240)["state"] == "succeeded"
