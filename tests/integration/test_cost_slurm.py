@@ -91,12 +91,12 @@ PRICE, PER_SHARD = 2.0, 8
 def _retried_run(tmp_path: Path) -> Path:
     """Two shards of 8 records on the fake server (one GPU each): shard 1's server crashes
     on its first start (attempt 1 fails: no restart in the allocation, no automatic round),
-    shard 0's is slow enough (~8 s of generation) to be requeued while it serves."""
+    shard 0's is slow enough (~16 s of generation) to be requeued while it serves."""
     state = tmp_path / "server-state"
     state.mkdir()
     command = ["{python}", str(crash_wrapper(tmp_path)), str(state), "1",
                "--host", "{host}", "--port", "{port}", "--model", "{served_name}",
-               "--token-latency", "0.12"]
+               "--token-latency", "0.25"]
     run = tmp_path / "run.toml"
     run.write_text(
         'schema_version = 1\nname = "cost"\nmax_attempts = 2\nresume = "auto"\n'
