@@ -171,7 +171,12 @@ def test_a_run_with_a_requeue_and_a_retry_costs_what_sacct_says_by_hand(
     assert 0 < requeued < wasted < total
     text = invoke("status", run_id, "--profile", str(profile)).stdout
     assert f"wasted on failed attempts and requeues: {round(wasted, 4)} GPU-hours" in text
-    # the same figures in the dataset card (priced by the run's own profile copy)
+    # the same figures in the Python API, in runs (GPU-HOURS, COST) and in the dataset card
+    assert api.status(run_id, str(profile)).cost["per_1000_records"] == \
+        cost["per_1000_records"]
+    (listed,) = api.runs(str(profile))
+    assert listed.gpu_hours == cost["gpu_hours"]
+    assert listed.cost == pytest.approx(total * PRICE, abs=0.01)  # shown to the cent
     cli_json("merge", run_id, "--profile", str(profile))
     card = json.loads((layout.merged / "card.json").read_text())["cost"]["figures"]
     assert {k: card[k] for k in ("gpu_hours", "cost", "per_1000_records", "wasted")} == \
