@@ -511,7 +511,11 @@ def _benchmark_data(bench_id: str, profile: ProfileRef) -> Dict[str, Any]:
         except SynthbatchError:
             layouts[case["run_id"]] = None
     sched = scheduler_for(prof)
-    return analyze(manifest, layouts, lambda ids: job_times(sched, ids))
+    from synthbatch.control.runs.costread import run_price  # issue 32: cost per 1,000
+
+    prices = {run_id: run_price(layout, prof.path)
+              for run_id, layout in layouts.items() if layout is not None}
+    return analyze(manifest, layouts, lambda ids: job_times(sched, ids), prices)
 
 
 def benchmark_analyze(bench_id: str, profile: ProfileRef = None) -> Dict[str, Any]:

@@ -20,14 +20,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from synthbatch.agent_stdlib.contracts import Plan, ProgressRecord, ResultManifest
 from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout, attempt_number
 from synthbatch.agent_stdlib.resume import request_cells
 from synthbatch.agent_stdlib.statefile import StateError, read_json
 from synthbatch.control.planning.sizing import percentile, size
-from synthbatch.control.runs.cost import per_1000
+from synthbatch.control.runs.cost import attribute, part_report, per_1000
 from synthbatch.control.runs.telemetry import serving_figures
 
 ERROR_KINDS_NOT_429 = ("503", "5xx", "4xx", "timeout", "connection", "invalid_output")
@@ -129,9 +129,15 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
                        "p99": percentile(lat, 99), "requests": len(lat)},
         "error_rate": errors / tried if tried else 0.0,
         "rate_429": n429 / tried if tried else 0.0,
+        "gpu_hours": gpus * wall / 3600.0 if wall else None,
         "gpu_hours_per_1000": per_1000(gpus * wall / 3600.0 if wall else None, records),
         "tokens_per_1000": {"in": per_1000(sum(a.tokens_in for a in aliases), records, 1),
                             "out": per_1000(tokens_out, records, 1)},
+        "tokens_by_alias": {a: [f.tokens_in, f.tokens_out]
+                            for a, f in sorted(progress.aliases.items())},
+        "tokens_by_column": {c: [a, t.tokens_in, t.tokens_out]
+                             for a, f in sorted(progress.aliases.items())
+                             for c, t in sorted(f.columns.items())},
     }
 
 
@@ -144,11 +150,30 @@ def with_job_times(row: Dict[str, Any], times: Dict[str, Any]) -> Dict[str, Any]
     out = {**row, "job_boot_s": max(0.0, row["started_at"] - start),
            "job_wall_s": (end - start) if end is not None else None}
     if out["job_wall_s"] and row.get("records"):
-        out["gpu_hours_per_1000"] = per_1000(row["gpus"] * out["job_wall_s"] / 3600.0,
-                                             row["records"])
+        out["gpu_hours"] = row["gpus"] * out["job_wall_s"] / 3600.0
+        out["gpu_hours_per_1000"] = per_1000(out["gpu_hours"], row["records"])
         out["gpu_hours_from"] = "sacct"
     else:
         out["gpu_hours_from"] = "generator"
+    return out
+
+
+def priced(row: Dict[str, Any], price: Optional[float], currency: Optional[str],
+           alias_gpus: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
+    """The point with ``cost_per_1000``: its GPU-hours x ``price`` per 1,000 records
+    (``cost.per_1000``'s rule; None without a price or GPU-hours), ``currency``, and per
+    model alias and LLM column (``aliases``, ``columns``) the figures ``status`` gives a
+    run, attributed by ``cost.attribute`` (``alias_gpus``: alias -> its GPUs)."""
+    hours = row.get("gpu_hours")
+    records = row.get("records") or 0
+    out = {**row, "currency": currency if price is not None else None,
+           "cost_per_1000": per_1000(hours * price if hours is not None and
+                                     price is not None else None, records)}
+    if hours is not None:
+        aliases, columns = attribute(hours, alias_gpus or {}, row.get("tokens_by_alias", {}),
+                                     row.get("tokens_by_column", {}))
+        out["aliases"] = {a: part_report(p, records, price) for a, p in aliases.items()}
+        out["columns"] = {c: part_report(p, records, price) for c, p in columns.items()}
     return out
 
 
@@ -193,32 +218,38 @@ def recommend(rows: List[Dict[str, Any]], targets: Optional[Dict[str, Any]]
 def _case_rows(case: Dict[str, Any], layout: Optional[RunLayout]) -> List[Dict[str, Any]]:
     plan = _json(layout.plan_json) if layout else None
     gpus = 0
+    alias_gpus: Dict[str, int] = {}
     if plan is not None:
-        resources = Plan.from_dict(plan).resources
-        gpus = resources.gpus * resources.nodes
+        decoded = Plan.from_dict(plan)
+        gpus = decoded.resources.gpus * decoded.resources.nodes
+        alias_gpus = {d.alias: d.replicas * d.gpus_per_replica for d in decoded.deployments}
     rows = []
     for p in case["points"]:
         row = ({"concurrency": p["concurrency"], "shard": p["shard"], "gpus": gpus,
                 "state": "missing", "problem": "run not submitted"} if layout is None
                else point(layout, p["shard"], p["concurrency"], gpus))
-        rows.append({"case": case["case"], "run_id": case["run_id"], **row})
+        rows.append({"case": case["case"], "run_id": case["run_id"], **row,
+                     "deployment_gpus": alias_gpus})
     return rows
 
 
 def analyze(manifest: Dict[str, Any], layouts: Dict[str, Optional[RunLayout]],
-            job_times: Optional[Callable[[List[str]], Dict[str, Any]]] = None
+            job_times: Optional[Callable[[List[str]], Dict[str, Any]]] = None,
+            prices: Optional[Dict[str, Tuple[Optional[float], Optional[str]]]] = None
             ) -> Dict[str, Any]:
     """Every point of every case, the missing ones named, the knee per case, the Pareto
     front and the recommendation (``layouts``: run id -> its layout, None if absent;
-    ``job_times``: job ids -> their sacct start and end, when the cluster has them)."""
+    ``job_times``: job ids -> their sacct start and end, when the cluster has them;
+    ``prices``: run id -> (price of a GPU-hour, currency), ``costread.run_price``)."""
     by_case = [(case, _case_rows(case, layouts.get(case["run_id"])))
                for case in manifest["cases"]]
     ids = [r["job_id"] for _, rows in by_case for r in rows if r.get("job_id")]
     times = job_times(ids) if job_times and ids else {}
     rows, missing, cases = [], [], []
     for case, found in by_case:
-        case_rows = [with_job_times(r, times) if r["state"] != "missing" else r
-                     for r in found]
+        price, currency = (prices or {}).get(case["run_id"], (None, None))
+        case_rows = [priced(with_job_times(r, times), price, currency, r["deployment_gpus"])
+                     if r["state"] != "missing" else r for r in found]
         for row in case_rows:
             if row["state"] != "done":
                 missing.append(f"{case['case']} @ concurrency {row['concurrency']}: "

@@ -16,7 +16,7 @@ COLUMNS = (("case", "case"), ("conc", "concurrency"), ("state", "state"),
            ("rec/s", "records_per_s"),
            ("tok/s", "output_tokens_per_s"), ("tok/s/GPU", "output_tokens_per_s_per_gpu"),
            ("p50 ms", "p50"), ("p95 ms", "p95"), ("p99 ms", "p99"), ("err", "error_rate"),
-           ("429", "rate_429"), ("GPU-h/1k", "gpu_hours_per_1000"))
+           ("429", "rate_429"), ("GPU-h/1k", "gpu_hours_per_1000"), ("cost/1k", "cost_per_1000"))
 
 
 def _cell(row: Dict[str, Any], key: str) -> str:

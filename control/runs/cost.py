@@ -97,6 +97,17 @@ def figures(uses: Sequence[AttemptUse], rows: Optional[Sequence[JobUsage]],
     lost = sum(_hours(by_job[u.job_id][-1:]) for u in uses
                if u.over and not u.won and u.job_id in by_job)
     total = _hours(rows)
+    aliases, columns = attribute(total, gpus, alias_tokens, column_tokens)
+    return Figures(total, requeued + lost, requeued, records, tokens_in, tokens_out, aliases,
+                   columns)
+
+
+def attribute(total: float, gpus: Mapping[str, int], alias_tokens: Mapping[str, Sequence[int]],
+              column_tokens: Mapping[str, Sequence[Any]]) -> Tuple[Dict[str, Part],
+                                                                   Dict[str, Part]]:
+    """Each model alias's and LLM column's share of ``total`` GPU-hours (the rule in the
+    module's docstring): ``gpus`` alias -> its GPUs, ``alias_tokens`` alias -> (in, out),
+    ``column_tokens`` column -> (alias, in, out)."""
     share = sum(gpus.values())
     alias_hours = {a: total * n / share if share else 0.0 for a, n in gpus.items()}
     aliases = {a: Part(alias_hours.get(a, 0.0), *alias_tokens.get(a, [0, 0]))
@@ -106,8 +117,7 @@ def figures(uses: Sequence[AttemptUse], rows: Optional[Sequence[JobUsage]],
         of_alias = sum(alias_tokens.get(alias, [0, 0]))
         hours = alias_hours.get(alias, 0.0) * (t_in + t_out) / of_alias if of_alias else 0.0
         columns[column] = Part(hours, t_in, t_out, alias)
-    return Figures(total, requeued + lost, requeued, records, tokens_in, tokens_out, aliases,
-                   columns)
+    return aliases, columns
 
 
 def per_1000(value: Optional[float], records: int, digits: int = 4) -> Optional[float]:
@@ -124,7 +134,9 @@ def _round(value: Optional[float]) -> Optional[float]:
     return None if value is None else round(value, 4)
 
 
-def _part(part: Part, records: int, price: Optional[float]) -> Dict[str, Any]:
+def part_report(part: Part, records: int, price: Optional[float]) -> Dict[str, Any]:
+    """One alias's or column's figures priced at ``price``, as plain data (per 1,000
+    ``records`` too)."""
     cost = _money(part.gpu_hours, price)
     out: Dict[str, Any] = {} if part.alias is None else {"alias": part.alias}
     return {**out, "gpu_hours": _round(part.gpu_hours), "cost": _round(cost),
@@ -140,14 +152,14 @@ def report(found: Figures, price: Optional[float], currency: str = "$",
     """The figures priced at ``price`` per GPU-hour, as plain data (``--json``'s ``cost``);
     every money figure is None without a price, never 0."""
     records = found.records
-    run = _part(Part(found.gpu_hours, found.tokens_in, found.tokens_out), records, price)
+    run = part_report(Part(found.gpu_hours, found.tokens_in, found.tokens_out), records, price)
     return {"price_per_gpu_hour": price, "currency": currency if price is not None else None,
             "gpu_hours_from": gpu_hours_from, "records": records, **run,
             "wasted": {"gpu_hours": _round(found.wasted_gpu_hours),
                        "cost": _round(_money(found.wasted_gpu_hours, price)),
                        "requeued_gpu_hours": _round(found.requeued_gpu_hours)},
-            "aliases": {a: _part(p, records, price) for a, p in found.aliases.items()},
-            "columns": {c: _part(p, records, price) for c, p in found.columns.items()}}
+            "aliases": {a: part_report(p, records, price) for a, p in found.aliases.items()},
+            "columns": {c: part_report(p, records, price) for c, p in found.columns.items()}}
 
 
 def _amount(value: Optional[float], currency: Optional[str]) -> str:
@@ -175,6 +187,9 @@ def lines(cost: Mapping[str, Any]) -> List[str]:
         if parts:
             out.append(f"  per 1,000 records by {'model' if kind == 'aliases' else 'column'}: "
                        + ", ".join(parts))
+    if cost.get("reused_cells"):
+        out.append(f"  reused {cost['reused_cells']:,} cells: no GPU time or tokens here "
+                   "(counted once, by the runs that made them)")
     wasted = cost.get("wasted") or {}
     if wasted.get("gpu_hours"):
         out.append(f"  wasted on failed attempts and requeues: {wasted['gpu_hours']} GPU-hours"

@@ -169,7 +169,9 @@ def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str
                 ask: Callable[[], Optional[List[JobUsage]]]) -> Dict[str, Any]:
     """``status``'s ``cost``: priced by the profile at ``profile_path`` (its ``[pricing]``
     for the run's partition), from the rows ``totals`` got this refresh (``used``), else
-    the kept figures, else ``ask()`` (once, for a run counted before these figures were)."""
+    the kept figures, else ``ask()`` (once, for a run counted before these figures were);
+    ``reused_cells``: the LLM cells taken from earlier runs (``summary["reuse"]``), which
+    cost this run no GPU time and no tokens (counted once: by the runs that made them)."""
     if job_ids is None:
         job_ids = run_job_ids(submission_views(layout))
     totals = summary.get("totals") or {}
@@ -190,10 +192,14 @@ def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str
     try:
         facts = _plan_facts(layout)
         price = pricing.price(facts[1]) if pricing is not None else None
-        return run_cost(layout, rows, job_ids, price, pricing.currency if pricing else "$",
-                        keep=keep, gpu_hours_from=source, facts=facts)
+        out = run_cost(layout, rows, job_ids, price, pricing.currency if pricing else "$",
+                       keep=keep, gpu_hours_from=source, facts=facts)
     except (StateError, OSError) as err:  # a damaged plan: status names it; no figures
         return {"gpu_hours": None, "cost": None, "notes": [f"cost: {err}"]}
+    reused = summary.get("reuse") or {}  # issue 31's count: cells no request was made for
+    if reused.get("cells_reused"):
+        out["reused_cells"] = reused["cells_reused"]
+    return out
 
 
 def _pricing(path: Optional[Path]) -> Optional[Any]:
@@ -232,13 +238,9 @@ def kept_cost(layout: RunLayout, profile_path: Optional[Path]) -> Dict[str, Any]
     hours = numbers.get("gpu_hours") if isinstance(numbers, dict) else None
     if not isinstance(hours, (int, float)) or isinstance(hours, bool):
         return {"gpu_hours": None, "cost": None}
-    pricing = _pricing(profile_path)
-    try:
-        price = pricing.price(_plan_facts(layout)[1]) if pricing is not None else None
-    except StateError:
-        price = None
+    price, currency = run_price(layout, profile_path)
     return {"gpu_hours": hours, "cost": round(hours * price, 2) if price is not None else None,
-            "currency": pricing.currency if price is not None and pricing else None}
+            "currency": currency}
 
 
 def card_cost(layout: RunLayout) -> Optional[Dict[str, Any]]:
@@ -249,8 +251,19 @@ def card_cost(layout: RunLayout) -> Optional[Dict[str, Any]]:
         found = cached(layout, run_job_ids(submission_views(layout)))
         if found is None:
             return None
-        pricing = _pricing(layout.inputs / "profile.toml")
-        price = pricing.price(_plan_facts(layout)[1]) if pricing is not None else None
+        price, currency = run_price(layout, layout.inputs / "profile.toml")
     except (SynthbatchError, StateError, OSError):
         return None  # the card says GPU-hours from totals.json, or why they are unknown
-    return report(found, price, pricing.currency if pricing else "$")
+    return report(found, price, currency or "$")
+
+
+def run_price(layout: RunLayout, profile_path: Optional[Path]) -> Tuple[Optional[float],
+                                                                         Optional[str]]:
+    """(price of one GPU-hour, currency) of the run's partition in the profile at
+    ``profile_path``; (None, None) when it prices none or the plan cannot be read."""
+    pricing = _pricing(profile_path)
+    try:
+        price = pricing.price(_plan_facts(layout)[1]) if pricing is not None else None
+    except StateError:
+        price = None
+    return (price, pricing.currency) if price is not None and pricing else (None, None)

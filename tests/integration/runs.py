@@ -7,8 +7,10 @@ import contextlib
 import json
 import os
 import secrets
+import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional
 
@@ -40,6 +42,39 @@ LLAMACPP_SERVING = SERVING / "llamacpp"
 def require_llamacpp() -> Path:
     """The llama.cpp serving environment; skip without it (fail in CI)."""
     return serving_env("llamacpp")
+
+
+@contextlib.contextmanager
+def llamacpp_server(folder: Path, *flags: str) -> Iterator[str]:
+    """The agent's ``serve-llamacpp`` role on this machine (no Slurm) with SmolLM2 on a
+    free loopback port, ``flags`` added (``-t 1 -np 2 -c 2048``, ``--metrics``); yields its
+    URL once ``/health`` answers; stopped at exit. Its log is ``folder/server.log``."""
+    env_dir = require_llamacpp()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    log_path = folder / "server.log"
+    argv = [str(env_dir / "venv" / "bin" / "python"), "-m", "agent_stdlib", "serve-llamacpp",
+            "-m", str(env_dir / "model.gguf"), "--port", str(port), "-a", "smollm2", *flags]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                env={**os.environ, "PYTHONPATH": str(REPO)},
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            if proc.poll() is not None:
+                pytest.fail(f"llama.cpp exited: {log_path.read_text()}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 PROFILE_DEFAULTS: Dict[str, Any] = {

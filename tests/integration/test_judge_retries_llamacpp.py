@@ -10,12 +10,7 @@ asserted (it is the model's prose)."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,8 +19,7 @@ import pytest
 from synthbatch.agent_stdlib.client.retrying import RETRY_TEMPERATURE, token_cap
 from synthbatch.agent_stdlib.contracts import ColumnSpec
 from tests.agent_runs import produce, recipe_plan, records
-from tests.conftest import REPO
-from tests.integration.runs import require_llamacpp
+from tests.integration.runs import llamacpp_server
 
 pytestmark = pytest.mark.slow
 RECORDS = 30
@@ -42,40 +36,10 @@ COLUMNS = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def llama(tmp_path: Path):
-    env_dir = require_llamacpp()
-    port = _free_port()
-    log = (tmp_path / "server.log").open("wb")
-    argv = [str(env_dir / "venv" / "bin" / "python"), "-m", "agent_stdlib",
-            "serve-llamacpp",
-            "-m", str(env_dir / "model.gguf"), "--port", str(port), "-a", "smollm2",
-            "-t", "1", "-np", "2", "-c", "2048"]
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)},
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(240):
-            if proc.poll() is not None:
-                pytest.fail(f"llama.cpp exited: {(tmp_path / 'server.log').read_text()}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
+    with llamacpp_server(tmp_path, "-t", "1", "-np", "2", "-c", "2048") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
 
 
 def test_judge_cells_cut_by_the_length_limit_recover(tmp_path: Path, llama: str) -> None:

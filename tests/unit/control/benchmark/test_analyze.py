@@ -230,3 +230,62 @@ def test_points_say_where_time_went_from_the_agents_telemetry(tmp_path) -> None:
     assert rows[1]["time"] == {"queue_s": None, "servers_s": 28.0, "first_record_s": 2.0,
                                "generation_s": 20.0, "shutdown_s": 3.0}
     assert rows[2]["time"]["servers_s"] is None and rows[2]["latency_split"] == []
+
+
+def test_points_are_priced_per_1000_records_as_status_prices_a_run(tmp_path) -> None:
+    """Issue 32: a point's cost per 1,000 records is its GPU-hours x the run's price per
+    GPU-hour (``costread.run_price``: the profile's price of the run's partition), by the
+    one per-1,000 rule; without a price it is unknown, never 0."""
+    from synthbatch.control.runs.costread import run_price
+
+    layout = make_run(tmp_path / "ws", [Shard("winner")])
+    fill(layout, 0, 10, 10.0, [100.0] * 10)
+    manifest = {**MANIFEST, "cases": [{"case": "one", "run_id": RUN_ID, "points": [
+        {"shard": 0, "concurrency": 1, "records": 10}]}]}
+    profile = tmp_path / "p.toml"
+    profile.write_text("schema_version = 1\nworkspace = '/x'\n[pricing]\nper_gpu_hour = 2.5\n"
+                       "currency = 'EUR'\n")
+    price = run_price(layout, profile)
+    assert price == (2.5, "EUR")
+    (point,) = analyze(manifest, {RUN_ID: layout}, prices={RUN_ID: price})["points"]
+    hours = point["gpus"] * 10.0 / 3600  # 10 s of the generator's wall time
+    assert point["gpu_hours"] == hours
+    assert point["cost_per_1000"] == round(hours * 2.5 * 1000 / 10, 4)
+    assert point["currency"] == "EUR"
+    (unpriced,) = analyze(manifest, {RUN_ID: layout})["points"]
+    assert (unpriced["cost_per_1000"], unpriced["currency"]) == (None, None)
+    assert "cost/1k" in text({**analyze(manifest, {RUN_ID: layout}, prices={RUN_ID: price}),
+                              "recommendation": None})
+
+
+def test_a_points_cost_is_split_per_alias_and_column_as_status_splits_a_runs(tmp_path) -> None:
+    """Per model alias and per LLM column, a point gets the figures status gives a run
+    (``cost.attribute``: the alias's share of the GPUs, a column's share of its alias's
+    tokens): one alias holds every GPU; draft has 3/4 of its tokens, title 1/4."""
+    from synthbatch.agent_stdlib.contracts import (
+        AliasProgress,
+        ColumnTokens,
+        Plan,
+        ProgressRecord,
+    )
+    from synthbatch.agent_stdlib.statefile import read_json, write_json_atomic
+
+    layout = make_run(tmp_path / "ws", [Shard("winner")])
+    fill(layout, 0, 10, 10.0, [100.0] * 10)
+    (alias,) = [d.alias for d in Plan.from_dict(read_json(layout.plan_json)).deployments]
+    progress = ProgressRecord.from_dict(read_json(layout.attempt(0, 1).progress_json))
+    columns = {"draft": ColumnTokens(10, 200, 100), "title": ColumnTokens(10, 50, 50)}
+    write_json_atomic(layout.attempt(0, 1).progress_json, ProgressRecord(**{
+        **progress.__dict__, "aliases": {alias: AliasProgress(
+            requests=20, tokens_in=250, tokens_out=150, columns=columns)}}).to_dict())
+    manifest = {**MANIFEST, "cases": [{"case": "one", "run_id": RUN_ID, "points": [
+        {"shard": 0, "concurrency": 1, "records": 10}]}]}
+    (point,) = analyze(manifest, {RUN_ID: layout}, prices={RUN_ID: (2.0, "$")})["points"]
+    hours = point["gpu_hours"]
+    assert hours and point["deployment_gpus"][alias] > 0
+    assert point["aliases"][alias]["per_1000_records"] == {
+        "gpu_hours": round(hours * 100, 4), "cost": round(hours * 2.0 * 100, 4),
+        "tokens_in": 25000.0, "tokens_out": 15000.0}
+    draft, title = point["columns"]["draft"], point["columns"]["title"]
+    assert (draft["alias"], draft["gpu_hours"]) == (alias, round(hours * 0.75, 4))
+    assert title["per_1000_records"]["cost"] == round(hours * 0.25 * 2.0 * 100, 4)

@@ -260,3 +260,22 @@ def test_a_large_running_run_is_priced_without_reading_every_attempt(
     monkeypatch.undo()
     over = run_cost(layout, rows, ["500"], 2.0, keep=True)
     assert over["per_1000_records"]["cost"] == 300.0
+
+
+def test_reused_cells_are_said_apart_and_cost_this_run_nothing(tmp_path: Path) -> None:
+    """Cells taken from earlier runs (issue 31) made no request here: the run's GPU-hours
+    and tokens leave them out, and the cost says how many there were, on its own line."""
+    from synthbatch.control.runs.costread import status_cost
+
+    layout = make_run(tmp_path / "ws", [Shard("winner")])
+    used = {"rows": [JobUsage("500_0", 1800, 2)], "complete": False}
+    summary = {"state": "running", "totals": {"gpu_hours_from": "accounting (sacct)"}}
+    plain = status_cost(layout, summary, used, ["500"], None, lambda: None)
+    reusing = status_cost(layout, {**summary, "reuse": {"cells_reused": 6000, "cells": 8000,
+                                                         "records_reused": 10}},
+                          used, ["500"], None, lambda: None)
+    assert "reused_cells" not in plain and reusing["reused_cells"] == 6000
+    assert {k: v for k, v in reusing.items() if k != "reused_cells"} == plain
+    assert "  reused 6,000 cells: no GPU time or tokens here (counted once, by the runs " \
+        "that made them)" in lines(reusing)
+    assert not any("reused" in line for line in lines(plain))
