@@ -67,9 +67,11 @@ def write(path: Path, data: dict) -> None:
 
 def attempt(run_id: str, shard: int, state: str, job: str, reason: Optional[str] = None,
             updated_at: float = NOW) -> dict:
+    from synthbatch.agent_stdlib.arrays import task_job_id
+
     return {"schema_version": 1, "run_id": run_id, "shard": shard, "attempt": 1,
             "state": state, "revision": 4, "updated_at": updated_at, "submission": 1,
-            "job_id": f"{job}_{shard}", "node": None, "restarts": 0, "reason": reason}
+            "job_id": task_job_id(job, shard), "node": None, "restarts": 0, "reason": reason}
 
 
 def progress(done: int) -> dict:
