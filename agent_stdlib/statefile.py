@@ -344,3 +344,12 @@ def read_json(path: Union[str, Path]) -> Optional[Dict[str, Any]]:
     if not isinstance(data, dict):
         raise StateError(f"{path}: expected a JSON object")
     return data
+
+
+def read_json_or_none(path: Union[str, Path]) -> Optional[Dict[str, Any]]:
+    """:func:`read_json` for an advisory record: None when it is missing *or* damaged (a
+    symlink, another user's file, not JSON), for readers that fall back and say nothing."""
+    try:
+        return read_json(path)
+    except StateError:
+        return None

@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.generator import slope  # noqa: E402
 from benchmarks.trees import export  # noqa: E402
 from synthbatch.agent_stdlib.contracts import ColumnSpec  # noqa: E402
+from synthbatch.agent_stdlib.statefile import read_json_or_none  # noqa: E402
 from tests.agent_runs import recipe_plan  # noqa: E402
 
 FAKE_SERVER = REPO / "fixtures" / "fake_openai_server.py"
@@ -97,7 +98,7 @@ def generate(tree: Path, workdir: Path, url: str, records: int,
     limits: List[Tuple[int, int]] = []  # (records done, the limit then)
     while proc.poll() is None:
         try:
-            last = json.loads(progress.read_text())
+            last = read_json_or_none(progress) or {}
             samples.append((time.monotonic(), last["records_done"]))
             limits.append((last["records_done"], last["aliases"]["gen"]["concurrency"]))
         except (OSError, ValueError, KeyError):

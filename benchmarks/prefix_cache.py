@@ -52,6 +52,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.trees import export  # noqa: E402
 from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec  # noqa: E402
+from synthbatch.agent_stdlib.statefile import read_json_or_none  # noqa: E402
 from tests.agent_runs import recipe_plan  # noqa: E402
 
 FAKE_SERVER = REPO / "fixtures" / "fake_openai_server.py"
@@ -205,8 +206,8 @@ def side(tree: Path, workdir: Path, plan: Path, engines: Engines,
         samples = []
         while done.poll() is None:
             try:
-                samples.append((time.monotonic(), json.loads(
-                    (workdir / "progress.json").read_text())["records_done"]))
+                samples.append((time.monotonic(), (read_json_or_none(
+                    workdir / "progress.json") or {})["records_done"]))
             except (OSError, ValueError, KeyError):
                 pass
             time.sleep(0.1)

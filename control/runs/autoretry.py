@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import (
-    StateError,
     ensure_dir,
-    read_json,
+    read_json_or_none,
     write_bytes_atomic,
     write_json_atomic,
 )
@@ -157,11 +156,8 @@ def record_path(layout: RunLayout) -> Path:
 
 def load_pending(layout: RunLayout) -> Optional[Dict[str, object]]:
     """The recorded round job (``job_id``, ``round``, ``after``), or None (damage: None)."""
-    try:
-        data = read_json(record_path(layout))
-    except (StateError, OSError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("job_id"), str):
+    data = read_json_or_none(record_path(layout))
+    if data is None or not isinstance(data.get("job_id"), str):
         return None
     return data
 

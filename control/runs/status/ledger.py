@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Set, Tuple
 
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
+from synthbatch.agent_stdlib.statefile import (
+    StateError,
+    ensure_dir,
+    read_json,
+    read_json_or_none,
+    write_json_atomic,
+)
 
 LAG_GRACE_S = 600.0
 
@@ -32,11 +38,7 @@ def cancels_dir(layout: RunLayout) -> Path:
 
 
 def _first_seen(path: Path, key: str) -> Dict[str, float]:
-    try:
-        data = read_json(path) or {}
-    except StateError:
-        return {}
-    seen = data.get(key, {})
+    seen = (read_json_or_none(path) or {}).get(key, {})
     if not isinstance(seen, dict):
         return {}
     return {str(k): float(v) for k, v in seen.items() if isinstance(v, (int, float))}
@@ -90,11 +92,8 @@ def _cancel_records(layout: RunLayout) -> List[Tuple[Path, Dict[str, Any]]]:
         return []
     found = []
     for path in sorted(folder.glob("[0-9][0-9][0-9][0-9].json")):
-        try:
-            data = read_json(path) or {}
-        except StateError:
-            continue
-        if isinstance(data, dict):
+        data = read_json_or_none(path)
+        if data is not None:
             found.append((path, data))
     return found
 
