@@ -27,16 +27,6 @@ from synthbatch.agent_stdlib.statefile import (
 LAG_GRACE_S = 600.0
 
 
-def lag_path(layout: RunLayout) -> Path:
-    """``<run>/observer/lag.json``."""
-    return layout.lag_json
-
-
-def cancels_dir(layout: RunLayout) -> Path:
-    """``<run>/cancels/``."""
-    return layout.cancels
-
-
 def _first_seen(path: Path, key: str) -> Dict[str, float]:
     seen = (read_json_or_none(path) or {}).get(key, {})
     if not isinstance(seen, dict):
@@ -70,13 +60,13 @@ def expired_missing(layout: RunLayout, missing: Iterable[str], present: Iterable
     (their entry is dropped). If the run directory is read-only nothing is persisted and
     a new sighting never expires.
     """
-    return _expired(lag_path(layout), "first_missing", missing, present, now, grace_s)
+    return _expired(layout.lag_json, "first_missing", missing, present, now, grace_s)
 
 
 def record_cancel(layout: RunLayout, shards: List[int], job_ids: List[str]) -> Path:
     """Write the next ``cancels/NNNN.json`` (before scancel runs), ``carried_out`` false
     until ``carried_out`` records that scancel answered."""
-    folder = ensure_dir(cancels_dir(layout))
+    folder = ensure_dir(layout.cancels)
     number = len(list(folder.glob("[0-9][0-9][0-9][0-9].json"))) + 1
     path = folder / f"{number:04d}.json"
     write_json_atomic(path, {"schema_version": 1, "requested_at": time.time(),
@@ -87,7 +77,7 @@ def record_cancel(layout: RunLayout, shards: List[int], job_ids: List[str]) -> P
 
 def _cancel_records(layout: RunLayout) -> List[Tuple[Path, Dict[str, Any]]]:
     """Every readable ``cancels/NNNN.json``, in order (a damaged one is skipped)."""
-    folder = cancels_dir(layout)
+    folder = layout.cancels
     if not folder.is_dir():
         return []
     found = []

@@ -98,7 +98,7 @@ def test_cancel_of_the_run_cancels_its_pending_round(tmp_path: Path) -> None:
 
 def test_a_damaged_round_record_reads_as_none(tmp_path: Path) -> None:
     layout = make_run(tmp_path, [Shard("running")])
-    path = autoretry.record_path(layout)
+    path = layout.round_json
     path.parent.mkdir(mode=0o700)
     path.write_text("{not json")
     path.chmod(0o600)
