@@ -62,10 +62,16 @@ from typing import (
 )
 
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, write_bytes_atomic
+from synthbatch.agent_stdlib.statefile import (
+    StateError,
+    ensure_dir,
+    locked,
+    read_bytes,
+    write_bytes_atomic,
+)
 from synthbatch.control.errors import Conflict
 from synthbatch.control.runs.status import verdict as norm
-from synthbatch.control.runs.status.records import read_limited, submissions_key
+from synthbatch.control.runs.status.records import submissions_key
 from synthbatch.control.runs.status.rows import ShardRow
 
 SCHEMA = 4  # 4: JSON lines of ShardRows (3: header/columns/rows sections; older ones
@@ -367,7 +373,7 @@ def load(layout: RunLayout, expand: bool = True) -> Index:
     """
     path = layout.settled_json
     try:
-        raw = read_limited(str(path), MAX_INDEX)
+        raw = read_bytes(path, MAX_INDEX)
     except (StateError, OSError) as err:
         return Index(problem=str(err))
     if raw is None:

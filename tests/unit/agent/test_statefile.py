@@ -236,6 +236,23 @@ def test_the_quiet_reader_is_the_one_reader_with_damage_as_none(tmp_path: Path) 
     assert [read_json_or_none(p) for p in (bad, link, tmp_path / "none.json")] == [None] * 3
 
 
+def test_a_bounded_read_stops_at_its_limit_and_reads_large_files_whole(tmp_path: Path
+                                                                        ) -> None:
+    """Status's bulk reads go through the one reader too, with a bound (issue 29)."""
+    big = tmp_path / "plan.json"
+    payload = b'{"a": "' + b"x" * (3 << 20) + b'"}'
+    big.write_bytes(payload)
+    assert read_bytes(big, len(payload) + 1) == payload == read_bytes(big)
+    assert read_bytes(big, 100) == payload[:100]
+    with pytest.raises(StateError, match="not valid JSON"):
+        read_json(big, 100)
+    assert read_json(big, 1 << 30) == {"a": "x" * (3 << 20)}
+    link = tmp_path / "link.json"
+    link.symlink_to(big)
+    with pytest.raises(StateError):
+        read_bytes(link, 100)
+
+
 def test_read_dangling_symlink_refused(tmp_path: Path) -> None:
     link = tmp_path / "attempt.json"
     link.symlink_to(tmp_path / "nowhere.json")
