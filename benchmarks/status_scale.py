@@ -94,6 +94,7 @@ def active_range(shards: int) -> range:
 
 def build(workspace: Path, shards: int, run_id: str, job: str) -> Path:
     """A settled run: plain writes (no fsync: a benchmark), the real plan and records."""
+    from synthbatch.agent_stdlib import states
     from synthbatch.agent_stdlib.contracts import RunRecord, ShardSpec, SubmissionRecord
     from synthbatch.agent_stdlib.layout import RunLayout, job_name, run_dir
     from synthbatch.control.config.loader import load_model
@@ -131,11 +132,11 @@ def build(workspace: Path, shards: int, run_id: str, job: str) -> Path:
         folder = runs.attempt(index, 1)
         folder.root.mkdir(parents=True)
         if index % 100 == 37:  # 1% failed an hour ago
-            write(folder.attempt_json, attempt(run_id, index, "failed", job,
+            write(folder.attempt_json, attempt(run_id, index, states.FAILED, job,
                                                "client exited with status 1", old))
             write(folder.progress_json, progress(3))
         else:
-            write(folder.attempt_json, attempt(run_id, index, "succeeded", job,
+            write(folder.attempt_json, attempt(run_id, index, states.SUCCEEDED, job,
                                                updated_at=old))
             write(folder.progress_json, progress(PER_SHARD))
             write(runs.winner_json(index), winner(index))
@@ -144,6 +145,7 @@ def build(workspace: Path, shards: int, run_id: str, job: str) -> Path:
 
 def make_active(root: Path, run_id: str, shards: int, job: str) -> None:
     """1% of the shards back to ``submitted`` (90%) or ``running`` (10%), as a live run."""
+    from synthbatch.agent_stdlib import states
     from synthbatch.agent_stdlib.layout import RunLayout  # this tree's (not in a child)
 
     runs = RunLayout(root)
@@ -153,7 +155,8 @@ def make_active(root: Path, run_id: str, shards: int, job: str) -> None:
         folder.progress_json.unlink(missing_ok=True)
         running = number % 10 == 0
         write(folder.attempt_json, attempt(run_id, index,
-                                           "running" if running else "submitted", job))
+                                           states.RUNNING if running else states.SUBMITTED,
+                                           job))
         if running:
             write(folder.progress_json, progress(4))
 
