@@ -27,31 +27,6 @@ from synthbatch.agent_stdlib.statefile import (
 LAG_GRACE_S = 600.0
 
 
-def _first_seen(path: Path, key: str) -> Dict[str, float]:
-    seen = (read_json_or_none(path) or {}).get(key, {})
-    if not isinstance(seen, dict):
-        return {}
-    return {str(k): float(v) for k, v in seen.items() if isinstance(v, (int, float))}
-
-
-def _expired(path: Path, key: str, sighted: Iterable[str], present: Iterable[str],
-             now: float, grace_s: float) -> Set[str]:
-    """Persist first sightings of ``sighted`` ids; return those older than ``grace_s``."""
-    known = _first_seen(path, key)
-    gone = set(present)
-    updated = {k: v for k, v in known.items() if k not in gone}
-    sighted = list(sighted)
-    for job_id in sighted:
-        updated.setdefault(job_id, now)
-    if updated != known:
-        try:
-            ensure_dir(path.parent)
-            write_json_atomic(path, {"schema_version": 1, key: updated})
-        except (OSError, StateError):
-            updated = known
-    return {j for j in sighted if j in updated and now - updated[j] >= grace_s}
-
-
 def expired_missing(layout: RunLayout, missing: Iterable[str], present: Iterable[str],
                     now: float, grace_s: float = LAG_GRACE_S) -> Set[str]:
     """Job ids missing for longer than ``grace_s``; persists first sightings.
@@ -60,7 +35,22 @@ def expired_missing(layout: RunLayout, missing: Iterable[str], present: Iterable
     (their entry is dropped). If the run directory is read-only nothing is persisted and
     a new sighting never expires.
     """
-    return _expired(layout.lag_json, "first_missing", missing, present, now, grace_s)
+    path, key = layout.lag_json, "first_missing"
+    seen = (read_json_or_none(path) or {}).get(key, {})
+    known = {str(k): float(v) for k, v in seen.items()
+             if isinstance(v, (int, float))} if isinstance(seen, dict) else {}
+    gone = set(present)
+    updated = {k: v for k, v in known.items() if k not in gone}
+    missing = list(missing)
+    for job_id in missing:
+        updated.setdefault(job_id, now)
+    if updated != known:
+        try:
+            ensure_dir(path.parent)
+            write_json_atomic(path, {"schema_version": 1, key: updated})
+        except (OSError, StateError):
+            updated = known
+    return {j for j in missing if j in updated and now - updated[j] >= grace_s}
 
 
 def record_cancel(layout: RunLayout, shards: List[int], job_ids: List[str]) -> Path:
