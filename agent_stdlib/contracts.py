@@ -366,6 +366,8 @@ RESTART_CLIENT = "client"  # the client's key in ReadinessRecord.restarts
 
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "SHIV_ROOT", "TZ")
 JOB_ENV = tuple(sorted(set(BASE_ENV) - {"SHIV_ROOT"}))  # the batch script sets SHIV_ROOT
+# The batch script exports it; the agent requeues on SIGUSR1 while below it (default 0).
+MAX_REQUEUES_ENV = "SYNTHBATCH_MAX_REQUEUES"
 # Proxy variables a step may be allowed (env_allow); the agent then keeps loopback out of
 # them (NO_PROXY), so a client never sends its requests to the run's proxy through them.
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY",

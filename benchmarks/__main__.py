@@ -131,11 +131,10 @@ def run_one(name: str, quick: bool) -> Dict[str, object]:
 
 
 def _previous(path: Path) -> List[Dict[str, object]]:
-    try:
-        data = json.loads(path.read_text())
-        return [r for r in data["benchmarks"] if isinstance(r, dict)]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
+    from synthbatch.agent_stdlib.statefile import read_json_or_none
+
+    found = (read_json_or_none(path) or {}).get("benchmarks")
+    return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
 
 
 def main(argv: Optional[List[str]] = None) -> int:

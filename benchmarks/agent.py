@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from synthbatch.agent_stdlib.attempts import load_readiness  # noqa: E402
 from synthbatch.agent_stdlib.layout import RunLayout  # noqa: E402
+from synthbatch.agent_stdlib.states import READINESS_CLOSED  # noqa: E402
 from synthbatch.control.bundle import build_agent_bundle  # noqa: E402
 from tests.agent_runs import local_plan, stage_batch  # noqa: E402
 
@@ -119,7 +120,7 @@ def one_run(workdir: Path, pyz: Path) -> Dict[str, float]:
     children = _descendants(proc.pid)
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    stopped = _wait(lambda: _readiness(paths.readiness_json) in ("stopped", "failed")
+    stopped = _wait(lambda: _readiness(paths.readiness_json) in READINESS_CLOSED
                     and not _alive(children), 30, "readiness stopped and children gone")
     proc.communicate(timeout=30)
     return {"start_to_server_s": launched - started, "rss_mb": rss["VmRSS"],

@@ -26,7 +26,6 @@ Usage: ``python benchmarks/concurrency.py [--quick] [--before REF]`` (~8 minutes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -41,7 +40,9 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.generator import slope  # noqa: E402
 from benchmarks.trees import export  # noqa: E402
+from synthbatch.agent_stdlib.clientenv import ClientEnv  # noqa: E402
 from synthbatch.agent_stdlib.contracts import ColumnSpec  # noqa: E402
+from synthbatch.agent_stdlib.statefile import read_json_or_none  # noqa: E402
 from tests.agent_runs import recipe_plan  # noqa: E402
 
 FAKE_SERVER = REPO / "fixtures" / "fake_openai_server.py"
@@ -83,10 +84,9 @@ def generate(tree: Path, workdir: Path, url: str, records: int,
     (workdir / "plan.json").write_text(plan.to_json())
     progress = workdir / "progress.json"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(tree),
-           "SYNTHBATCH_ENDPOINTS": json.dumps({"gen": url, "judge": url}),
-           "SYNTHBATCH_RECORD_OFFSET": "0", "SYNTHBATCH_NUM_RECORDS": str(records),
-           "SYNTHBATCH_OUTPUT_DIR": str(workdir / "out"),
-           "SYNTHBATCH_PROGRESS_FILE": str(progress)}
+           **ClientEnv(endpoints={"gen": url, "judge": url}, num_records=records,
+                       output_dir=str(workdir / "out"),
+                       progress_file=str(progress)).to_environ()}
     (workdir / "out").mkdir()
     started = time.monotonic()
     log = open(workdir / "generate.log", "wb")  # noqa: SIM115 (closed below)
@@ -97,7 +97,7 @@ def generate(tree: Path, workdir: Path, url: str, records: int,
     limits: List[Tuple[int, int]] = []  # (records done, the limit then)
     while proc.poll() is None:
         try:
-            last = json.loads(progress.read_text())
+            last = read_json_or_none(progress) or {}
             samples.append((time.monotonic(), last["records_done"]))
             limits.append((last["records_done"], last["aliases"]["gen"]["concurrency"]))
         except (OSError, ValueError, KeyError):

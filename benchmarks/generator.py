@@ -52,6 +52,7 @@ sys.path.insert(0, str(REPO))
 
 from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan  # noqa: E402
 from synthbatch.agent_stdlib.layout import RunLayout  # noqa: E402
+from synthbatch.agent_stdlib.statefile import read_json_or_none  # noqa: E402
 from synthbatch.control.bundle import build_agent_bundle  # noqa: E402
 from tests.agent_runs import recipe_plan, stage_batch  # noqa: E402
 
@@ -154,10 +155,7 @@ def _plan(columns: Tuple[ColumnSpec, ...], records: int) -> Plan:
 
 
 def _progress(path: Path) -> Optional[Dict[str, Any]]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return read_json_or_none(path)
 
 
 def one_run(workdir: Path, pyz: Path, columns: Tuple[ColumnSpec, ...],

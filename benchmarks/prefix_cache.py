@@ -51,7 +51,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.trees import export  # noqa: E402
+from synthbatch.agent_stdlib.clientenv import ClientEnv  # noqa: E402
 from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec  # noqa: E402
+from synthbatch.agent_stdlib.statefile import read_json_or_none  # noqa: E402
 from tests.agent_runs import recipe_plan  # noqa: E402
 
 FAKE_SERVER = REPO / "fixtures" / "fake_openai_server.py"
@@ -193,11 +195,10 @@ def side(tree: Path, workdir: Path, plan: Path, engines: Engines,
             time.sleep(0.05)
         out = workdir / "out"
         out.mkdir(exist_ok=True)
-        env.update({"SYNTHBATCH_ENDPOINTS": json.dumps(
-            {"gen": f"http://127.0.0.1:{port_file.read_text().strip()}"}),
-            "SYNTHBATCH_RECORD_OFFSET": "0", "SYNTHBATCH_NUM_RECORDS": str(records),
-            "SYNTHBATCH_OUTPUT_DIR": str(out),
-            "SYNTHBATCH_PROGRESS_FILE": str(workdir / "progress.json")})
+        env.update(ClientEnv(
+            endpoints={"gen": f"http://127.0.0.1:{port_file.read_text().strip()}"},
+            num_records=records, output_dir=str(out),
+            progress_file=str(workdir / "progress.json")).to_environ())
         started = time.monotonic()
         done = subprocess.Popen([sys.executable, "-m", "agent_stdlib", "generate", "--plan",
                                  str(plan)], cwd=tree, env=env, stdout=subprocess.DEVNULL,
@@ -205,8 +206,8 @@ def side(tree: Path, workdir: Path, plan: Path, engines: Engines,
         samples = []
         while done.poll() is None:
             try:
-                samples.append((time.monotonic(), json.loads(
-                    (workdir / "progress.json").read_text())["records_done"]))
+                samples.append((time.monotonic(), (read_json_or_none(
+                    workdir / "progress.json") or {})["records_done"]))
             except (OSError, ValueError, KeyError):
                 pass
             time.sleep(0.1)

@@ -51,6 +51,8 @@ from prefix_cache import JUDGE, plan_file, side  # noqa: E402
 
 from benchmarks.trees import export  # noqa: E402
 from synthbatch.agent_stdlib.contracts import ColumnSpec, SeedDataSpec  # noqa: E402
+from synthbatch.agent_stdlib.layout import AttemptLayout  # noqa: E402
+from synthbatch.agent_stdlib.statefile import read_json  # noqa: E402
 
 TEXT_TOKENS = 8
 JUDGE_TOKENS = 32
@@ -261,7 +263,7 @@ def run_side(name: str, tree: Path, workdir: Path, args: argparse.Namespace,
     result["rate"] = args.records / result["seconds"]
     result["hit_rates"] = [engines.hit_rate(c) for c in counters]
     result["evaluated"] = [engines.evaluated(c) for c in counters]
-    progress = json.loads((folder / "progress.json").read_text())
+    progress = read_json(AttemptLayout(folder).progress_json) or {}
     result["dropped"] = progress.get("records_dropped", 0)
     result["published"] = progress.get("aliases", {}).get("gen", {}).get("cache")
     return result

@@ -67,9 +67,11 @@ def write(path: Path, data: dict) -> None:
 
 def attempt(run_id: str, shard: int, state: str, job: str, reason: Optional[str] = None,
             updated_at: float = NOW) -> dict:
+    from synthbatch.agent_stdlib.arrays import task_job_id
+
     return {"schema_version": 1, "run_id": run_id, "shard": shard, "attempt": 1,
             "state": state, "revision": 4, "updated_at": updated_at, "submission": 1,
-            "job_id": f"{job}_{shard}", "node": None, "restarts": 0, "reason": reason}
+            "job_id": task_job_id(job, shard), "node": None, "restarts": 0, "reason": reason}
 
 
 def progress(done: int) -> dict:
@@ -92,7 +94,9 @@ def active_range(shards: int) -> range:
 
 def build(workspace: Path, shards: int, run_id: str, job: str) -> Path:
     """A settled run: plain writes (no fsync: a benchmark), the real plan and records."""
+    from synthbatch.agent_stdlib import states
     from synthbatch.agent_stdlib.contracts import RunRecord, ShardSpec, SubmissionRecord
+    from synthbatch.agent_stdlib.layout import RunLayout, job_name, run_dir
     from synthbatch.control.config.loader import load_model
     from synthbatch.control.config.profile import Profile
     from synthbatch.control.config.run import RunConfig
@@ -104,63 +108,69 @@ def build(workspace: Path, shards: int, run_id: str, job: str) -> Path:
     plan = replace(base, shards=tuple(ShardSpec(i, i * PER_SHARD, PER_SHARD)
                                       for i in range(shards)),
                    total_records=shards * PER_SHARD)
-    root = workspace / "runs" / run_id
-    (root / "submissions").mkdir(parents=True)
-    (root / "logs").mkdir()
-    (root / "plan.json").write_text(plan.to_json())
-    write(root / "run.json", RunRecord(
+    runs = RunLayout(run_dir(workspace, run_id))
+    root = runs.root
+    runs.submissions.mkdir(parents=True)
+    runs.slurm_logs.mkdir()
+    runs.plan_json.write_text(plan.to_json())
+    write(runs.run_json, RunRecord(
         run_id=run_id, name=plan.name, created_at=NOW, plan_sha256="0" * 64,
         agent_pyz="agent-x.pyz", agent_sha256="0" * 64, backend="slurm",
-        job_name=f"synthbatch-{run_id}", shard_count=shards).to_dict())
+        job_name=job_name(run_id), shard_count=shards).to_dict())
     # What the first status of a finished run writes once accounting has a row for every
     # shard's job (``control/runs/status/totals.py``): this run's jobs are made up (only the
     # active range gets a real held array), so no status could count them, and each
     # would ask sacct again, which no real finished run does.
-    write(root / "totals.json", {"schema_version": 1, "job_ids": [job], "totals": {
+    write(runs.totals_json, {"schema_version": 1, "job_ids": [job], "totals": {
         "elapsed_s": 3600.0, "gpu_hours": 0.0, "gpu_hours_from": "accounting (sacct)",
         "records_per_s": round(shards * PER_SHARD / 3600, 3), "tokens_per_s": 0.0}})
-    write(root / "submissions" / "0001.json", SubmissionRecord(
+    write(runs.submission_json(1), SubmissionRecord(
         number=1, argv=("sbatch",), job_id=job, attempts={str(i): 1 for i in range(shards)},
         submitted_at=NOW - 3600, released=True).to_dict())
     old = NOW - 3600
     for index in range(shards):
-        shard = root / "shards" / f"shard-{index:05d}"
-        folder = shard / "attempts" / "attempt-0001"
-        folder.mkdir(parents=True)
+        folder = runs.attempt(index, 1)
+        folder.root.mkdir(parents=True)
         if index % 100 == 37:  # 1% failed an hour ago
-            write(folder / "attempt.json", attempt(run_id, index, "failed", job,
-                                                   "client exited with status 1", old))
-            write(folder / "progress.json", progress(3))
+            write(folder.attempt_json, attempt(run_id, index, states.FAILED, job,
+                                               "client exited with status 1", old))
+            write(folder.progress_json, progress(3))
         else:
-            write(folder / "attempt.json", attempt(run_id, index, "succeeded", job,
-                                                   updated_at=old))
-            write(folder / "progress.json", progress(PER_SHARD))
-            write(shard / "winner.json", winner(index))
+            write(folder.attempt_json, attempt(run_id, index, states.SUCCEEDED, job,
+                                               updated_at=old))
+            write(folder.progress_json, progress(PER_SHARD))
+            write(runs.winner_json(index), winner(index))
     return root
 
 
 def make_active(root: Path, run_id: str, shards: int, job: str) -> None:
     """1% of the shards back to ``submitted`` (90%) or ``running`` (10%), as a live run."""
+    from synthbatch.agent_stdlib import states
+    from synthbatch.agent_stdlib.layout import RunLayout  # this tree's (not in a child)
+
+    runs = RunLayout(root)
     for number, index in enumerate(active_range(shards)):
-        shard = root / "shards" / f"shard-{index:05d}"
-        folder = shard / "attempts" / "attempt-0001"
-        (shard / "winner.json").unlink(missing_ok=True)
-        (folder / "progress.json").unlink(missing_ok=True)
+        folder = runs.attempt(index, 1)
+        runs.winner_json(index).unlink(missing_ok=True)
+        folder.progress_json.unlink(missing_ok=True)
         running = number % 10 == 0
-        write(folder / "attempt.json", attempt(run_id, index,
-                                               "running" if running else "submitted", job))
+        write(folder.attempt_json, attempt(run_id, index,
+                                           states.RUNNING if running else states.SUBMITTED,
+                                           job))
         if running:
-            write(folder / "progress.json", progress(4))
+            write(folder.progress_json, progress(4))
 
 
 def imply_pending(root: Path, shards: int) -> int:
     """The layout this tree's submit leaves: a first attempt that has not started has no
     folder (its submission record implies it ``submitted``). Removes the active shards'
     ``submitted`` folders (REF's submit wrote them); returns how many."""
+    from synthbatch.agent_stdlib.layout import RunLayout  # this tree's (not in a child)
+
     removed = 0
     for number, index in enumerate(active_range(shards)):
         if number % 10:  # not one of the running ones
-            shutil.rmtree(root / "shards" / f"shard-{index:05d}")
+            shutil.rmtree(RunLayout(root).shard_dir(index))
             removed += 1
     return removed
 
@@ -243,8 +253,10 @@ def export_before(ref: str, into: Path) -> Optional[Path]:
 
 def measure(tmp: Path, shards: int, args: argparse.Namespace, before: Optional[Path],
             rows: List[dict]) -> None:
+    from synthbatch.agent_stdlib.layout import job_name  # this tree's (not in a child)
+
     run_id = f"scale-{shards}-{os.getpid():06x}"
-    job = held_array(f"synthbatch-{run_id}", active_range(shards)) or "999999990"
+    job = held_array(job_name(run_id), active_range(shards)) or "999999990"
     workspace = tmp / f"ws-{shards}"
     try:
         started = time.perf_counter()
@@ -267,9 +279,11 @@ def measure(tmp: Path, shards: int, args: argparse.Namespace, before: Optional[P
 
 def measure_mix(root: Path, run_id: str, profile: Path, shards: int, mix: str,
                 args: argparse.Namespace, before: Optional[Path]) -> dict:
+    from synthbatch.agent_stdlib.layout import RunLayout  # this tree's (not in a child)
+
     ours = child_env(str(REPO))
     argv = status_argv(run_id, profile)
-    drop = lambda: shutil.rmtree(root / "observer", ignore_errors=True)  # noqa: E731
+    drop = lambda: shutil.rmtree(RunLayout(root).observer, ignore_errors=True)  # noqa: E731
     unsettled = 0 if mix == "settled" else len(active_range(shards))
     row: dict = {"shards": shards, "mix": mix, "unsettled": unsettled}
     timed(argv, ours, 1)  # bytecode cached, index built

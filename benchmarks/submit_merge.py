@@ -142,8 +142,10 @@ def _cancel(job_ids: List[str]) -> None:
 
 def _cancel_named(work: Path) -> None:
     """Safety net: scancel every job named after one of the benchmark's runs."""
-    for folder in (work / "ws" / "runs").iterdir():
-        subprocess.run(["scancel", "--name", f"synthbatch-{folder.name}"], check=False,
+    from synthbatch.agent_stdlib.layout import job_name, runs_root
+
+    for folder in runs_root(work / "ws").iterdir():
+        subprocess.run(["scancel", "--name", job_name(folder.name)], check=False,
                        timeout=120)
 
 

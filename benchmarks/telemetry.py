@@ -39,6 +39,7 @@ from synthbatch.agent_stdlib.allocation.telemetry import (  # noqa: E402
     Telemetry,
 )
 from synthbatch.agent_stdlib.layout import RunLayout  # noqa: E402
+from synthbatch.agent_stdlib.statefile import read_bytes  # noqa: E402
 from synthbatch.control.bundle import build_agent_bundle  # noqa: E402
 
 GOAL = 0.99
@@ -48,7 +49,7 @@ SETTINGS = {"off": "0", "default": str(INTERVAL_S), "1 s": "1"}
 
 def hour_bytes(path: Path) -> Dict[str, float]:
     """The telemetry file's size, its points, and its size after one hour of samples."""
-    raw = path.read_bytes()
+    raw = read_bytes(path) or b"{}"
     data = json.loads(raw)
     points = len(data["series"])
     per_point = len(json.dumps(data["series"], separators=(",", ":"))) / max(1, points)

@@ -496,7 +496,8 @@ def benchmark_run(bench_file: PathLike, profile: ProfileRef = None,
         {"case": c.case, "run_id": c.run_id, "submitted": False} for c in case_runs]}
 
 
-def _benchmark_data(bench_id: str, profile: ProfileRef) -> Dict[str, Any]:
+def benchmark_analyze(bench_id: str, profile: ProfileRef = None) -> Dict[str, Any]:
+    """Every point's figures, the Pareto front and the recommendation, from durable state."""
     from synthbatch.control.benchmark import store
     from synthbatch.control.benchmark.accounting import job_times
     from synthbatch.control.benchmark.analyze import analyze
@@ -518,17 +519,12 @@ def _benchmark_data(bench_id: str, profile: ProfileRef) -> Dict[str, Any]:
     return analyze(manifest, layouts, lambda ids: job_times(sched, ids), prices)
 
 
-def benchmark_analyze(bench_id: str, profile: ProfileRef = None) -> Dict[str, Any]:
-    """Every point's figures, the Pareto front and the recommendation, from durable state."""
-    return _benchmark_data(bench_id, profile)
-
-
 def benchmark_report(bench_id: str, output: Optional[PathLike] = None,
                      profile: ProfileRef = None) -> Dict[str, Any]:
     """Write the report directory (default ``<workspace>/benchmarks/<id>/report``)."""
     from synthbatch.control.benchmark import report, store
 
-    data = _benchmark_data(bench_id, profile)
+    data = benchmark_analyze(bench_id, profile)
     folder = Path(output) if output is not None else store.bench_dir(
         Path(load_workspace_profile(profile_ref(profile)).workspace), bench_id) / "report"
     return {"benchmark_id": bench_id, "report_dir": str(folder),

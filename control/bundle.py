@@ -440,18 +440,19 @@ def _verified(path: Path) -> Path:
 
 
 def _read_index(index: Path) -> Dict[str, str]:
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-        entries = data.get("entries", {})
-        return {str(k): str(v) for k, v in entries.items()}
-    except (OSError, ValueError, AttributeError):
-        return {}
+    """The cache index through the one tolerant reader ({}: missing or damaged)."""
+    from synthbatch.agent_stdlib.statefile import read_json_or_none  # see locate_agent_bundle
+
+    entries = (read_json_or_none(index) or {}).get("entries")
+    return {str(k): str(v) for k, v in entries.items()} if isinstance(entries, dict) else {}
 
 
 def _write_index(index: Path, entries: Dict[str, str]) -> None:
-    tmp = index.with_name(f".{index.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"schema_version": 1, "entries": entries}, indent=2) + "\n")
-    os.replace(tmp, index)
+    """Replace the index durably; the entries keep their order (most recent last)."""
+    from synthbatch.agent_stdlib.statefile import write_bytes_atomic
+
+    write_bytes_atomic(index, (json.dumps({"schema_version": 1, "entries": entries},
+                                          indent=2) + "\n").encode("utf-8"))
 
 
 def _prebuilt_bundles() -> List[Path]:

@@ -21,6 +21,7 @@ from .. import localjob
 from ..arrays import array_task, task_job_id, task_shard
 from ..attempts import implied_attempt
 from ..contracts import (
+    MAX_REQUEUES_ENV,
     SCHEMA_VERSION,
     AttemptRecord,
     Plan,
@@ -107,7 +108,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--array-index", type=int, default=None,
                         help="which of plan.arrays this job is (default: the only one)")
     parser.add_argument("--max-requeues", type=int,
-                        default=int(os.environ.get("SYNTHBATCH_MAX_REQUEUES", "0") or 0),
+                        default=int(os.environ.get(MAX_REQUEUES_ENV, "0") or 0),
                         help="requeue the job on SIGUSR1 while SLURM_RESTART_COUNT is below "
                              "(default: $SYNTHBATCH_MAX_REQUEUES, set by the batch script)")
     return parser.parse_args(argv)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..clientenv import ClientEnv
+from ..clientenv import ENDPOINTS, ClientEnv
 from ..contracts import EXIT_CLIENT_CONFIG, ContractError, Plan
 from ..layout import RunLayout
 from ..recipe.reuse import model_identity
@@ -203,7 +203,7 @@ def _endpoints(recipe: Recipe, contract: ClientEnv, preview: bool) -> Dict[str, 
     endpoints = contract.endpoints
     missing = [a for a in recipe.aliases if a not in endpoints]
     if missing and not preview:
-        raise GenerateError(f"SYNTHBATCH_ENDPOINTS has no endpoint for model {missing[0]!r}")
+        raise GenerateError(f"{ENDPOINTS} has no endpoint for model {missing[0]!r}")
     return {str(k): str(v) for k, v in endpoints.items()}
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..layout import ATTEMPTS, WINNER_JSON, RunLayout, attempt_number, attempt_path, shard_name
-from ..statefile import StateError, read_json
+from ..statefile import StateError, read_json, read_json_or_none
 from .wholereuse import inputs_path, read_tag, record_line
 
 Cell = Tuple[str, Any, Dict[str, Any]]  # request digest, value, meta
@@ -177,7 +177,7 @@ def _overlapping(run_dir: Path, first: int, count: int) -> Optional[Set[str]]:
     first+count-1`` (from its ``plan.json``); None when the plan cannot say (every shard
     is read then)."""
     try:
-        shards = json.loads(RunLayout(run_dir).plan_json.read_bytes())["shards"]
+        shards = (read_json_or_none(RunLayout(run_dir).plan_json) or {})["shards"]
         return {shard_name(s["index"]) for s in shards
                 if s["record_offset"] < first + count
                 and first < s["record_offset"] + s["num_records"]}

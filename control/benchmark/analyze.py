@@ -25,21 +25,12 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from synthbatch.agent_stdlib.contracts import Plan, ProgressRecord, ResultManifest
 from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout, attempt_number
 from synthbatch.agent_stdlib.resume import request_cells
-from synthbatch.agent_stdlib.statefile import StateError, read_json
+from synthbatch.agent_stdlib.statefile import read_json_or_none
 from synthbatch.control.planning.sizing import percentile, size
 from synthbatch.control.runs.cost import attribute, part_report, per_1000
 from synthbatch.control.runs.telemetry import serving_figures
 
 ERROR_KINDS_NOT_429 = ("503", "5xx", "4xx", "timeout", "connection", "invalid_output")
-
-
-def _json(path: Path) -> Optional[Dict[str, Any]]:
-    """A run's state record through the one tolerant reader (``statefile.read_json``: no
-    symlink, this user's regular file); None if absent or damaged (the point is missing)."""
-    try:
-        return read_json(path)
-    except StateError:
-        return None
 
 
 def record_cells(output: Path) -> Iterator[Dict[str, Any]]:
@@ -69,7 +60,7 @@ def _latencies(output: Path) -> Iterator[float]:
 
 def attempt_dir(layout: RunLayout, shard: int) -> Optional[Path]:
     """The winning attempt's folder of ``shard``, else its latest one's (None: none)."""
-    winner = _json(layout.winner_json(shard))
+    winner = read_json_or_none(layout.winner_json(shard))
     if winner and isinstance(winner.get("attempt"), int):
         return layout.attempt(shard, winner["attempt"]).root
     folder = layout.attempts_dir(shard)
@@ -88,7 +79,7 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
     """The figures of one point; ``state`` is ``done``, ``partial`` or ``missing``."""
     row: Dict[str, Any] = {"concurrency": concurrency, "shard": shard, "gpus": gpus}
     folder = attempt_dir(layout, shard)
-    raw = _json(AttemptLayout(folder).progress_json) if folder else None
+    raw = read_json_or_none(AttemptLayout(folder).progress_json) if folder else None
     if raw is None:
         return {**row, "state": "missing"}
     try:
@@ -96,7 +87,7 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
     except Exception:  # noqa: BLE001 - a damaged record is named, not raised
         return {**row, "state": "missing", "problem": "progress.json is damaged"}
     try:
-        result_raw = _json(AttemptLayout(folder).result_json)
+        result_raw = read_json_or_none(AttemptLayout(folder).result_json)
         result = ResultManifest.from_dict(result_raw) if result_raw else None
     except Exception:  # noqa: BLE001 - a damaged result: the point is partial
         result = None
@@ -112,7 +103,7 @@ def point(layout: RunLayout, shard: int, concurrency: int, gpus: int) -> Dict[st
     errors = sum(a.errors.get(k, 0) for a in aliases for k in ERROR_KINDS_NOT_429)
     tried = requests + n429 + errors
     lat = list(_latencies(folder / "output"))
-    attempt = _json(AttemptLayout(folder).attempt_json) or {}
+    attempt = read_json_or_none(AttemptLayout(folder).attempt_json) or {}
     rate = generated / wall if wall and wall > 0 else None
     row.update(serving_figures(folder, progress, ended))  # issue 32: where time goes
     return {
@@ -216,7 +207,7 @@ def recommend(rows: List[Dict[str, Any]], targets: Optional[Dict[str, Any]]
 
 
 def _case_rows(case: Dict[str, Any], layout: Optional[RunLayout]) -> List[Dict[str, Any]]:
-    plan = _json(layout.plan_json) if layout else None
+    plan = read_json_or_none(layout.plan_json) if layout else None
     gpus = 0
     alias_gpus: Dict[str, int] = {}
     if plan is not None:

@@ -39,6 +39,7 @@ SCHEDULER_TIMEOUT_S = 30.0  # default; Profile.scheduler_timeout_s uses these th
 MAX_SCHEDULER_TIMEOUT_S = 600.0
 
 PROFILE_DIR = Path("~/.config/synthbatch/profiles")
+PROFILE_ENV = "SYNTHBATCH_PROFILE"  # the default profile, by name or path
 
 
 class WorkspaceProfile(NamedTuple):
@@ -63,7 +64,7 @@ def default_profile_path(name: str = "default") -> Path:
 
 def resolve_profile_path(name_or_path: Optional[str]) -> Path:
     """``--profile`` (name or path) -> ``SYNTHBATCH_PROFILE`` -> ``default.toml``."""
-    choice = name_or_path or os.environ.get("SYNTHBATCH_PROFILE") or "default"
+    choice = name_or_path or os.environ.get(PROFILE_ENV) or "default"
     if "/" in choice or choice.endswith((".toml", ".json")):
         path = Path(choice).expanduser()
     else:

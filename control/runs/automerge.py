@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
+from synthbatch.agent_stdlib.statefile import (
+    ensure_dir,
+    read_json_or_none,
+    write_json_atomic,
+)
 from synthbatch.agent_stdlib.text import quoted
 from synthbatch.control.errors import InvalidInput, SynthbatchError
 
@@ -62,18 +66,10 @@ def save_settings(layout: RunLayout, data: Dict[str, Any]) -> None:
     write_json_atomic(layout.auto_settings, data)
 
 
-def _read(path: Path) -> Optional[Dict[str, Any]]:
-    try:
-        data = read_json(path)
-    except (StateError, OSError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def load_settings(layout: RunLayout) -> Dict[str, Any]:
     """The run's automatic settings; a run from before them (or damaged): retries on, no
     merge, ``max_attempts`` unknown (None)."""
-    data = _read(layout.auto_settings) or {}
+    data = read_json_or_none(layout.auto_settings) or {}
     merge = data.get("merge")
     if not (isinstance(merge, dict) and isinstance(merge.get("to"), str)):
         merge = None
@@ -84,7 +80,7 @@ def load_settings(layout: RunLayout) -> Dict[str, Any]:
 
 def load_result(layout: RunLayout) -> Optional[Dict[str, Any]]:
     """What the merge job recorded (``state``: merged / partial / failed / not merged)."""
-    return _read(layout.auto_merge)
+    return read_json_or_none(layout.auto_merge)
 
 
 def record_result(layout: RunLayout, result: Dict[str, Any]) -> None:

@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import (
-    StateError,
     ensure_dir,
-    read_json,
+    read_json_or_none,
     write_bytes_atomic,
     write_json_atomic,
 )
@@ -156,18 +155,10 @@ def python_visible(python: str, shared: Callable[[Path], bool]) -> Optional[str]
 # ----------------------------------------------------------------------------- I/O edges
 
 
-def record_path(layout: RunLayout) -> Path:
-    """``<run>/auto/round.json``: the pending round job of the run."""
-    return layout.round_json
-
-
 def load_pending(layout: RunLayout) -> Optional[Dict[str, object]]:
     """The recorded round job (``job_id``, ``round``, ``after``), or None (damage: None)."""
-    try:
-        data = read_json(record_path(layout))
-    except (StateError, OSError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("job_id"), str):
+    data = read_json_or_none(layout.round_json)
+    if data is None or not isinstance(data.get("job_id"), str):
         return None
     return data
 
@@ -204,8 +195,8 @@ def record_pending(layout: RunLayout, job_id: Optional[str], number: int,
                    after: Sequence[str], action: str = RETRY, attempt: int = 1) -> None:
     """Write the round record (``job_id`` None: no round is pending any more); ``action``
     is what the job will do, ``attempt`` the highest attempt the rounds have submitted."""
-    ensure_dir(record_path(layout).parent)
-    write_json_atomic(record_path(layout), {"job_id": job_id, "round": number,
+    ensure_dir(layout.round_json.parent)
+    write_json_atomic(layout.round_json, {"job_id": job_id, "round": number,
                                             "after": list(after), "at": time.time(),
                                             "action": action, "attempt": attempt})
 

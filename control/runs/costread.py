@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from synthbatch.agent_stdlib.layout import ATTEMPT_JSON, PROGRESS_JSON, RunLayout
-from synthbatch.agent_stdlib.statefile import StateError, read_json, write_json_atomic
+from synthbatch.agent_stdlib.statefile import (
+    StateError,
+    read_json,
+    read_json_or_none,
+    write_json_atomic,
+)
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.control.config.document import read_document
 from synthbatch.control.errors import SchedulerUnavailable, SynthbatchError
@@ -36,11 +41,7 @@ def _tokens(figures_: Any) -> Tokens:
 def _progress_tokens(path: str) -> Tuple[Dict[str, Tokens], Dict[str, Dict[str, Tokens]]]:
     """(alias -> tokens, alias -> column -> tokens) of one ``progress.json`` (empty when
     there is none or it is damaged: it is advisory)."""
-    try:
-        data = read_json(path)
-    except (StateError, OSError, ValueError):
-        return {}, {}
-    aliases = data.get("aliases") if isinstance(data, dict) else None
+    aliases = (read_json_or_none(path) or {}).get("aliases")
     if not isinstance(aliases, dict):
         return {}, {}
     columns = {str(a): {str(c): _tokens(t) for c, t in f.get("columns", {}).items()}
@@ -119,11 +120,8 @@ def _figures_from(data: Any) -> Optional[Figures]:
 
 def cached(layout: RunLayout, job_ids: Sequence[str]) -> Optional[Figures]:
     """The kept figures of a finished run whose job ids are still ``job_ids``."""
-    try:
-        kept = read_json(layout.cost_json)
-    except (StateError, OSError, ValueError):
-        return None
-    if not isinstance(kept, dict) or kept.get("job_ids") != list(job_ids):
+    kept = read_json_or_none(layout.cost_json)
+    if kept is None or kept.get("job_ids") != list(job_ids):
         return None
     return _figures_from(kept.get("figures"))
 
@@ -230,11 +228,7 @@ def kept_cost(layout: RunLayout, profile_path: Optional[Path]) -> Dict[str, Any]
     """``runs``' figures of a run, from what ``status`` kept (no Slurm, no record per
     shard): ``gpu_hours`` and, with a price, ``cost`` (None: not counted yet, or no
     accounting, or not priced)."""
-    try:
-        kept = read_json(layout.totals_json)
-    except (StateError, OSError, ValueError):
-        kept = None
-    numbers = kept.get("totals") if isinstance(kept, dict) else None
+    numbers = (read_json_or_none(layout.totals_json) or {}).get("totals")
     hours = numbers.get("gpu_hours") if isinstance(numbers, dict) else None
     if not isinstance(hours, (int, float)) or isinstance(hours, bool):
         return {"gpu_hours": None, "cost": None}

@@ -347,9 +347,6 @@ def verify_jsonl(output: Path, manifest: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-Writer = Callable[[List[Source], BinaryIO], Tuple[str, int]]
-
-
 def _publish(target: Path, write: Callable[[BinaryIO], Tuple[str, int]]) -> Tuple[str, int]:
     """Run ``write`` into a private temp file beside ``target``, fsync, rename onto it."""
     temp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"

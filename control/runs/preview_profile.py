@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from synthbatch.control.config.workspace import default_profile_path
+from synthbatch.control.config.workspace import PROFILE_ENV, default_profile_path
 
 STANDIN_WORKSPACE = Path("~/.cache/synthbatch/preview")
 MAX_GPUS_PER_NODE = 64  # the profile's own bound: any run's replica fits
@@ -22,7 +22,7 @@ MAX_GPUS_PER_NODE = 64  # the profile's own bound: any run's replica fits
 
 def profile_given(profile: Optional[str]) -> bool:
     """True when ``--profile``, ``$SYNTHBATCH_PROFILE`` or the default profile exists."""
-    return bool(profile or os.environ.get("SYNTHBATCH_PROFILE")
+    return bool(profile or os.environ.get(PROFILE_ENV)
                 or default_profile_path().is_file())
 
 

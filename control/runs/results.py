@@ -8,13 +8,20 @@ never breaks it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Optional, Tuple
 
 from synthbatch.agent_stdlib.states import CANCELLED, FAILED, SUCCEEDED
 from synthbatch.control.runs.status.rows import ShardRow
 
 Data = Dict[str, Any]
+
+
+def _picked(cls: Any, data: Data, **made: Any) -> Any:
+    """``cls`` over ``data``: each typed field read by its name (absent: its default),
+    except those ``made`` gives."""
+    names = {f.name for f in fields(cls)} - {"data"} - set(made)
+    return cls(data=data, **{n: data[n] for n in names if n in data}, **made)
 
 
 @dataclass(frozen=True)
@@ -148,15 +155,10 @@ class RunStatus(Result):
     def from_dict(cls, data: Data) -> RunStatus:
         """From ``status --json``'s object."""
         numbers = data.get("totals") or {}
-        return cls(
-            data=data, run_id=data.get("run_id", ""), name=data.get("name", ""),
-            state=data.get("state", ""), records=data.get("records", 0),
-            records_done=data.get("records_done", 0), tokens=data.get("tokens", 0),
-            rate=data.get("rate", 0.0), eta_s=data.get("eta_s"),
-            counts=dict(data.get("counts", {})),
-            notes=tuple(data.get("notes", [])), scheduler_error=data.get("scheduler_error"),
-            elapsed_s=numbers.get("elapsed_s"), records_per_s=numbers.get("records_per_s"),
-            tokens_per_s=numbers.get("tokens_per_s"), gpu_hours=numbers.get("gpu_hours"))
+        return _picked(cls, data, counts=dict(data.get("counts", {})),
+                       notes=tuple(data.get("notes", [])),
+                       **{k: numbers.get(k) for k in (
+                           "elapsed_s", "records_per_s", "tokens_per_s", "gpu_hours")})
 
 
 @dataclass(frozen=True)
@@ -173,11 +175,9 @@ class MergeResult(Result):
     @classmethod
     def from_dict(cls, data: Data) -> MergeResult:
         """From ``merge --json``'s object."""
-        return cls(data=data, output=data.get("output", ""), manifest=data.get("manifest", ""),
-                   records=data.get("records", 0),
-                   sha256=data.get("files_sha256") or data.get("sha256", ""),
-                   complete=bool(data.get("complete")),
-                   missing_shards=tuple(data.get("missing_shards", [])))
+        return _picked(cls, data, sha256=data.get("files_sha256") or data.get("sha256", ""),
+                       complete=bool(data.get("complete")),
+                       missing_shards=tuple(data.get("missing_shards", [])))
 
 
 @dataclass(frozen=True)
@@ -200,9 +200,4 @@ class RunSummary(Result):
     @classmethod
     def from_dict(cls, data: Data) -> RunSummary:
         """From one item of ``runs --json``."""
-        return cls(data=data, run_id=data.get("run_id", ""), name=data.get("name", ""),
-                   state=data.get("state", ""), created_at=data.get("created_at", 0.0),
-                   shards=data.get("shards", 0), records=data.get("records"),
-                   records_done=data.get("records_done"), elapsed_s=data.get("elapsed_s"),
-                   problem=data.get("problem"), gpu_hours=data.get("gpu_hours"),
-                   cost=data.get("cost"), story=data.get("story"))
+        return _picked(cls, data)

@@ -82,17 +82,12 @@ def merged(named: Sequence[str], extra: Sequence[str]) -> List[str]:
     return list(dict.fromkeys(list(named) + list(extra)))
 
 
-def run_ids_of(resolved: Resolved, extra: Sequence[str]) -> List[str]:
-    """The run file's ``reuse = [...]`` then ``--reuse`` ones, each once."""
-    return merged(resolved.reuse, extra)
-
-
 def with_reuse(resolved: Resolved, workspace: Path,
                extra: Sequence[str]) -> Tuple[Resolved, List[str]]:
     """``resolved`` whose plan's ``client.reuse`` names the reused runs' directories
     (the run file's ``reuse`` and ``extra``, checked by :func:`reused_runs`), its bytes
     and digest made again; and the warnings (:func:`unfinished`)."""
-    run_ids = run_ids_of(resolved, extra)
+    run_ids = merged(resolved.reuse, extra)
     if not run_ids:
         return resolved, []
     plan = resolved.plan

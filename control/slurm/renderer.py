@@ -25,7 +25,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from synthbatch.agent_stdlib.contracts import JOB_ENV, ResourceSpec
+from synthbatch.agent_stdlib.contracts import JOB_ENV, MAX_REQUEUES_ENV, ResourceSpec
 from synthbatch.control.config.rules import CONTROL
 from synthbatch.control.errors import InvalidInput
 from synthbatch.control.slurm.directives import apply_directives
@@ -201,7 +201,7 @@ def _script(spec: BatchScript, select: List[str], submission: str, index: str,
         "mkdir -p -m 700 \"$SHIV_ROOT\"",
         "unset SHIV_INTERPRETER SHIV_ENTRY_POINT SHIV_MODULE SHIV_PREPEND_PYTHONPATH "
         "SHIV_FORCE_EXTRACT",
-        f"export SYNTHBATCH_MAX_REQUEUES={int(spec.max_requeues)}",
+        f"export {MAX_REQUEUES_ENV}={int(spec.max_requeues)}",
         f"exec {q(spec.python)} -I \"$agent\" allocation --run-dir \"$run_dir\" \\",
         f"  --plan-sha256 \"$plan_sha256\" --submission {submission} --agent-pyz \"$agent\""
         + index,

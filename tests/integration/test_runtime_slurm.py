@@ -19,10 +19,10 @@ from typing import Any, Callable, List, Optional, Tuple
 import pytest
 
 from synthbatch.agent_stdlib.allocation.preflight import assign_ports
-from synthbatch.agent_stdlib.publish import load_winner
+from synthbatch.agent_stdlib.publish import complete_winner, load_winner
 from synthbatch.agent_stdlib.statefile import read_json
 from synthbatch.control.runs.status import verdict as norm
-from synthbatch.control.runs.status.reconcile import complete_missing_winner, mark_ended
+from synthbatch.control.runs.status.reconcile import mark_ended
 from synthbatch.control.runs.status.refresh import SchedulerView, gone
 from synthbatch.control.slurm.parsers import index_rows
 from synthbatch.control.slurm.scheduler import Scheduler
@@ -250,7 +250,7 @@ def test_death_between_success_and_winner_is_completed_by_reconcile(launch):
     attempt = assert_stopped_and_clean(job, "succeeded")
     original = load_winner(job.layout, 0)
     job.layout.winner_json(0).unlink()  # the durable state of a death right before winner
-    done = complete_missing_winner(job.layout, 0, attempt.attempt)
+    done = complete_winner(job.layout, 0, attempt.attempt)
     assert done.replace(created_at=0) == original.replace(created_at=0)
-    again = complete_missing_winner(job.layout, 0, attempt.attempt)
+    again = complete_winner(job.layout, 0, attempt.attempt)
     assert again == done  # first writer won; never a second winner

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional
 
 from synthbatch.agent_stdlib import localjob
+from synthbatch.agent_stdlib.arrays import task_job_id
 from synthbatch.agent_stdlib.statefile import ensure_dir, locked
 from synthbatch.control.backends.local import proc, rounds
 from synthbatch.control.backends.local.jobs import (
@@ -122,8 +123,8 @@ def note(job: Job, task: Task, text: str) -> None:
     """Append a line to the task's output, as slurmstepd does (``*** JOB ... ***``)."""
     try:
         with open(output_path(job, task), "a", encoding="utf-8") as handle:
-            handle.write(f"synthbatch-local: *** JOB {job.job_id}_{task.task} {text} AT "
-                         f"{time.strftime('%Y-%m-%dT%H:%M:%S')} ***\n")
+            handle.write(f"synthbatch-local: *** JOB {task_job_id(job.job_id, task.task)} "
+                         f"{text} AT {time.strftime('%Y-%m-%dT%H:%M:%S')} ***\n")
     except OSError:
         pass
 

@@ -62,10 +62,16 @@ from typing import (
 )
 
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, locked, write_bytes_atomic
+from synthbatch.agent_stdlib.statefile import (
+    StateError,
+    ensure_dir,
+    locked,
+    read_bytes,
+    write_bytes_atomic,
+)
 from synthbatch.control.errors import Conflict
 from synthbatch.control.runs.status import verdict as norm
-from synthbatch.control.runs.status.records import read_limited, submissions_key
+from synthbatch.control.runs.status.records import submissions_key
 from synthbatch.control.runs.status.rows import ShardRow
 
 SCHEMA = 4  # 4: JSON lines of ShardRows (3: header/columns/rows sections; older ones
@@ -81,16 +87,6 @@ SUMS = ("records_done", "tokens", "record_failures", "records_dropped")
 LOCK_WAIT_S = 30.0  # an invalidator waits this long; status never waits
 STATUS_WAIT_S = 0.05  # status: a few non-blocking tries, then it writes nothing
 Identity = Tuple[int, ...]  # (dev, ino, size, mtime_ns, ctime_ns) of plan.json
-
-
-def index_path(layout: RunLayout) -> Path:
-    """``<run>/observer/settled.json``."""
-    return layout.settled_json
-
-
-def lock_path(layout: RunLayout) -> Path:
-    """``<run>/observer/settled.lock``."""
-    return layout.settled_lock
 
 
 class Span(Mapping):
@@ -375,9 +371,9 @@ def load(layout: RunLayout, expand: bool = True) -> Index:
     The caller checks it against the plan (``check``) once it knows the plan. Without
     ``expand`` only the header is decoded; ``expanded`` splits the rows when needed.
     """
-    path = index_path(layout)
+    path = layout.settled_json
     try:
-        raw = read_limited(str(path), MAX_INDEX)
+        raw = read_bytes(path, MAX_INDEX)
     except (StateError, OSError) as err:
         return Index(problem=str(err))
     if raw is None:
@@ -394,7 +390,7 @@ def expanded(layout: RunLayout, index: Index) -> Index:
     try:
         return index.expand()
     except (ValueError, TypeError, KeyError, AttributeError) as err:
-        return Index(raw=index.raw, problem=f"{index_path(layout)}: {err}")
+        return Index(raw=index.raw, problem=f"{layout.settled_json}: {err}")
 
 
 def check(layout: RunLayout, index: Index, run_id: str, shard_count: int) -> Index:
@@ -411,7 +407,7 @@ def check(layout: RunLayout, index: Index, run_id: str, shard_count: int) -> Ind
         why = f"names shard {index.last} of a {shard_count}-shard run"
     if why is None:
         return index
-    return Index(raw=index.raw, problem=f"{index_path(layout)}: {why}")
+    return Index(raw=index.raw, problem=f"{layout.settled_json}: {why}")
 
 
 # ----------------------------------------------------------------------------- writing
@@ -478,8 +474,8 @@ def _new_lineage() -> str:
 def _locked(layout: RunLayout, wait_s: Optional[float]) -> Iterator[bool]:
     """Hold ``settled.lock``; yields False when it could not be had (``wait_s`` None:
     a few non-blocking tries, for status)."""
-    ensure_dir(lock_path(layout).parent)
-    with locked(lock_path(layout), STATUS_WAIT_S if wait_s is None else wait_s) as fd:
+    ensure_dir(layout.settled_lock.parent)
+    with locked(layout.settled_lock, STATUS_WAIT_S if wait_s is None else wait_s) as fd:
         yield fd is not None
 
 
@@ -488,7 +484,7 @@ def _changer(layout: RunLayout) -> Iterator[None]:
     """The lock for a writer that changes shards: waited for, Conflict when not had."""
     with _locked(layout, LOCK_WAIT_S) as held:
         if not held:
-            raise Conflict(f"{lock_path(layout)}: the settled index is locked by another "
+            raise Conflict(f"{layout.settled_lock}: the settled index is locked by another "
                            "process", hint="wait a moment and try again")
         yield
 
@@ -563,7 +559,7 @@ def add(layout: RunLayout, base: Index, rows: Sequence[ShardRow], run_id: str,
                 _merge(latest, fresh, leftover)
             if fresh:
                 latest.ended_at = max(latest.ended_at, ended_at)
-            write_bytes_atomic(index_path(layout), encode(latest, layout, run_id))
+            write_bytes_atomic(layout.settled_json, encode(latest, layout, run_id))
             return True
     except (OSError, StateError):
         return False  # a read-only run directory, a full disk: status still answered
@@ -586,7 +582,7 @@ def forget(layout: RunLayout, run_id: str, shard_count: int, shards: Sequence[in
         index.generation += 1
         index.invalidated.update((s, index.generation) for s in wanted)
         _merge(index, [], wanted)
-        write_bytes_atomic(index_path(layout), encode(index, layout, run_id))
+        write_bytes_atomic(layout.settled_json, encode(index, layout, run_id))
 
 
 @contextmanager
@@ -602,7 +598,7 @@ def changing(layout: RunLayout, run_id: str, shard_count: int,
     if not wanted:
         yield
         return
-    path = index_path(layout)
+    path = layout.settled_json
     with _changer(layout):
         index = _current(layout, run_id, shard_count)
         index.generation += 1

@@ -16,48 +16,15 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Set, Tuple
 
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.agent_stdlib.statefile import StateError, ensure_dir, read_json, write_json_atomic
+from synthbatch.agent_stdlib.statefile import (
+    StateError,
+    ensure_dir,
+    read_json,
+    read_json_or_none,
+    write_json_atomic,
+)
 
 LAG_GRACE_S = 600.0
-
-
-def lag_path(layout: RunLayout) -> Path:
-    """``<run>/observer/lag.json``."""
-    return layout.lag_json
-
-
-def cancels_dir(layout: RunLayout) -> Path:
-    """``<run>/cancels/``."""
-    return layout.cancels
-
-
-def _first_seen(path: Path, key: str) -> Dict[str, float]:
-    try:
-        data = read_json(path) or {}
-    except StateError:
-        return {}
-    seen = data.get(key, {})
-    if not isinstance(seen, dict):
-        return {}
-    return {str(k): float(v) for k, v in seen.items() if isinstance(v, (int, float))}
-
-
-def _expired(path: Path, key: str, sighted: Iterable[str], present: Iterable[str],
-             now: float, grace_s: float) -> Set[str]:
-    """Persist first sightings of ``sighted`` ids; return those older than ``grace_s``."""
-    known = _first_seen(path, key)
-    gone = set(present)
-    updated = {k: v for k, v in known.items() if k not in gone}
-    sighted = list(sighted)
-    for job_id in sighted:
-        updated.setdefault(job_id, now)
-    if updated != known:
-        try:
-            ensure_dir(path.parent)
-            write_json_atomic(path, {"schema_version": 1, key: updated})
-        except (OSError, StateError):
-            updated = known
-    return {j for j in sighted if j in updated and now - updated[j] >= grace_s}
 
 
 def expired_missing(layout: RunLayout, missing: Iterable[str], present: Iterable[str],
@@ -68,13 +35,28 @@ def expired_missing(layout: RunLayout, missing: Iterable[str], present: Iterable
     (their entry is dropped). If the run directory is read-only nothing is persisted and
     a new sighting never expires.
     """
-    return _expired(lag_path(layout), "first_missing", missing, present, now, grace_s)
+    path, key = layout.lag_json, "first_missing"
+    seen = (read_json_or_none(path) or {}).get(key, {})
+    known = {str(k): float(v) for k, v in seen.items()
+             if isinstance(v, (int, float))} if isinstance(seen, dict) else {}
+    gone = set(present)
+    updated = {k: v for k, v in known.items() if k not in gone}
+    missing = list(missing)
+    for job_id in missing:
+        updated.setdefault(job_id, now)
+    if updated != known:
+        try:
+            ensure_dir(path.parent)
+            write_json_atomic(path, {"schema_version": 1, key: updated})
+        except (OSError, StateError):
+            updated = known
+    return {j for j in missing if j in updated and now - updated[j] >= grace_s}
 
 
 def record_cancel(layout: RunLayout, shards: List[int], job_ids: List[str]) -> Path:
     """Write the next ``cancels/NNNN.json`` (before scancel runs), ``carried_out`` false
     until ``carried_out`` records that scancel answered."""
-    folder = ensure_dir(cancels_dir(layout))
+    folder = ensure_dir(layout.cancels)
     number = len(list(folder.glob("[0-9][0-9][0-9][0-9].json"))) + 1
     path = folder / f"{number:04d}.json"
     write_json_atomic(path, {"schema_version": 1, "requested_at": time.time(),
@@ -85,16 +67,13 @@ def record_cancel(layout: RunLayout, shards: List[int], job_ids: List[str]) -> P
 
 def _cancel_records(layout: RunLayout) -> List[Tuple[Path, Dict[str, Any]]]:
     """Every readable ``cancels/NNNN.json``, in order (a damaged one is skipped)."""
-    folder = cancels_dir(layout)
+    folder = layout.cancels
     if not folder.is_dir():
         return []
     found = []
     for path in sorted(folder.glob("[0-9][0-9][0-9][0-9].json")):
-        try:
-            data = read_json(path) or {}
-        except StateError:
-            continue
-        if isinstance(data, dict):
+        data = read_json_or_none(path)
+        if data is not None:
             found.append((path, data))
     return found
 

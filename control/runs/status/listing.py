@@ -26,15 +26,9 @@ from synthbatch.control.runs.status.records import (
 )
 from synthbatch.control.runs.store import last_moment, load_run, run_layout
 
-DURABLE = {
-    states.CREATED: norm.CREATED,
-    states.SUBMITTED: norm.PENDING,
-    states.PENDING: norm.PENDING,
-    states.RUNNING: norm.RUNNING,
-    states.SUCCEEDED: norm.SUCCEEDED,
-    states.FAILED: norm.FAILED,
-    states.CANCELLED: norm.CANCELLED,
-}
+# an attempt's state as the shard's (the shard words are the attempt words; ``submitted``
+# shows as pending)
+DURABLE = {**{state: state for state in states.ATTEMPT_STATES}, states.SUBMITTED: norm.PENDING}
 
 
 def durable_shard_state(view: ShardView) -> str:

@@ -3,7 +3,7 @@
 Two situations only the next reader can settle:
 
 * **missing winner**: the agent recorded the attempt ``succeeded`` and died before
-  ``winner.json``. :func:`complete_missing_winner` publishes it from the attempt's
+  ``winner.json``. ``agent_stdlib.publish.complete_winner`` publishes it from the attempt's
   ``result.json`` after re-hashing every output file (first writer wins, so a racing
   requeued agent and ``status`` still yield one winner).
 * **agent gone**: the agent was killed (``kill -9``, node failure, OOM) and its job left
@@ -27,22 +27,12 @@ from synthbatch.agent_stdlib.attempts import (
     load_readiness,
     publish_readiness,
 )
-from synthbatch.agent_stdlib.contracts import AttemptRecord, ReadinessRecord, WinnerRecord
+from synthbatch.agent_stdlib.contracts import AttemptRecord, ReadinessRecord
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.agent_stdlib.publish import complete_winner
 from synthbatch.agent_stdlib.statefile import StateError
 
 if TYPE_CHECKING:
     from synthbatch.control.runs.status.records import AttemptView
-
-
-def complete_missing_winner(layout: RunLayout, shard: int, attempt: int) -> WinnerRecord:
-    """Publish ``winner.json`` of ``shard`` from its succeeded ``attempt``; return the winner.
-
-    Idempotent (returns an existing winner unchanged). Raises StateError when the attempt
-    is not ``succeeded`` or its ``result.json`` or files do not check out.
-    """
-    return complete_winner(layout, shard, attempt)
 
 
 def mark_ended(layout: RunLayout, shard: int, attempt: int, state: str,

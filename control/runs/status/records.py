@@ -9,7 +9,6 @@ a frozen dataclass costs twice as much to build, 30,000 times per refresh.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -37,13 +36,12 @@ from synthbatch.agent_stdlib.layout import (
     attempt_path,
     shard_name,
 )
-from synthbatch.agent_stdlib.statefile import StateError, open_state_file
+from synthbatch.agent_stdlib.statefile import StateError, read_json
 from synthbatch.control.errors import NotFound
 from synthbatch.control.runs.cachestats import cache_figures
 
 SUBMISSION = re.compile(r"^[0-9]{4}\.json$")
 
-READ_CHUNK = 1 << 16  # os.read(fd, n) allocates n bytes first: 1 MiB per call cost ~11 us
 MAX_RECORD = 1 << 20
 MAX_PLAN = 1 << 28  # plan.json grows ~90 bytes a shard: 100,000 shards are ~9 MiB
 # A submission record maps every shard it submitted to its attempt (~16 bytes a shard as
@@ -54,7 +52,6 @@ RETRIED_STATES = frozenset({states.FAILED, states.CANCELLED})
 # The agent records ``running`` before its client can write progress, and states never move
 # back: an attempt read in one of these states has no progress file to read.
 NOT_STARTED = frozenset({states.CREATED, states.SUBMITTED, states.PENDING})
-_decode = json.JSONDecoder().decode
 
 
 class AttemptView(NamedTuple):
@@ -122,37 +119,10 @@ class SubmissionView(NamedTuple):
         return [task_job_id(self.job_id, t) for t in self.tasks] if self.job_id else []
 
 
-def read_limited(path: str, limit: int) -> Optional[bytes]:
-    """At most ``limit`` bytes of ``path`` (no symlinks); None when it does not exist."""
-    fd = open_state_file(path)
-    if fd is None:
-        return None
-    try:
-        raw = os.read(fd, min(READ_CHUNK, limit))
-        if len(raw) < READ_CHUNK:
-            return raw
-        parts, size = [raw], len(raw)
-        while size < limit:
-            more = os.read(fd, min(1 << 20, limit - size))
-            if not more:
-                break
-            parts.append(more)
-            size += len(more)
-        return b"".join(parts)
-    finally:
-        os.close(fd)
-
-
 def json_object(path: str, limit: int = MAX_RECORD) -> Optional[Dict[str, Any]]:
     """A schema_version 1 record as a dict, None when absent; StateError when damaged."""
-    raw = read_limited(path, limit)
-    if raw is None:
-        return None
-    try:
-        data = _decode(raw.decode("utf-8"))
-    except ValueError as err:
-        raise StateError(f"{path}: not valid JSON ({err})") from err
-    if not isinstance(data, dict) or data.get("schema_version") != 1:
+    data = read_json(path, limit)
+    if data is not None and data.get("schema_version") != 1:
         raise StateError(f"{path}: not a schema_version 1 record")
     return data
 

@@ -466,11 +466,9 @@ def _reconcile(layout: RunLayout, run_id: str, shards: List[ShardView],
             continue
         try:
             if attempt.state == states.SUCCEEDED:
-                from synthbatch.control.runs.status import (
-                    reconcile,  # imported only when there is work
-                )
+                from synthbatch.agent_stdlib.publish import complete_winner  # only with work
 
-                reconcile.complete_missing_winner(layout, shard.index, attempt.number)
+                complete_winner(layout, shard.index, attempt.number)
             elif attempt.state in SCHEDULED and verdict.source != "attempt" \
                     and verdict.state in norm.RECORDED and gone(sched, attempt.job_id):
                 from synthbatch.control.runs.status import reconcile

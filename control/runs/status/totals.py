@@ -22,7 +22,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from synthbatch.agent_stdlib.arrays import task_job_id
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.agent_stdlib.statefile import StateError, read_json, write_json_atomic
+from synthbatch.agent_stdlib.statefile import (
+    StateError,
+    read_json,
+    read_json_or_none,
+    write_json_atomic,
+)
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.control.errors import SchedulerUnavailable
 from synthbatch.control.runs.status.records import (
@@ -212,11 +217,7 @@ def _numbers(layout: RunLayout, created: float, end: float, done: int,
 def created_at(layout: RunLayout) -> Optional[float]:
     """``run.json``'s ``created_at`` (None: not committed, or damaged). Read as plain JSON:
     the contract classes cost ~11 ms of a fresh ``status`` process to import."""
-    try:
-        record = read_json(layout.run_json)
-    except (StateError, OSError):
-        return None
-    value = record.get("created_at") if record else None
+    value = (read_json_or_none(layout.run_json) or {}).get("created_at")
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
         else None
 

@@ -119,14 +119,26 @@ def test_a_job_id_splits_into_its_array_job_and_task(job_id: str, parts: tuple) 
         assert arrays.task_job_id(*parts) == job_id
 
 
+# ``{a}_{b}`` anywhere in a line (an f-string's two fields joined by ``_``), or a split on
+# ``_``: how a task's job id was rebuilt by hand.
+JOB_ID_BY_HAND = re.compile(r"""\{[^{}]+\}_\{[^{}]+\}|\.(partition|split)\(["']_["']""")
+
+
 def test_only_arrays_builds_or_splits_a_task_job_id() -> None:
     """The ``<job>_<task>`` rule has one home (issue 29): no f-string joins two values with
-    ``_`` and no ``partition("_")`` or ``split("_")`` outside ``agent_stdlib/arrays.py``."""
-    pattern = re.compile(r"""f["']\{[^{}]+\}_\{[^{}]+\}["']|\.(partition|split)\(["']_["']""")
+    ``_`` (alone or inside a longer text) and no ``partition("_")`` or ``split("_")``
+    outside ``agent_stdlib/arrays.py``, in the code and in the benchmarks."""
     home = Path(arrays.__file__).resolve()
     found = [f"{path.relative_to(REPO)}:{n + 1}"
-             for root in ("agent_stdlib", "control")
+             for root in ("agent_stdlib", "control", "benchmarks")
              for path in sorted((REPO / root).rglob("*.py")) if path.resolve() != home
              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines())
-             if pattern.search(line)]
+             if JOB_ID_BY_HAND.search(line)]
     assert found == []
+
+
+def test_the_job_id_scan_sees_every_form() -> None:
+    lines = ['x = f"{job}_{task}"', 'f"*** JOB {job.job_id}_{task.task} ended"',
+             'job, _, task = text.partition("_")', "a = b.split('_')"]
+    assert [bool(JOB_ID_BY_HAND.search(line)) for line in lines] == [True] * 4
+    assert not JOB_ID_BY_HAND.search('f"{name}-{index:05d}"')

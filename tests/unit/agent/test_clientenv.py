@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
+from typing import Dict, List, Set
 
 import pytest
 
@@ -60,3 +62,33 @@ def test_no_other_module_spells_the_contract_variables() -> None:
                for n, line in enumerate(path.read_text(encoding="utf-8").splitlines())
                if pattern.search(line)]
     assert spelled == []
+
+
+# A variable's name as code spells it: not after ``$`` (prose: "default: $SYNTHBATCH_X").
+ENV_NAME = re.compile(r"(?<![$\w])SYNTHBATCH_[A-Z0-9_]+\b")
+
+
+def spelled_names(tree: ast.AST) -> List[str]:
+    """The ``SYNTHBATCH_*`` names in a module's strings (f-strings too), docstrings aside."""
+    docs = {id(node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    return [name for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docs for name in ENV_NAME.findall(node.value)]
+
+
+def test_every_synthbatch_variable_is_spelled_in_one_module() -> None:
+    """Issue 29: the writer and every reader of a variable (the agent, the control plane,
+    the benchmarks) use its one constant; a second spelling is how two of them drift."""
+    homes: Dict[str, Set[str]] = {}
+    for root in ("agent_stdlib", "control", "benchmarks"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            for name in spelled_names(ast.parse(path.read_text(encoding="utf-8"))):
+                homes.setdefault(name, set()).add(path.relative_to(REPO).as_posix())
+    assert {name: sorted(where) for name, where in homes.items() if len(where) > 1} == {}
+
+
+def test_the_variable_scan_sees_code_not_prose() -> None:
+    tree = ast.parse('"""Reads SYNTHBATCH_A."""\nx = "SYNTHBATCH_B"\n'
+                     'y = f"export SYNTHBATCH_C={n}"\nh = "default: $SYNTHBATCH_D"\n')
+    assert spelled_names(tree) == ["SYNTHBATCH_B", "SYNTHBATCH_C"]

@@ -27,6 +27,7 @@ from synthbatch.agent_stdlib.statefile import (
     publish_json_immutable,
     read_bytes,
     read_json,
+    read_json_or_none,
     write_bytes_atomic,
     write_json_atomic,
 )
@@ -224,6 +225,32 @@ def test_read_symlink_refused(tmp_path: Path) -> None:
     assert str(link) in str(info.value) and "cannot open" in str(info.value)
     with pytest.raises(StateError):
         read_bytes(link)
+
+
+def test_the_quiet_reader_is_the_one_reader_with_damage_as_none(tmp_path: Path) -> None:
+    good, bad, link = tmp_path / "good.json", tmp_path / "bad.json", tmp_path / "link.json"
+    good.write_text('{"a": 1}')
+    bad.write_text('{"a": ')
+    link.symlink_to(good)
+    assert read_json_or_none(good) == {"a": 1}
+    assert [read_json_or_none(p) for p in (bad, link, tmp_path / "none.json")] == [None] * 3
+
+
+def test_a_bounded_read_stops_at_its_limit_and_reads_large_files_whole(tmp_path: Path
+                                                                        ) -> None:
+    """Status's bulk reads go through the one reader too, with a bound (issue 29)."""
+    big = tmp_path / "plan.json"
+    payload = b'{"a": "' + b"x" * (3 << 20) + b'"}'
+    big.write_bytes(payload)
+    assert read_bytes(big, len(payload) + 1) == payload == read_bytes(big)
+    assert read_bytes(big, 100) == payload[:100]
+    with pytest.raises(StateError, match="not valid JSON"):
+        read_json(big, 100)
+    assert read_json(big, 1 << 30) == {"a": "x" * (3 << 20)}
+    link = tmp_path / "link.json"
+    link.symlink_to(big)
+    with pytest.raises(StateError):
+        read_bytes(link, 100)
 
 
 def test_read_dangling_symlink_refused(tmp_path: Path) -> None:

@@ -105,6 +105,21 @@ def test_merge_result_from_a_manifest() -> None:
     assert (result.records, result.complete, result.data["new_key"]) == (3, True, 1)
 
 
+def test_typed_results_read_their_fields_by_name_and_default_the_rest() -> None:
+    summary = RunSummary.from_dict({"run_id": "r", "shards": 4, "gpu_hours": 1.5,
+                                    "story": "merging", "new_key": 1})
+    assert (summary.run_id, summary.shards, summary.gpu_hours, summary.story) == \
+        ("r", 4, 1.5, "merging")
+    assert (summary.name, summary.records, summary.created_at) == ("", None, 0.0)
+    status = RunStatus.from_dict({"state": "running", "counts": {"running": 2},
+                                  "notes": ["n"], "totals": {"gpu_hours": 2.0}, "rate": 0.5})
+    assert (status.state, status.counts, status.notes, status.gpu_hours, status.rate,
+            status.elapsed_s, status.records) == ("running", {"running": 2}, ("n",), 2.0,
+                                                  0.5, None, 0)
+    merged = MergeResult.from_dict({"files_sha256": "b" * 64, "missing_shards": [2]})
+    assert (merged.sha256, merged.missing_shards, merged.complete) == ("b" * 64, (2,), False)
+
+
 def test_preview_takes_a_str_or_a_path(profile_file: Path, agent_pyz: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Without endpoints the recipe's samplers, seed data and expressions run here."""

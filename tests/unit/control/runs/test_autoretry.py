@@ -113,7 +113,7 @@ def test_runs_tells_no_retry_story_of_a_run_cancelled_while_its_round_waited(
 
 def test_a_damaged_round_record_reads_as_none(tmp_path: Path) -> None:
     layout = make_run(tmp_path, [Shard("running")])
-    path = autoretry.record_path(layout)
+    path = layout.round_json
     path.parent.mkdir(mode=0o700)
     path.write_text("{not json")
     path.chmod(0o600)

@@ -317,12 +317,10 @@ def test_damaged_shards_are_never_kept_in_the_settled_index(tmp_path: Path) -> N
 
 
 def test_a_half_written_index_is_ignored_and_rebuilt(tmp_path: Path) -> None:
-    from synthbatch.control.runs.status import index as settled
-
     layout = damaged_run(tmp_path)
     now = time.time()
     first = observe(layout, Scheduler(runner=SbatchRecorder()), now=now)
-    path = settled.index_path(layout)
+    path = layout.settled_json
     path.write_bytes(path.read_bytes()[:-30])  # torn: the digest line is cut
     again = observe(layout, Scheduler(runner=SbatchRecorder()), now=now)
     assert {**again, "notes": []} == first

@@ -11,9 +11,9 @@ import pytest
 from synthbatch.agent_stdlib.attempts import advance_attempt, load_readiness
 from synthbatch.agent_stdlib.contracts import AttemptRecord
 from synthbatch.agent_stdlib.layout import RunLayout
-from synthbatch.agent_stdlib.publish import load_winner, publish_result
+from synthbatch.agent_stdlib.publish import complete_winner, load_winner, publish_result
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir
-from synthbatch.control.runs.status.reconcile import complete_missing_winner, mark_ended
+from synthbatch.control.runs.status.reconcile import mark_ended
 from synthbatch.control.runs.status.refresh import SchedulerView, gone
 from synthbatch.control.slurm.parsers import JobRow
 from tests.agent_runs import local_plan, stage
@@ -86,14 +86,14 @@ def test_a_closed_readiness_is_left_as_the_agent_wrote_it(run):
 
 def test_missing_winner_is_completed_once(run):
     succeed(run)
-    winner = complete_missing_winner(run, 0, 1)
+    winner = complete_winner(run, 0, 1)
     assert winner.records == 2 and load_winner(run, 0) == winner
-    assert complete_missing_winner(run, 0, 1) == winner  # first writer won
+    assert complete_winner(run, 0, 1) == winner  # first writer won
 
 
 def test_tampered_output_is_reported_not_published(run):
     succeed(run)
     (run.attempt(0, 1).output / "records.jsonl").write_text("{}\n")
     with pytest.raises(StateError, match="does not match its manifest"):
-        complete_missing_winner(run, 0, 1)
+        complete_winner(run, 0, 1)
     assert not run.winner_json(0).exists()

@@ -70,12 +70,9 @@ def test_the_plan_carries_the_reused_runs_through_its_contract() -> None:
 
 
 def test_the_run_files_reuse_comes_first_and_each_run_once(tmp_path: Path) -> None:
-    from synthbatch.control.runs.reuse import run_ids_of
+    from synthbatch.control.runs.reuse import merged
 
-    class Resolved:
-        reuse = ["a", "b"]  # the run file's list
-
-    assert run_ids_of(Resolved(), ["b", "c"]) == ["a", "b", "c"]  # type: ignore[arg-type]
+    assert merged(["a", "b"], ["b", "c"]) == ["a", "b", "c"]  # the run file's list first
 
 
 def test_plan_reads_the_run_files_reuse_list(tmp_path: Path, workspace: Path,

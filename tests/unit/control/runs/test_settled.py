@@ -288,7 +288,7 @@ class Scenario:
         self.now += self.rng.choice([5.0, 700.0])
 
     def damage_index(self) -> None:
-        path = settled.index_path(self.layout)
+        path = self.layout.settled_json
         if not path.exists():
             return
         raw = path.read_bytes()
@@ -416,7 +416,7 @@ def test_a_settled_run_opens_a_handful_of_files(tmp_path: Path,
     opens = Opens(monkeypatch, layout.root)
     again = refresh(layout, scheduler(cluster), NOW).data()
     assert again == first and cluster.calls == []
-    assert opens.paths == [str(settled.index_path(layout))]  # not even plan.json
+    assert opens.paths == [str(layout.settled_json)]  # not even plan.json
 
 
 def test_an_active_run_opens_one_file_per_open_shard(tmp_path: Path,
@@ -443,7 +443,7 @@ def test_a_damaged_index_is_named_and_rebuilt(tmp_path: Path) -> None:
     layout = make_run(tmp_path, [Shard("winner")] * 3)
     cluster = Cluster()
     compare(layout, cluster, NOW)
-    settled.index_path(layout).write_bytes(GARBAGE)
+    layout.settled_json.write_bytes(GARBAGE)
     data = compare(layout, cluster, NOW)
     assert any("settled index not used" in n and "digest missing or wrong" in n
                for n in data["notes"])
@@ -513,7 +513,7 @@ def test_the_submission_records_summary_is_kept_and_checked(tmp_path: Path,
     assert kept == {"key": submissions_key(layout), "job_ids": ["500"]}
     opens = Opens(monkeypatch, layout.root)
     assert refresh(layout, scheduler(cluster), NOW).job_ids == ["500"]
-    assert opens.paths == [str(settled.index_path(layout))]  # no submission record read
+    assert opens.paths == [str(layout.settled_json)]  # no submission record read
     record = json.loads((layout.submissions / "0001.json").read_text())
     write_json_atomic(layout.submissions / "0001.json", {**record, "job_id": "501"})
     assert compare(layout, cluster, NOW)  # job ids read again: 501
@@ -541,7 +541,7 @@ def test_rows_malformed_behind_a_valid_digest_are_named(tmp_path: Path) -> None:
     status that needs the rows by shard rebuilds the index with the note; one that only
     needs the header's codes and sums says which file to remove, in one line."""
     def forge(layout: RunLayout) -> None:
-        path = settled.index_path(layout)
+        path = layout.settled_json
         head, _, rest = path.read_bytes().partition(b"\n")
         body = json.dumps({**json.loads(head), "shards": "x"}).encode() + b"\n" + \
             rest[:rest.rindex(b"#")]
@@ -676,7 +676,7 @@ def test_an_index_the_old_code_wrote_is_rebuilt_once_and_said_once(tmp_path: Pat
     body = b"\n".join([json.dumps(header, separators=(",", ":")).encode(),
                        json.dumps(columns, separators=(",", ":")).encode(),
                        *(json.dumps(r, sort_keys=True).encode() for r in rows), b""])
-    path = settled.index_path(layout)
+    path = layout.settled_json
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(body + b"#sha256=" + hashlib.sha256(body).hexdigest().encode() + b"\n")
     cluster = Cluster()

@@ -56,17 +56,21 @@ NOT_A_STATE = {
     ("control/runs/status/index.py", "pending"): "the settled index's key of unsettled shards",
     ("control/runs/telemetry.py", "running"): "an engine's running requests (a JSON key)",
     ("control/runs/automerge.py", "failed"): "a merge on completion's outcome (MERGE_FAILED)",
+    ("benchmarks/__main__.py", "failed"): "a benchmark's own outcome in the results file",
+    ("benchmarks/proxy.py", "lost"): "events a stream lost (a figure's key)",
 }
 
 
 def test_no_state_word_is_spelled_outside_its_module() -> None:
     """A shard state is written as ``norm.X`` or ``states.X`` everywhere in the control
-    plane: changing how a state is reported never means hunting bare strings (issue 29)."""
+    plane and the benchmarks (which write records too): changing how a state is reported
+    never means hunting bare strings (issue 29)."""
     from synthbatch.control.runs.status import verdict as norm
     words = set(norm.SHARD_STATES) | set(states.ATTEMPT_STATES)
     homes = {ROOT / "control/runs/status/verdict.py"}
     spelled = sorted({(path.relative_to(ROOT).as_posix(), node.value)
-                      for path in sorted((ROOT / "control").rglob("*.py")) if path not in homes
+                      for folder in ("control", "benchmarks")
+                      for path in sorted((ROOT / folder).rglob("*.py")) if path not in homes
                       for node in ast.walk(ast.parse(path.read_text()))
                       if isinstance(node, ast.Constant) and node.value in words})
     assert [hit for hit in spelled if hit not in NOT_A_STATE] == []

@@ -22,7 +22,6 @@ from synthbatch.agent_stdlib.statefile import (
 from synthbatch.control.errors import EvidenceConflict
 from synthbatch.control.runs.status import records as store
 from synthbatch.control.runs.status import verdict as norm
-from synthbatch.control.runs.status.ledger import lag_path
 from synthbatch.control.runs.status.records import (
     Expected,
     expected_lookup,
@@ -338,7 +337,7 @@ def test_accounting_disabled_lag_then_lost_after_persisted_deadline(tmp_path: Pa
     assert first["accounting"] is False
     assert first["shards"][0]["state"] == "unknown"
     assert first["shards"][0]["reason"].startswith("accounting lag")
-    assert json.loads(lag_path(layout).read_text())["first_missing"] == {"500_0": NOW}
+    assert json.loads(layout.lag_json.read_text())["first_missing"] == {"500_0": NOW}
     again = observe(layout, Scheduler(runner=fake), now=NOW + 299, lag_grace_s=300)
     assert again["shards"][0]["state"] == "unknown"
     later = observe(layout, Scheduler(runner=fake), now=NOW + 301, lag_grace_s=300)
@@ -366,7 +365,7 @@ def test_scheduler_unavailable_keeps_durable_truth(tmp_path: Path, fake: FakeSlu
     assert "Unable to contact" in data["scheduler_error"]
     assert [s["state"] for s in data["shards"]] == ["succeeded", "unknown"]
     assert data["shards"][1]["reason"] == "scheduler unavailable"
-    assert not lag_path(layout).exists()
+    assert not layout.lag_json.exists()
 
 
 SLURMDBD_DOWN = ("sacct: error: slurm_persist_conn_open_without_init: failed to open persistent "
@@ -403,7 +402,7 @@ def test_slurmdbd_down_with_a_job_only_sacct_knows_says_so(tmp_path: Path,
     assert data["scheduler_hint"].startswith("is slurmdbd up?")
     assert [(s["state"], s["reason"]) for s in data["shards"]] == [
         ("running", None), ("unknown", norm.SCHEDULER_UNAVAILABLE)]
-    assert not lag_path(layout).exists()  # not a sighting of a missing job
+    assert not layout.lag_json.exists()  # not a sighting of a missing job
 
 
 def test_a_job_ended_on_a_full_filesystem_says_so(tmp_path: Path, fake: FakeSlurm,
