@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import (
+    StateError,
     ensure_dir,
+    read_json,
     read_json_or_none,
     write_bytes_atomic,
     write_json_atomic,
