@@ -93,6 +93,12 @@ def _history(name: str) -> List[Tuple[str, str, str, str, str]]:
     return [tuple(line.split("|")) for line in out.splitlines() if line]  # type: ignore[misc]
 
 
+def _ended(history: List[Tuple[str, str, str, str, str]], count: int) -> bool:
+    """At least ``count`` rows, none still pending or running in accounting."""
+    return len(history) >= count and all(row[1] not in ("PENDING", "RUNNING")
+                                         for row in history)
+
+
 def _over(layout: RunLayout) -> bool:
     """The records alone (no synthbatch command): the merge job recorded its outcome and
     no automatic job is pending any more."""
@@ -140,10 +146,12 @@ def test_a_failed_shard_is_retried_and_merged_by_the_cluster_alone(
     name = autoretry.round_job_name(run_id)
     wait_until("no round job left", lambda: _no_round(name), timeout_s=120)
     assert autoretry.load_pending(layout) is None
-    history = sorted(_history(name), key=lambda row: (row[4], int(row[0])))
     # rounds after attempts 1, 2 and 3, and the merge job: a chain of single jobs, each
-    # submitted by the one before while it ran, started only after it had ended
-    assert len(history) >= 4, history
+    # submitted by the one before while it ran, started only after it had ended (slurmdbd
+    # records a job that has just ended a moment later: wait for the four rows)
+    wait_until("sacct's rows of the 3 rounds and the merge job, ended",
+               lambda: _ended(_history(name), 4), timeout_s=60)
+    history = sorted(_history(name), key=lambda row: (row[4], int(row[0])))
     assert all(state == "COMPLETED" for _, state, *_ in history), history
     for before, after in zip(history, history[1:]):
         assert after[4] <= before[3] <= after[2], history
