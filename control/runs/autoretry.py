@@ -240,6 +240,12 @@ def round_now(layout: RunLayout, scheduler: Scheduler,
             "story": story(shards, max_attempts(), True)}
 
 
+def job_log(layout: RunLayout, number: int, action: str) -> Path:
+    """``<run>/auto/round-NNNN.out`` (``merge-NNNN.out`` for the merge job): Slurm's log of
+    automatic job ``number``."""
+    return layout.auto / f"{'merge' if action == MERGE else 'round'}-{number:04d}.out"
+
+
 def lost_note(layout: RunLayout, scheduler: Scheduler) -> Optional[str]:
     """``status``'s note when the recorded automatic job left the queue without finishing
     its round (killed, out of time, its Python not found on the node): a round that
@@ -250,7 +256,7 @@ def lost_note(layout: RunLayout, scheduler: Scheduler) -> Optional[str]:
         return None
     number = int(pending.get("round") or 0)
     merge = pending.get("action") == MERGE
-    log = layout.auto / f"{'merge' if merge else 'round'}-{number:04d}.out"
+    log = job_log(layout, number, MERGE if merge else RETRY)
     return (f"the automatic {'merge' if merge else 'round'} job {visible(pending['job_id'])} "
             f"ended without finishing (its log: {log}): nothing more is submitted "
             f"automatically; `synthbatch {'merge' if merge else 'retry --auto'} "
@@ -301,7 +307,7 @@ def submit_round(layout: RunLayout, profile: Profile, scheduler: Scheduler, run_
     write_bytes_atomic(script, render_script(python or sys.executable, run_id,
                                              str(profile.workspace), action).encode(),
                        mode=0o700)
-    log = folder / (f"merge-{number:04d}.out" if action == MERGE else f"round-{number:04d}.out")
+    log = job_log(layout, number, action)
     argv = sbatch_argv(script, run_id, after, log, profile.partition, profile.account,
                        MERGE_TIME if action == MERGE else ROUND_TIME, begin)
     job_id = scheduler.submit_job(argv)
