@@ -308,22 +308,6 @@ def identity(path: Path) -> Optional[Identity]:
 # ----------------------------------------------------------------------------- reading
 
 
-def _ints(value: Any, name: str) -> List[int]:
-    if not isinstance(value, list) or not set(map(type, value)) <= {int}:
-        raise ValueError(f"{name!r} is not a list of integers")
-    return value
-
-
-def _submissions_data(value: Any) -> Optional[Dict[str, Any]]:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("key"), list) or \
-            not isinstance(value.get("job_ids"), list) or \
-            not all(isinstance(j, str) for j in value["job_ids"]):
-        raise ValueError("'submissions' is malformed")
-    return value
-
-
 def decode(raw: bytes, expand: bool = True) -> Index:
     """Parse index bytes; ValueError naming the first thing that is wrong. Without
     ``expand`` the rows are checked and split only when first used."""
@@ -363,10 +347,18 @@ def decode(raw: bytes, expand: bool = True) -> Index:
     section = raw[first + 1:end - 1] if end - 1 > first else b""
     if not codes and section:
         raise ValueError("shards, state codes and rows differ in length")
-    index = Index(lineage, generation, frozenset(_ints(data.get("pending"), "pending")),
+    pending, summary = data.get("pending"), data.get("submissions")
+    if not isinstance(pending, list) or not set(map(type, pending)) <= {int}:
+        raise ValueError("'pending' is not a list of integers")
+    if summary is not None and (
+            not isinstance(summary, dict) or not isinstance(summary.get("key"), list)
+            or not isinstance(summary.get("job_ids"), list)
+            or not all(isinstance(j, str) for j in summary["job_ids"])):
+        raise ValueError("'submissions' is malformed")
+    index = Index(lineage, generation, frozenset(pending),
                   {int(k): v for k, v in invalidated.items()}, plan,
                   tuple(plan_identity) if plan is not None else None, run_id, root,
-                  float(ended), codes, sums, _submissions_data(data.get("submissions")),
+                  float(ended), codes, sums, summary,
                   last, raw, ranges=data.get("shards"), section=section)
     return index.expand() if expand else index
 
@@ -473,10 +465,6 @@ def can_keep(row: ShardRow) -> bool:
         isinstance(row.job_id, (str, type(None))) and row.aliases is None
 
 
-def _new_lineage() -> str:
-    return os.urandom(8).hex()
-
-
 @contextmanager
 def _locked(layout: RunLayout, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     """Hold ``settled.lock``: Conflict when it cannot be had within ``wait_s`` (status
@@ -494,7 +482,7 @@ def _current(layout: RunLayout, run_id: str, shard_count: int) -> Index:
     """The index under the lock; a fresh lineage when it is missing or damaged."""
     index = check(layout, load(layout), run_id, shard_count)
     if not index.lineage:
-        return Index(lineage=_new_lineage(), raw=index.raw, problem=index.problem)
+        return Index(lineage=os.urandom(8).hex(), raw=index.raw, problem=index.problem)
     return index
 
 
