@@ -186,21 +186,6 @@ def _aliases(data: Dict[str, Any], path: str) -> Optional[Dict[str, Dict[str, An
     return out
 
 
-def _progress_view(path: str, detail: bool = False) -> Optional[ProgressView]:
-    """``detail``: also the per-alias figures (read only for running shards)."""
-    data = json_object(path)
-    if data is None:
-        return None
-    dropped = data.get("records_dropped", 0)
-    failures = _field(data, "failures", (int,), path) if "failures" in data else 0
-    return ProgressView(_field(data, "records_done", (int,), path),
-                        _field(data, "tokens", (int,), path),
-                        float(_field(data, "requests_per_s", (int, float), path)),
-                        float(_field(data, "updated_at", (int, float), path)),
-                        _field({"records_dropped": dropped}, "records_dropped", (int,), path),
-                        failures, _aliases(data, path) if detail else None)
-
-
 def _submission_names(folder: str) -> List[str]:
     """The submission records' names in ``folder``, oldest first (none: no folder)."""
     try:
@@ -434,9 +419,22 @@ def _winner(folder: str, shard: int, present: bool
 
 
 def _progress(base: str, running: bool) -> Tuple[Optional[ProgressView], Optional[str]]:
-    """(progress, problem) of an attempt folder: a bad progress file is only a problem."""
+    """(progress, problem) of an attempt folder: a bad progress file is only a problem.
+    ``running``: also the per-alias figures (read only for running shards)."""
+    path = f"{base}/progress.json"
     try:
-        return _progress_view(f"{base}/progress.json", running), None
+        data = json_object(path)
+        if data is None:
+            return None, None
+        dropped = data.get("records_dropped", 0)
+        failures = _field(data, "failures", (int,), path) if "failures" in data else 0
+        return ProgressView(_field(data, "records_done", (int,), path),
+                            _field(data, "tokens", (int,), path),
+                            float(_field(data, "requests_per_s", (int, float), path)),
+                            float(_field(data, "updated_at", (int, float), path)),
+                            _field({"records_dropped": dropped}, "records_dropped", (int,),
+                                   path),
+                            failures, _aliases(data, path) if running else None), None
     except (StateError, OSError) as err:
         return None, str(err)
 

@@ -67,15 +67,21 @@ class Usage:
         if self.rows is None:
             return None
         wanted = set(job_ids)
-        kept = []
-        for row in self.rows:
-            try:
-                job, tasks = split_job_id(row.job_id)
-            except ParseError:
-                continue
-            if job in wanted or any(task_job_id(job, t) in wanted for t in tasks or ()):
-                kept.append(row)
-        return kept
+        return [row for row, (job, tasks) in _row_jobs(self.rows)
+                if job in wanted or any(task in wanted for task in tasks or ())]
+
+
+def _row_jobs(rows: List[JobUsage]) -> List[Tuple[JobUsage, Tuple[str, Optional[List[str]]]]]:
+    """Each accounting row with its job and its array tasks' job ids (None: not an array
+    row); a row whose job id cannot be read is left out."""
+    found = []
+    for row in rows:
+        try:
+            job, tasks = split_job_id(row.job_id)
+        except ParseError:
+            continue
+        found.append((row, (job, None if tasks is None else [task_job_id(job, t) for t in tasks])))
+    return found
 
 
 def gpu_hours(scheduler: Scheduler, job_ids: List[str],
@@ -100,12 +106,8 @@ def gpu_hours(scheduler: Scheduler, job_ids: List[str],
         return {"gpu_hours": None, "gpu_hours_from": "no accounting on this cluster",
                 "complete": True}
     seen = set()
-    for row in rows:
-        try:
-            job, tasks = split_job_id(row.job_id)
-        except ParseError:
-            continue
-        seen.update([job] if tasks is None else [task_job_id(job, t) for t in tasks])
+    for _, (job, tasks) in _row_jobs(rows):
+        seen.update([job] if tasks is None else tasks)
     used = sum(row.elapsed_s * row.gpus for row in rows) / 3600.0
     return {"gpu_hours": round(used, 4), "gpu_hours_from": scheduler.USAGE_FROM,
             "complete": all(job in seen for job in shard_jobs)}
