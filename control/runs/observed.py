@@ -29,20 +29,17 @@ def observed(layout: RunLayout, sched: Any, profile_path: Optional[Path] = None,
 
     fresh = _refresh(layout, sched)
     data = fresh.summary
-    if retry is None or not data["counts"].get(FAILED) or unreachable(data):
-        return _presented(layout, fresh, sched, profile_path)
-    try:
-        done = retry()
-    except Conflict as err:
-        data.update(retried=[], notes=[*data["notes"], err.message])
-        return _presented(layout, fresh, sched, profile_path)
-    notes = [done.selection.skipped[s] for s in sorted(done.selection.skipped)]
-    if not done.submitted:
-        data.update(retried=[], notes=[*data["notes"], *notes])
-        return _presented(layout, fresh, sched, profile_path)
-    fresh = _refresh(layout, sched)
-    fresh.summary.update(retried=[c.to_dict() for c in done.submitted],
-                         notes=[*fresh.summary["notes"], *notes])
+    if retry is not None and data["counts"].get(FAILED) and not unreachable(data):
+        try:
+            done = retry()
+        except Conflict as err:
+            data.update(retried=[], notes=[*data["notes"], err.message])
+        else:
+            notes = [done.selection.skipped[s] for s in sorted(done.selection.skipped)]
+            if done.submitted:
+                fresh = _refresh(layout, sched)
+            fresh.summary.update(retried=[c.to_dict() for c in done.submitted],
+                                 notes=[*fresh.summary["notes"], *notes])
     return _presented(layout, fresh, sched, profile_path)
 
 

@@ -78,14 +78,11 @@ class PlanResult(Result):
     def from_dict(cls, data: Data) -> PlanResult:
         """From ``plan --json``'s object."""
         plan = data.get("plan", {})
-        return cls(data=data, run_id=plan.get("run_id", ""), name=plan.get("name", ""),
-                   shards=data.get("shards", 0), records=data.get("records", 0),
-                   plan_sha256=data.get("plan_sha256", ""), summary=data.get("summary", ""),
-                   script=data.get("script", ""),
-                   checks=tuple(Check(c["level"], c["field"], c["message"])
-                                for c in data.get("checks", [])),
-                   overrides=dict(data.get("overrides", {})),
-                   layout=tuple(data.get("layout", ())))
+        return _picked(cls, data, run_id=plan.get("run_id", ""), name=plan.get("name", ""),
+                       checks=tuple(Check(c["level"], c["field"], c["message"])
+                                    for c in data.get("checks", [])),
+                       overrides=dict(data.get("overrides", {})),
+                       layout=tuple(data.get("layout", ())))
 
 
 @dataclass(frozen=True)

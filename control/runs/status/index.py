@@ -53,6 +53,7 @@ from typing import (
     Callable,
     Dict,
     FrozenSet,
+    Iterable,
     Iterator,
     List,
     Mapping,
@@ -87,6 +88,7 @@ SUMS = ("records_done", "tokens", "record_failures", "records_dropped")
 LOCK_WAIT_S = 30.0  # an invalidator waits this long; status never waits
 STATUS_WAIT_S = 0.05  # status: a few non-blocking tries, then it writes nothing
 Identity = Tuple[int, ...]  # (dev, ino, size, mtime_ns, ctime_ns) of plan.json
+MALFORMED = (ValueError, TypeError, KeyError, AttributeError)  # what bad JSON data raises
 
 
 class Span(Mapping):
@@ -186,6 +188,11 @@ class Index:
         if self._rows is None and self.section is None:
             self._rows = ([], [])
 
+    def invalidate(self, shards: Iterable[int]) -> None:
+        """Mark ``shards`` invalidated at a new generation."""
+        self.generation += 1
+        self.invalidated.update((s, self.generation) for s in shards)
+
     def expand(self) -> Index:
         """Split the rows' lines (once); ValueError when they do not fit the header."""
         if self._rows is None:
@@ -202,7 +209,7 @@ class Index:
     def _split(self) -> Tuple[List[int], List[str]]:
         try:
             return self.expand()._rows  # type: ignore[return-value]
-        except (ValueError, TypeError, KeyError, AttributeError) as err:
+        except MALFORMED as err:
             raise _malformed(self, err) from err
 
     @property
@@ -222,7 +229,7 @@ class Index:
             try:
                 data = json.loads("[" + ",".join(texts) + "]")
                 self._decoded = list(map(_checked, data, shards, self.codes))
-            except (ValueError, TypeError, KeyError, AttributeError) as err:
+            except MALFORMED as err:
                 raise _malformed(self, err) from err
         return self._decoded
 
@@ -259,7 +266,7 @@ class Index:
         shards, texts = self._split()
         try:
             return _checked(json.loads(texts[pos]), shards[pos], self.codes[pos])
-        except (ValueError, TypeError, KeyError, AttributeError) as err:
+        except MALFORMED as err:
             raise _malformed(self, err) from err
 
     def rows(self, positions: Sequence[int]) -> List[ShardRow]:
@@ -278,7 +285,7 @@ class Index:
             self._lines = self.section.decode("utf-8").split("\n") if self.section else []
         try:
             return _checked(json.loads(self._lines[pos]), pos, self.codes[pos])
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+        except (*MALFORMED, IndexError) as err:
             raise _malformed(self, err) from err
 
 
@@ -299,22 +306,6 @@ def identity(path: Path) -> Optional[Identity]:
 
 
 # ----------------------------------------------------------------------------- reading
-
-
-def _ints(value: Any, name: str) -> List[int]:
-    if not isinstance(value, list) or not set(map(type, value)) <= {int}:
-        raise ValueError(f"{name!r} is not a list of integers")
-    return value
-
-
-def _submissions_data(value: Any) -> Optional[Dict[str, Any]]:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("key"), list) or \
-            not isinstance(value.get("job_ids"), list) or \
-            not all(isinstance(j, str) for j in value["job_ids"]):
-        raise ValueError("'submissions' is malformed")
-    return value
 
 
 def decode(raw: bytes, expand: bool = True) -> Index:
@@ -356,10 +347,18 @@ def decode(raw: bytes, expand: bool = True) -> Index:
     section = raw[first + 1:end - 1] if end - 1 > first else b""
     if not codes and section:
         raise ValueError("shards, state codes and rows differ in length")
-    index = Index(lineage, generation, frozenset(_ints(data.get("pending"), "pending")),
+    pending, summary = data.get("pending"), data.get("submissions")
+    if not isinstance(pending, list) or not set(map(type, pending)) <= {int}:
+        raise ValueError("'pending' is not a list of integers")
+    if summary is not None and (
+            not isinstance(summary, dict) or not isinstance(summary.get("key"), list)
+            or not isinstance(summary.get("job_ids"), list)
+            or not all(isinstance(j, str) for j in summary["job_ids"])):
+        raise ValueError("'submissions' is malformed")
+    index = Index(lineage, generation, frozenset(pending),
                   {int(k): v for k, v in invalidated.items()}, plan,
                   tuple(plan_identity) if plan is not None else None, run_id, root,
-                  float(ended), codes, sums, _submissions_data(data.get("submissions")),
+                  float(ended), codes, sums, summary,
                   last, raw, ranges=data.get("shards"), section=section)
     return index.expand() if expand else index
 
@@ -380,7 +379,7 @@ def load(layout: RunLayout, expand: bool = True) -> Index:
         return Index()
     try:
         return decode(raw, expand)
-    except (ValueError, TypeError, KeyError, AttributeError) as err:
+    except MALFORMED as err:
         return Index(raw=raw, problem=f"{path}: {err}")
 
 
@@ -389,7 +388,7 @@ def expanded(layout: RunLayout, index: Index) -> Index:
     fit its header (as ``load`` would have returned)."""
     try:
         return index.expand()
-    except (ValueError, TypeError, KeyError, AttributeError) as err:
+    except MALFORMED as err:
         return Index(raw=index.raw, problem=f"{layout.settled_json}: {err}")
 
 
@@ -466,24 +465,14 @@ def can_keep(row: ShardRow) -> bool:
         isinstance(row.job_id, (str, type(None))) and row.aliases is None
 
 
-def _new_lineage() -> str:
-    return os.urandom(8).hex()
-
-
 @contextmanager
-def _locked(layout: RunLayout, wait_s: Optional[float]) -> Iterator[bool]:
-    """Hold ``settled.lock``; yields False when it could not be had (``wait_s`` None:
-    a few non-blocking tries, for status)."""
+def _locked(layout: RunLayout, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold ``settled.lock``: Conflict when it cannot be had within ``wait_s`` (status
+    waits STATUS_WAIT_S, a few non-blocking tries, and takes the Conflict as "write
+    nothing"; a writer that changes shards waits LOCK_WAIT_S)."""
     ensure_dir(layout.settled_lock.parent)
-    with locked(layout.settled_lock, STATUS_WAIT_S if wait_s is None else wait_s) as fd:
-        yield fd is not None
-
-
-@contextmanager
-def _changer(layout: RunLayout) -> Iterator[None]:
-    """The lock for a writer that changes shards: waited for, Conflict when not had."""
-    with _locked(layout, LOCK_WAIT_S) as held:
-        if not held:
+    with locked(layout.settled_lock, wait_s) as fd:
+        if fd is None:
             raise Conflict(f"{layout.settled_lock}: the settled index is locked by another "
                            "process", hint="wait a moment and try again")
         yield
@@ -493,7 +482,7 @@ def _current(layout: RunLayout, run_id: str, shard_count: int) -> Index:
     """The index under the lock; a fresh lineage when it is missing or damaged."""
     index = check(layout, load(layout), run_id, shard_count)
     if not index.lineage:
-        return Index(lineage=_new_lineage(), raw=index.raw, problem=index.problem)
+        return Index(lineage=os.urandom(8).hex(), raw=index.raw, problem=index.problem)
     return index
 
 
@@ -532,9 +521,7 @@ def add(layout: RunLayout, base: Index, rows: Sequence[ShardRow], run_id: str,
             submissions is None:
         return False  # nothing to add: not even the lock is taken
     try:
-        with _locked(layout, None) as held:
-            if not held:
-                return False
+        with _locked(layout, STATUS_WAIT_S):
             latest = _current(layout, run_id, shard_count)
             valid, there = _trusted(latest, base), set(latest.shards)
             # (a pending shard's row is dropped below, with its pending mark)
@@ -552,8 +539,7 @@ def add(layout: RunLayout, base: Index, rows: Sequence[ShardRow], run_id: str,
                 return False
             leftover = latest.pending  # we hold the lock: whoever marked them is gone
             if leftover:
-                latest.generation += 1
-                latest.invalidated.update((s, latest.generation) for s in leftover)
+                latest.invalidate(leftover)
                 latest.pending = frozenset()
             if fresh or leftover:  # else the rows' sections are written as they were read
                 _merge(latest, fresh, leftover)
@@ -561,7 +547,7 @@ def add(layout: RunLayout, base: Index, rows: Sequence[ShardRow], run_id: str,
                 latest.ended_at = max(latest.ended_at, ended_at)
             write_bytes_atomic(layout.settled_json, encode(latest, layout, run_id))
             return True
-    except (OSError, StateError):
+    except (OSError, StateError, Conflict):  # Conflict: another writer holds the lock
         return False  # a read-only run directory, a full disk: status still answered
 
 
@@ -577,10 +563,9 @@ def forget(layout: RunLayout, run_id: str, shard_count: int, shards: Sequence[in
     current = check(layout, load(layout), run_id, shard_count)
     if not wanted & set(current.shards):
         return
-    with _changer(layout):
+    with _locked(layout):
         index = _current(layout, run_id, shard_count)
-        index.generation += 1
-        index.invalidated.update((s, index.generation) for s in wanted)
+        index.invalidate(wanted)
         _merge(index, [], wanted)
         write_bytes_atomic(layout.settled_json, encode(index, layout, run_id))
 
@@ -599,18 +584,16 @@ def changing(layout: RunLayout, run_id: str, shard_count: int,
         yield
         return
     path = layout.settled_json
-    with _changer(layout):
+    with _locked(layout):
         index = _current(layout, run_id, shard_count)
-        index.generation += 1
         # We hold the lock: a pending mark already there was left by a writer that died.
-        index.invalidated.update((s, index.generation) for s in index.pending)
+        index.invalidate(index.pending)
         index.pending = wanted
         _merge(index, [], wanted)
         write_bytes_atomic(path, encode(index, layout, run_id))
         try:
             yield
         finally:
-            index.generation += 1
             index.pending = frozenset()
-            index.invalidated.update((s, index.generation) for s in wanted)
+            index.invalidate(wanted)
             write_bytes_atomic(path, encode(index, layout, run_id))

@@ -17,11 +17,8 @@ from synthbatch.control.runs.status import index as settled
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.records import (
     ShardView,
-    committed_at,
-    expected_lookup,
     load_plan_view,
-    scan_shard,
-    shard_folders,
+    shard_scanner,
     submission_views,
 )
 from synthbatch.control.runs.store import last_moment, load_run, run_layout
@@ -66,14 +63,9 @@ def durable_state(layout: RunLayout, shard_count: int,
     ended = index.ended_at if known else 0.0
     todo = [i for i in range(shard_count) if i not in known]
     if todo:
-        try:
-            # states, not job ids: no arrays; one listing says which shards have a folder
-            expected = expected_lookup(submission_views(layout), (), committed_at(layout),
-                                       shard_folders(layout))
-        except StateError:  # a bad submission record: list every shard's folders instead
-            expected = {}.get
+        scan = shard_scanner(layout, (), many=True)  # states, not job ids: no arrays
         for i in todo:
-            view = scan_shard(layout, i, expected(i))
+            view = scan(i)
             counts[durable_shard_state(view)] += 1
             if sizes is not None:
                 size = sizes[i]

@@ -27,7 +27,7 @@ from synthbatch.agent_stdlib.attempts import (
     load_readiness,
     publish_readiness,
 )
-from synthbatch.agent_stdlib.contracts import AttemptRecord, ReadinessRecord
+from synthbatch.agent_stdlib.contracts import AttemptRecord
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import StateError
 
@@ -66,8 +66,11 @@ def mark_ended(layout: RunLayout, shard: int, attempt: int, state: str,
         if latest is not None:
             return latest
         raise
-    close_readiness(layout, shard, attempt, f"the allocation ended without its agent: "
-                                            f"{reason}")
+    ready = layout.attempt(shard, attempt).readiness_json
+    serving = load_readiness(ready)
+    if serving is not None and serving.state not in states.READINESS_CLOSED:
+        publish_readiness(ready, shard, attempt, serving.execution, states.READY_FAILED,
+                          reason=f"the allocation ended without its agent: {reason}")
     return record
 
 
@@ -75,14 +78,3 @@ def implied_first(run_id: str, shard: int, shown: AttemptView) -> AttemptRecord:
     """The first revision of an attempt without a record, from status's view of it (which
     ``status.records`` made from its submission record: ``created`` or ``submitted``)."""
     return implied_attempt(run_id, shard, shown.number, shown.job_id, None, shown.updated_at)
-
-
-def close_readiness(layout: RunLayout, shard: int, attempt: int,
-                    reason: str) -> Optional[ReadinessRecord]:
-    """Publish the next readiness revision as ``failed`` unless it is closed (or absent)."""
-    path = layout.attempt(shard, attempt).readiness_json
-    current = load_readiness(path)
-    if current is None or current.state in states.READINESS_CLOSED:
-        return current
-    return publish_readiness(path, shard, attempt, current.execution, states.READY_FAILED,
-                             reason=reason)

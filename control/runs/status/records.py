@@ -1,10 +1,11 @@
 """The fast read path of a run's records for status: the shard views, read tolerantly.
 
 ``status`` reads every shard of runs with 10,000+ shards from a fresh process. The
-contract classes validate every field through typing introspection (~0.2 ms a record),
-so this path reads only the fields it shows, checks their types, and reports a record
-that does not fit as the shard's problem (never raising). The views are named tuples:
-a frozen dataclass costs twice as much to build, 30,000 times per refresh.
+contract classes check every field and build nested dataclasses (measured: an attempt
+record 7.3 us against 4.8 us here, a progress record 13.7 us against 1.7 us, the JSON
+already read), so this path reads only the fields it shows, checks their types, and
+reports a record that does not fit as the shard's problem (never raising). The views are
+named tuples: a frozen dataclass costs twice as much to build, 30,000 times per refresh.
 """
 
 from __future__ import annotations
@@ -185,19 +186,12 @@ def _aliases(data: Dict[str, Any], path: str) -> Optional[Dict[str, Dict[str, An
     return out
 
 
-def _progress_view(path: str, detail: bool = False) -> Optional[ProgressView]:
-    """``detail``: also the per-alias figures (read only for running shards)."""
-    data = json_object(path)
-    if data is None:
-        return None
-    dropped = data.get("records_dropped", 0)
-    failures = _field(data, "failures", (int,), path) if "failures" in data else 0
-    return ProgressView(_field(data, "records_done", (int,), path),
-                        _field(data, "tokens", (int,), path),
-                        float(_field(data, "requests_per_s", (int, float), path)),
-                        float(_field(data, "updated_at", (int, float), path)),
-                        _field({"records_dropped": dropped}, "records_dropped", (int,), path),
-                        failures, _aliases(data, path) if detail else None)
+def _submission_names(folder: str) -> List[str]:
+    """The submission records' names in ``folder``, oldest first (none: no folder)."""
+    try:
+        return sorted(n for n in os.listdir(folder) if SUBMISSION.match(n))
+    except FileNotFoundError:
+        return []
 
 
 def submission_views(layout: RunLayout) -> List[SubmissionView]:
@@ -207,12 +201,8 @@ def submission_views(layout: RunLayout) -> List[SubmissionView]:
     reads the one 10,000-entry shard map of a large run in ~2 ms instead of ~30 ms.
     """
     folder = str(layout.submissions)
-    try:
-        names = sorted(n for n in os.listdir(folder) if SUBMISSION.match(n))
-    except FileNotFoundError:
-        return []
     found = []
-    for name in names:
+    for name in _submission_names(folder):
         path = f"{folder}/{name}"
         data = json_object(path, MAX_SUBMISSION)
         if data is None:
@@ -252,9 +242,8 @@ def submissions_key(layout: RunLayout) -> Optional[List[List[Any]]]:
     long as the key does (the settled index keeps one: ``status.submissions_summary``)."""
     folder = str(layout.submissions)
     try:
-        names = sorted(n for n in os.listdir(folder) if SUBMISSION.match(n))
         key = []
-        for name in names:
+        for name in _submission_names(folder):
             info = os.lstat(f"{folder}/{name}")
             key.append([name, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns])
     except FileNotFoundError:
@@ -430,9 +419,22 @@ def _winner(folder: str, shard: int, present: bool
 
 
 def _progress(base: str, running: bool) -> Tuple[Optional[ProgressView], Optional[str]]:
-    """(progress, problem) of an attempt folder: a bad progress file is only a problem."""
+    """(progress, problem) of an attempt folder: a bad progress file is only a problem.
+    ``running``: also the per-alias figures (read only for running shards)."""
+    path = f"{base}/progress.json"
     try:
-        return _progress_view(f"{base}/progress.json", running), None
+        data = json_object(path)
+        if data is None:
+            return None, None
+        dropped = data.get("records_dropped", 0)
+        failures = _field(data, "failures", (int,), path) if "failures" in data else 0
+        return ProgressView(_field(data, "records_done", (int,), path),
+                            _field(data, "tokens", (int,), path),
+                            float(_field(data, "requests_per_s", (int, float), path)),
+                            float(_field(data, "updated_at", (int, float), path)),
+                            _field({"records_dropped": dropped}, "records_dropped", (int,),
+                                   path),
+                            failures, _aliases(data, path) if running else None), None
     except (StateError, OSError) as err:
         return None, str(err)
 
@@ -506,21 +508,23 @@ def scan_shard(layout: RunLayout, shard: int, expected: Optional[Expected] = Non
                      progress_problem, won)
 
 
-def shard_scanner(layout: RunLayout, arrays: Optional[Sequence[Any]] = None
-                  ) -> Callable[[int], ShardView]:
+def shard_scanner(layout: RunLayout, arrays: Optional[Sequence[Any]] = None,
+                  many: bool = False) -> Callable[[int], ShardView]:
     """``scan_shard`` with each shard's ``Expected`` from the run's submission records
     (read once, here). ``arrays``: the plan's (``load_plan_view`` is read when None), for
-    the job ids the records imply. Damaged submission records give no hints: every shard
-    is then read by listing its folders, and a first attempt that has not started is not
-    seen (never taken for ``created``: the damaged record may name its job)."""
+    the job ids the records imply; ``many``: most shards will be read (``shard_folders``
+    is listed once). Damaged submission records give no hints: every shard is then read
+    by listing its folders, and a first attempt that has not started is not seen (never
+    taken for ``created``: the damaged record may name its job)."""
     try:
         submissions: Sequence[Any] = submission_views(layout)
         if arrays is None:
             arrays = load_plan_view(layout).arrays
         commit = committed_at(layout)
+        folders = shard_folders(layout) if many else None
     except StateError:  # nothing is implied: a damaged record may name submitted attempts
-        submissions, arrays, commit = [], (), None
-    expected = expected_lookup(submissions, arrays, commit)
+        submissions, arrays, commit, folders = [], (), None, None
+    expected = expected_lookup(submissions, arrays, commit, folders)
     return lambda shard: scan_shard(layout, shard, expected(shard))
 
 

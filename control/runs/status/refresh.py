@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import attrgetter, itemgetter
+from operator import add, attrgetter, itemgetter
 from typing import (
     Any,
     Callable,
@@ -193,15 +193,6 @@ def settles(view: ShardView, now: float) -> bool:
     if view.winner:
         return True
     return attempt.state in (norm.FAILED, norm.CANCELLED) and not needs_scheduler(view, now)
-
-
-def _rate(shards: List[ShardView], rows: List[ShardRow], now: float) -> float:
-    rate = 0.0
-    for shard, row in zip(shards, rows):
-        if row.state == norm.RUNNING and shard.progress is not None and \
-                now - shard.progress.updated_at <= FRESH_PROGRESS_S:
-            rate += shard.progress.rate
-    return rate
 
 
 def _plan(layout: RunLayout, index: settled.Index
@@ -396,8 +387,11 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
         settled.add(layout, index, [row for _, row in settling], plan.run_id, count,
                     plan_copy, max((s.attempt.updated_at for s, _ in settling if s.attempt),
                                    default=0.0), summary_copy)
-    summary = summarize(plan.run_id, plan.name, plan.total_records, committed, fresh,
-                        _rate(shards, fresh, now), sched, notes, _tally_index(index, known))
+    rate = sum((s.progress.rate for s, row in zip(shards, fresh) if row.state == norm.RUNNING
+                and s.progress is not None
+                and now - s.progress.updated_at <= FRESH_PROGRESS_S), 0.0)
+    summary = summarize(plan.run_id, plan.name, plan.total_records, committed, fresh, rate,
+                        sched, notes, _tally_index(index, known))
     ended = max((s.attempt.updated_at for s in shards if s.attempt), default=0.0)
     if known:
         ended = max(ended, index.ended_at)
@@ -491,8 +485,10 @@ def full_disk(layout: RunLayout, verdicts: List[norm.Verdict]) -> List[norm.Verd
     """Jobs that ended without their agent's outcome, said to have ended on a full
     filesystem when the run's is full now (the agent could not write its outcome there:
     on the testbed it then exits 120, Python failing to flush its output)."""
-    if not any(v.reason and v.reason.endswith(norm.NO_OUTCOME) and v.source != "attempt"
-               for v in verdicts):
+    def recorded_here(v: norm.Verdict) -> bool:  # status decided it: the job left no outcome
+        return bool(v.reason and v.reason.endswith(norm.NO_OUTCOME) and v.source != "attempt")
+
+    if not any(map(recorded_here, verdicts)):
         return verdicts
     try:
         fs = os.statvfs(layout.root)
@@ -503,8 +499,7 @@ def full_disk(layout: RunLayout, verdicts: List[norm.Verdict]) -> List[norm.Verd
         return verdicts
     note = f"; the run's filesystem is full ({free} bytes free under {layout.root})"
     return [norm.Verdict(v.state, one_line(v.reason + note, MAX_REASON), v.source)
-            if v.reason and v.reason.endswith(norm.NO_OUTCOME) and v.source != "attempt"
-            else v for v in verdicts]
+            if recorded_here(v) else v for v in verdicts]
 
 
 def _verdicts(layout: RunLayout, shards: List[ShardView], sched: SchedulerView, now: float,
@@ -610,13 +605,9 @@ def summarize(run_id: str, name: str, total: int, committed: bool,
     """Counts, totals, rate and ETA around the per-shard rows (and the settled rows the
     index holds, which ``rows`` then leaves out)."""
     counted = tally(rows)
-    if settled_rows is not None:
-        counted = Tally(counted.counts + settled_rows.counts, counted.done + settled_rows.done,
-                        counted.tokens + settled_rows.tokens,
-                        sorted(counted.failures + settled_rows.failures,
-                               key=itemgetter("shard")),
-                        counted.record_failures + settled_rows.record_failures,
-                        counted.dropped + settled_rows.dropped)
+    if settled_rows is not None:  # every field adds up; the failures stay in shard order
+        counted = Tally(*map(add, counted, settled_rows))
+        counted = counted._replace(failures=sorted(counted.failures, key=itemgetter("shard")))
     counts, done = dict(counted.counts), counted.done
     state = norm.run_state(counts, committed)
     eta = (total - done) / rate if rate > 0 and state not in norm.FINAL else None

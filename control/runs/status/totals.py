@@ -42,12 +42,6 @@ from synthbatch.control.slurm.parsers import JobUsage, ParseError, split_job_id
 from synthbatch.control.slurm.scheduler import Scheduler
 
 
-def _rates(done: int, tokens: int, elapsed: float) -> Dict[str, Optional[float]]:
-    if elapsed <= 0:
-        return {"records_per_s": None, "tokens_per_s": None}
-    return {"records_per_s": round(done / elapsed, 3), "tokens_per_s": round(tokens / elapsed, 1)}
-
-
 def ended_at(layout: RunLayout, shards: int) -> Optional[float]:
     """When the last shard's latest attempt was recorded (None if none was)."""
     scan = shard_scanner(layout, ())  # job ids are not needed: ``updated_at`` is
@@ -73,15 +67,21 @@ class Usage:
         if self.rows is None:
             return None
         wanted = set(job_ids)
-        kept = []
-        for row in self.rows:
-            try:
-                job, tasks = split_job_id(row.job_id)
-            except ParseError:
-                continue
-            if job in wanted or any(task_job_id(job, t) in wanted for t in tasks or ()):
-                kept.append(row)
-        return kept
+        return [row for row, (job, tasks) in _row_jobs(self.rows)
+                if job in wanted or any(task in wanted for task in tasks or ())]
+
+
+def _row_jobs(rows: List[JobUsage]) -> List[Tuple[JobUsage, Tuple[str, Optional[List[str]]]]]:
+    """Each accounting row with its job and its array tasks' job ids (None: not an array
+    row); a row whose job id cannot be read is left out."""
+    found = []
+    for row in rows:
+        try:
+            job, tasks = split_job_id(row.job_id)
+        except ParseError:
+            continue
+        found.append((row, (job, None if tasks is None else [task_job_id(job, t) for t in tasks])))
+    return found
 
 
 def gpu_hours(scheduler: Scheduler, job_ids: List[str],
@@ -106,12 +106,8 @@ def gpu_hours(scheduler: Scheduler, job_ids: List[str],
         return {"gpu_hours": None, "gpu_hours_from": "no accounting on this cluster",
                 "complete": True}
     seen = set()
-    for row in rows:
-        try:
-            job, tasks = split_job_id(row.job_id)
-        except ParseError:
-            continue
-        seen.update([job] if tasks is None else [task_job_id(job, t) for t in tasks])
+    for _, (job, tasks) in _row_jobs(rows):
+        seen.update([job] if tasks is None else tasks)
     used = sum(row.elapsed_s * row.gpus for row in rows) / 3600.0
     return {"gpu_hours": round(used, 4), "gpu_hours_from": scheduler.USAGE_FROM,
             "complete": all(job in seen for job in shard_jobs)}
@@ -175,22 +171,23 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
     done, tokens = data.get("records_done", 0), data.get("tokens", 0)
     if job_ids is None:
         job_ids = run_job_ids(submission_views(layout))
-    if not final:
-        usage = gpu_hours(scheduler, job_ids, [], known, used)
-        return {**_numbers(layout, created, now, done, tokens),
-                "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
-    cached = _cached(layout, job_ids)
-    if cached is not None:
-        return cached
-    per_shard = jobs() if jobs is not None else [row.get("job_id")
-                                                 for row in data.get("shards", [])]
-    end = (ended if ended is not None else ended_at(layout, len(per_shard))) or now
-    shard_jobs = [job for job in per_shard if job]
+    end, shard_jobs = now, []
+    if final:
+        cached = _cached(layout, job_ids)
+        if cached is not None:
+            return cached
+        per_shard = jobs() if jobs is not None else [row.get("job_id")
+                                                     for row in data.get("shards", [])]
+        end = last_moment((ended if ended is not None else ended_at(layout, len(per_shard)))
+                          or now, now)
+        shard_jobs = [job for job in per_shard if job]
     usage = gpu_hours(scheduler, job_ids, shard_jobs, known, used)
+    found = {**_numbers(layout, created, end, done, tokens),
+             "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
+    if not final:
+        return found
     if used is not None:
         used["complete"] = usage["complete"]
-    found = {**_numbers(layout, created, last_moment(end, now), done, tokens),
-             "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
     if usage["complete"]:
         try:
             write_json_atomic(layout.totals_json, {"schema_version": 1, "job_ids": job_ids,
@@ -211,7 +208,8 @@ def _numbers(layout: RunLayout, created: float, end: float, done: int,
         active = None
     active = elapsed if active is None else min(elapsed, active)
     return {"elapsed_s": round(elapsed, 1), "active_s": round(active, 1),
-            **_rates(done, tokens, active)}
+            "records_per_s": round(done / active, 3) if active > 0 else None,
+            "tokens_per_s": round(tokens / active, 1) if active > 0 else None}
 
 
 def created_at(layout: RunLayout) -> Optional[float]:

@@ -139,12 +139,17 @@ def _terminal_row(ev: Evidence) -> Optional[tuple[JobRow, str]]:
     return (queue, "squeue") if queue else None
 
 
+def _cancelled(row: JobRow, ev: Evidence) -> str:
+    """``job cancelled by uid 0 outside synthbatch``: who (Slurm's reason) and from where."""
+    who = f" {row.reason.replace('by ', 'by uid ')}" if row.reason else ""
+    origin = "by `synthbatch cancel`" if ev.cancel_requested else "outside synthbatch"
+    return f"job cancelled{who} {origin}"
+
+
 def _ended(row: JobRow, source: str, ev: Evidence) -> Verdict:
     """A job that ended without the agent recording an outcome."""
     if row.state in ("CANCELLED", "REVOKED"):
-        who = f" {row.reason.replace('by ', 'by uid ')}" if row.reason else ""
-        origin = "by `synthbatch cancel`" if ev.cancel_requested else "outside synthbatch"
-        return Verdict(CANCELLED, f"job cancelled{who} {origin}", source)
+        return Verdict(CANCELLED, _cancelled(row, ev), source)
     text = FAILURE_TEXT.get(row.state, f"job ended {row.state}")
     if row.exit_code is not None and (row.exit_code or row.signal):
         text += f" (exit {row.exit_code}" + (f", signal {row.signal})" if row.signal else ")")
@@ -167,8 +172,7 @@ def _from_attempt(ev: Evidence, ended: Optional[tuple[JobRow, str]]) -> Verdict:
     if state == CANCELLED and row.state == "CANCELLED" and row.reason \
             and "synthbatch cancel" not in (reason or "") \
             and not (reason or "").startswith("job cancelled"):  # persisted by status
-        origin = "by `synthbatch cancel`" if ev.cancel_requested else "outside synthbatch"
-        extra = f"job cancelled {row.reason.replace('by ', 'by uid ')} {origin}"
+        extra = _cancelled(row, ev)
         reason = f"{extra}; agent: {reason}" if reason else extra
     return Verdict(state, reason, "attempt")
 
