@@ -305,7 +305,7 @@ def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileR
     allocation)."""
     from synthbatch.control.errors import NotFound
     from synthbatch.control.runs.logs import locate, tail_lines
-    from synthbatch.control.runs.restarts import restart_counts
+    from synthbatch.control.runs.telemetry import restart_counts
 
     data = status(run_id, profile).to_dict()
     rows = data.get("shards", [])

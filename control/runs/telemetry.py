@@ -1,4 +1,5 @@
-"""Serving telemetry as status shows it (issue 32): per replica, flags, where time goes.
+"""Serving telemetry as status shows it (issue 32): per replica, flags, where time goes;
+and the restarts inside a shard's allocation (``status --shard N``).
 
 The agent writes ``telemetry.json`` per attempt (``agent_stdlib/allocation/telemetry.py``).
 Here, pure functions turn those records into what ``status`` says: the last values per
@@ -246,8 +247,21 @@ def shard_telemetry(attempt_root: Path, progress: Optional[ProgressRecord],
 def _load(path: Path, cls: Any) -> Any:
     try:
         return load_record(path, cls)
-    except StateError:
+    except (StateError, OSError):
         return None
+
+
+def restart_counts(layout: RunLayout, shard: int, attempt: Optional[int]) -> Dict[str, int]:
+    """What the latest execution of ``attempt`` restarted inside its allocation, and how
+    often, as the agent counted it in ``readiness.json`` (``ReadinessRecord.restarts``,
+    ``agent_stdlib/allocation/restarts.py``); ``{}``: nothing, no attempt yet, or a
+    readiness record that cannot be read."""
+    if not attempt:
+        return {}
+    from synthbatch.agent_stdlib.contracts import ReadinessRecord
+
+    record = _load(layout.attempt(shard, attempt).readiness_json, ReadinessRecord)
+    return dict(record.restarts) if record is not None else {}
 
 
 def shard_serving(layout: RunLayout, shard: int, attempt: Optional[int],
