@@ -365,7 +365,7 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
 def runs(profile: ProfileRef = None) -> List[RunSummary]:
     """The runs of the workspace, newest first, from their directories alone (no Slurm):
     state, records done, shards, when submitted, how long they ran."""
-    from synthbatch.control.runs.costread import kept_cost  # issue 32: GPU-hours, cost
+    from synthbatch.control.runs.cost import kept_cost  # issue 32: GPU-hours, cost
     from synthbatch.control.runs.status.listing import list_runs
 
     prof = load_workspace_profile(profile_ref(profile))
@@ -512,7 +512,7 @@ def benchmark_analyze(bench_id: str, profile: ProfileRef = None) -> Dict[str, An
         except SynthbatchError:
             layouts[case["run_id"]] = None
     sched = scheduler_for(prof)
-    from synthbatch.control.runs.costread import run_price  # issue 32: cost per 1,000
+    from synthbatch.control.runs.cost import run_price  # issue 32: cost per 1,000
 
     prices = {run_id: run_price(layout, prof.path)
               for run_id, layout in layouts.items() if layout is not None}
