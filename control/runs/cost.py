@@ -222,14 +222,15 @@ def _fmt(value: Optional[float]) -> str:
     return "—" if value is None else f"{value:g}"
 
 
-def _count(value: Any) -> int:
+def count(value: Any) -> int:
+    """``value`` if it is a positive int (not a bool), else 0: a tolerant record's count."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _tokens(figures_: Any) -> Tokens:
     if not isinstance(figures_, dict):
         return (0, 0)
-    return (_count(figures_.get("tokens_in")), _count(figures_.get("tokens_out")))
+    return (count(figures_.get("tokens_in")), count(figures_.get("tokens_out")))
 
 
 def _progress_tokens(path: str) -> Tuple[Dict[str, Tokens], Dict[str, Dict[str, Tokens]]]:
