@@ -245,28 +245,23 @@ def _progress_tokens(path: str) -> Tuple[Dict[str, Tokens], Dict[str, Dict[str, 
     return {str(a): _tokens(f) for a, f in aliases.items()}, columns
 
 
-def _winner(layout: RunLayout, shard: int) -> Any:
-    """The shard's verified winner (None: none yet). The record classes are imported only
-    when there is one (a running run's status reads its records without them)."""
-    if not layout.winner_json(shard).exists():
-        return None
-    from synthbatch.agent_stdlib.publish import load_winner
-
-    return load_winner(layout, shard)
-
-
 LIVE_SHARDS = 2000  # above: a running run's per-record cost figures wait for its end
 
 
 def attempt_uses(layout: RunLayout, shards: int) -> Tuple[List[AttemptUse], List[str]]:
-    """Every attempt of the run's ``shards`` shards, and notes on what could not be read."""
+    """Every attempt of the run's ``shards`` shards, and notes on what could not be read
+    (the record classes are imported only for a shard's verified winner: a running run's
+    status reads its records without them)."""
     uses: List[AttemptUse] = []
     notes: List[str] = []
     for shard in range(shards):
+        winner: Any = None
         try:
-            winner = _winner(layout, shard)
+            if layout.winner_json(shard).exists():
+                from synthbatch.agent_stdlib.publish import load_winner
+
+                winner = load_winner(layout, shard)
         except (StateError, OSError) as err:
-            winner = None
             notes.append(f"cost: shard {shard}: {err}")
         try:
             numbers = attempt_numbers(layout, shard)
@@ -280,7 +275,7 @@ def attempt_uses(layout: RunLayout, shards: int) -> Tuple[List[AttemptUse], List
             except (StateError, OSError, ValueError) as err:
                 notes.append(f"cost: shard {shard} attempt {number}: {err}")
                 continue
-            if not isinstance(record, dict):
+            if record is None:
                 continue
             job, state = record.get("job_id"), record.get("state")
             won = winner is not None and winner.attempt == number
