@@ -305,7 +305,7 @@ def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileR
     allocation)."""
     from synthbatch.control.errors import NotFound
     from synthbatch.control.runs.logs import locate, tail_lines
-    from synthbatch.control.runs.telemetry import restart_counts
+    from synthbatch.control.runs.telemetry import restart_counts, shard_serving  # issue 32
 
     data = status(run_id, profile).to_dict()
     rows = data.get("shards", [])
@@ -318,8 +318,6 @@ def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileR
             log = str(locate(run_dir(data["run_id"], profile), shard).path)
         except NotFound:
             log = None
-    from synthbatch.control.runs.telemetry import shard_serving  # issue 32
-
     _, layout = _run(data["run_id"], profile)
     return {"run_id": data["run_id"], "shard": row, "log": log,
             "max_attempts": data.get("max_attempts"),  # "attempt 2 of 3" (issue 34)
