@@ -305,7 +305,7 @@ def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileR
     allocation)."""
     from synthbatch.control.errors import NotFound
     from synthbatch.control.runs.logs import locate, tail_lines
-    from synthbatch.control.runs.restarts import restart_counts
+    from synthbatch.control.runs.telemetry import restart_counts, shard_serving  # issue 32
 
     data = status(run_id, profile).to_dict()
     rows = data.get("shards", [])
@@ -318,8 +318,6 @@ def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileR
             log = str(locate(run_dir(data["run_id"], profile), shard).path)
         except NotFound:
             log = None
-    from synthbatch.control.runs.telemetry import shard_serving  # issue 32
-
     _, layout = _run(data["run_id"], profile)
     return {"run_id": data["run_id"], "shard": row, "log": log,
             "max_attempts": data.get("max_attempts"),  # "attempt 2 of 3" (issue 34)
@@ -365,7 +363,7 @@ def retry(run_id: str, shards: Sequence[int] = (), resume: Optional[str] = None,
 def runs(profile: ProfileRef = None) -> List[RunSummary]:
     """The runs of the workspace, newest first, from their directories alone (no Slurm):
     state, records done, shards, when submitted, how long they ran."""
-    from synthbatch.control.runs.costread import kept_cost  # issue 32: GPU-hours, cost
+    from synthbatch.control.runs.cost import kept_cost  # issue 32: GPU-hours, cost
     from synthbatch.control.runs.status.listing import list_runs
 
     prof = load_workspace_profile(profile_ref(profile))
@@ -512,7 +510,7 @@ def benchmark_analyze(bench_id: str, profile: ProfileRef = None) -> Dict[str, An
         except SynthbatchError:
             layouts[case["run_id"]] = None
     sched = scheduler_for(prof)
-    from synthbatch.control.runs.costread import run_price  # issue 32: cost per 1,000
+    from synthbatch.control.runs.cost import run_price  # issue 32: cost per 1,000
 
     prices = {run_id: run_price(layout, prof.path)
               for run_id, layout in layouts.items() if layout is not None}

@@ -231,7 +231,7 @@ def analyze(manifest: Dict[str, Any], layouts: Dict[str, Optional[RunLayout]],
     """Every point of every case, the missing ones named, the knee per case, the Pareto
     front and the recommendation (``layouts``: run id -> its layout, None if absent;
     ``job_times``: job ids -> their sacct start and end, when the cluster has them;
-    ``prices``: run id -> (price of a GPU-hour, currency), ``costread.run_price``)."""
+    ``prices``: run id -> (price of a GPU-hour, currency), ``cost.run_price``)."""
     by_case = [(case, _case_rows(case, layouts.get(case["run_id"])))
                for case in manifest["cases"]]
     ids = [r["job_id"] for _, rows in by_case for r in rows if r.get("job_id")]

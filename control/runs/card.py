@@ -22,8 +22,8 @@ from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, read_json
 from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.errors import SynthbatchError
+from synthbatch.control.runs.cost import card_cost
 from synthbatch.control.runs.cost import lines as cost_lines
-from synthbatch.control.runs.costread import card_cost
 from synthbatch.control.runs.status.totals import created_at, ended_at
 from synthbatch.control.runs.store import attempt_numbers, load_plan
 

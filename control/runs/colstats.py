@@ -53,7 +53,11 @@ class _Column:
                                         pa.types.is_integer(kind) or
                                         pa.types.is_boolean(kind)):
             head = _count_values(array.slice(0, 4 * MAX_DISTINCT))  # free text: stop early
-            self._distribution(head if len(head) > MAX_DISTINCT else _count_values(array))
+            for key, count in (head if len(head) > MAX_DISTINCT else
+                               _count_values(array)).items():
+                self.values[key] = self.values.get(key, 0) + count
+            if len(self.values) > MAX_DISTINCT:
+                self.values = None
         elif not pa.types.is_null(kind):
             self.values = None
         if judge and pa.types.is_struct(kind):
@@ -78,14 +82,6 @@ class _Column:
             have[:] = [low.as_py(), total, high.as_py()]
         self.counted[name] += len(valid)
 
-    def _distribution(self, counts: Dict[str, int]) -> None:
-        if self.values is None:
-            return
-        for key, count in counts.items():
-            self.values[key] = self.values.get(key, 0) + count
-        if len(self.values) > MAX_DISTINCT:
-            self.values = None
-
     def summary(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"type": self.kind, "nulls": self.nulls}
         if self.length:
@@ -95,18 +91,14 @@ class _Column:
         if self.number:
             out["range"] = {"min": self.number[0], "max": self.number[2],
                             "mean": round(self.number[1] / self.counted["number"], 4)}
+        # text is shown as a distribution only when values repeat (not free text)
         if self.values and (not self.length or
-                            _categorical(self.values, self.rows - self.nulls)):
+                            len(self.values) < max(2, (self.rows - self.nulls) // 2)):
             out["values"] = dict(sorted(self.values.items(), key=lambda kv: (-kv[1], kv[0])))
         if self.scores:
             out["scores"] = {name: dict(sorted(counts.items()))
                              for name, counts in self.scores.items()}
         return out
-
-
-def _categorical(values: Dict[str, int], rows: int) -> bool:
-    """Text is shown as a distribution only when values repeat (not free text)."""
-    return len(values) < max(2, rows // 2)
 
 
 class ColumnStats:

@@ -1,8 +1,9 @@
 """What a run's records cost (issue 32): GPU-hours, money, tokens, per 1,000 records.
 
-Pure: the run's attempts (``AttemptUse``), Slurm accounting's rows (``JobUsage``: one per
-execution of a job, requeues included) and the GPUs of each deployment in, a plain
-``Figures`` out; ``report`` prices it. The rules (docs/observation.md "What records cost"):
+``figures`` is pure: the run's attempts (``AttemptUse``), Slurm accounting's rows
+(``JobUsage``: one per execution of a job, requeues included) and the GPUs of each
+deployment in, a plain ``Figures`` out; ``report`` prices it. The rules
+(docs/observation.md "What records cost"):
 
 - GPU-hours: every accounted execution, ``ElapsedRaw`` x its ``gres/gpu`` (the same sum as
   ``totals``); a running job's row is its time so far, so the figure is live.
@@ -13,14 +14,34 @@ execution of a job, requeues included) and the GPUs of each deployment in, a pla
 - A deployment (model alias) gets the share of each job's GPU-hours its GPUs are of the
   plan's GPUs; an LLM column gets the share of its alias's GPU-hours its tokens (prompt +
   completion, every attempt's) are of the alias's tokens.
+
+The run's records are read once each (``attempt_uses``: every attempt's ``attempt.json``
+and ``progress.json``, each shard's ``winner.json``); a damaged record is left out and
+named in ``notes`` (status names it too). A finished run's figures are kept in
+``<run>/cost.json`` (before pricing, keyed by the run's job ids, like ``totals.json``), so
+later refreshes read one file.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import astuple, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from synthbatch.agent_stdlib.layout import ATTEMPT_JSON, PROGRESS_JSON, RunLayout
+from synthbatch.agent_stdlib.statefile import (
+    StateError,
+    read_json,
+    read_json_or_none,
+    write_json_atomic,
+)
+from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.agent_stdlib.text import visible
+from synthbatch.control.config.document import read_document
+from synthbatch.control.errors import SchedulerUnavailable, SynthbatchError
+from synthbatch.control.runs.status.records import run_job_ids, submission_views
+from synthbatch.control.runs.status.verdict import FINAL
+from synthbatch.control.runs.store import attempt_numbers
 from synthbatch.control.slurm.parsers import JobUsage
 
 Tokens = Tuple[int, int]  # (prompt, completion)
@@ -199,3 +220,231 @@ def lines(cost: Mapping[str, Any]) -> List[str]:
 
 def _fmt(value: Optional[float]) -> str:
     return "—" if value is None else f"{value:g}"
+
+
+def count(value: Any) -> int:
+    """``value`` if it is a positive int (not a bool), else 0: a tolerant record's count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _tokens(figures_: Any) -> Tokens:
+    if not isinstance(figures_, dict):
+        return (0, 0)
+    return (count(figures_.get("tokens_in")), count(figures_.get("tokens_out")))
+
+
+def _progress_tokens(path: str) -> Tuple[Dict[str, Tokens], Dict[str, Dict[str, Tokens]]]:
+    """(alias -> tokens, alias -> column -> tokens) of one ``progress.json`` (empty when
+    there is none or it is damaged: it is advisory)."""
+    aliases = (read_json_or_none(path) or {}).get("aliases")
+    if not isinstance(aliases, dict):
+        return {}, {}
+    columns = {str(a): {str(c): _tokens(t) for c, t in f.get("columns", {}).items()}
+               for a, f in aliases.items()
+               if isinstance(f, dict) and isinstance(f.get("columns"), dict)}
+    return {str(a): _tokens(f) for a, f in aliases.items()}, columns
+
+
+LIVE_SHARDS = 2000  # above: a running run's per-record cost figures wait for its end
+
+
+def attempt_uses(layout: RunLayout, shards: int) -> Tuple[List[AttemptUse], List[str]]:
+    """Every attempt of the run's ``shards`` shards, and notes on what could not be read
+    (the record classes are imported only for a shard's verified winner: a running run's
+    status reads its records without them)."""
+    uses: List[AttemptUse] = []
+    notes: List[str] = []
+    for shard in range(shards):
+        winner: Any = None
+        try:
+            if layout.winner_json(shard).exists():
+                from synthbatch.agent_stdlib.publish import load_winner
+
+                winner = load_winner(layout, shard)
+        except (StateError, OSError) as err:
+            notes.append(f"cost: shard {shard}: {err}")
+        try:
+            numbers = attempt_numbers(layout, shard)
+        except OSError as err:
+            notes.append(f"cost: shard {shard}: {err}")
+            continue
+        for number in numbers:
+            path = layout.attempt_json_path(shard, number)
+            try:
+                record = read_json(path)
+            except (StateError, OSError, ValueError) as err:
+                notes.append(f"cost: shard {shard} attempt {number}: {err}")
+                continue
+            if record is None:
+                continue
+            job, state = record.get("job_id"), record.get("state")
+            won = winner is not None and winner.attempt == number
+            aliases, columns = _progress_tokens(path[:-len(ATTEMPT_JSON)] + PROGRESS_JSON)
+            uses.append(AttemptUse(shard, number, job if isinstance(job, str) else None, won,
+                                   (isinstance(state, str) and state in TERMINAL) or won,
+                                   winner.records if won and winner else 0,
+                                   aliases, columns))
+    return uses, notes
+
+
+def _figures_data(found: Figures) -> Dict[str, Any]:
+    """``found`` as ``cost.json`` keeps it: each part as ``[gpu_hours, tokens_in,
+    tokens_out, alias]``."""
+    return {**vars(found), "aliases": {a: astuple(p) for a, p in found.aliases.items()},
+            "columns": {c: astuple(p) for c, p in found.columns.items()}}
+
+
+def _figures_from(data: Any) -> Optional[Figures]:
+    try:
+        return Figures(data["gpu_hours"], data["wasted_gpu_hours"],
+                       data["requeued_gpu_hours"], int(data["records"]),
+                       int(data["tokens_in"]), int(data["tokens_out"]),
+                       {str(a): Part(*p) for a, p in data["aliases"].items()},
+                       {str(c): Part(*p) for c, p in data["columns"].items()})
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None  # damaged: counted again
+
+
+def cached(layout: RunLayout, job_ids: Sequence[str]) -> Optional[Figures]:
+    """The kept figures of a finished run whose job ids are still ``job_ids``."""
+    kept = read_json_or_none(layout.cost_json)
+    if kept is None or kept.get("job_ids") != list(job_ids):
+        return None
+    return _figures_from(kept.get("figures"))
+
+
+def run_cost(layout: RunLayout, rows: Optional[Sequence[JobUsage]], job_ids: Sequence[str],
+             price: Optional[float], currency: str = "$", keep: bool = False,
+             gpu_hours_from: Optional[str] = None,
+             facts: Optional[Tuple[int, Optional[str], Dict[str, int]]] = None
+             ) -> Dict[str, Any]:
+    """The run's priced figures (``report``); ``rows``: accounting's rows of ``job_ids``
+    (None: no accounting); ``keep``: the run is over and accounting has every job, so the
+    figures are kept in ``cost.json``; ``facts``: ``_plan_facts`` if already read.
+
+    A run of more than ``LIVE_SHARDS`` shards that is not over gets its GPU-hours and cost
+    so far only: its attempts' records are read once, when it is over (a refresh of a
+    100,000-shard run must not open every attempt's files)."""
+    found = cached(layout, job_ids)
+    notes: List[str] = []
+    if found is None:
+        shards, _, gpus = facts or _plan_facts(layout)
+        if not keep and shards > LIVE_SHARDS:
+            uses, notes = [], [f"cost: per-1,000-record figures and the time of failed "
+                               f"attempts are counted once the run is over ({shards} "
+                               f"shards are not read on every refresh)"]
+        else:
+            uses, notes = attempt_uses(layout, shards)
+        found = figures(uses, rows, gpus)
+        if keep and not notes:
+            try:
+                write_json_atomic(layout.cost_json, {"schema_version": 1,
+                                                        "job_ids": list(job_ids),
+                                                        "figures": _figures_data(found)})
+            except OSError:
+                pass  # a read-only run directory: counted again next time
+    out = report(found, price, currency, gpu_hours_from)
+    if notes:
+        out["notes"] = notes[:10]
+    return out
+
+
+def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str, Any],
+                job_ids: Optional[Sequence[str]], profile_path: Optional[Path],
+                ask: Callable[[], Optional[List[JobUsage]]]) -> Dict[str, Any]:
+    """``status``'s ``cost``: priced by the profile at ``profile_path`` (its ``[pricing]``
+    for the run's partition), from the rows ``totals`` got this refresh (``used``), else
+    the kept figures, else ``ask()`` (once, for a run counted before these figures were);
+    ``reused_cells``: the LLM cells taken from earlier runs (``summary["reuse"]``), which
+    cost this run no GPU time and no tokens (counted once: by the runs that made them)."""
+    if job_ids is None:
+        job_ids = run_job_ids(submission_views(layout))
+    totals = summary.get("totals") or {}
+    source = totals.get("gpu_hours_from")
+    final = summary.get("state") in FINAL
+    rows: Optional[Sequence[JobUsage]]
+    if "rows" in used:
+        rows = used["rows"]
+    elif cached(layout, job_ids) is not None or not final or totals.get("gpu_hours") is None:
+        rows = None  # kept figures are read by run_cost; else Slurm could not be asked
+    else:
+        try:
+            rows = ask()
+        except SchedulerUnavailable as err:
+            rows, source = None, f"Slurm could not be asked: {err.message}"
+    pricing = _pricing(profile_path)
+    keep = final and (bool(used.get("complete")) if "rows" in used else rows is not None)
+    try:
+        facts = _plan_facts(layout)
+        price = pricing.price(facts[1]) if pricing is not None else None
+        out = run_cost(layout, rows, job_ids, price, pricing.currency if pricing else "$",
+                       keep=keep, gpu_hours_from=source, facts=facts)
+    except (StateError, OSError) as err:  # a damaged plan: status names it; no figures
+        return {"gpu_hours": None, "cost": None, "notes": [f"cost: {err}"]}
+    reused = summary.get("reuse") or {}  # issue 31's count: cells no request was made for
+    if reused.get("cells_reused"):
+        out["reused_cells"] = reused["cells_reused"]
+    return out
+
+
+def _pricing(path: Optional[Path]) -> Optional[Any]:
+    """The profile's validated ``[pricing]`` (None: it has none; the validating model is
+    imported only then, as the run-reading commands read profiles without it)."""
+    if path is None or "pricing" not in read_document(path):
+        return None
+    from synthbatch.control.config.profile import load_pricing
+
+    return load_pricing(path)
+
+
+def _plan_facts(layout: RunLayout) -> Tuple[int, Optional[str], Dict[str, int]]:
+    """(shards, partition, alias -> GPUs of its deployment) read from ``plan.json`` as
+    plain JSON (the contract classes cost a large plan's decoding; submit checked it)."""
+    try:
+        data = read_json(layout.plan_json)
+        partition = data["resources"].get("partition")
+        gpus = {str(d["alias"]): int(d["replicas"]) * int(d["gpus_per_replica"])
+                for d in data["deployments"]}
+        return len(data["shards"]), partition if isinstance(partition, str) else None, gpus
+    except (StateError, OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise StateError(f"{layout.plan_json}: unreadable for the cost figures ({err})") \
+            from err
+
+
+def kept_cost(layout: RunLayout, profile_path: Optional[Path]) -> Dict[str, Any]:
+    """``runs``' figures of a run, from what ``status`` kept (no Slurm, no record per
+    shard): ``gpu_hours`` and, with a price, ``cost`` (None: not counted yet, or no
+    accounting, or not priced)."""
+    numbers = (read_json_or_none(layout.totals_json) or {}).get("totals")
+    hours = numbers.get("gpu_hours") if isinstance(numbers, dict) else None
+    if not isinstance(hours, (int, float)) or isinstance(hours, bool):
+        return {"gpu_hours": None, "cost": None}
+    price, currency = run_price(layout, profile_path)
+    return {"gpu_hours": hours, "cost": round(hours * price, 2) if price is not None else None,
+            "currency": currency}
+
+
+def card_cost(layout: RunLayout) -> Optional[Dict[str, Any]]:
+    """The dataset card's cost figures (``report``): the figures ``status`` kept once the
+    run was over, priced as the run's own profile (``inputs/profile.toml``) priced them;
+    None when status has not counted them yet."""
+    try:
+        found = cached(layout, run_job_ids(submission_views(layout)))
+        if found is None:
+            return None
+        price, currency = run_price(layout, layout.inputs / "profile.toml")
+    except (SynthbatchError, StateError, OSError):
+        return None  # the card says GPU-hours from totals.json, or why they are unknown
+    return report(found, price, currency or "$")
+
+
+def run_price(layout: RunLayout, profile_path: Optional[Path]) -> Tuple[Optional[float],
+                                                                         Optional[str]]:
+    """(price of one GPU-hour, currency) of the run's partition in the profile at
+    ``profile_path``; (None, None) when it prices none or the plan cannot be read."""
+    pricing = _pricing(profile_path)
+    try:
+        price = pricing.price(_plan_facts(layout)[1]) if pricing is not None else None
+    except StateError:
+        price = None
+    return (price, pricing.currency) if price is not None and pricing else (None, None)

@@ -75,7 +75,7 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Any,
     if summary["reuse"] is not None:
         reusecount.generated(summary["totals"], summary.get("records_done", 0),
                              summary["reuse"])
-    from synthbatch.control.runs.costread import status_cost  # issue 32: what records cost
+    from synthbatch.control.runs.cost import status_cost  # issue 32: what records cost
 
     summary["cost"] = status_cost(layout, summary, used, fresh.job_ids, profile_path,
                                   lambda: sched.usage(fresh.job_ids))

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from synthbatch.agent_stdlib.contracts import Plan, ShardSpec, sha256_bytes, split_dd_config
 from synthbatch.agent_stdlib.layout import job_name, run_dir
+from synthbatch.agent_stdlib.recipe.budget import budget_problem
 from synthbatch.control.config.client import DataDesignerClient, GenerateClient
 from synthbatch.control.config.loader import load_model
 from synthbatch.control.config.overrides import Overrides
@@ -29,7 +30,6 @@ from synthbatch.control.planning.arrays import array_chunks
 from synthbatch.control.planning.planner import config_path, make_plan
 from synthbatch.control.planning.summary import plan_summary
 from synthbatch.control.runs.access import check_request
-from synthbatch.control.runs.budget import token_budget
 from synthbatch.control.runs.checks import (
     ERROR,
     OK,
@@ -213,6 +213,20 @@ def round_python(resolved: Resolved, sight: Sight) -> List[Finding]:
     return [Finding(WARNING, f"{resolved.run_file}: auto_retry",
                     f"{why}; install synthbatch on a shared filesystem or set "
                     f"auto_retry = false")] if why else []
+
+
+def token_budget(plan: Plan, run_file: str) -> List[Finding]:
+    """One warning per structured or judge column whose ``max_tokens`` cannot hold its
+    shortest valid answer (:mod:`agent_stdlib.recipe.budget`), naming
+    ``client.columns[i].max_tokens``: every such cell would be cut and retried."""
+    found = []
+    columns = plan.client.columns if plan.client is not None else ()
+    for i, column in enumerate(columns):
+        problem = budget_problem(column.type, dict(column.params))
+        if problem is not None:
+            found.append(Finding(WARNING, f"{run_file}: client.columns[{i}].max_tokens "
+                                          f"({column.name})", problem[0]))
+    return found
 
 
 def local_fit(resolved: Resolved) -> List[Finding]:

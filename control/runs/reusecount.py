@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from synthbatch.agent_stdlib.layout import AttemptLayout, RunLayout
+from synthbatch.agent_stdlib.layout import PROGRESS_JSON, RunLayout
 from synthbatch.agent_stdlib.statefile import StateError, read_json
+from synthbatch.control.runs.cost import count
 from synthbatch.control.runs.status.records import latest_attempt_dir
 
 FIELDS = ("cells_reused", "cells_generated", "records_reused")
@@ -32,24 +33,15 @@ def reuses(layout: RunLayout) -> bool:
         return False
 
 
-def _number(data: Any, key: str) -> int:
-    value = data.get(key) if isinstance(data, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
-        else 0
-
-
 def _progress_of(layout: RunLayout, shard: int) -> Optional[Dict[str, Any]]:
     """The progress record of the shard's winner attempt, else of its latest attempt;
     None when there is none or it is damaged (status names damage elsewhere)."""
-    folder = None
     try:
         won = read_json(layout.winner_json(shard))
-        if isinstance(won, dict) and isinstance(won.get("attempt"), int):
-            folder = layout.attempt(shard, won["attempt"]).root
-        if folder is None:
-            _, latest = latest_attempt_dir(layout, shard)
-            folder = latest and layout.attempts_dir(shard) / latest
-        return read_json(AttemptLayout(folder).progress_json) if folder else None
+        if won is not None and isinstance(won.get("attempt"), int):
+            return read_json(layout.attempt(shard, won["attempt"]).progress_json)
+        _, latest = latest_attempt_dir(layout, shard)  # the attempt folder's whole path
+        return read_json(f"{latest}/{PROGRESS_JSON}") if latest else None
     except (StateError, OSError, ValueError):
         return None
 
@@ -63,7 +55,7 @@ def counts(layout: RunLayout, shards: int) -> Optional[Dict[str, int]]:
     for shard in range(shards):
         record = _progress_of(layout, shard)
         for key in FIELDS:
-            sums[key] += _number(record, key)
+            sums[key] += count((record or {}).get(key))
     return {"cells_reused": sums["cells_reused"],
             "cells": sums["cells_reused"] + sums["cells_generated"],
             "records_reused": sums["records_reused"]}

@@ -1,4 +1,5 @@
-"""Serving telemetry as status shows it (issue 32): per replica, flags, where time goes.
+"""Serving telemetry as status shows it (issue 32): per replica, flags, where time goes;
+and the restarts inside a shard's allocation (``status --shard N``).
 
 The agent writes ``telemetry.json`` per attempt (``agent_stdlib/allocation/telemetry.py``).
 Here, pure functions turn those records into what ``status`` says: the last values per
@@ -8,7 +9,7 @@ running shards (``status``), and where a shard's time went. Every threshold is b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
@@ -65,10 +66,9 @@ def alias_loads(records: Iterable[TelemetryRecord]) -> List[AliasLoad]:
     acc: Dict[str, Dict[str, Any]] = {}
     for record in records:
         aliases = [r.alias for r in record.replicas]
-        for alias in set(aliases):
-            entry = acc.setdefault(alias, {"replicas": 0, "n": 0, "busy": 0, "waiting": 0.0,
-                                           "kv": [], })
-            entry["replicas"] += aliases.count(alias)
+        for alias in aliases:
+            acc.setdefault(alias, {"replicas": 0, "n": 0, "busy": 0, "waiting": 0.0,
+                                   "kv": []})["replicas"] += 1
         for pt in record.series[-WINDOW_POINTS:]:
             for alias, values in zip(aliases, pt.values):
                 entry = acc[alias]
@@ -114,14 +114,8 @@ def replica_rows(record: TelemetryRecord) -> List[Dict[str, Any]]:
     rows = []
     for r in record.replicas:
         proxy = record.proxies.get(r.alias)
-        rows.append({"alias": r.alias, "url": r.url, "engine": r.engine,
-                     "running": r.running, "waiting": r.waiting,
-                     "kv_cache_usage": r.kv_cache_usage, "prefix_hit_rate": r.prefix_hit_rate,
-                     "gen_tokens_per_s": r.gen_tokens_per_s,
-                     "proxy_in_flight": r.proxy_in_flight,
-                     "proxy_429s": proxy.responses_429 if proxy else None,
-                     "proxy_retries": proxy.retries if proxy else None,
-                     "error": r.error})
+        rows.append({**asdict(r), "proxy_429s": proxy.responses_429 if proxy else None,
+                     "proxy_retries": proxy.retries if proxy else None})
     return rows
 
 
@@ -131,12 +125,9 @@ def time_split(record: Optional[TelemetryRecord], progress: Optional[ProgressRec
     queue (submitted -> job start), servers (job start -> every server ready), first record
     (ready -> first record settled), generation (first record -> stopping, or now), and
     shutdown (stopping -> everything gone)."""
-    t = record
-    start = t.started_at if t else None
-    ready = t.ready_at if t else None
+    start, ready, stopping, stopped = (record.started_at, record.ready_at, record.stopping_at,
+                                       record.stopped_at) if record else (None,) * 4
     first = progress.first_record_at if progress else None
-    stopping = t.stopping_at if t else None
-    stopped = t.stopped_at if t else None
 
     def span(a: Optional[float], b: Optional[float]) -> Optional[float]:
         return round(max(0.0, b - a), 1) if a is not None and b is not None else None
@@ -176,10 +167,6 @@ def latency_split(record: Optional[TelemetryRecord],
     return rows
 
 
-def _pct(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.0%}"
-
-
 def _num(value: Optional[float], fmt: str = "{:.0f}") -> str:
     return "-" if value is None else fmt.format(value)
 
@@ -210,8 +197,8 @@ def shard_lines(detail: Dict[str, Any]) -> List[str]:
     for row in detail.get("replicas") or []:
         text = (f"  {one_line(row['alias'], 40)} {one_line(row['url'], 120)}: "
                 f"{_num(row['running'])} running, {_num(row['waiting'])} waiting, "
-                f"KV {_pct(row['kv_cache_usage'])}, "
-                f"prefix hits {_pct(row['prefix_hit_rate'])}, "
+                f"KV {_num(row['kv_cache_usage'], '{:.0%}')}, "
+                f"prefix hits {_num(row['prefix_hit_rate'], '{:.0%}')}, "
                 f"{_num(row['gen_tokens_per_s'], '{:.1f}')} tok/s, proxy in flight "
                 f"{_num(row['proxy_in_flight'])}, 429s {_num(row['proxy_429s'])}")
         if row.get("error"):
@@ -226,9 +213,8 @@ def serving_figures(attempt_root: Path, progress: Optional[ProgressRecord],
                     now: float) -> Dict[str, Any]:
     """A benchmark point's ``time`` (``time_split``, without the queue) and
     ``latency_split``, from its attempt's folder (``benchmark analyze``)."""
-    record, _ = read(AttemptLayout(attempt_root).telemetry_json)
-    return {"time": time_split(record, progress, None, now),
-            "latency_split": latency_split(record, progress)}
+    found = shard_telemetry(attempt_root, progress, None, now)
+    return {"time": found["time"], "latency_split": found["latency"]}
 
 
 def shard_telemetry(attempt_root: Path, progress: Optional[ProgressRecord],
@@ -246,8 +232,21 @@ def shard_telemetry(attempt_root: Path, progress: Optional[ProgressRecord],
 def _load(path: Path, cls: Any) -> Any:
     try:
         return load_record(path, cls)
-    except StateError:
+    except (StateError, OSError):
         return None
+
+
+def restart_counts(layout: RunLayout, shard: int, attempt: Optional[int]) -> Dict[str, int]:
+    """What the latest execution of ``attempt`` restarted inside its allocation, and how
+    often, as the agent counted it in ``readiness.json`` (``ReadinessRecord.restarts``,
+    ``agent_stdlib/allocation/restarts.py``); ``{}``: nothing, no attempt yet, or a
+    readiness record that cannot be read."""
+    if not attempt:
+        return {}
+    from synthbatch.agent_stdlib.contracts import ReadinessRecord
+
+    record = _load(layout.attempt(shard, attempt).readiness_json, ReadinessRecord)
+    return dict(record.restarts) if record is not None else {}
 
 
 def shard_serving(layout: RunLayout, shard: int, attempt: Optional[int],

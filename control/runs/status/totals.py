@@ -92,7 +92,7 @@ def gpu_hours(scheduler: Scheduler, job_ids: List[str],
 
     ``complete``: accounting has a row for every job in ``shard_jobs`` (each shard's latest
     job; rows can lag a job's end by a few seconds). ``used``, when given, gets the rows
-    (``rows``, None: no accounting) for the cost figures (``costread``).
+    (``rows``, None: no accounting) for the cost figures (``cost``).
     """
     try:
         rows = known.of(job_ids) if known is not None and set(job_ids) <= set(known.ids) \

@@ -234,9 +234,9 @@ def test_points_say_where_time_went_from_the_agents_telemetry(tmp_path) -> None:
 
 def test_points_are_priced_per_1000_records_as_status_prices_a_run(tmp_path) -> None:
     """Issue 32: a point's cost per 1,000 records is its GPU-hours x the run's price per
-    GPU-hour (``costread.run_price``: the profile's price of the run's partition), by the
+    GPU-hour (``cost.run_price``: the profile's price of the run's partition), by the
     one per-1,000 rule; without a price it is unknown, never 0."""
-    from synthbatch.control.runs.costread import run_price
+    from synthbatch.control.runs.cost import run_price
 
     layout = make_run(tmp_path / "ws", [Shard("winner")])
     fill(layout, 0, 10, 10.0, [100.0] * 10)

@@ -10,8 +10,7 @@ import pytest
 
 from synthbatch.agent_stdlib.contracts import AliasProgress, ColumnTokens, ProgressRecord
 from synthbatch.agent_stdlib.statefile import write_json_atomic
-from synthbatch.control.runs.cost import AttemptUse, figures, lines, report
-from synthbatch.control.runs.costread import attempt_uses, run_cost
+from synthbatch.control.runs.cost import AttemptUse, attempt_uses, figures, lines, report, run_cost
 from synthbatch.control.slurm.parsers import JobUsage
 from tests.fakes import Shard, make_run
 
@@ -197,7 +196,7 @@ def test_runs_lists_gpu_hours_and_cost_of_a_counted_run(tmp_path: Path) -> None:
 
 
 def test_the_card_has_the_kept_figures_priced_as_the_run_was(tmp_path: Path) -> None:
-    from synthbatch.control.runs.costread import card_cost
+    from synthbatch.control.runs.cost import card_cost
 
     layout = make_run(tmp_path / "ws", [Shard("winner")])
     assert card_cost(layout) is None  # status has not counted them yet
@@ -213,7 +212,7 @@ def test_the_card_has_the_kept_figures_priced_as_the_run_was(tmp_path: Path) -> 
 def test_status_counts_a_run_counted_before_once_then_reads_what_it_kept(
         tmp_path: Path) -> None:
     """A finished run whose totals.json predates cost.json: one sacct call, then none."""
-    from synthbatch.control.runs.costread import status_cost
+    from synthbatch.control.runs.cost import status_cost
 
     layout = make_run(tmp_path / "ws", [Shard("winner")])
     asked = []
@@ -232,7 +231,7 @@ def test_status_counts_a_run_counted_before_once_then_reads_what_it_kept(
 
 
 def test_a_damaged_plan_leaves_the_figures_out_and_says_why(tmp_path: Path) -> None:
-    from synthbatch.control.runs.costread import status_cost
+    from synthbatch.control.runs.cost import status_cost
 
     layout = make_run(tmp_path / "ws", [Shard("running")])
     layout.plan_json.chmod(0o600)
@@ -247,11 +246,11 @@ def test_a_large_running_run_is_priced_without_reading_every_attempt(
         tmp_path: Path, monkeypatch) -> None:
     """Above LIVE_SHARDS shards a refresh of a running run opens no attempt file: GPU-hours
     and cost so far from accounting, per-1,000 figures once the run is over."""
-    from synthbatch.control.runs import costread
+    from synthbatch.control.runs import cost
 
     layout = make_run(tmp_path / "ws", [Shard("winner"), Shard("failed")])
-    monkeypatch.setattr(costread, "LIVE_SHARDS", 1)
-    monkeypatch.setattr(costread, "attempt_uses", lambda *a: pytest.fail("read attempts"))
+    monkeypatch.setattr(cost, "LIVE_SHARDS", 1)
+    monkeypatch.setattr(cost, "attempt_uses", lambda *a: pytest.fail("read attempts"))
     rows = [JobUsage("500_0", 3600, 1), JobUsage("500_1", 1800, 1)]
     live = run_cost(layout, rows, ["500"], 2.0)
     assert (live["gpu_hours"], live["cost"], live["per_1000_records"]["cost"]) == \
@@ -265,7 +264,7 @@ def test_a_large_running_run_is_priced_without_reading_every_attempt(
 def test_reused_cells_are_said_apart_and_cost_this_run_nothing(tmp_path: Path) -> None:
     """Cells taken from earlier runs (issue 31) made no request here: the run's GPU-hours
     and tokens leave them out, and the cost says how many there were, on its own line."""
-    from synthbatch.control.runs.costread import status_cost
+    from synthbatch.control.runs.cost import status_cost
 
     layout = make_run(tmp_path / "ws", [Shard("winner")])
     used = {"rows": [JobUsage("500_0", 1800, 2)], "complete": False}
