@@ -173,10 +173,10 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
             else:
                 from synthbatch.control.runs.colstats import ColumnStats
 
-                digest, size, (parts, schema, observed) = _publish_folder(
+                digest, size, (parts, schema, observed) = _publish(
                     target, functools.partial(
                         _write_parquet, parquet, files, known,
-                        lambda: ColumnStats(judges) if stats else None))
+                        lambda: ColumnStats(judges) if stats else None), folder=True)
             break
         except Mismatches as err:
             bad.update(err.shards)
@@ -347,20 +347,44 @@ def verify_jsonl(output: Path, manifest: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _publish(target: Path, write: Callable[[BinaryIO], Tuple[str, int]]) -> Tuple[str, int]:
-    """Run ``write`` into a private temp file beside ``target``, fsync, rename onto it."""
+def _publish(target: Path, write: Callable[[Any], Any], folder: bool = False) -> Any:
+    """Run ``write`` into a private temp file beside ``target``, fsync, rename onto it;
+    ``folder``: a temp folder, put in ``target``'s place (an earlier folder there is moved
+    aside first, then removed). ``write``'s result."""
     temp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
     try:
-        with open(temp, "xb+") as handle:  # readable too: the jsonl copy hashes its output
-            digest, size = write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
+        if folder:
+            os.mkdir(temp, 0o700)
+            result = write(temp)
+            fsync_dir(temp)
+            _swap_folder(temp, target)
+        else:
+            with open(temp, "xb+") as handle:  # readable too: the jsonl copy hashes its output
+                result = write(handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, target)
     except BaseException:
-        temp.unlink(missing_ok=True)
+        if folder:
+            shutil.rmtree(temp, ignore_errors=True)
+        else:
+            temp.unlink(missing_ok=True)
         raise
     fsync_dir(target.parent)
-    return digest, size
+    return result
+
+
+def _swap_folder(temp: Path, target: Path) -> None:
+    """Rename the folder ``temp`` to ``target``, moving an earlier folder there aside."""
+    if not (target.exists() or target.is_symlink()):
+        os.rename(temp, target)
+        return
+    if target.is_symlink() or not target.is_dir():
+        raise InvalidInput(f"--output {target}: a parquet merge writes a folder; this is a file")
+    old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
+    os.rename(target, old)
+    os.rename(temp, target)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 class Mismatches(Conflict):
@@ -383,42 +407,46 @@ NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errn
 
 def _write_jsonl(files: List[Source], out: BinaryIO) -> Tuple[str, int]:
     """Copy every file in order (a file without a final newline gets one); return the
-    output's sha256 and size: in the kernel where it can (``_copy_jsonl``), else through
-    buffers (``_stream_jsonl``)."""
+    output's sha256 and size: in the kernel where it can, else through buffers
+    (``_copy_jsonl``)."""
     out.flush()
     start = out.tell()
     try:
-        return _copy_jsonl(files, out.fileno())
+        return _copy_jsonl(files, out)
     except _NoCopyRange:
         os.ftruncate(out.fileno(), start)  # the first call failed: nothing was written
         os.lseek(out.fileno(), start, os.SEEK_SET)
-        return _stream_jsonl(files, out)
+        return _copy_jsonl(files, out, kernel=False)
 
 
 class _NoCopyRange(Exception):
     """copy_file_range does not work between these files (another filesystem, NFS < 4.2)."""
 
 
-def _copy_jsonl(files: List[Source], fd: int) -> Tuple[str, int]:
-    """The copy in the kernel: ``copy_file_range`` from each file to the output (no byte
-    passes through this process), then the bytes just written are hashed once, against
-    their file's digest, where they now are, in the output file (``mmap`` of its page
-    cache), while the next chunk is copied: files alternate between two threads
-    (hashlib releases the GIL), a file's chunks in order on its thread.
+def _copy_jsonl(files: List[Source], out: BinaryIO, kernel: bool = True) -> Tuple[str, int]:
+    """Copy every file in order (a file without a final newline gets one); return
+    ``files_sha256`` of the files and the output's size. Each chunk is hashed once,
+    against its file's digest, while the next is copied: files alternate between two
+    threads (hashlib releases the GIL), a file's chunks in order on its thread.
 
-    So the bytes hashed are the output's own bytes: a file that changes while it is
-    copied fails its digest, exactly as before; the output can hold nothing unverified.
-    Returns ``files_sha256`` of the files and the output's size.
+    ``kernel``: ``copy_file_range`` from each file to the output (no byte passes through
+    this process), and the bytes just written are hashed where they now are, in the output
+    file (``mmap`` of its page cache): a file that changes while it is copied fails its
+    digest; the output can hold nothing unverified. Otherwise each 1 MiB block is read
+    once into one of ``DEPTH`` buffers, written and hashed from there; a buffer is reused
+    only after the hash of its previous block is done.
     """
-    size, checks = 0, []
-    inflight: List[Tuple[mmap.mmap, Future]] = []
-    copied_any = False
+    fd, size, checks, blocks = out.fileno(), 0, [], 0
+    inflight: List[Tuple[Optional[mmap.mmap], Future]] = []
+    slots = [] if kernel else [bytearray(CHUNK) for _ in range(DEPTH)]
+    write = functools.partial(os.write, fd) if kernel else out.write
 
     def settle(limit: int) -> None:
         while len(inflight) > limit:
             mapped, future = inflight.pop(0)
             wait([future])
-            mapped.close()
+            if mapped is not None:
+                mapped.close()
             future.result()
 
     with ThreadPoolExecutor(1) as even, ThreadPoolExecutor(1) as odd:
@@ -428,30 +456,46 @@ def _copy_jsonl(files: List[Source], fd: int) -> Tuple[str, int]:
                 pool = odd if number % 2 else even
                 with open(source.path, "rb") as handle:
                     while True:
-                        try:
-                            n = os.copy_file_range(handle.fileno(), fd, COPY_CHUNK)
-                        except OSError as err:
-                            if not copied_any and err.errno in NO_COPY_RANGE:
-                                raise _NoCopyRange() from err
-                            raise
-                        if not n:
-                            break
-                        copied_any = True
-                        base = size - size % mmap.ALLOCATIONGRANULARITY
-                        mapped = mmap.mmap(fd, size + n - base, offset=base,
-                                           access=mmap.ACCESS_READ)
-                        last = mapped[size + n - base - 1]
-                        settle(COPY_DEPTH - 1)
-                        inflight.append((mapped, pool.submit(
-                            _hash, digest, memoryview(mapped)[size - base:])))
+                        mapped: Optional[mmap.mmap] = None
+                        if kernel:
+                            n = _copy_range(handle.fileno(), fd, first=not size)
+                            if not n:
+                                break
+                            base = size - size % mmap.ALLOCATIONGRANULARITY
+                            mapped = mmap.mmap(fd, size + n - base, offset=base,
+                                               access=mmap.ACCESS_READ)
+                            view = memoryview(mapped)[size - base:]
+                            settle(COPY_DEPTH - 1)
+                        else:
+                            settle(DEPTH - 1)  # the oldest in flight used this buffer
+                            slot = slots[blocks % DEPTH]
+                            n = handle.readinto(slot)
+                            if not n:
+                                break
+                            view = memoryview(slot)[:n]
+                            write(view)
+                            blocks += 1
+                        last = view[-1]
+                        inflight.append((mapped, pool.submit(_hash, digest, view)))
                         read, size = read + n, size + n
                 checks.append((source, pool.submit(digest.hexdigest), read))
                 if last != 10:
-                    os.write(fd, b"\n")
+                    write(b"\n")
                     size += 1
         finally:
             settle(0)
         return _verdict(checks), size
+
+
+def _copy_range(source: int, fd: int, first: bool) -> int:
+    """One ``copy_file_range`` call; _NoCopyRange when the first one of a merge fails as
+    the kernel cannot copy between these files."""
+    try:
+        return os.copy_file_range(source, fd, COPY_CHUNK)
+    except OSError as err:
+        if first and err.errno in NO_COPY_RANGE:
+            raise _NoCopyRange() from err
+        raise
 
 
 def _verdict(checks: List[Tuple[Source, Future, int]]) -> str:
@@ -464,47 +508,12 @@ def _verdict(checks: List[Tuple[Source, Future, int]]) -> str:
 
 
 def _hash(digest: Any, view: memoryview) -> None:
-    """Hash ``view`` (a view of a mapped chunk, one per thread) and let go of it: the map
-    can only be closed once no view of it is left."""
+    """Hash ``view`` (a view of a mapped chunk or a buffer, one per thread) and let go of
+    it: a map can only be closed once no view of it is left."""
     try:
         digest.update(view)
     finally:
         view.release()
-
-
-def _stream_jsonl(files: List[Source], out: BinaryIO) -> Tuple[str, int]:
-    """Copy every file in order (a file without a final newline gets one); return
-    ``files_sha256`` of the files and the output's size.
-
-    Each 1 MiB block is read once into one of ``DEPTH`` buffers and written from there;
-    a single-thread pool hashes it against its file's digest, in order, while the next
-    block is read (hashlib releases the GIL), so hashing overlaps I/O. A buffer is reused
-    only after the hash of its previous block is done.
-    """
-    slots = [bytearray(CHUNK) for _ in range(DEPTH)]
-    busy: List[Optional[Future]] = [None] * DEPTH
-    size, slot = 0, 0
-    checks: List[Tuple[Source, Future, int]] = []
-    with ThreadPoolExecutor(1) as per_file:
-        for source in files:
-            digest, read, last = hashlib.sha256(), 0, 10
-            with open(source.path, "rb") as handle:
-                while True:
-                    if busy[slot] is not None:
-                        busy[slot].result()
-                    n = handle.readinto(slots[slot])
-                    if not n:
-                        break
-                    view = memoryview(slots[slot])[:n]
-                    out.write(view)
-                    busy[slot] = per_file.submit(digest.update, view)
-                    read, size, last = read + n, size + n, view[-1]
-                    slot = (slot + 1) % DEPTH
-            checks.append((source, per_file.submit(digest.hexdigest), read))
-            if last != 10:
-                out.write(b"\n")
-                size += 1
-        return _verdict(checks), size
 
 
 def _parquet() -> Any:
@@ -520,29 +529,3 @@ def _parquet() -> Any:
                                             "environment (a dependency of synthbatch), or "
                                             "merge as jsonl") from err
     return parquet
-
-
-def _publish_folder(target: Path, write: Callable[[Path], Tuple[str, int, Any]]
-                    ) -> Tuple[str, int, Any]:
-    """Run ``write`` into a private temp folder beside ``target``, then put it in
-    ``target``'s place (an earlier folder there is moved aside first, then removed)."""
-    temp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
-    os.mkdir(temp, 0o700)
-    try:
-        result = write(temp)
-        fsync_dir(temp)
-        if target.exists() or target.is_symlink():
-            if target.is_symlink() or not target.is_dir():
-                raise InvalidInput(f"--output {target}: a parquet merge writes a folder; "
-                                   "this is a file")
-            old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
-            os.rename(target, old)
-            os.rename(temp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(temp, target)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
-    fsync_dir(target.parent)
-    return result
