@@ -283,68 +283,57 @@ def write(files: List[Source], folder: Path, known: Optional[pa.Schema],
     """
     observer = stats()
     try:
-        parts, bad, schema = _one_pass(files, folder, known,
-                                       observer.add if observer is not None else None,
-                                       mismatch)
+        parts, bad, schema = convert(files, folder, None, getattr(observer, "add", None),
+                                     mismatch, known)
         return parts, bad, schema, observer
     except (_Widened, _Reparse):
         for leftover in folder.iterdir():
             leftover.unlink()
     schema = infer(files, known)
     observer = stats()
-    parts, bad = convert(files, folder, schema, observer.add if observer is not None
-                         else None, mismatch)
+    parts, bad, _ = convert(files, folder, schema, getattr(observer, "add", None), mismatch)
     return parts, bad, schema, observer
 
 
-def _one_pass(files: List[Source], folder: Path, known: Optional[pa.Schema],
-              observe: Observe, mismatch: Mismatch
-              ) -> Tuple[List[Dict[str, Any]], Dict[int, str], pa.Schema]:
-    schema: Optional[pa.Schema] = None
-    groups: Optional[_RowGroups] = None
+def convert(files: List[Source], folder: Path, schema: Optional[pa.Schema],
+            observe: Observe, mismatch: Mismatch, known: Optional[pa.Schema] = None
+            ) -> Tuple[List[Dict[str, Any]], Dict[int, str], pa.Schema]:
+    """Write every source into ``folder`` with ``schema``; the files written, the shards
+    whose bytes did not match their digest (shard -> why; the caller discards the whole
+    output) and the schema. ``observe`` sees each row group (the card's statistics).
+
+    ``schema`` None: the one pass of :func:`write`, each chunk's inferred types unified
+    with ``known`` and the chunks' before, conformed to that schema; _Widened when a chunk
+    widens it (_Reparse: a column only the JSON text can convert).
+    """
+    fixed = schema is not None
+    groups = _RowGroups(Files(folder, schema), observe) if fixed else None
     bad: Dict[int, str] = {}
     for source in files:
         digest = hashlib.sha256()
         for chunk in chunks(source.path, digest):
             try:
-                table = _read(chunk)
-                wider = unify_schemas(schema if schema is not None else known,
-                                      table.schema)
+                table = _read(chunk, schema if fixed else None)
+                if not fixed:
+                    wider = unify_schemas(schema if schema is not None else known,
+                                          table.schema)
             except (pa.ArrowInvalid, SchemaConflict) as err:
                 raise _refuse(source, chunk, err) from err
-            if schema is None:
-                schema = ordered(wider, table.schema)
-                groups = _RowGroups(Files(folder, schema), observe)
-            elif not wider.equals(schema):
-                raise _Widened()
+            if not fixed:
+                if schema is None:
+                    schema = ordered(wider, table.schema)
+                    groups = _RowGroups(Files(folder, schema), observe)
+                elif not wider.equals(schema):
+                    raise _Widened()
+                table = _conformed(table, schema)
             assert groups is not None
-            groups.add(_conformed(table, schema), len(chunk))
+            groups.add(table, len(chunk))
         if digest.hexdigest() != source.sha256 or os.path.getsize(source.path) != source.size:
             bad[source.shard] = mismatch(source)
     if groups is None or schema is None:
         schema = known if known is not None else pa.schema([])
         return Files(folder, schema).finish(), bad, schema
     return groups.finish(), bad, schema
-
-
-def convert(files: List[Source], folder: Path, schema: pa.Schema,
-            observe: Observe, mismatch: Mismatch
-            ) -> Tuple[List[Dict[str, Any]], Dict[int, str]]:
-    """Write every source into ``folder`` with ``schema``; the files written and the
-    shards whose bytes did not match their digest (shard -> why). ``observe`` sees each
-    row group (the card's statistics)."""
-    groups = _RowGroups(Files(folder, schema), observe)
-    bad: Dict[int, str] = {}
-    for source in files:
-        digest = hashlib.sha256()
-        for chunk in chunks(source.path, digest):
-            try:
-                groups.add(_read(chunk, schema), len(chunk))
-            except pa.ArrowInvalid as err:
-                raise _refuse(source, chunk, err) from err
-        if digest.hexdigest() != source.sha256 or os.path.getsize(source.path) != source.size:
-            bad[source.shard] = mismatch(source)  # the caller discards the whole output
-    return groups.finish(), bad
 
 
 class _RowGroups:
