@@ -20,24 +20,29 @@ filesystem); ``python_visible`` is the plan-time check of that.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import socket
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import (
     StateError,
     ensure_dir,
+    locked,
+    read_bytes,
     read_json,
     read_json_or_none,
     write_bytes_atomic,
     write_json_atomic,
 )
 from synthbatch.agent_stdlib.text import visible
+from synthbatch.control.errors import Conflict
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.rows import ShardRow
 
@@ -52,6 +57,7 @@ IDLE_BEGIN = "now+60"  # a successor with no shard job to wait for starts no soo
 MERGE_TIME = "02:00:00"  # the merge job: a copy of the run's winners (docs/retry.md)
 RETRY, MERGE = "retry", "merge"  # what the pending automatic job will do
 RETRYABLE = norm.FAILING  # cancelled shards were a person's decision
+LOCK_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,25 @@ def python_visible(python: str, shared: Callable[[Path], bool]) -> Optional[str]
 
 
 # ----------------------------------------------------------------------------- I/O edges
+
+
+@contextlib.contextmanager
+def RetryLock(layout: RunLayout, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """The run's retry lock: ``flock`` on ``<run>/retry.lock`` (``statefile.locked``), held
+    by everything that selects shards to run again (retry, the automatic rounds) and by
+    cancel while it reads the shards, so that they converge on one outcome. Waited for at
+    most ``wait_s`` (0: try once); Conflict naming its holder when not had."""
+    path = layout.retry_lock
+    with locked(path, wait_s) as fd:
+        if fd is None:
+            holder = (read_bytes(path) or b"").decode("utf-8", "replace").strip()
+            raise Conflict(f"{path}: another retry of this run is in progress "
+                           f"({holder or 'holder unknown'})",
+                           hint="wait for it, then run status")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
+        yield  # closing the descriptor at the end releases the flock
 
 
 def load_pending(layout: RunLayout) -> Optional[Dict[str, object]]:

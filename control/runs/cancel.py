@@ -33,7 +33,6 @@ from synthbatch.control.errors import (
     SchedulerUncertain,
 )
 from synthbatch.control.runs import autoretry
-from synthbatch.control.runs.retrylock import RetryLock
 from synthbatch.control.runs.status import index as settled
 from synthbatch.control.runs.status.ledger import carried_out, pending_cancels, record_cancel
 from synthbatch.control.runs.status.records import ShardView, load_plan_view, shard_scanner
@@ -151,7 +150,7 @@ def _rounds_stopped(layout: RunLayout, whole: bool) -> Iterator[None]:
         autoretry.halt(layout, f"the run was cancelled ({BY_CANCEL})")
     with contextlib.ExitStack() as stack:
         try:
-            stack.enter_context(RetryLock(layout))
+            stack.enter_context(autoretry.RetryLock(layout))
         except Conflict:
             pass
         yield

@@ -38,7 +38,7 @@ from synthbatch.agent_stdlib.publish import load_winner
 from synthbatch.agent_stdlib.resume import scan_kept
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir
 from synthbatch.control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
-from synthbatch.control.runs.retrylock import LOCK_WAIT_S, RetryLock
+from synthbatch.control.runs.autoretry import LOCK_WAIT_S, RetryLock
 from synthbatch.control.runs.status import index as settled
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.reconcile import implied_first
