@@ -58,11 +58,8 @@ from synthbatch.control.runs.status.records import load_plan_view
 from synthbatch.control.runs.store import load_plan
 
 CHUNK = 1 << 20
-MANIFEST_VERSION = 2  # 2: a jsonl merge names its files' digest (files_sha256), not its own
-# What the manifest's digest of the output is: for jsonl, ``files_sha256`` (each byte of a
-# merge is hashed once, against its winner's digest; the output is those files in order,
-# see ``files_sha256``); parquet is converted, so the output's own sha256.
-DIGEST_FIELD = {"jsonl": "files_sha256", "parquet": "files_sha256"}
+# 2: the manifest names the digest of the output's files (``files_sha256``), not its own
+MANIFEST_VERSION = 2
 DEPTH = 4  # read buffers in flight while their blocks are hashed
 FORMATS = ("jsonl", "parquet")
 PARTIAL_HINT = ("wait, retry them (synthbatch retry), or pass --allow-partial to merge the "
@@ -191,7 +188,7 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
         "plan_sha256": hashlib.sha256(plan_bytes).hexdigest(),
         "format": fmt,
         "output": str(target),
-        DIGEST_FIELD[fmt]: digest,
+        "files_sha256": digest,
         "bytes": size,
         "records": sum(w.records for w in found),
         "dropped": sum(w.dropped for w in found),  # given up on by the client (on_error)
@@ -246,16 +243,20 @@ def dropped_files(layout: RunLayout, found: List[WinnerRecord]) -> List[Dict[str
     "path"}`` per ``output/.dropped-*.jsonl`` of its winning attempt."""
     out = []
     for winner in found:
-        if not winner.dropped:
-            continue
-        base = layout.attempt(winner.shard, winner.attempt).output
-        try:
-            names = sorted(n for n in os.listdir(base) if DROPPED.fullmatch(n))
-        except OSError:
-            names = []
-        out.append({"shard": winner.shard, "records": winner.dropped,
-                    "path": [str(base / n) for n in names]})
+        if winner.dropped:
+            base = layout.attempt(winner.shard, winner.attempt).output
+            out.append({"shard": winner.shard, "records": winner.dropped,
+                        "path": [str(base / n) for n in _named(base, DROPPED)]})
     return out
+
+
+def _named(folder: Path, pattern: Any) -> List[str]:
+    """The names in ``folder`` that ``pattern`` matches in full, sorted ([] when it cannot
+    be listed)."""
+    try:
+        return sorted(n for n in os.listdir(folder) if pattern.fullmatch(n))
+    except OSError:
+        return []
 
 
 def _write_card(layout: RunLayout, manifest: Dict[str, Any], target: Path, schema: Any,
@@ -294,11 +295,7 @@ def dd_profiles(layout: RunLayout, manifest: Dict[str, Any]) -> Dict[int, Any]:
     found: Dict[int, Any] = {}
     for entry in manifest["shards"]:
         base = layout.attempt(entry["shard"], entry["attempt"]).output
-        try:
-            names = sorted(n for n in os.listdir(base) if DD_PROFILE.fullmatch(n))
-        except OSError:
-            continue
-        for name in names[:1]:
+        for name in _named(base, DD_PROFILE)[:1]:
             try:
                 found[entry["shard"]] = read_json(base / name)
             except (StateError, OSError, ValueError) as err:

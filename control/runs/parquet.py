@@ -153,6 +153,9 @@ def infer(files: List[Source], known: Optional[pa.Schema]) -> pa.Schema:
     return ordered(schema, first)
 
 
+Observe = Optional[Callable[[pa.Table], None]]
+
+
 class _Hashed:
     """A file wrapper hashing and counting what pyarrow writes through it."""
 
@@ -177,15 +180,35 @@ class _Hashed:
 
 
 class Files:
-    """The output folder's Parquet files, opened one after the other."""
+    """The output folder's Parquet files, opened one after the other; chunks' tables are
+    gathered into row groups of about ``CHUNK`` bytes of JSONL (small shard files share
+    one), each seen by ``observe`` and written."""
 
-    def __init__(self, folder: Path, schema: pa.Schema) -> None:
-        self.folder, self.schema = folder, schema
+    def __init__(self, folder: Path, schema: pa.Schema, observe: Observe = None) -> None:
+        self.folder, self.schema, self.observe = folder, schema, observe
         self.done: List[Dict[str, Any]] = []
         self.writer: Optional[pq.ParquetWriter] = None
         self.out: Optional[_Hashed] = None
         self.handle: Any = None
         self.rows = 0
+        self.tables: List[pa.Table] = []
+        self.size = 0
+
+    def add(self, table: pa.Table, size: int) -> None:
+        """Hold ``table`` (parsed from ``size`` bytes); write once ``CHUNK`` are held."""
+        self.tables.append(table)
+        self.size += size
+        if self.size >= CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is held as one row group (or more, past ``ROW_GROUP_ROWS``)."""
+        if self.tables:
+            table = pa.concat_tables(self.tables) if len(self.tables) > 1 else self.tables[0]
+            if self.observe is not None:
+                self.observe(table)
+            self.write(table)
+            self.tables, self.size = [], 0
 
     def write(self, table: pa.Table) -> None:
         """Append ``table`` as row groups; start a new file past ``FILE_BYTES``."""
@@ -211,8 +234,10 @@ class Files:
         self.writer, self.out, self.rows = None, None, 0
 
     def finish(self) -> List[Dict[str, Any]]:
-        """Close the last file (an empty run gets one file with no rows, so the folder
-        still has the schema) and give every file its final name; the file list."""
+        """Write what is held, close the last file (an empty run gets one file with no
+        rows, so the folder still has the schema) and give every file its final name; the
+        file list."""
+        self.flush()
         if not self.done and self.writer is None:
             self.write(self.schema.empty_table())
         self.close()
@@ -225,7 +250,6 @@ class Files:
 
 
 Mismatch = Callable[[Source], str]
-Observe = Optional[Callable[[pa.Table], None]]
 
 
 class _Widened(Exception):
@@ -274,12 +298,9 @@ def write(files: List[Source], folder: Path, known: Optional[pa.Schema],
     bytes failed their digest, the schema, and the statistics object (``stats()`` makes
     one, with ``add``, or None).
 
-    One pass when it can: each chunk is parsed once, its types inferred and unified with
-    the plan's and the chunks' before; while that schema does not widen, the chunk is
-    conformed to it (nulls filled, ints widened) and written. A chunk that widens it (a
-    field first seen, an int column that turns float) means the files written so far
-    have the wrong schema: they are dropped and the slow path runs (:func:`infer` over
-    everything, then :func:`convert` with that schema).
+    One pass when it can (the module docstring); a chunk that widens the schema (a field
+    first seen, an int column that turns float) means the files written so far have the
+    wrong schema: they are dropped and the two-pass path runs.
     """
     observer = stats()
     try:
@@ -307,7 +328,7 @@ def convert(files: List[Source], folder: Path, schema: Optional[pa.Schema],
     widens it (_Reparse: a column only the JSON text can convert).
     """
     fixed = schema is not None
-    groups = _RowGroups(Files(folder, schema), observe) if fixed else None
+    groups = Files(folder, schema, observe) if fixed else None
     bad: Dict[int, str] = {}
     for source in files:
         digest = hashlib.sha256()
@@ -322,7 +343,7 @@ def convert(files: List[Source], folder: Path, schema: Optional[pa.Schema],
             if not fixed:
                 if schema is None:
                     schema = ordered(wider, table.schema)
-                    groups = _RowGroups(Files(folder, schema), observe)
+                    groups = Files(folder, schema, observe)
                 elif not wider.equals(schema):
                     raise _Widened()
                 table = _conformed(table, schema)
@@ -334,37 +355,6 @@ def convert(files: List[Source], folder: Path, schema: Optional[pa.Schema],
         schema = known if known is not None else pa.schema([])
         return Files(folder, schema).finish(), bad, schema
     return groups.finish(), bad, schema
-
-
-class _RowGroups:
-    """Chunks' tables gathered into row groups of about ``CHUNK`` bytes of JSONL (small
-    shard files share one), each seen by ``observe`` and written."""
-
-    def __init__(self, out: Files, observe: Observe) -> None:
-        self.out, self.observe = out, observe
-        self.tables: List[pa.Table] = []
-        self.size = 0
-
-    def add(self, table: pa.Table, size: int) -> None:
-        """Hold ``table`` (parsed from ``size`` bytes); write once ``CHUNK`` are held."""
-        self.tables.append(table)
-        self.size += size
-        if self.size >= CHUNK:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write what is held as one row group (or more, past ``ROW_GROUP_ROWS``)."""
-        if self.tables:
-            table = pa.concat_tables(self.tables) if len(self.tables) > 1 else self.tables[0]
-            if self.observe is not None:
-                self.observe(table)
-            self.out.write(table)
-            self.tables, self.size = [], 0
-
-    def finish(self) -> List[Dict[str, Any]]:
-        """Write the rest; the files (``Files.finish``)."""
-        self.flush()
-        return self.out.finish()
 
 
 def observe_jsonl(path: Path, observe: Callable[[pa.Table], None]) -> Optional[str]:
