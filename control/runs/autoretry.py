@@ -8,10 +8,11 @@ jobs it just submitted, while anything can still change. When the run is over it
 nothing (or, when asked, the merge job; docs/retry.md "Automatic retries").
 
 Pure rules first (``decide``, ``story``, ``render_script``, ``sbatch_argv``), then the I/O
-edges (``load_pending``, ``record_pending``, ``run_round``). The record of the pending round
-job is ``<run>/auto/round.json`` (temp + fsync + rename); it is written under the retry lock
-(the existing one, no new lock), which keeps at most one round job per run: a round that
-finds a recorded job still queued or running submits no second one.
+edges (``load_pending``, ``record_pending``, ``submit_round``; the round itself:
+``autoround.run_round``). The record of the pending round job is ``<run>/auto/round.json``
+(temp + fsync + rename); it is written under the retry lock (``RetryLock``), which keeps
+at most one round job per run: a round that finds a recorded job still queued or running
+submits no second one.
 
 Where the round's Python comes from: the control plane's own interpreter
 (``sys.executable`` at submit time), which must be visible on the compute nodes (a shared
@@ -258,11 +259,10 @@ def round_now(layout: RunLayout, scheduler: Scheduler,
     if not pending or not _queued(scheduler, str(pending["job_id"])):
         return None
     shards = rows()
-    if pending.get("action") == MERGE:
-        return {"job_id": pending["job_id"], "round": pending.get("round"), "action": MERGE,
-                "story": "merging"}
-    return {"job_id": pending["job_id"], "round": pending.get("round"), "action": RETRY,
-            "story": story(shards, max_attempts(), True)}
+    merge = pending.get("action") == MERGE
+    return {"job_id": pending["job_id"], "round": pending.get("round"),
+            "action": MERGE if merge else RETRY,
+            "story": "merging" if merge else story(shards, max_attempts(), True)}
 
 
 def job_log(layout: RunLayout, number: int, action: str) -> Path:
@@ -279,9 +279,8 @@ def lost_note(layout: RunLayout, scheduler: Scheduler) -> Optional[str]:
     pending = load_pending(layout)
     if not pending or halted(layout) or _queued(scheduler, str(pending["job_id"])):
         return None
-    number = int(pending.get("round") or 0)
     merge = pending.get("action") == MERGE
-    log = job_log(layout, number, MERGE if merge else RETRY)
+    log = job_log(layout, int(pending.get("round") or 0), MERGE if merge else RETRY)
     return (f"the automatic {'merge' if merge else 'round'} job {visible(pending['job_id'])} "
             f"ended without finishing (its log: {log}): nothing more is submitted "
             f"automatically; `synthbatch {'merge' if merge else 'retry --auto'} "
