@@ -355,13 +355,12 @@ def _refuse(selection: Selection) -> None:
 def retry_reconciled(layout: RunLayout, profile: Profile, scheduler: Scheduler,
                      shards: Sequence[int] = (), resume: Optional[str] = None,
                      dry_run: bool = False, auto: bool = False,
-                     lock_wait_s: float = 60.0) -> Dict[str, object]:
+                     lock_wait_s: float = LOCK_WAIT_S) -> Dict[str, object]:
     """``api.retry``: reconcile first (the same refresh as ``status``; the scheduler's
     error when it did not answer, as the records alone cannot say which shards ended),
     then ``retry_run`` with status's verdicts; what was (``dry_run``: would be) submitted
     as plain data."""
     from synthbatch.control.runs.status.refresh import observe, unreachable
-    from synthbatch.control.runs.status.rows import ShardRow
 
     seen = observe(layout, scheduler)
     error = unreachable(seen)
