@@ -107,26 +107,25 @@ def sources(layout: RunLayout, found: List[WinnerRecord]
     out, bad = [], {}
     for winner in found:
         base = layout.attempt(winner.shard, winner.attempt).output
-        files = []
-        for entry in winner.files:
-            path = base / entry.path
-            try:
-                info = os.lstat(path)
-            except OSError as err:
-                bad[winner.shard] = f"{path}: {err.strerror}"
-                break
-            if not stat.S_ISREG(info.st_mode) or info.st_size != entry.bytes:
-                bad[winner.shard] = (f"{path}: not the {entry.bytes}-byte regular file its "
-                                     "winner names")
-                break
-            why = refusal(info)
-            if why:
-                bad[winner.shard] = f"{path}: {why}"
-                break
-            files.append(Source(winner.shard, path, entry.sha256, entry.bytes))
+        files = [Source(winner.shard, base / e.path, e.sha256, e.bytes) for e in winner.files]
+        why = next(filter(None, map(_unusable, files)), None)
+        if why:
+            bad[winner.shard] = why
         else:
             out.extend(files)
     return out, bad
+
+
+def _unusable(source: Source) -> Optional[str]:
+    """Why ``source`` is not the regular file of the size its winner names, or None."""
+    try:
+        info = os.lstat(source.path)
+    except OSError as err:
+        return f"{source.path}: {err.strerror}"
+    if not stat.S_ISREG(info.st_mode) or info.st_size != source.size:
+        return f"{source.path}: not the {source.size}-byte regular file its winner names"
+    why = refusal(info)
+    return f"{source.path}: {why}" if why else None
 
 
 def left_out(run_id: str, missing: List[int], bad: Dict[int, str]) -> str:
@@ -422,16 +421,13 @@ class _NoCopyRange(Exception):
 
 def _copy_jsonl(files: List[Source], out: BinaryIO, kernel: bool = True) -> Tuple[str, int]:
     """Copy every file in order (a file without a final newline gets one); return
-    ``files_sha256`` of the files and the output's size. Each chunk is hashed once,
-    against its file's digest, while the next is copied: files alternate between two
-    threads (hashlib releases the GIL), a file's chunks in order on its thread.
+    ``files_sha256`` of the files and the output's size (the module docstring). Each chunk
+    is hashed once, against its file's digest, while the next is copied: files alternate
+    between two threads (hashlib releases the GIL), a file's chunks in order on its thread.
 
-    ``kernel``: ``copy_file_range`` from each file to the output (no byte passes through
-    this process), and the bytes just written are hashed where they now are, in the output
-    file (``mmap`` of its page cache): a file that changes while it is copied fails its
-    digest; the output can hold nothing unverified. Otherwise each 1 MiB block is read
-    once into one of ``DEPTH`` buffers, written and hashed from there; a buffer is reused
-    only after the hash of its previous block is done.
+    ``kernel``: ``copy_file_range``, each chunk hashed in the output (``mmap`` of its page
+    cache). Otherwise each 1 MiB block is read into one of ``DEPTH`` buffers, written and
+    hashed from there; a buffer is reused only after the hash of its previous block.
     """
     fd, size, checks, blocks = out.fileno(), 0, [], 0
     inflight: List[Tuple[Optional[mmap.mmap], Future]] = []
