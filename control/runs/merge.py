@@ -94,12 +94,6 @@ def winners(layout: RunLayout, count: int
     return found, missing, bad
 
 
-def shard_list(indices: List[int], limit: int = 20) -> str:
-    """``1, 4, 7`` (at most ``limit`` shown, then ``and N more``)."""
-    shown = ", ".join(str(i) for i in indices[:limit])
-    return shown + (f" and {len(indices) - limit} more" if len(indices) > limit else "")
-
-
 def sources(layout: RunLayout, found: List[WinnerRecord]
             ) -> Tuple[List[Source], Dict[int, str]]:
     """Every file to read, in shard order, and the shards a file of which is not there as
@@ -130,7 +124,9 @@ def _unusable(source: Source) -> Optional[str]:
 
 def left_out(run_id: str, missing: List[int], bad: Dict[int, str]) -> str:
     """One line naming every shard a merge cannot include, and why."""
-    parts = [f"run {run_id}: shards without a winner: {shard_list(missing)}"] if missing else []
+    shown = ", ".join(str(i) for i in missing[:20])  # at most 20, then "and N more"
+    shown += f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+    parts = [f"run {run_id}: shards without a winner: {shown}"] if missing else []
     parts += [f"shard {index}: {bad[index]}" for index in sorted(bad)]
     return "; ".join(parts)
 
@@ -353,7 +349,14 @@ def _publish(target: Path, write: Callable[[Any], Any], folder: bool = False) ->
             os.mkdir(temp, 0o700)
             result = write(temp)
             fsync_dir(temp)
-            _swap_folder(temp, target)
+            old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
+            if target.exists() or target.is_symlink():
+                if target.is_symlink() or not target.is_dir():
+                    raise InvalidInput(f"--output {target}: a parquet merge writes a folder; "
+                                       "this is a file")
+                os.rename(target, old)  # moved aside; removed once the new one is in place
+            os.rename(temp, target)
+            shutil.rmtree(old, ignore_errors=True)
         else:
             with open(temp, "xb+") as handle:  # readable too: the jsonl copy hashes its output
                 result = write(handle)
@@ -368,19 +371,6 @@ def _publish(target: Path, write: Callable[[Any], Any], folder: bool = False) ->
         raise
     fsync_dir(target.parent)
     return result
-
-
-def _swap_folder(temp: Path, target: Path) -> None:
-    """Rename the folder ``temp`` to ``target``, moving an earlier folder there aside."""
-    if not (target.exists() or target.is_symlink()):
-        os.rename(temp, target)
-        return
-    if target.is_symlink() or not target.is_dir():
-        raise InvalidInput(f"--output {target}: a parquet merge writes a folder; this is a file")
-    old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
-    os.rename(target, old)
-    os.rename(temp, target)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 class Mismatches(Conflict):

@@ -98,11 +98,6 @@ def locate(chunk: bytes, path: str, want: Optional[str]) -> Tuple[Optional[int],
     return None, "?"
 
 
-def _where(source: Source, index: Optional[int]) -> str:
-    record = f"record {index}" if index is not None else "a record"
-    return f"shard {source.shard}: {source.path}: {record}"
-
-
 def _refuse(source: Source, chunk: bytes, err: Exception) -> Conflict:
     """The one-line refusal of a chunk that cannot be converted, naming shard, record and
     field."""
@@ -117,7 +112,9 @@ def _refuse(source: Source, chunk: bytes, err: Exception) -> Conflict:
         index, _ = locate(chunk, path, None) if path else (None, "")
         text = f"field {path}: {str(err).splitlines()[0]}" if path else \
             str(err).splitlines()[0]
-    return Conflict(f"{_where(source, index)}: cannot be converted to parquet: {text}",
+    record = f"record {index}" if index is not None else "a record"
+    return Conflict(f"shard {source.shard}: {source.path}: {record}: cannot be converted to "
+                    f"parquet: {text}",
                     hint="make the field's type the same in every record, or merge as "
                          "jsonl")
 

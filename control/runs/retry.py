@@ -218,15 +218,11 @@ def _decide(layout: RunLayout, plan: Plan, shard: int, named: bool, policy: str,
                                       "attempts used")
         return
     if number >= plan.max_attempts:  # a manual retry may go past it, but says so
-        selection.over_limit[shard] = past_limit(shard, number + 1, plan.max_attempts)
+        selection.over_limit[shard] = (f"shard {shard}: attempt {number + 1} goes past "
+                                       f"max_attempts = {plan.max_attempts} (a manual retry "
+                                       "is not bounded by it)")
     source, kept = resume_source(layout, plan, shard, numbers, policy)
     selection.choices.append(Choice(shard, number + 1, number, source, kept))
-
-
-def past_limit(shard: int, attempt: int, max_attempts: int) -> str:
-    """The one wording of a manual retry that goes past the run's ``max_attempts``."""
-    return (f"shard {shard}: attempt {attempt} goes past max_attempts = {max_attempts} "
-            "(a manual retry is not bounded by it)")
 
 
 def select(layout: RunLayout, plan: Plan, shards: Sequence[int] = (), policy: str = "auto",
