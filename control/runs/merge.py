@@ -161,7 +161,7 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
     while True:  # a shard whose content fails its digest is left out, and the rest redone
         try:
             if parquet is None:
-                digest, size = _publish(target, functools.partial(_write_jsonl, files))
+                digest, size = _publish(target, functools.partial(_copy_jsonl, files))
             else:
                 from synthbatch.control.runs.colstats import ColumnStats
 
@@ -391,24 +391,6 @@ COPY_DEPTH = 3  # copied chunks in flight while their bytes are hashed
 NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF)
 
 
-def _write_jsonl(files: List[Source], out: BinaryIO) -> Tuple[str, int]:
-    """Copy every file in order (a file without a final newline gets one); return the
-    output's sha256 and size: in the kernel where it can, else through buffers
-    (``_copy_jsonl``)."""
-    out.flush()
-    start = out.tell()
-    try:
-        return _copy_jsonl(files, out)
-    except _NoCopyRange:
-        os.ftruncate(out.fileno(), start)  # the first call failed: nothing was written
-        os.lseek(out.fileno(), start, os.SEEK_SET)
-        return _copy_jsonl(files, out, kernel=False)
-
-
-class _NoCopyRange(Exception):
-    """copy_file_range does not work between these files (another filesystem, NFS < 4.2)."""
-
-
 def _copy_jsonl(files: List[Source], out: BinaryIO, kernel: bool = True) -> Tuple[str, int]:
     """Copy every file in order (a file without a final newline gets one); return
     ``files_sha256`` of the files and the output's size (the module docstring). Each chunk
@@ -416,13 +398,14 @@ def _copy_jsonl(files: List[Source], out: BinaryIO, kernel: bool = True) -> Tupl
     between two threads (hashlib releases the GIL), a file's chunks in order on its thread.
 
     ``kernel``: ``copy_file_range``, each chunk hashed in the output (``mmap`` of its page
-    cache). Otherwise each 1 MiB block is read into one of ``DEPTH`` buffers, written and
-    hashed from there; a buffer is reused only after the hash of its previous block.
+    cache); when its first call fails as the kernel cannot copy between these files
+    (another filesystem, NFS < 4.2), nothing was written and the copy goes on through
+    buffers: each 1 MiB block read into one of ``DEPTH`` buffers, written and hashed from
+    there; a buffer is reused only after the hash of its previous block.
     """
     fd, size, checks, blocks = out.fileno(), 0, [], 0
     inflight: List[Tuple[Optional[mmap.mmap], Future]] = []
-    slots = [] if kernel else [bytearray(CHUNK) for _ in range(DEPTH)]
-    write = functools.partial(os.write, fd) if kernel else out.write
+    slots: List[bytearray] = []
 
     def settle(limit: int) -> None:
         while len(inflight) > limit:
@@ -441,7 +424,13 @@ def _copy_jsonl(files: List[Source], out: BinaryIO, kernel: bool = True) -> Tupl
                     while True:
                         mapped: Optional[mmap.mmap] = None
                         if kernel:
-                            n = _copy_range(handle.fileno(), fd, first=not size)
+                            try:
+                                n = os.copy_file_range(handle.fileno(), fd, COPY_CHUNK)
+                            except OSError as err:
+                                if size or err.errno not in NO_COPY_RANGE:
+                                    raise
+                                kernel = False  # nothing copied yet: through buffers
+                                continue
                             if not n:
                                 break
                             base = size - size % mmap.ALLOCATIONGRANULARITY
@@ -451,34 +440,27 @@ def _copy_jsonl(files: List[Source], out: BinaryIO, kernel: bool = True) -> Tupl
                             settle(COPY_DEPTH - 1)
                         else:
                             settle(DEPTH - 1)  # the oldest in flight used this buffer
+                            slots = slots or [bytearray(CHUNK) for _ in range(DEPTH)]
                             slot = slots[blocks % DEPTH]
                             n = handle.readinto(slot)
                             if not n:
                                 break
                             view = memoryview(slot)[:n]
-                            write(view)
+                            out.write(view)
                             blocks += 1
                         last = view[-1]
                         inflight.append((mapped, pool.submit(_hash, digest, view)))
                         read, size = read + n, size + n
                 checks.append((source, pool.submit(digest.hexdigest), read))
                 if last != 10:
-                    write(b"\n")
+                    if kernel:
+                        os.write(fd, b"\n")
+                    else:
+                        out.write(b"\n")
                     size += 1
         finally:
             settle(0)
         return _verdict(checks), size
-
-
-def _copy_range(source: int, fd: int, first: bool) -> int:
-    """One ``copy_file_range`` call; _NoCopyRange when the first one of a merge fails as
-    the kernel cannot copy between these files."""
-    try:
-        return os.copy_file_range(source, fd, COPY_CHUNK)
-    except OSError as err:
-        if first and err.errno in NO_COPY_RANGE:
-            raise _NoCopyRange() from err
-        raise
 
 
 def _verdict(checks: List[Tuple[Source, Future, int]]) -> str:
