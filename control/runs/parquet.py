@@ -20,7 +20,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
 import pyarrow as pa
 import pyarrow.json as pa_json
@@ -29,13 +29,19 @@ import pyarrow.parquet as pq
 from synthbatch.control.errors import Conflict
 from synthbatch.control.runs.dataschema import SchemaConflict, describe, ordered, unify_schemas
 
-if TYPE_CHECKING:
-    from synthbatch.control.runs.merge import Source  # one winner file
-
 CHUNK = 16 << 20  # bytes of JSONL parsed at once; also about one row group's input
 ROW_GROUP_ROWS = 100_000
 FILE_BYTES = 256 << 20  # a new file once this many bytes of Parquet are written
 READ = pa_json.ReadOptions(block_size=4 << 20)
+
+
+class Source(Protocol):
+    """What the writer needs of one winner file (``merge.Source``)."""
+
+    shard: int
+    path: Path
+    sha256: str
+    size: int
 
 
 def chunks(path: Path, digest: Optional[Any] = None) -> Iterator[bytes]:
@@ -240,7 +246,7 @@ class Files:
         return self.done
 
 
-Mismatch = Callable[["Source"], str]
+Mismatch = Callable[[Source], str]
 
 
 class _Widened(Exception):
