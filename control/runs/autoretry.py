@@ -8,10 +8,11 @@ jobs it just submitted, while anything can still change. When the run is over it
 nothing (or, when asked, the merge job; docs/retry.md "Automatic retries").
 
 Pure rules first (``decide``, ``story``, ``render_script``, ``sbatch_argv``), then the I/O
-edges (``load_pending``, ``record_pending``, ``run_round``). The record of the pending round
-job is ``<run>/auto/round.json`` (temp + fsync + rename); it is written under the retry lock
-(the existing one, no new lock), which keeps at most one round job per run: a round that
-finds a recorded job still queued or running submits no second one.
+edges (``load_pending``, ``record_pending``, ``submit_round``; the round itself:
+``autoround.run_round``). The record of the pending round job is ``<run>/auto/round.json``
+(temp + fsync + rename); it is written under the retry lock (``RetryLock``), which keeps
+at most one round job per run: a round that finds a recorded job still queued or running
+submits no second one.
 
 Where the round's Python comes from: the control plane's own interpreter
 (``sys.executable`` at submit time), which must be visible on the compute nodes (a shared
@@ -20,24 +21,29 @@ filesystem); ``python_visible`` is the plan-time check of that.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import socket
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from synthbatch.agent_stdlib.layout import RunLayout
 from synthbatch.agent_stdlib.statefile import (
     StateError,
     ensure_dir,
+    locked,
+    read_bytes,
     read_json,
     read_json_or_none,
     write_bytes_atomic,
     write_json_atomic,
 )
 from synthbatch.agent_stdlib.text import visible
+from synthbatch.control.errors import Conflict
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.rows import ShardRow
 
@@ -52,6 +58,7 @@ IDLE_BEGIN = "now+60"  # a successor with no shard job to wait for starts no soo
 MERGE_TIME = "02:00:00"  # the merge job: a copy of the run's winners (docs/retry.md)
 RETRY, MERGE = "retry", "merge"  # what the pending automatic job will do
 RETRYABLE = norm.FAILING  # cancelled shards were a person's decision
+LOCK_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,25 @@ def python_visible(python: str, shared: Callable[[Path], bool]) -> Optional[str]
 # ----------------------------------------------------------------------------- I/O edges
 
 
+@contextlib.contextmanager
+def RetryLock(layout: RunLayout, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """The run's retry lock: ``flock`` on ``<run>/retry.lock`` (``statefile.locked``), held
+    by everything that selects shards to run again (retry, the automatic rounds) and by
+    cancel while it reads the shards, so that they converge on one outcome. Waited for at
+    most ``wait_s`` (0: try once); Conflict naming its holder when not had."""
+    path = layout.retry_lock
+    with locked(path, wait_s) as fd:
+        if fd is None:
+            holder = (read_bytes(path) or b"").decode("utf-8", "replace").strip()
+            raise Conflict(f"{path}: another retry of this run is in progress "
+                           f"({holder or 'holder unknown'})",
+                           hint="wait for it, then run status")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
+        yield  # closing the descriptor at the end releases the flock
+
+
 def load_pending(layout: RunLayout) -> Optional[Dict[str, object]]:
     """The recorded round job (``job_id``, ``round``, ``after``), or None (damage: None)."""
     data = read_json_or_none(layout.round_json)
@@ -233,11 +259,10 @@ def round_now(layout: RunLayout, scheduler: Scheduler,
     if not pending or not _queued(scheduler, str(pending["job_id"])):
         return None
     shards = rows()
-    if pending.get("action") == MERGE:
-        return {"job_id": pending["job_id"], "round": pending.get("round"), "action": MERGE,
-                "story": "merging"}
-    return {"job_id": pending["job_id"], "round": pending.get("round"), "action": RETRY,
-            "story": story(shards, max_attempts(), True)}
+    merge = pending.get("action") == MERGE
+    return {"job_id": pending["job_id"], "round": pending.get("round"),
+            "action": MERGE if merge else RETRY,
+            "story": "merging" if merge else story(shards, max_attempts(), True)}
 
 
 def job_log(layout: RunLayout, number: int, action: str) -> Path:
@@ -254,9 +279,8 @@ def lost_note(layout: RunLayout, scheduler: Scheduler) -> Optional[str]:
     pending = load_pending(layout)
     if not pending or halted(layout) or _queued(scheduler, str(pending["job_id"])):
         return None
-    number = int(pending.get("round") or 0)
     merge = pending.get("action") == MERGE
-    log = job_log(layout, number, MERGE if merge else RETRY)
+    log = job_log(layout, int(pending.get("round") or 0), MERGE if merge else RETRY)
     return (f"the automatic {'merge' if merge else 'round'} job {visible(pending['job_id'])} "
             f"ended without finishing (its log: {log}): nothing more is submitted "
             f"automatically; `synthbatch {'merge' if merge else 'retry --auto'} "

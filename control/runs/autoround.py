@@ -14,6 +14,7 @@ from synthbatch.control.runs.autoretry import (
     IDLE_BEGIN,
     MERGE,
     Decision,
+    RetryLock,
     clear_pending,
     decide,
     halted,
@@ -22,7 +23,6 @@ from synthbatch.control.runs.autoretry import (
     submit_round,
 )
 from synthbatch.control.runs.retry import retry_run
-from synthbatch.control.runs.retrylock import RetryLock
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.refresh import observe
 from synthbatch.control.runs.status.rows import ShardRow

@@ -33,7 +33,6 @@ from synthbatch.control.errors import (
     SchedulerUncertain,
 )
 from synthbatch.control.runs import autoretry
-from synthbatch.control.runs.retrylock import RetryLock
 from synthbatch.control.runs.status import index as settled
 from synthbatch.control.runs.status.ledger import carried_out, pending_cancels, record_cancel
 from synthbatch.control.runs.status.records import ShardView, load_plan_view, shard_scanner
@@ -84,11 +83,10 @@ def _settle(layout: RunLayout, run_id: str, view: ShardView, reason: str) -> Non
 
     attempt = view.attempt
     assert attempt is not None
-    try:
+    # a failure is shown as it is; the record names the problem on the next read
+    with contextlib.suppress(StateError, OSError):
         mark_ended(layout, view.index, attempt.number, states.CANCELLED, reason, run_id,
                    attempt)
-    except (StateError, OSError):
-        pass  # shown as it is; the record names the problem on the next read
 
 
 def _ended(scheduler: Scheduler, name: str, job_ids: Set[str],
@@ -150,18 +148,15 @@ def _rounds_stopped(layout: RunLayout, whole: bool) -> Iterator[None]:
     if whole:
         autoretry.halt(layout, f"the run was cancelled ({BY_CANCEL})")
     with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(RetryLock(layout))
-        except Conflict:
-            pass
+        with contextlib.suppress(Conflict):
+            stack.enter_context(autoretry.RetryLock(layout))
         yield
 
 
 def _carried(record: Path) -> None:
-    try:
+    # left pending on failure: the next status scancels the same ids again, which is harmless
+    with contextlib.suppress(StateError, OSError):
         carried_out(record)
-    except (StateError, OSError):
-        pass  # left pending: the next status scancels the same ids again, which is harmless
 
 
 def carry_out_pending(layout: RunLayout, scheduler: Scheduler) -> List[str]:

@@ -48,8 +48,7 @@ def feature(kind: pa.DataType) -> Dict[str, Any]:
         if set(inner) == {"dtype"}:
             return {"list": inner["dtype"]}
         return {"list": inner["struct"] if set(inner) == {"struct"} else inner}
-    names = {"double": "float64", "float": "float32", "bool": "bool", "null": "null",
-             "large_string": "large_string"}
+    names = {"double": "float64", "float": "float32"}  # the others: Arrow's own name
     return {"dtype": names.get(str(kind), str(kind))}
 
 

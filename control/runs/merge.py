@@ -58,11 +58,8 @@ from synthbatch.control.runs.status.records import load_plan_view
 from synthbatch.control.runs.store import load_plan
 
 CHUNK = 1 << 20
-MANIFEST_VERSION = 2  # 2: a jsonl merge names its files' digest (files_sha256), not its own
-# What the manifest's digest of the output is: for jsonl, ``files_sha256`` (each byte of a
-# merge is hashed once, against its winner's digest; the output is those files in order,
-# see ``files_sha256``); parquet is converted, so the output's own sha256.
-DIGEST_FIELD = {"jsonl": "files_sha256", "parquet": "files_sha256"}
+# 2: the manifest names the digest of the output's files (``files_sha256``), not its own
+MANIFEST_VERSION = 2
 DEPTH = 4  # read buffers in flight while their blocks are hashed
 FORMATS = ("jsonl", "parquet")
 PARTIAL_HINT = ("wait, retry them (synthbatch retry), or pass --allow-partial to merge the "
@@ -97,12 +94,6 @@ def winners(layout: RunLayout, count: int
     return found, missing, bad
 
 
-def shard_list(indices: List[int], limit: int = 20) -> str:
-    """``1, 4, 7`` (at most ``limit`` shown, then ``and N more``)."""
-    shown = ", ".join(str(i) for i in indices[:limit])
-    return shown + (f" and {len(indices) - limit} more" if len(indices) > limit else "")
-
-
 def sources(layout: RunLayout, found: List[WinnerRecord]
             ) -> Tuple[List[Source], Dict[int, str]]:
     """Every file to read, in shard order, and the shards a file of which is not there as
@@ -110,31 +101,32 @@ def sources(layout: RunLayout, found: List[WinnerRecord]
     out, bad = [], {}
     for winner in found:
         base = layout.attempt(winner.shard, winner.attempt).output
-        files = []
-        for entry in winner.files:
-            path = base / entry.path
-            try:
-                info = os.lstat(path)
-            except OSError as err:
-                bad[winner.shard] = f"{path}: {err.strerror}"
-                break
-            if not stat.S_ISREG(info.st_mode) or info.st_size != entry.bytes:
-                bad[winner.shard] = (f"{path}: not the {entry.bytes}-byte regular file its "
-                                     "winner names")
-                break
-            why = refusal(info)
-            if why:
-                bad[winner.shard] = f"{path}: {why}"
-                break
-            files.append(Source(winner.shard, path, entry.sha256, entry.bytes))
+        files = [Source(winner.shard, base / e.path, e.sha256, e.bytes) for e in winner.files]
+        why = next(filter(None, map(_unusable, files)), None)
+        if why:
+            bad[winner.shard] = why
         else:
             out.extend(files)
     return out, bad
 
 
+def _unusable(source: Source) -> Optional[str]:
+    """Why ``source`` is not the regular file of the size its winner names, or None."""
+    try:
+        info = os.lstat(source.path)
+    except OSError as err:
+        return f"{source.path}: {err.strerror}"
+    if not stat.S_ISREG(info.st_mode) or info.st_size != source.size:
+        return f"{source.path}: not the {source.size}-byte regular file its winner names"
+    why = refusal(info)
+    return f"{source.path}: {why}" if why else None
+
+
 def left_out(run_id: str, missing: List[int], bad: Dict[int, str]) -> str:
     """One line naming every shard a merge cannot include, and why."""
-    parts = [f"run {run_id}: shards without a winner: {shard_list(missing)}"] if missing else []
+    shown = ", ".join(str(i) for i in missing[:20])  # at most 20, then "and N more"
+    shown += f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+    parts = [f"run {run_id}: shards without a winner: {shown}"] if missing else []
     parts += [f"shard {index}: {bad[index]}" for index in sorted(bad)]
     return "; ".join(parts)
 
@@ -169,14 +161,14 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
     while True:  # a shard whose content fails its digest is left out, and the rest redone
         try:
             if parquet is None:
-                digest, size = _publish(target, functools.partial(_write_jsonl, files))
+                digest, size = _publish(target, functools.partial(_copy_jsonl, files))
             else:
                 from synthbatch.control.runs.colstats import ColumnStats
 
-                digest, size, (parts, schema, observed) = _publish_folder(
+                digest, size, (parts, schema, observed) = _publish(
                     target, functools.partial(
                         _write_parquet, parquet, files, known,
-                        lambda: ColumnStats(judges) if stats else None))
+                        lambda: ColumnStats(judges) if stats else None), folder=True)
             break
         except Mismatches as err:
             bad.update(err.shards)
@@ -191,7 +183,7 @@ def merge_run(layout: RunLayout, output: Optional[Path], allow_partial: bool,
         "plan_sha256": hashlib.sha256(plan_bytes).hexdigest(),
         "format": fmt,
         "output": str(target),
-        DIGEST_FIELD[fmt]: digest,
+        "files_sha256": digest,
         "bytes": size,
         "records": sum(w.records for w in found),
         "dropped": sum(w.dropped for w in found),  # given up on by the client (on_error)
@@ -246,16 +238,20 @@ def dropped_files(layout: RunLayout, found: List[WinnerRecord]) -> List[Dict[str
     "path"}`` per ``output/.dropped-*.jsonl`` of its winning attempt."""
     out = []
     for winner in found:
-        if not winner.dropped:
-            continue
-        base = layout.attempt(winner.shard, winner.attempt).output
-        try:
-            names = sorted(n for n in os.listdir(base) if DROPPED.fullmatch(n))
-        except OSError:
-            names = []
-        out.append({"shard": winner.shard, "records": winner.dropped,
-                    "path": [str(base / n) for n in names]})
+        if winner.dropped:
+            base = layout.attempt(winner.shard, winner.attempt).output
+            out.append({"shard": winner.shard, "records": winner.dropped,
+                        "path": [str(base / n) for n in _named(base, DROPPED)]})
     return out
+
+
+def _named(folder: Path, pattern: Any) -> List[str]:
+    """The names in ``folder`` that ``pattern`` matches in full, sorted ([] when it cannot
+    be listed)."""
+    try:
+        return sorted(n for n in os.listdir(folder) if pattern.fullmatch(n))
+    except OSError:
+        return []
 
 
 def _write_card(layout: RunLayout, manifest: Dict[str, Any], target: Path, schema: Any,
@@ -294,11 +290,7 @@ def dd_profiles(layout: RunLayout, manifest: Dict[str, Any]) -> Dict[int, Any]:
     found: Dict[int, Any] = {}
     for entry in manifest["shards"]:
         base = layout.attempt(entry["shard"], entry["attempt"]).output
-        try:
-            names = sorted(n for n in os.listdir(base) if DD_PROFILE.fullmatch(n))
-        except OSError:
-            continue
-        for name in names[:1]:
+        for name in _named(base, DD_PROFILE)[:1]:
             try:
                 found[entry["shard"]] = read_json(base / name)
             except (StateError, OSError, ValueError) as err:
@@ -347,20 +339,38 @@ def verify_jsonl(output: Path, manifest: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _publish(target: Path, write: Callable[[BinaryIO], Tuple[str, int]]) -> Tuple[str, int]:
-    """Run ``write`` into a private temp file beside ``target``, fsync, rename onto it."""
+def _publish(target: Path, write: Callable[[Any], Any], folder: bool = False) -> Any:
+    """Run ``write`` into a private temp file beside ``target``, fsync, rename onto it;
+    ``folder``: a temp folder, put in ``target``'s place (an earlier folder there is moved
+    aside first, then removed). ``write``'s result."""
     temp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
     try:
-        with open(temp, "xb+") as handle:  # readable too: the jsonl copy hashes its output
-            digest, size = write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
+        if folder:
+            os.mkdir(temp, 0o700)
+            result = write(temp)
+            fsync_dir(temp)
+            old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
+            if target.exists() or target.is_symlink():
+                if target.is_symlink() or not target.is_dir():
+                    raise InvalidInput(f"--output {target}: a parquet merge writes a folder; "
+                                       "this is a file")
+                os.rename(target, old)  # moved aside; removed once the new one is in place
+            os.rename(temp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            with open(temp, "xb+") as handle:  # readable too: the jsonl copy hashes its output
+                result = write(handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, target)
     except BaseException:
-        temp.unlink(missing_ok=True)
+        if folder:
+            shutil.rmtree(temp, ignore_errors=True)
+        else:
+            temp.unlink(missing_ok=True)
         raise
     fsync_dir(target.parent)
-    return digest, size
+    return result
 
 
 class Mismatches(Conflict):
@@ -381,44 +391,28 @@ COPY_DEPTH = 3  # copied chunks in flight while their bytes are hashed
 NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF)
 
 
-def _write_jsonl(files: List[Source], out: BinaryIO) -> Tuple[str, int]:
-    """Copy every file in order (a file without a final newline gets one); return the
-    output's sha256 and size: in the kernel where it can (``_copy_jsonl``), else through
-    buffers (``_stream_jsonl``)."""
-    out.flush()
-    start = out.tell()
-    try:
-        return _copy_jsonl(files, out.fileno())
-    except _NoCopyRange:
-        os.ftruncate(out.fileno(), start)  # the first call failed: nothing was written
-        os.lseek(out.fileno(), start, os.SEEK_SET)
-        return _stream_jsonl(files, out)
+def _copy_jsonl(files: List[Source], out: BinaryIO, kernel: bool = True) -> Tuple[str, int]:
+    """Copy every file in order (a file without a final newline gets one); return
+    ``files_sha256`` of the files and the output's size (the module docstring). Each chunk
+    is hashed once, against its file's digest, while the next is copied: files alternate
+    between two threads (hashlib releases the GIL), a file's chunks in order on its thread.
 
-
-class _NoCopyRange(Exception):
-    """copy_file_range does not work between these files (another filesystem, NFS < 4.2)."""
-
-
-def _copy_jsonl(files: List[Source], fd: int) -> Tuple[str, int]:
-    """The copy in the kernel: ``copy_file_range`` from each file to the output (no byte
-    passes through this process), then the bytes just written are hashed once, against
-    their file's digest, where they now are, in the output file (``mmap`` of its page
-    cache), while the next chunk is copied: files alternate between two threads
-    (hashlib releases the GIL), a file's chunks in order on its thread.
-
-    So the bytes hashed are the output's own bytes: a file that changes while it is
-    copied fails its digest, exactly as before; the output can hold nothing unverified.
-    Returns ``files_sha256`` of the files and the output's size.
+    ``kernel``: ``copy_file_range``, each chunk hashed in the output (``mmap`` of its page
+    cache); when its first call fails as the kernel cannot copy between these files
+    (another filesystem, NFS < 4.2), nothing was written and the copy goes on through
+    buffers: each 1 MiB block read into one of ``DEPTH`` buffers, written and hashed from
+    there; a buffer is reused only after the hash of its previous block.
     """
-    size, checks = 0, []
-    inflight: List[Tuple[mmap.mmap, Future]] = []
-    copied_any = False
+    fd, size, checks, blocks = out.fileno(), 0, [], 0
+    inflight: List[Tuple[Optional[mmap.mmap], Future]] = []
+    slots: List[bytearray] = []
 
     def settle(limit: int) -> None:
         while len(inflight) > limit:
             mapped, future = inflight.pop(0)
             wait([future])
-            mapped.close()
+            if mapped is not None:
+                mapped.close()
             future.result()
 
     with ThreadPoolExecutor(1) as even, ThreadPoolExecutor(1) as odd:
@@ -428,26 +422,41 @@ def _copy_jsonl(files: List[Source], fd: int) -> Tuple[str, int]:
                 pool = odd if number % 2 else even
                 with open(source.path, "rb") as handle:
                     while True:
-                        try:
-                            n = os.copy_file_range(handle.fileno(), fd, COPY_CHUNK)
-                        except OSError as err:
-                            if not copied_any and err.errno in NO_COPY_RANGE:
-                                raise _NoCopyRange() from err
-                            raise
-                        if not n:
-                            break
-                        copied_any = True
-                        base = size - size % mmap.ALLOCATIONGRANULARITY
-                        mapped = mmap.mmap(fd, size + n - base, offset=base,
-                                           access=mmap.ACCESS_READ)
-                        last = mapped[size + n - base - 1]
-                        settle(COPY_DEPTH - 1)
-                        inflight.append((mapped, pool.submit(
-                            _hash, digest, memoryview(mapped)[size - base:])))
+                        mapped: Optional[mmap.mmap] = None
+                        if kernel:
+                            try:
+                                n = os.copy_file_range(handle.fileno(), fd, COPY_CHUNK)
+                            except OSError as err:
+                                if size or err.errno not in NO_COPY_RANGE:
+                                    raise
+                                kernel = False  # nothing copied yet: through buffers
+                                continue
+                            if not n:
+                                break
+                            base = size - size % mmap.ALLOCATIONGRANULARITY
+                            mapped = mmap.mmap(fd, size + n - base, offset=base,
+                                               access=mmap.ACCESS_READ)
+                            view = memoryview(mapped)[size - base:]
+                            settle(COPY_DEPTH - 1)
+                        else:
+                            settle(DEPTH - 1)  # the oldest in flight used this buffer
+                            slots = slots or [bytearray(CHUNK) for _ in range(DEPTH)]
+                            slot = slots[blocks % DEPTH]
+                            n = handle.readinto(slot)
+                            if not n:
+                                break
+                            view = memoryview(slot)[:n]
+                            out.write(view)
+                            blocks += 1
+                        last = view[-1]
+                        inflight.append((mapped, pool.submit(_hash, digest, view)))
                         read, size = read + n, size + n
                 checks.append((source, pool.submit(digest.hexdigest), read))
                 if last != 10:
-                    os.write(fd, b"\n")
+                    if kernel:
+                        os.write(fd, b"\n")
+                    else:
+                        out.write(b"\n")
                     size += 1
         finally:
             settle(0)
@@ -464,47 +473,12 @@ def _verdict(checks: List[Tuple[Source, Future, int]]) -> str:
 
 
 def _hash(digest: Any, view: memoryview) -> None:
-    """Hash ``view`` (a view of a mapped chunk, one per thread) and let go of it: the map
-    can only be closed once no view of it is left."""
+    """Hash ``view`` (a view of a mapped chunk or a buffer, one per thread) and let go of
+    it: a map can only be closed once no view of it is left."""
     try:
         digest.update(view)
     finally:
         view.release()
-
-
-def _stream_jsonl(files: List[Source], out: BinaryIO) -> Tuple[str, int]:
-    """Copy every file in order (a file without a final newline gets one); return
-    ``files_sha256`` of the files and the output's size.
-
-    Each 1 MiB block is read once into one of ``DEPTH`` buffers and written from there;
-    a single-thread pool hashes it against its file's digest, in order, while the next
-    block is read (hashlib releases the GIL), so hashing overlaps I/O. A buffer is reused
-    only after the hash of its previous block is done.
-    """
-    slots = [bytearray(CHUNK) for _ in range(DEPTH)]
-    busy: List[Optional[Future]] = [None] * DEPTH
-    size, slot = 0, 0
-    checks: List[Tuple[Source, Future, int]] = []
-    with ThreadPoolExecutor(1) as per_file:
-        for source in files:
-            digest, read, last = hashlib.sha256(), 0, 10
-            with open(source.path, "rb") as handle:
-                while True:
-                    if busy[slot] is not None:
-                        busy[slot].result()
-                    n = handle.readinto(slots[slot])
-                    if not n:
-                        break
-                    view = memoryview(slots[slot])[:n]
-                    out.write(view)
-                    busy[slot] = per_file.submit(digest.update, view)
-                    read, size, last = read + n, size + n, view[-1]
-                    slot = (slot + 1) % DEPTH
-            checks.append((source, per_file.submit(digest.hexdigest), read))
-            if last != 10:
-                out.write(b"\n")
-                size += 1
-        return _verdict(checks), size
 
 
 def _parquet() -> Any:
@@ -520,29 +494,3 @@ def _parquet() -> Any:
                                             "environment (a dependency of synthbatch), or "
                                             "merge as jsonl") from err
     return parquet
-
-
-def _publish_folder(target: Path, write: Callable[[Path], Tuple[str, int, Any]]
-                    ) -> Tuple[str, int, Any]:
-    """Run ``write`` into a private temp folder beside ``target``, then put it in
-    ``target``'s place (an earlier folder there is moved aside first, then removed)."""
-    temp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
-    os.mkdir(temp, 0o700)
-    try:
-        result = write(temp)
-        fsync_dir(temp)
-        if target.exists() or target.is_symlink():
-            if target.is_symlink() or not target.is_dir():
-                raise InvalidInput(f"--output {target}: a parquet merge writes a folder; "
-                                   "this is a file")
-            old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
-            os.rename(target, old)
-            os.rename(temp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(temp, target)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
-    fsync_dir(target.parent)
-    return result

@@ -104,11 +104,6 @@ def locate(chunk: bytes, path: str, want: Optional[str]) -> Tuple[Optional[int],
     return None, "?"
 
 
-def _where(source: Source, index: Optional[int]) -> str:
-    record = f"record {index}" if index is not None else "a record"
-    return f"shard {source.shard}: {source.path}: {record}"
-
-
 def _refuse(source: Source, chunk: bytes, err: Exception) -> Conflict:
     """The one-line refusal of a chunk that cannot be converted, naming shard, record and
     field."""
@@ -123,7 +118,9 @@ def _refuse(source: Source, chunk: bytes, err: Exception) -> Conflict:
         index, _ = locate(chunk, path, None) if path else (None, "")
         text = f"field {path}: {str(err).splitlines()[0]}" if path else \
             str(err).splitlines()[0]
-    return Conflict(f"{_where(source, index)}: cannot be converted to parquet: {text}",
+    record = f"record {index}" if index is not None else "a record"
+    return Conflict(f"shard {source.shard}: {source.path}: {record}: cannot be converted to "
+                    f"parquet: {text}",
                     hint="make the field's type the same in every record, or merge as "
                          "jsonl")
 
@@ -153,6 +150,9 @@ def infer(files: List[Source], known: Optional[pa.Schema]) -> pa.Schema:
     return ordered(schema, first)
 
 
+Observe = Optional[Callable[[pa.Table], None]]
+
+
 class _Hashed:
     """A file wrapper hashing and counting what pyarrow writes through it."""
 
@@ -177,15 +177,35 @@ class _Hashed:
 
 
 class Files:
-    """The output folder's Parquet files, opened one after the other."""
+    """The output folder's Parquet files, opened one after the other; chunks' tables are
+    gathered into row groups of about ``CHUNK`` bytes of JSONL (small shard files share
+    one), each seen by ``observe`` and written."""
 
-    def __init__(self, folder: Path, schema: pa.Schema) -> None:
-        self.folder, self.schema = folder, schema
+    def __init__(self, folder: Path, schema: pa.Schema, observe: Observe = None) -> None:
+        self.folder, self.schema, self.observe = folder, schema, observe
         self.done: List[Dict[str, Any]] = []
         self.writer: Optional[pq.ParquetWriter] = None
         self.out: Optional[_Hashed] = None
         self.handle: Any = None
         self.rows = 0
+        self.tables: List[pa.Table] = []
+        self.size = 0
+
+    def add(self, table: pa.Table, size: int) -> None:
+        """Hold ``table`` (parsed from ``size`` bytes); write once ``CHUNK`` are held."""
+        self.tables.append(table)
+        self.size += size
+        if self.size >= CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is held as one row group (or more, past ``ROW_GROUP_ROWS``)."""
+        if self.tables:
+            table = pa.concat_tables(self.tables) if len(self.tables) > 1 else self.tables[0]
+            if self.observe is not None:
+                self.observe(table)
+            self.write(table)
+            self.tables, self.size = [], 0
 
     def write(self, table: pa.Table) -> None:
         """Append ``table`` as row groups; start a new file past ``FILE_BYTES``."""
@@ -211,8 +231,10 @@ class Files:
         self.writer, self.out, self.rows = None, None, 0
 
     def finish(self) -> List[Dict[str, Any]]:
-        """Close the last file (an empty run gets one file with no rows, so the folder
-        still has the schema) and give every file its final name; the file list."""
+        """Write what is held, close the last file (an empty run gets one file with no
+        rows, so the folder still has the schema) and give every file its final name; the
+        file list."""
+        self.flush()
         if not self.done and self.writer is None:
             self.write(self.schema.empty_table())
         self.close()
@@ -225,7 +247,6 @@ class Files:
 
 
 Mismatch = Callable[[Source], str]
-Observe = Optional[Callable[[pa.Table], None]]
 
 
 class _Widened(Exception):
@@ -274,108 +295,63 @@ def write(files: List[Source], folder: Path, known: Optional[pa.Schema],
     bytes failed their digest, the schema, and the statistics object (``stats()`` makes
     one, with ``add``, or None).
 
-    One pass when it can: each chunk is parsed once, its types inferred and unified with
-    the plan's and the chunks' before; while that schema does not widen, the chunk is
-    conformed to it (nulls filled, ints widened) and written. A chunk that widens it (a
-    field first seen, an int column that turns float) means the files written so far
-    have the wrong schema: they are dropped and the slow path runs (:func:`infer` over
-    everything, then :func:`convert` with that schema).
+    One pass when it can (the module docstring); a chunk that widens the schema (a field
+    first seen, an int column that turns float) means the files written so far have the
+    wrong schema: they are dropped and the two-pass path runs.
     """
     observer = stats()
     try:
-        parts, bad, schema = _one_pass(files, folder, known,
-                                       observer.add if observer is not None else None,
-                                       mismatch)
+        parts, bad, schema = convert(files, folder, None, getattr(observer, "add", None),
+                                     mismatch, known)
         return parts, bad, schema, observer
     except (_Widened, _Reparse):
         for leftover in folder.iterdir():
             leftover.unlink()
     schema = infer(files, known)
     observer = stats()
-    parts, bad = convert(files, folder, schema, observer.add if observer is not None
-                         else None, mismatch)
+    parts, bad, _ = convert(files, folder, schema, getattr(observer, "add", None), mismatch)
     return parts, bad, schema, observer
 
 
-def _one_pass(files: List[Source], folder: Path, known: Optional[pa.Schema],
-              observe: Observe, mismatch: Mismatch
-              ) -> Tuple[List[Dict[str, Any]], Dict[int, str], pa.Schema]:
-    schema: Optional[pa.Schema] = None
-    groups: Optional[_RowGroups] = None
+def convert(files: List[Source], folder: Path, schema: Optional[pa.Schema],
+            observe: Observe, mismatch: Mismatch, known: Optional[pa.Schema] = None
+            ) -> Tuple[List[Dict[str, Any]], Dict[int, str], pa.Schema]:
+    """Write every source into ``folder`` with ``schema``; the files written, the shards
+    whose bytes did not match their digest (shard -> why; the caller discards the whole
+    output) and the schema. ``observe`` sees each row group (the card's statistics).
+
+    ``schema`` None: the one pass of :func:`write`, each chunk's inferred types unified
+    with ``known`` and the chunks' before, conformed to that schema; _Widened when a chunk
+    widens it (_Reparse: a column only the JSON text can convert).
+    """
+    fixed = schema is not None
+    groups = Files(folder, schema, observe) if fixed else None
     bad: Dict[int, str] = {}
     for source in files:
         digest = hashlib.sha256()
         for chunk in chunks(source.path, digest):
             try:
-                table = _read(chunk)
-                wider = unify_schemas(schema if schema is not None else known,
-                                      table.schema)
+                table = _read(chunk, schema if fixed else None)
+                if not fixed:
+                    wider = unify_schemas(schema if schema is not None else known,
+                                          table.schema)
             except (pa.ArrowInvalid, SchemaConflict) as err:
                 raise _refuse(source, chunk, err) from err
-            if schema is None:
-                schema = ordered(wider, table.schema)
-                groups = _RowGroups(Files(folder, schema), observe)
-            elif not wider.equals(schema):
-                raise _Widened()
+            if not fixed:
+                if schema is None:
+                    schema = ordered(wider, table.schema)
+                    groups = Files(folder, schema, observe)
+                elif not wider.equals(schema):
+                    raise _Widened()
+                table = _conformed(table, schema)
             assert groups is not None
-            groups.add(_conformed(table, schema), len(chunk))
+            groups.add(table, len(chunk))
         if digest.hexdigest() != source.sha256 or os.path.getsize(source.path) != source.size:
             bad[source.shard] = mismatch(source)
     if groups is None or schema is None:
         schema = known if known is not None else pa.schema([])
         return Files(folder, schema).finish(), bad, schema
     return groups.finish(), bad, schema
-
-
-def convert(files: List[Source], folder: Path, schema: pa.Schema,
-            observe: Observe, mismatch: Mismatch
-            ) -> Tuple[List[Dict[str, Any]], Dict[int, str]]:
-    """Write every source into ``folder`` with ``schema``; the files written and the
-    shards whose bytes did not match their digest (shard -> why). ``observe`` sees each
-    row group (the card's statistics)."""
-    groups = _RowGroups(Files(folder, schema), observe)
-    bad: Dict[int, str] = {}
-    for source in files:
-        digest = hashlib.sha256()
-        for chunk in chunks(source.path, digest):
-            try:
-                groups.add(_read(chunk, schema), len(chunk))
-            except pa.ArrowInvalid as err:
-                raise _refuse(source, chunk, err) from err
-        if digest.hexdigest() != source.sha256 or os.path.getsize(source.path) != source.size:
-            bad[source.shard] = mismatch(source)  # the caller discards the whole output
-    return groups.finish(), bad
-
-
-class _RowGroups:
-    """Chunks' tables gathered into row groups of about ``CHUNK`` bytes of JSONL (small
-    shard files share one), each seen by ``observe`` and written."""
-
-    def __init__(self, out: Files, observe: Observe) -> None:
-        self.out, self.observe = out, observe
-        self.tables: List[pa.Table] = []
-        self.size = 0
-
-    def add(self, table: pa.Table, size: int) -> None:
-        """Hold ``table`` (parsed from ``size`` bytes); write once ``CHUNK`` are held."""
-        self.tables.append(table)
-        self.size += size
-        if self.size >= CHUNK:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write what is held as one row group (or more, past ``ROW_GROUP_ROWS``)."""
-        if self.tables:
-            table = pa.concat_tables(self.tables) if len(self.tables) > 1 else self.tables[0]
-            if self.observe is not None:
-                self.observe(table)
-            self.out.write(table)
-            self.tables, self.size = [], 0
-
-    def finish(self) -> List[Dict[str, Any]]:
-        """Write the rest; the files (``Files.finish``)."""
-        self.flush()
-        return self.out.finish()
 
 
 def observe_jsonl(path: Path, observe: Callable[[pa.Table], None]) -> Optional[str]:

@@ -38,7 +38,7 @@ from synthbatch.agent_stdlib.publish import load_winner
 from synthbatch.agent_stdlib.resume import scan_kept
 from synthbatch.agent_stdlib.statefile import StateError, ensure_dir
 from synthbatch.control.errors import Conflict, InvalidInput, NotFound, SchedulerRejected
-from synthbatch.control.runs.retrylock import LOCK_WAIT_S, RetryLock
+from synthbatch.control.runs.autoretry import LOCK_WAIT_S, RetryLock
 from synthbatch.control.runs.status import index as settled
 from synthbatch.control.runs.status import verdict as norm
 from synthbatch.control.runs.status.reconcile import implied_first
@@ -218,15 +218,11 @@ def _decide(layout: RunLayout, plan: Plan, shard: int, named: bool, policy: str,
                                       "attempts used")
         return
     if number >= plan.max_attempts:  # a manual retry may go past it, but says so
-        selection.over_limit[shard] = past_limit(shard, number + 1, plan.max_attempts)
+        selection.over_limit[shard] = (f"shard {shard}: attempt {number + 1} goes past "
+                                       f"max_attempts = {plan.max_attempts} (a manual retry "
+                                       "is not bounded by it)")
     source, kept = resume_source(layout, plan, shard, numbers, policy)
     selection.choices.append(Choice(shard, number + 1, number, source, kept))
-
-
-def past_limit(shard: int, attempt: int, max_attempts: int) -> str:
-    """The one wording of a manual retry that goes past the run's ``max_attempts``."""
-    return (f"shard {shard}: attempt {attempt} goes past max_attempts = {max_attempts} "
-            "(a manual retry is not bounded by it)")
 
 
 def select(layout: RunLayout, plan: Plan, shards: Sequence[int] = (), policy: str = "auto",
@@ -355,13 +351,12 @@ def _refuse(selection: Selection) -> None:
 def retry_reconciled(layout: RunLayout, profile: Profile, scheduler: Scheduler,
                      shards: Sequence[int] = (), resume: Optional[str] = None,
                      dry_run: bool = False, auto: bool = False,
-                     lock_wait_s: float = 60.0) -> Dict[str, object]:
+                     lock_wait_s: float = LOCK_WAIT_S) -> Dict[str, object]:
     """``api.retry``: reconcile first (the same refresh as ``status``; the scheduler's
     error when it did not answer, as the records alone cannot say which shards ended),
     then ``retry_run`` with status's verdicts; what was (``dry_run``: would be) submitted
     as plain data."""
     from synthbatch.control.runs.status.refresh import observe, unreachable
-    from synthbatch.control.runs.status.rows import ShardRow
 
     seen = observe(layout, scheduler)
     error = unreachable(seen)

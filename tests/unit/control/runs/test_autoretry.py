@@ -213,7 +213,7 @@ def test_cancel_waits_for_a_submitting_retry_and_cancels_what_it_submitted(
         tmp_path: Path) -> None:
     from synthbatch.agent_stdlib.attempts import advance_attempt, load_attempt
     from synthbatch.agent_stdlib.statefile import ensure_dir
-    from synthbatch.control.runs.retrylock import RetryLock
+    from synthbatch.control.runs.autoretry import RetryLock
     from tests.fakes import RUN_ID, create_attempt
 
     layout = make_run(tmp_path, [Shard("running"), Shard("failed")])
