@@ -170,7 +170,7 @@ def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
 
     from synthbatch.control.runs.preview import parse_endpoints, parse_models, run_preview
     from synthbatch.control.runs.preview_profile import profile_given, write_standin
-    from synthbatch.control.runs.submit.checked import agent_bundle
+    from synthbatch.control.runs.submit.flow import agent_bundle
 
     urls = parse_endpoints(endpoints)
     names = parse_models(models)
