@@ -168,19 +168,17 @@ def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
     ``$SYNTHBATCH_PROFILE`` or default profile) the run is planned with a stand-in."""
     import tempfile
 
-    from synthbatch.control.runs.preview import parse_endpoints, parse_models, run_preview
-    from synthbatch.control.runs.preview_profile import profile_given, write_standin
+    from synthbatch.control.runs import preview as room
     from synthbatch.control.runs.submit.flow import agent_bundle
 
-    urls = parse_endpoints(endpoints)
-    names = parse_models(models)
+    urls, names = room.parse_endpoints(endpoints), room.parse_models(models)
     with tempfile.TemporaryDirectory(prefix="synthbatch-preview-profile-") as tmp:
         ref = profile_ref(profile)
-        if not profile_given(ref):  # no profile at all: plan with a stand-in
-            ref = str(write_standin(Path(tmp)))
+        if not room.profile_given(ref):  # no profile at all: plan with a stand-in
+            ref = str(room.write_standin(Path(tmp)))
         pyz = agent_bundle(_profile(ref))
-        return run_preview(Path(run_file), ref, count, urls, pyz, api_key_env, timeout_s,
-                           names, on_record)
+        return room.run_preview(Path(run_file), ref, count, urls, pyz, api_key_env,
+                                timeout_s, names, on_record)
 
 
 def submit(run_file: PathLike, profile: ProfileRef = None,
