@@ -107,19 +107,25 @@ def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str]
     config, layout = apply_layout(config, prof, run_file, profile_path, read_pilot)
     images = registry.load(Path(prof.workspace))
     run_id = run_id or (run_id_pattern if dry else new_run_id)(config.name)
-    plan = make_plan(config, prof, run_id,
-                     run_file.resolve().parent, images=images, run_file=run_file,
+    folder = run_file.resolve().parent
+    plan = make_plan(config, prof, run_id, folder, images=images, run_file=run_file,
                      profile_file=profile_path, max_array_size=max_array_size,
                      agent_sha256=agent_sha256)
     if shards is not None:
         plan = plan.replace(shards=tuple(shards))
     if isinstance(config.client, GenerateClient):
         plan = check_seed_data(plan, config.client, run_file)
-    plan = pin_client_config(plan, config, run_file.resolve().parent)
+    client_config = client_config_file(config, folder)
+    spec = plan.client_data_designer
+    if spec is not None and client_config is not None:
+        # the Data Designer config's sha256 pinned: every shard then runs the config as
+        # submitted, and one edited mid-run fails its shard instead of changing the data
+        # silently (``agent_stdlib/client/data_designer.py``)
+        plan = plan.replace(client_data_designer=dataclasses.replace(
+            spec, config_sha256=sha256_bytes(client_config.read_bytes())))
     payload = plan.to_json().encode("utf-8")
     return Resolved(plan, payload, sha256_bytes(payload), prof, profile_path, run_file,
-                    config=config, overrides=overrides,
-                    client_config=client_config_file(config, run_file.resolve().parent),
+                    config=config, overrides=overrides, client_config=client_config,
                     layout=tuple(layout))
 
 
@@ -130,17 +136,6 @@ def client_config_file(config: RunConfig, config_dir: Path) -> Optional[Path]:
         return None
     path = Path(config_path(split_dd_config(client.data_designer)[0], config_dir))
     return path if path.is_file() else None
-
-
-def pin_client_config(plan: Plan, config: RunConfig, config_dir: Path) -> Plan:
-    """``plan`` with the Data Designer config's sha256 pinned: every shard then runs the
-    config as submitted, and one edited mid-run fails its shard instead of changing the
-    data silently (``agent_stdlib/client/data_designer.py``)."""
-    spec, path = plan.client_data_designer, client_config_file(config, config_dir)
-    if spec is None or path is None:
-        return plan
-    return plan.replace(client_data_designer=dataclasses.replace(
-        spec, config_sha256=sha256_bytes(path.read_bytes())))
 
 
 def origins(resolved: Resolved) -> Origins:
@@ -256,24 +251,33 @@ def preview_script(resolved: Resolved) -> str:
         slurm_bin=prof.slurm_bin, export=plan.job_env()))
 
 
+def _with_lines(summary: str, lines: Sequence[str]) -> str:
+    """``summary`` with ``lines`` after its last line."""
+    return summary.rstrip("\n") + "\n" + "".join(f"{line}\n" for line in lines)
+
+
 def dry_run(run_file: Path, profile: Optional[str] = None,
             max_array_size: Optional[int] = None, overrides: Optional[Overrides] = None,
             scheduler: Optional[Scheduler] = None,
             unavailable: Optional[SchedulerUnavailable] = None,
-            read_pilot: Optional[PilotReader] = None) -> Dict[str, Any]:
+            read_pilot: Optional[PilotReader] = None, reuse: Sequence[str] = ()
+            ) -> Dict[str, Any]:
     """Everything ``synthbatch plan`` prints; no state is written anywhere.
 
     ``checks`` are the login-node checks (``login_checks``), run when a ``scheduler`` is
-    given.
+    given; ``reuse``: earlier runs whose matching columns the summary names, after the run
+    file's ``reuse`` list (issue 31).
     """
+    from synthbatch.control.runs.reuse import merged, summary_lines
+
     resolved = resolve(run_file, profile, max_array_size=max_array_size, overrides=overrides,
                        dry=True, read_pilot=read_pilot)
     plan = resolved.plan
     checks = login_checks(resolved, scheduler, unavailable) if scheduler is not None else []
     summary = plan_summary(plan, resolved.plan_sha256, resolved.profile.gpus_per_node)
     if resolved.layout:
-        summary = summary.rstrip("\n") + "\n" + "".join(
-            f"layout: {c.alias}: {c.reason}\n" for c in resolved.layout)
+        summary = _with_lines(summary, [f"layout: {c.alias}: {c.reason}"
+                                        for c in resolved.layout])
     out = {
         "plan": plan.to_dict(),
         "plan_sha256": resolved.plan_sha256,
@@ -283,7 +287,6 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
         "checks": [c.to_dict() for c in checks],
         "overrides": resolved.overrides.to_dict(),
         "layout": [c.to_dict() for c in resolved.layout],
-        "reuse": resolved.reuse,  # the run file's reuse list (issue 31)
     }
     if plan.client_data_designer is not None:
         check = check_on_login_node(plan, resolved.plan_bytes, run_file,
@@ -291,8 +294,11 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
         out["data_designer"] = check
         lines = [f"data designer: config checked with {check['python']}"] \
             if check["checked"] else []
-        summary = summary.rstrip("\n") + "\n" + "".join(
-            f"{line}\n" for line in lines + [f"data designer: {n}" for n in check["notes"]])
+        summary = _with_lines(summary, lines + [f"data designer: {n}" for n in check["notes"]])
+    run_ids = merged(resolved.reuse, reuse)  # the run file's list, then --reuse
+    if run_ids:
+        summary = _with_lines(summary, summary_lines(plan, Path(resolved.profile.workspace),
+                                                     run_ids))
     return {**out, "summary": summary}
 
 
