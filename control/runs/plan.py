@@ -54,7 +54,6 @@ from synthbatch.control.slurm.runner import Runner, run_command
 from synthbatch.control.slurm.scheduler import Scheduler
 
 DD_CHECK_TIMEOUT_S = 300.0
-DD_LATER = "preflight checks it before any server starts"
 
 
 @dataclass(frozen=True)
@@ -343,48 +342,41 @@ def check_on_login_node(plan: Plan, plan_bytes: bytes, run_file: Path, workspace
     Python exists here and the client runs on the host (not in an image); otherwise
     preflight runs the same check before any server starts, and the notes say so.
     """
+    from synthbatch.agent_stdlib.contracts import dd_check_report
+
     spec = plan.client_data_designer
     assert spec is not None
     ambient = os.environ if ambient is None else ambient
-    out: Dict[str, Any] = {"checked": False, "python": spec.python, "notes": []}
+
+    def unchecked(why: str) -> Dict[str, Any]:
+        return {"checked": False, "python": spec.python,
+                "notes": [f"not checked here: {why}; preflight checks it before any server "
+                          "starts"]}
+
     if spec.container is not None:
-        out["notes"] = [f"not checked here: the client runs in image {spec.container.image}; "
-                        + DD_LATER]
-        return out
+        return unchecked(f"the client runs in image {spec.container.image}")
     if not (os.path.isfile(spec.python) and os.access(spec.python, os.X_OK)):
-        out["notes"] = [f"not checked here: {spec.python} is not on this node; " + DD_LATER]
-        return out
+        return unchecked(f"{spec.python} is not on this node")
     with tempfile.TemporaryDirectory(prefix="synthbatch-plan-") as scratch:
         cache = bundle_cache(workspace)  # a dry run creates no workspace
         try:
             pyz = bundle.locate_agent_bundle(cache if cache.is_dir() else Path(scratch))
         except bundle.BundleError as err:
-            out["notes"] = [f"not checked here: no agent bundle ({err}); " + DD_LATER]
-            return out
-        return _run_dd_check(plan, plan_bytes, run_file, pyz, ambient, out, scratch)
-
-
-def _run_dd_check(plan: Plan, plan_bytes: bytes, run_file: Path, pyz: Path,
-                  ambient: Mapping[str, str], out: Dict[str, Any],
-                  scratch: str) -> Dict[str, Any]:
-    from synthbatch.agent_stdlib.contracts import dd_check_report
-
-    spec = plan.client_data_designer
-    assert spec is not None
-    env = dict(ambient, SHIV_ROOT=scratch)  # the bundle unpacks here, not in ~/.shiv
-    env.update(spec.env)
-    env.update({var: ambient[job] for var, job in spec.secret_env.items() if job in ambient})
-    try:
-        done = subprocess.run([spec.python, "-I", str(pyz), "dd", "--plan", "-", "--validate"],
-                              input=plan_bytes.decode("utf-8"), env=env, capture_output=True,
-                              text=True, timeout=DD_CHECK_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        out["notes"] = [f"not checked here: {spec.python} did not run the check ({err}); "
-                        + DD_LATER]
-        return out
+            return unchecked(f"no agent bundle ({err})")
+        env = dict(ambient, SHIV_ROOT=scratch)  # the bundle unpacks here, not in ~/.shiv
+        env.update(spec.env)
+        env.update({var: ambient[job] for var, job in spec.secret_env.items()
+                    if job in ambient})
+        try:
+            done = subprocess.run([spec.python, "-I", str(pyz), "dd", "--plan", "-",
+                                   "--validate"], input=plan_bytes.decode("utf-8"), env=env,
+                                  capture_output=True, text=True, timeout=DD_CHECK_TIMEOUT_S,
+                                  check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return unchecked(f"{spec.python} did not run the check ({err})")
     problems, notes = dd_check_report(done.stdout, done.stderr, done.returncode)
     if problems:
         count = f"{len(problems)} problem" + ("s" if len(problems) != 1 else "")
         raise InvalidInput(f"{run_file}: client.data_designer: {spec.config}: "
                            f"{count} (checked with {spec.python})", details=problems)
-    return {**out, "checked": True, "notes": notes}
+    return {"checked": True, "python": spec.python, "notes": notes}
