@@ -14,6 +14,7 @@ use, no pydantic); ``plan``, ``submit`` and ``retry`` validate the whole profile
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -287,9 +288,7 @@ def logs(run_id: Optional[str] = None, shard: Optional[int] = None,
 
     _, layout = _run(run_id, profile)
     target = locate(layout, shard, step)
-    return {"run_id": layout.root.name, "shard": target.shard, "attempt": target.attempt,
-            "execution": target.execution, "step": target.step, "path": str(target.path),
-            "steps": target.steps}
+    return {"run_id": layout.root.name, **dataclasses.asdict(target), "path": str(target.path)}
 
 
 def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileRef = None,
