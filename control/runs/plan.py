@@ -33,7 +33,6 @@ from synthbatch.control.images import registry
 from synthbatch.control.planning.arrays import array_chunks
 from synthbatch.control.planning.planner import config_path, make_plan
 from synthbatch.control.planning.summary import plan_summary
-from synthbatch.control.runs.access import check_request
 from synthbatch.control.runs.budget import token_budget
 from synthbatch.control.runs.checks import (
     ERROR,
@@ -46,7 +45,7 @@ from synthbatch.control.runs.checks import (
     check_ports,
     port_offsets,
 )
-from synthbatch.control.runs.fit import Origins
+from synthbatch.control.runs.fit import Origins, check_request
 from synthbatch.control.runs.layout import Choice, PilotReader, apply_layout, layout_memory
 from synthbatch.control.runs.store import new_run_id, run_id_pattern
 from synthbatch.control.slurm.renderer import BatchScript, render_batch_script
