@@ -478,9 +478,8 @@ def benchmark_run(bench_file: PathLike, profile: ProfileRef = None,
                              scheduler or scheduler_for(full),
                              _overrides(None, None, None, None, None), read_pilot)
     return {"benchmark_id": bench_id, "cases": [
-        {"case": c.case, "run_id": c.run_id, "submitted": True, **submitted[c.run_id]}
-        if c.run_id in submitted else
-        {"case": c.case, "run_id": c.run_id, "submitted": False} for c in case_runs]}
+        {"case": c.case, "run_id": c.run_id, "submitted": c.run_id in submitted,
+         **submitted.get(c.run_id, {})} for c in case_runs]}
 
 
 def benchmark_analyze(bench_id: str, profile: ProfileRef = None) -> Dict[str, Any]:
