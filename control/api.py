@@ -144,6 +144,7 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
     (issue 31)."""
     from synthbatch.control.benchmark.pilot import read_pilot
     from synthbatch.control.runs.plan import dry_run
+    from synthbatch.control.runs.reuse import merged, summary_lines
 
     sched = scheduler or scheduler_for(_profile(profile))
     try:
@@ -152,8 +153,17 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
         size, unavailable = None, err
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
-    return PlanResult.from_dict(dry_run(Path(run_file), profile_ref(profile), size, over,
-                                        sched, unavailable, read_pilot, reuse))
+    data = dry_run(Path(run_file), profile_ref(profile), size, over, sched, unavailable,
+                   read_pilot)
+    run_ids = merged(data.pop("reuse", []), reuse)  # the run file's list, then --reuse
+    if run_ids:
+        from synthbatch.agent_stdlib.contracts import Plan
+
+        lines = summary_lines(Plan.from_dict(data["plan"]),
+                              Path(_profile(profile).workspace), run_ids)
+        data["summary"] = data["summary"].rstrip("\n") + "\n" + "".join(
+            f"{x}\n" for x in lines)
+    return PlanResult.from_dict(data)
 
 
 def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,

@@ -258,16 +258,12 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
             max_array_size: Optional[int] = None, overrides: Optional[Overrides] = None,
             scheduler: Optional[Scheduler] = None,
             unavailable: Optional[SchedulerUnavailable] = None,
-            read_pilot: Optional[PilotReader] = None, reuse: Sequence[str] = ()
-            ) -> Dict[str, Any]:
+            read_pilot: Optional[PilotReader] = None) -> Dict[str, Any]:
     """Everything ``synthbatch plan`` prints; no state is written anywhere.
 
     ``checks`` are the login-node checks (``login_checks``), run when a ``scheduler`` is
-    given; ``reuse``: earlier runs whose matching columns the summary names, after the run
-    file's ``reuse`` list (issue 31).
+    given.
     """
-    from synthbatch.control.runs.reuse import merged, summary_lines
-
     resolved = resolve(run_file, profile, max_array_size=max_array_size, overrides=overrides,
                        dry=True, read_pilot=read_pilot)
     plan = resolved.plan
@@ -285,6 +281,7 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
         "checks": [c.to_dict() for c in checks],
         "overrides": resolved.overrides.to_dict(),
         "layout": [c.to_dict() for c in resolved.layout],
+        "reuse": resolved.reuse,  # the run file's reuse list (issue 31)
     }
     if plan.client_data_designer is not None:
         check = check_on_login_node(plan, resolved.plan_bytes, run_file,
@@ -293,10 +290,6 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
         lines = [f"data designer: config checked with {check['python']}"] \
             if check["checked"] else []
         summary = _with_lines(summary, lines + [f"data designer: {n}" for n in check["notes"]])
-    run_ids = merged(resolved.reuse, reuse)  # the run file's list, then --reuse
-    if run_ids:
-        summary = _with_lines(summary, summary_lines(plan, Path(resolved.profile.workspace),
-                                                     run_ids))
     return {**out, "summary": summary}
 
 
