@@ -237,12 +237,11 @@ def check_profile(profile: Profile, runner: Optional[Runner] = None,
     ports = as_checks([check_ports("port_base", profile.port_base, 1,
                                    "exclusive" in profile.sbatch_options)])
     if profile.backend == "local":  # no Slurm to ask
-        return [check_workspace(Path(profile.workspace), shared=False),
-                Check("backend", "ok", "local: no Slurm needed; shards run on this machine"),
-                check_local_gpus(profile, runner), check_python(profile, runner),
-                check_container(profile, runner, which), check_secrets(profile), *ports]
-    checks = [check_workspace(Path(profile.workspace)), check_binaries(profile, which)]
-    checks += check_cluster(profile, runner)
-    checks += [check_arrays(profile, runner), check_python(profile, runner),
-               check_container(profile, runner, which), check_secrets(profile), *ports]
-    return checks
+        checks = [check_workspace(Path(profile.workspace), shared=False),
+                  Check("backend", "ok", "local: no Slurm needed; shards run on this machine"),
+                  check_local_gpus(profile, runner)]
+    else:
+        checks = [check_workspace(Path(profile.workspace)), check_binaries(profile, which),
+                  *check_cluster(profile, runner), check_arrays(profile, runner)]
+    return checks + [check_python(profile, runner), check_container(profile, runner, which),
+                     check_secrets(profile), *ports]
