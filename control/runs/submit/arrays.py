@@ -270,15 +270,6 @@ def mark_submitted(layout: RunLayout, plan: Plan, record: SubmissionRecord) -> N
                      for shard, attempt in pairs), only_created=True)
 
 
-def _release(layout: RunLayout, scheduler: Scheduler, record: SubmissionRecord,
-             held: Set[str]) -> str:
-    if record.job_id in held:
-        scheduler.release(str(record.job_id))
-    write_json_atomic(layout.submission_json(record.number),
-                      record.replace(released=True).to_dict())
-    return f"submission {record.number}: job {record.job_id} released"
-
-
 def recover_submissions(layout: RunLayout, scheduler: Scheduler, committed: bool,
                         records: List[SubmissionRecord], rows: List[JobRow],
                         now: Optional[float] = None) -> List[str]:
@@ -305,7 +296,11 @@ def recover_submissions(layout: RunLayout, scheduler: Scheduler, committed: bool
         if record.job_id is not None and not record.released:
             plan = plan or load_plan(layout)
             mark_submitted(layout, plan, record)
-            notes.append(_release(layout, scheduler, record, held))
+            if record.job_id in held:
+                scheduler.release(str(record.job_id))
+            write_json_atomic(layout.submission_json(record.number),
+                              record.replace(released=True).to_dict())
+            notes.append(f"submission {record.number}: job {record.job_id} released")
     if orphans:
         scheduler.cancel(orphans)
         why = "duplicate submission" if committed else "the run never committed"
