@@ -14,6 +14,7 @@ use, no pydantic); ``plan``, ``submit`` and ``retry`` validate the whole profile
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -87,15 +88,27 @@ def _profile(profile: ProfileRef) -> Profile:
     return load_profile(profile_ref(profile))[0]
 
 
-def _run(run_id: Optional[str], profile: ProfileRef) -> tuple[WorkspaceProfile, RunLayout]:
+def _workspace(profile: ProfileRef) -> tuple[WorkspaceProfile, Path]:
     prof = load_workspace_profile(profile_ref(profile))
-    workspace = Path(prof.workspace)
+    return prof, Path(prof.workspace)
+
+
+def _run(run_id: Optional[str], profile: ProfileRef) -> tuple[WorkspaceProfile, RunLayout]:
+    prof, workspace = _workspace(profile)
     return prof, run_layout(workspace, run_id or latest_run_id(workspace))
+
+
+def _existing(workspace: Path, run_id: str) -> Optional[RunLayout]:
+    """The layout of a run that exists (None: not submitted, or no longer there)."""
+    try:
+        return run_layout(workspace, run_id)
+    except SynthbatchError:
+        return None
 
 
 def latest_run(profile: ProfileRef = None) -> str:
     """The id of the workspace's latest run (the one committed last); NotFound if none."""
-    return latest_run_id(Path(load_workspace_profile(profile_ref(profile)).workspace))
+    return latest_run_id(_workspace(profile)[1])
 
 
 def run_dir(run_id: Optional[str] = None, profile: ProfileRef = None) -> RunLayout:
@@ -113,13 +126,6 @@ def _overrides(partition: Optional[str], account: Optional[str], qos: Optional[s
     return Overrides(partition=partition, account=account, qos=qos, time_limit=time_limit,
                      reservation=reservation, gpus=gpus, deadline_hours=deadline_hours,
                      pilot=pilot)
-
-
-def _max_array_size(sched: Scheduler) -> tuple[Optional[int], Optional[SchedulerUnavailable]]:
-    try:
-        return sched.max_array_size(), None
-    except SchedulerUnavailable as err:
-        return None, err  # plan without the cluster: one array, as large as the run
 
 
 def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Scheduler] = None,
@@ -141,11 +147,14 @@ def plan(run_file: PathLike, profile: ProfileRef = None, scheduler: Optional[Sch
     from synthbatch.control.runs.reuse import merged, summary_lines
 
     sched = scheduler or scheduler_for(_profile(profile))
-    size, unavailable = _max_array_size(sched)
+    try:
+        size, unavailable = sched.max_array_size(), None
+    except SchedulerUnavailable as err:  # plan without the cluster: one array, the whole run
+        size, unavailable = None, err
     over = _overrides(partition, account, qos, time_limit, reservation, gpus,
                       deadline_hours, pilot)
-    data = dry_run(Path(run_file), profile_ref(profile), max_array_size=size, overrides=over,
-                   scheduler=sched, unavailable=unavailable, read_pilot=read_pilot)
+    data = dry_run(Path(run_file), profile_ref(profile), size, over, sched, unavailable,
+                   read_pilot)
     run_ids = merged(data.pop("reuse", []), reuse)  # the run file's list, then --reuse
     if run_ids:
         from synthbatch.agent_stdlib.contracts import Plan
@@ -168,19 +177,17 @@ def preview(run_file: PathLike, profile: ProfileRef = None, count: int = 5,
     ``$SYNTHBATCH_PROFILE`` or default profile) the run is planned with a stand-in."""
     import tempfile
 
-    from synthbatch.control.runs.preview import parse_endpoints, parse_models, run_preview
-    from synthbatch.control.runs.preview_profile import profile_given, write_standin
-    from synthbatch.control.runs.submit.checked import agent_bundle
+    from synthbatch.control.runs import preview as room
+    from synthbatch.control.runs.submit.flow import agent_bundle
 
-    urls = parse_endpoints(endpoints)
-    names = parse_models(models)
+    urls, names = room.parse_endpoints(endpoints), room.parse_models(models)
     with tempfile.TemporaryDirectory(prefix="synthbatch-preview-profile-") as tmp:
         ref = profile_ref(profile)
-        if not profile_given(ref):  # no profile at all: plan with a stand-in
-            ref = str(write_standin(Path(tmp)))
+        if not room.profile_given(ref):  # no profile at all: plan with a stand-in
+            ref = str(room.write_standin(Path(tmp)))
         pyz = agent_bundle(_profile(ref))
-        return run_preview(Path(run_file), ref, count, urls, pyz, api_key_env, timeout_s,
-                           names, on_record)
+        return room.run_preview(Path(run_file), ref, count, urls, pyz, api_key_env,
+                                timeout_s, names, on_record)
 
 
 def submit(run_file: PathLike, profile: ProfileRef = None,
@@ -291,9 +298,7 @@ def logs(run_id: Optional[str] = None, shard: Optional[int] = None,
 
     _, layout = _run(run_id, profile)
     target = locate(layout, shard, step)
-    return {"run_id": layout.root.name, "shard": target.shard, "attempt": target.attempt,
-            "execution": target.execution, "step": target.step, "path": str(target.path),
-            "steps": target.steps}
+    return {"run_id": layout.root.name, **dataclasses.asdict(target), "path": str(target.path)}
 
 
 def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileRef = None,
@@ -312,19 +317,18 @@ def shard_status(run_id: Optional[str] = None, shard: int = 0, profile: ProfileR
     if not 0 <= shard < len(rows):
         raise NotFound(f"shard {shard}: the run has {len(rows)} shards (0-{len(rows) - 1})")
     row = rows[shard]
+    layout = run_dir(data["run_id"], profile)
     log = row.get("log")
     if log is None:
         try:
-            log = str(locate(run_dir(data["run_id"], profile), shard).path)
+            log = str(locate(layout, shard).path)
         except NotFound:
             log = None
-    _, layout = _run(data["run_id"], profile)
     return {"run_id": data["run_id"], "shard": row, "log": log,
             "max_attempts": data.get("max_attempts"),  # "attempt 2 of 3" (issue 34)
             "log_tail": tail_lines(Path(log), lines) if log else [],
             "serving": shard_serving(layout, shard, row.get("attempt"), time.time()),
-            "restarts": restart_counts(run_dir(data["run_id"], profile), shard,
-                                       row.get("attempt"))}
+            "restarts": restart_counts(layout, shard, row.get("attempt"))}
 
 
 def merge(run_id: str, output: Optional[PathLike] = None, allow_partial: bool = False,
@@ -366,8 +370,7 @@ def runs(profile: ProfileRef = None) -> List[RunSummary]:
     from synthbatch.control.runs.cost import kept_cost  # issue 32: GPU-hours, cost
     from synthbatch.control.runs.status.listing import list_runs
 
-    prof = load_workspace_profile(profile_ref(profile))
-    workspace = Path(prof.workspace)
+    prof, workspace = _workspace(profile)
     return [RunSummary.from_dict({**r, **kept_cost(run_layout(workspace, r["run_id"]),
                                                    prof.path)})
             for r in list_runs(workspace)]
@@ -471,15 +474,9 @@ def benchmark_run(bench_file: PathLike, profile: ProfileRef = None,
         bench_id, case_runs = compile_sweep(config, read_document(base_file))
     except InvalidInput as err:
         raise InvalidInput(f"{bench_file}: {err.message}") from err
-    prof = load_workspace_profile(profile_ref(profile))
-    workspace = Path(prof.workspace)
+    workspace = _workspace(profile)[1]
     store.save(workspace, store.manifest(bench_id, config, case_runs))
-    new = []
-    for case in case_runs:
-        try:
-            run_layout(workspace, case.run_id)
-        except SynthbatchError:
-            new.append(case)
+    new = [case for case in case_runs if _existing(workspace, case.run_id) is None]
     from synthbatch.control.benchmark.pilot import read_pilot
     from synthbatch.control.runs.submit.flow import submit_cases
 
@@ -489,9 +486,8 @@ def benchmark_run(bench_file: PathLike, profile: ProfileRef = None,
                              scheduler or scheduler_for(full),
                              _overrides(None, None, None, None, None), read_pilot)
     return {"benchmark_id": bench_id, "cases": [
-        {"case": c.case, "run_id": c.run_id, "submitted": True, **submitted[c.run_id]}
-        if c.run_id in submitted else
-        {"case": c.case, "run_id": c.run_id, "submitted": False} for c in case_runs]}
+        {"case": c.case, "run_id": c.run_id, "submitted": c.run_id in submitted,
+         **submitted.get(c.run_id, {})} for c in case_runs]}
 
 
 def benchmark_analyze(bench_id: str, profile: ProfileRef = None) -> Dict[str, Any]:
@@ -500,15 +496,9 @@ def benchmark_analyze(bench_id: str, profile: ProfileRef = None) -> Dict[str, An
     from synthbatch.control.benchmark.accounting import job_times
     from synthbatch.control.benchmark.analyze import analyze
 
-    prof = load_workspace_profile(profile_ref(profile))
-    workspace = Path(prof.workspace)
+    prof, workspace = _workspace(profile)
     manifest = store.load(workspace, bench_id)
-    layouts: Dict[str, Optional[RunLayout]] = {}
-    for case in manifest["cases"]:
-        try:
-            layouts[case["run_id"]] = run_layout(workspace, case["run_id"])
-        except SynthbatchError:
-            layouts[case["run_id"]] = None
+    layouts = {case["run_id"]: _existing(workspace, case["run_id"]) for case in manifest["cases"]}
     sched = scheduler_for(prof)
     from synthbatch.control.runs.cost import run_price  # issue 32: cost per 1,000
 
@@ -524,7 +514,7 @@ def benchmark_report(bench_id: str, output: Optional[PathLike] = None,
 
     data = benchmark_analyze(bench_id, profile)
     folder = Path(output) if output is not None else store.bench_dir(
-        Path(load_workspace_profile(profile_ref(profile)).workspace), bench_id) / "report"
+        _workspace(profile)[1], bench_id) / "report"
     return {"benchmark_id": bench_id, "report_dir": str(folder),
             "files": report.write(data, folder), "complete": data["complete"],
             "missing": data["missing"]}

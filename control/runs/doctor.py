@@ -3,7 +3,7 @@
 Each check returns ``ok``, ``warn`` or ``fail`` with what was found. What ``plan`` also
 checks is not decided here: the controller python (``checks.check_controller_python``) and
 the profile's own request against the cluster, its partition, time limit, account, QOS,
-reservation and node features (``access.check_request`` for one node with
+reservation and node features (``fit.check_request`` for one node with
 ``gpus_per_node`` GPUs and the profile's defaults) come from the functions ``plan`` runs,
 their levels mapped by ``STATUS``: the two commands agree. Slurm commands go through the
 one runner (``control.slurm.runner``); ``runner`` and ``which`` are injected so tests can
@@ -22,7 +22,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from synthbatch.control.config.profile import Profile
 from synthbatch.control.errors import SchedulerUnavailable, SynthbatchError
 from synthbatch.control.planning.planner import profile_resources
-from synthbatch.control.runs.access import check_request
 from synthbatch.control.runs.checks import (
     ERROR,
     NODE,
@@ -35,7 +34,7 @@ from synthbatch.control.runs.checks import (
     check_ports,
     fs_type,
 )
-from synthbatch.control.runs.fit import Origins
+from synthbatch.control.runs.fit import Origins, check_request
 from synthbatch.control.slurm.runner import Runner, binary, run_command
 from synthbatch.control.slurm.scheduler import Scheduler
 
@@ -140,7 +139,7 @@ def check_cluster(profile: Profile, runner: Runner = run_command,
                   user: Optional[str] = None) -> List[Check]:
     """The profile's own request (one node, ``gpus_per_node`` GPUs, its default time limit,
     CPUs, memory, account, QOS, reservation, constraint) against the cluster: the checks
-    ``plan`` runs on every run (``access.check_request``)."""
+    ``plan`` runs on every run (``fit.check_request``)."""
     scheduler = _scheduler(profile, runner)
     try:
         scheduler.partitions()  # Slurm answers at all? (else validate exits 5)
@@ -238,12 +237,11 @@ def check_profile(profile: Profile, runner: Optional[Runner] = None,
     ports = as_checks([check_ports("port_base", profile.port_base, 1,
                                    "exclusive" in profile.sbatch_options)])
     if profile.backend == "local":  # no Slurm to ask
-        return [check_workspace(Path(profile.workspace), shared=False),
-                Check("backend", "ok", "local: no Slurm needed; shards run on this machine"),
-                check_local_gpus(profile, runner), check_python(profile, runner),
-                check_container(profile, runner, which), check_secrets(profile), *ports]
-    checks = [check_workspace(Path(profile.workspace)), check_binaries(profile, which)]
-    checks += check_cluster(profile, runner)
-    checks += [check_arrays(profile, runner), check_python(profile, runner),
-               check_container(profile, runner, which), check_secrets(profile), *ports]
-    return checks
+        checks = [check_workspace(Path(profile.workspace), shared=False),
+                  Check("backend", "ok", "local: no Slurm needed; shards run on this machine"),
+                  check_local_gpus(profile, runner)]
+    else:
+        checks = [check_workspace(Path(profile.workspace)), check_binaries(profile, which),
+                  *check_cluster(profile, runner), check_arrays(profile, runner)]
+    return checks + [check_python(profile, runner), check_container(profile, runner, which),
+                     check_secrets(profile), *ports]

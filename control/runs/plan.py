@@ -1,35 +1,39 @@
-"""``synthbatch plan``: validate and resolve a run, render its script, write nothing (a
-Data Designer config is also checked on this node when its client environment is here,
-``control/runs/ddcheck.py``).
+"""``synthbatch plan``: validate and resolve a run, render its script, write nothing.
 
 ``dry_run`` is what ``control.api.plan`` returns: the plan, its sha256, the batch script,
 the human summary and the login-node checks. ``resolve`` is the shared first half of
 ``plan`` and ``submit``; ``login_checks`` is what both check before anything is queued
-(``submit`` refuses an error, keeps the warnings in ``run.json``).
+(``submit`` refuses an error, keeps the warnings in ``run.json``). A seed file visible here
+is read through (``check_seed_data``) and a Data Designer config is checked by the agent's
+own validator when its client environment is here (``check_on_login_node``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from synthbatch.agent_stdlib.contracts import Plan, ShardSpec, sha256_bytes, split_dd_config
-from synthbatch.agent_stdlib.layout import job_name, run_dir
+from synthbatch.agent_stdlib.layout import bundle_cache, job_name, run_dir
 from synthbatch.agent_stdlib.recipe.budget import budget_problem
+from synthbatch.agent_stdlib.recipe.columns import ColumnError
+from synthbatch.agent_stdlib.recipe.seeds import SeedError, peek_fields, scan
+from synthbatch.control import bundle
 from synthbatch.control.config.client import DataDesignerClient, GenerateClient
 from synthbatch.control.config.loader import load_model
 from synthbatch.control.config.overrides import Overrides
 from synthbatch.control.config.profile import Profile, load_profile
 from synthbatch.control.config.run import RunConfig
-from synthbatch.control.errors import SchedulerUnavailable
+from synthbatch.control.errors import InvalidInput, SchedulerUnavailable
 from synthbatch.control.images import registry
 from synthbatch.control.planning.arrays import array_chunks
 from synthbatch.control.planning.planner import config_path, make_plan
 from synthbatch.control.planning.summary import plan_summary
-from synthbatch.control.runs.access import check_request
 from synthbatch.control.runs.checks import (
     ERROR,
     OK,
@@ -41,14 +45,14 @@ from synthbatch.control.runs.checks import (
     check_ports,
     port_offsets,
 )
-from synthbatch.control.runs.ddcheck import check_on_login_node
-from synthbatch.control.runs.fit import Origins
+from synthbatch.control.runs.fit import Origins, check_request
 from synthbatch.control.runs.layout import Choice, PilotReader, apply_layout, layout_memory
-from synthbatch.control.runs.seeds import check_seed_data
 from synthbatch.control.runs.store import new_run_id, run_id_pattern
 from synthbatch.control.slurm.renderer import BatchScript, render_batch_script
 from synthbatch.control.slurm.runner import Runner, run_command
 from synthbatch.control.slurm.scheduler import Scheduler
+
+DD_CHECK_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -101,19 +105,25 @@ def resolve(run_file: Path, profile: Optional[str] = None, run_id: Optional[str]
     config, layout = apply_layout(config, prof, run_file, profile_path, read_pilot)
     images = registry.load(Path(prof.workspace))
     run_id = run_id or (run_id_pattern if dry else new_run_id)(config.name)
-    plan = make_plan(config, prof, run_id,
-                     run_file.resolve().parent, images=images, run_file=run_file,
+    folder = run_file.resolve().parent
+    plan = make_plan(config, prof, run_id, folder, images=images, run_file=run_file,
                      profile_file=profile_path, max_array_size=max_array_size,
                      agent_sha256=agent_sha256)
     if shards is not None:
         plan = plan.replace(shards=tuple(shards))
     if isinstance(config.client, GenerateClient):
         plan = check_seed_data(plan, config.client, run_file)
-    plan = pin_client_config(plan, config, run_file.resolve().parent)
+    client_config = client_config_file(config, folder)
+    spec = plan.client_data_designer
+    if spec is not None and client_config is not None:
+        # the Data Designer config's sha256 pinned: every shard then runs the config as
+        # submitted, and one edited mid-run fails its shard instead of changing the data
+        # silently (``agent_stdlib/client/data_designer.py``)
+        plan = plan.replace(client_data_designer=dataclasses.replace(
+            spec, config_sha256=sha256_bytes(client_config.read_bytes())))
     payload = plan.to_json().encode("utf-8")
     return Resolved(plan, payload, sha256_bytes(payload), prof, profile_path, run_file,
-                    config=config, overrides=overrides,
-                    client_config=client_config_file(config, run_file.resolve().parent),
+                    config=config, overrides=overrides, client_config=client_config,
                     layout=tuple(layout))
 
 
@@ -124,17 +134,6 @@ def client_config_file(config: RunConfig, config_dir: Path) -> Optional[Path]:
         return None
     path = Path(config_path(split_dd_config(client.data_designer)[0], config_dir))
     return path if path.is_file() else None
-
-
-def pin_client_config(plan: Plan, config: RunConfig, config_dir: Path) -> Plan:
-    """``plan`` with the Data Designer config's sha256 pinned: every shard then runs the
-    config as submitted, and one edited mid-run fails its shard instead of changing the
-    data silently (``agent_stdlib/client/data_designer.py``)."""
-    spec, path = plan.client_data_designer, client_config_file(config, config_dir)
-    if spec is None or path is None:
-        return plan
-    return plan.replace(client_data_designer=dataclasses.replace(
-        spec, config_sha256=sha256_bytes(path.read_bytes())))
 
 
 def origins(resolved: Resolved) -> Origins:
@@ -264,6 +263,11 @@ def preview_script(resolved: Resolved) -> str:
         slurm_bin=prof.slurm_bin, export=plan.job_env()))
 
 
+def _with_lines(summary: str, lines: Sequence[str]) -> str:
+    """``summary`` with ``lines`` after its last line."""
+    return summary.rstrip("\n") + "\n" + "".join(f"{line}\n" for line in lines)
+
+
 def dry_run(run_file: Path, profile: Optional[str] = None,
             max_array_size: Optional[int] = None, overrides: Optional[Overrides] = None,
             scheduler: Optional[Scheduler] = None,
@@ -280,8 +284,8 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
     checks = login_checks(resolved, scheduler, unavailable) if scheduler is not None else []
     summary = plan_summary(plan, resolved.plan_sha256, resolved.profile.gpus_per_node)
     if resolved.layout:
-        summary = summary.rstrip("\n") + "\n" + "".join(
-            f"layout: {c.alias}: {c.reason}\n" for c in resolved.layout)
+        summary = _with_lines(summary, [f"layout: {c.alias}: {c.reason}"
+                                        for c in resolved.layout])
     out = {
         "plan": plan.to_dict(),
         "plan_sha256": resolved.plan_sha256,
@@ -299,6 +303,86 @@ def dry_run(run_file: Path, profile: Optional[str] = None,
         out["data_designer"] = check
         lines = [f"data designer: config checked with {check['python']}"] \
             if check["checked"] else []
-        summary = summary.rstrip("\n") + "\n" + "".join(
-            f"{line}\n" for line in lines + [f"data designer: {n}" for n in check["notes"]])
+        summary = _with_lines(summary, lines + [f"data designer: {n}" for n in check["notes"]])
     return {**out, "summary": summary}
+
+
+def check_seed_data(plan: Plan, client: GenerateClient, run_file: Path) -> Plan:
+    """``plan`` with its seed data's row count; InvalidInput naming file and line.
+
+    A seed file that exists here is read once, completely (``agent_stdlib.recipe.seeds``):
+    missing fields, malformed rows and an empty file fail the plan, the recipe's names are
+    checked against the file's fields, and the plan records the row count (the generator
+    notices a file that changed since). A path that does not exist here is judged by the
+    login-node checks' one path rule (``control.runs.checks.check_path``).
+    """
+    spec = plan.client
+    if spec is None or spec.seed_data is None or not os.path.exists(spec.seed_data.path):
+        return plan
+    seed = spec.seed_data
+    try:
+        fields = peek_fields(seed.path)
+    except SeedError as err:
+        raise InvalidInput(f"{run_file}: client.seed_data.path: {err}") from err
+    try:
+        client.graph(fields)
+    except ColumnError as err:
+        raise InvalidInput(f"{run_file}: client.{err}") from err
+    try:
+        index = scan(seed.path, validate=True, required=seed.fields)
+    except SeedError as err:
+        raise InvalidInput(f"{run_file}: client.seed_data.path: {err}") from err
+    return plan.replace(client=dataclasses.replace(spec, seed_data=dataclasses.replace(
+        seed, rows=index.rows)))
+
+
+def check_on_login_node(plan: Plan, plan_bytes: bytes, run_file: Path, workspace: Path,
+                        ambient: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+    """A Data Designer config checked here: ``{"checked": bool, "python": ..., "notes":
+    [...]}``; InvalidInput (one detail line per problem) when Data Designer or the adapter
+    rejects the run.
+
+    The check is the agent's own (``python -I agent.pyz dd --validate --plan -``), run as a
+    subprocess under the client environment's Python with the plan on stdin: the control
+    plane never imports ``data_designer`` or the agent's ``dd`` role. It runs when that
+    Python exists here and the client runs on the host (not in an image); otherwise
+    preflight runs the same check before any server starts, and the notes say so.
+    """
+    from synthbatch.agent_stdlib.contracts import dd_check_report
+
+    spec = plan.client_data_designer
+    assert spec is not None
+    ambient = os.environ if ambient is None else ambient
+
+    def unchecked(why: str) -> Dict[str, Any]:
+        return {"checked": False, "python": spec.python,
+                "notes": [f"not checked here: {why}; preflight checks it before any server "
+                          "starts"]}
+
+    if spec.container is not None:
+        return unchecked(f"the client runs in image {spec.container.image}")
+    if not (os.path.isfile(spec.python) and os.access(spec.python, os.X_OK)):
+        return unchecked(f"{spec.python} is not on this node")
+    with tempfile.TemporaryDirectory(prefix="synthbatch-plan-") as scratch:
+        cache = bundle_cache(workspace)  # a dry run creates no workspace
+        try:
+            pyz = bundle.locate_agent_bundle(cache if cache.is_dir() else Path(scratch))
+        except bundle.BundleError as err:
+            return unchecked(f"no agent bundle ({err})")
+        env = dict(ambient, SHIV_ROOT=scratch)  # the bundle unpacks here, not in ~/.shiv
+        env.update(spec.env)
+        env.update({var: ambient[job] for var, job in spec.secret_env.items()
+                    if job in ambient})
+        try:
+            done = subprocess.run([spec.python, "-I", str(pyz), "dd", "--plan", "-",
+                                   "--validate"], input=plan_bytes.decode("utf-8"), env=env,
+                                  capture_output=True, text=True, timeout=DD_CHECK_TIMEOUT_S,
+                                  check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return unchecked(f"{spec.python} did not run the check ({err})")
+    problems, notes = dd_check_report(done.stdout, done.stderr, done.returncode)
+    if problems:
+        count = f"{len(problems)} problem" + ("s" if len(problems) != 1 else "")
+        raise InvalidInput(f"{run_file}: client.data_designer: {spec.config}: "
+                           f"{count} (checked with {spec.python})", details=problems)
+    return {"checked": True, "python": spec.python, "notes": notes}

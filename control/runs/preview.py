@@ -19,16 +19,19 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from synthbatch.agent_stdlib.clientenv import ClientEnv
 from synthbatch.agent_stdlib.contracts import Plan
 from synthbatch.agent_stdlib.layout import RunLayout
+from synthbatch.control.config.workspace import PROFILE_ENV, default_profile_path
 from synthbatch.control.errors import InvalidInput, SynthbatchError
 from synthbatch.control.runs.plan import resolve
 
 PREVIEW_ID = "preview-00000000-000000-000000"
+STANDIN_WORKSPACE = Path("~/.cache/synthbatch/preview")
+MAX_GPUS_PER_NODE = 64  # the profile's own bound: any run's replica fits
 
 
 class PreviewFailed(SynthbatchError):
@@ -37,44 +40,52 @@ class PreviewFailed(SynthbatchError):
     exit_code = 1
 
 
+def _pairs(items: Sequence[str], flag: str, expected: str,
+           valid: Callable[[str], bool]) -> Dict[str, str]:
+    """``ALIAS=VALUE`` items as a mapping; InvalidInput naming the bad or repeated one."""
+    pairs: Dict[str, str] = {}
+    for item in items:
+        alias, sep, value = item.partition("=")
+        if not sep or not alias or not valid(value):
+            raise InvalidInput(f"{flag} {item!r}: expected {expected}")
+        if alias in pairs:
+            raise InvalidInput(f"{flag} {alias}: given twice")
+        pairs[alias] = value
+    return pairs
+
+
+def _web(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 def parse_endpoints(items: Sequence[str]) -> Dict[str, str]:
     """``ALIAS=URL`` items as a mapping; InvalidInput naming the bad one."""
-    endpoints: Dict[str, str] = {}
-    for item in items:
-        alias, sep, url = item.partition("=")
-        parts = urlsplit(url)
-        if not sep or not alias or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidInput(f"--endpoint {item!r}: expected ALIAS=http[s]://host[:port]"
-                               f"[/prefix]")
-        if alias in endpoints:
-            raise InvalidInput(f"--endpoint {alias}: given twice")
-        base = url.rstrip("/")
-        endpoints[alias] = base[:-3] if base.endswith("/v1") else base  # the generator
-        # adds /v1/chat/completions: a base URL written the OpenAI way works too
-    return endpoints
+    urls = _pairs(items, "--endpoint", "ALIAS=http[s]://host[:port][/prefix]", _web)
+    bases = {alias: url.rstrip("/") for alias, url in urls.items()}
+    # the generator adds /v1/chat/completions: a base URL written the OpenAI way works too
+    return {alias: base[:-3] if base.endswith("/v1") else base for alias, base in bases.items()}
 
 
 def parse_models(items: Sequence[str]) -> Dict[str, str]:
     """``ALIAS=NAME`` items (the model name an endpoint serves) as a mapping."""
-    models: Dict[str, str] = {}
-    for item in items:
-        alias, sep, name = item.partition("=")
-        if not sep or not alias or not name.strip():
-            raise InvalidInput(f"--model {item!r}: expected ALIAS=NAME (the model name "
-                               f"the endpoint serves)")
-        if alias in models:
-            raise InvalidInput(f"--model {alias}: given twice")
-        models[alias] = name.strip()
-    return models
+    names = _pairs(items, "--model", "ALIAS=NAME (the model name the endpoint serves)",
+                   lambda name: bool(name.strip()))
+    return {alias: name.strip() for alias, name in names.items()}
+
+
+def _check_aliases(flag: str, given: Iterable[str], plan: Plan, run_file: Path) -> None:
+    """InvalidInput for the first of ``given`` that is no deployment alias of the plan."""
+    aliases = [d.alias for d in plan.deployments]
+    for alias in given:
+        if alias not in aliases:
+            raise InvalidInput(f"{flag} {alias}: not a deployment alias of {run_file} "
+                               f"(have: {', '.join(aliases)})")
 
 
 def served_as(plan: Plan, models: Mapping[str, str], run_file: Path) -> Plan:
     """``plan`` with each ``--model`` alias's served name replaced."""
-    aliases = [d.alias for d in plan.deployments]
-    for alias in models:
-        if alias not in aliases:
-            raise InvalidInput(f"--model {alias}: not a deployment alias of {run_file} "
-                               f"(have: {', '.join(aliases)})")
+    _check_aliases("--model", models, plan, run_file)
     return replace(plan, deployments=tuple(
         replace(d, served_name=models.get(d.alias, d.served_name)) for d in plan.deployments))
 
@@ -104,11 +115,7 @@ def run_preview(run_file: Path, profile: Optional[str], count: int,
     if plan.client is None:
         raise InvalidInput(f"{run_file}: preview runs the built-in generator; this run's "
                            f"client is a command")
-    aliases = [d.alias for d in plan.deployments]
-    for alias in endpoints:
-        if alias not in aliases:
-            raise InvalidInput(f"--endpoint {alias}: not a deployment alias of {run_file} "
-                               f"(have: {', '.join(aliases)})")
+    _check_aliases("--endpoint", endpoints, plan, run_file)
     with tempfile.TemporaryDirectory(prefix="synthbatch-preview-") as tmp:
         scratch = Path(tmp)
         plan_json = RunLayout(scratch).plan_json
@@ -167,3 +174,27 @@ def _stream(argv: List[str], env: Dict[str, str], scratch: Path, timeout_s: floa
         errors.seek(0)
         log = errors.read().decode("utf-8", "replace").splitlines()
     return records, first_s, status, expired.is_set(), log
+
+
+def profile_given(profile: Optional[str]) -> bool:
+    """True when ``--profile``, ``$SYNTHBATCH_PROFILE`` or the default profile exists."""
+    return bool(profile or os.environ.get(PROFILE_ENV)
+                or default_profile_path().is_file())
+
+
+def write_standin(folder: Path) -> Path:
+    """The profile preview plans with when the user has none, written into ``folder``; its
+    path. Preview submits nothing and starts no server, so what a profile pins down for a
+    cluster (partition, accounts, the GPUs of a node) does not matter to it; the run file
+    is still planned in full, so a bad run file fails as it would at submit. The stand-in's
+    workspace is ``~/.cache/synthbatch/preview`` (only the agent bundle's build cache goes
+    there)."""
+    workspace = STANDIN_WORKSPACE.expanduser()
+    workspace.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lines = ["schema_version = 1", 'backend = "slurm"', 'partition = "preview"',
+             f"workspace = {json.dumps(str(workspace))}",
+             f"python = {json.dumps(sys.executable)}",
+             f"gpus_per_node = {MAX_GPUS_PER_NODE}"]
+    path = folder / "preview-profile.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

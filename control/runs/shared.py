@@ -37,7 +37,8 @@ from synthbatch.agent_stdlib.statefile import (
 )
 from synthbatch.control.runs.status.records import RECOVERY_GRACE_S
 from synthbatch.control.runs.store import load_plan, load_submissions
-from synthbatch.control.runs.submit.arrays import HELD, Staged, mark_submitted, sbatch_adopting
+from synthbatch.control.runs.submit import arrays
+from synthbatch.control.runs.submit.arrays import HELD, Staged, mark_submitted
 from synthbatch.control.slurm.parsers import split_job_id
 from synthbatch.control.slurm.renderer import BatchScript, SharedMember, render_shared_script
 from synthbatch.control.slurm.scheduler import Scheduler
@@ -127,8 +128,8 @@ def submit_shared(members: Sequence[Staged], profile: Profile, scheduler: Schedu
         write_json_atomic(member.layout.submission_json(number), record.to_dict())
         records.append(record)
     throttle = lead.plan.array_throttle or profile.array_throttle
-    job_id, argv = sbatch_adopting(scheduler, str(lead.layout.submission_script(numbers[0])),
-                                   indices, throttle, name, [])
+    job_id, argv = arrays.sbatch_adopting(
+        scheduler, str(lead.layout.submission_script(numbers[0])), indices, throttle, name, [])
     records = [r.replace(argv=tuple(argv), job_id=job_id) for r in records]
     for member, record in zip(members, records):
         write_json_atomic(member.layout.submission_json(record.number), record.to_dict())
@@ -175,8 +176,7 @@ def recover_shared(layout: RunLayout, scheduler: Scheduler, record: SubmissionRe
     notes = []
     for member, mine in found:
         if mine.job_id is None:
-            mine = mine.replace(job_id=job, argv=("sbatch", "(adopted by job name)"))
-            write_json_atomic(member.submission_json(mine.number), mine.to_dict())
+            mine = arrays.adopt(member, mine, job)
             notes.append(f"{member.root.name} submission {mine.number}: adopted job {job}")
         if not mine.released:
             mark_submitted(member, load_plan(member), mine)

@@ -55,10 +55,6 @@ class Staged:
     agent_sha256: str
 
 
-def _copy_private(source: Path, target: Path, mode: int) -> None:
-    write_bytes_atomic(target, source.read_bytes(), mode=mode)
-
-
 def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: Path,
               agent_sha256: str, plan_bytes: Optional[bytes] = None,
               plan_sha256: Optional[str] = None) -> Staged:
@@ -73,12 +69,12 @@ def stage_run(workspace: Path, plan: Plan, inputs: Dict[str, Path], agent_pyz: P
     for folder in (layout.inputs, layout.submissions, layout.slurm_logs):
         ensure_dir(folder)
     for name, source in inputs.items():
-        _copy_private(source, layout.inputs / name, 0o600)
+        write_bytes_atomic(layout.inputs / name, source.read_bytes(), mode=0o600)
     if plan_bytes is None:
         plan_bytes = plan.to_json().encode("utf-8")
     publish_immutable(layout.plan_json, plan_bytes, mode=0o400)
     agent_name = f"agent-{agent_sha256}.pyz"
-    _copy_private(agent_pyz, root / agent_name, 0o400)
+    write_bytes_atomic(root / agent_name, agent_pyz.read_bytes(), mode=0o400)
     ensure_dir(layout.shards)  # each shard's folder is made by its first writer
     return Staged(layout, plan, plan_sha256 or sha256_bytes(plan_bytes), agent_name,
                   agent_sha256)
@@ -253,7 +249,7 @@ def unrecorded_jobs(rows: List[JobRow], recorded: List[str]) -> List[str]:
     return sorted(ids - set(recorded), key=int)
 
 
-def _adopt(layout: RunLayout, record: SubmissionRecord, job_id: str) -> SubmissionRecord:
+def adopt(layout: RunLayout, record: SubmissionRecord, job_id: str) -> SubmissionRecord:
     """Record ``job_id`` for a submission whose sbatch answer was lost."""
     record = record.replace(job_id=job_id, argv=("sbatch", "(adopted by job name)"))
     write_json_atomic(layout.submission_json(record.number), record.to_dict())
@@ -272,15 +268,6 @@ def mark_submitted(layout: RunLayout, plan: Plan, record: SubmissionRecord) -> N
     submit_attempts(((layout.attempt_json_path(shard, attempt), plan.run_id, shard, attempt,
                       task_job_id(job_id, plan.array_task(shard)[1]), record.number)
                      for shard, attempt in pairs), only_created=True)
-
-
-def _release(layout: RunLayout, scheduler: Scheduler, record: SubmissionRecord,
-             held: Set[str]) -> str:
-    if record.job_id in held:
-        scheduler.release(str(record.job_id))
-    write_json_atomic(layout.submission_json(record.number),
-                      record.replace(released=True).to_dict())
-    return f"submission {record.number}: job {record.job_id} released"
 
 
 def recover_submissions(layout: RunLayout, scheduler: Scheduler, committed: bool,
@@ -304,12 +291,16 @@ def recover_submissions(layout: RunLayout, scheduler: Scheduler, committed: bool
     plan: Optional[Plan] = None  # read (and validated) only when attempts need job ids
     for record in records if committed else []:
         if record.job_id is None and orphans:
-            record = _adopt(layout, record, orphans.pop(0))
+            record = adopt(layout, record, orphans.pop(0))
             notes.append(f"submission {record.number}: adopted job {record.job_id}")
         if record.job_id is not None and not record.released:
             plan = plan or load_plan(layout)
             mark_submitted(layout, plan, record)
-            notes.append(_release(layout, scheduler, record, held))
+            if record.job_id in held:
+                scheduler.release(str(record.job_id))
+            write_json_atomic(layout.submission_json(record.number),
+                              record.replace(released=True).to_dict())
+            notes.append(f"submission {record.number}: job {record.job_id} released")
     if orphans:
         scheduler.cancel(orphans)
         why = "duplicate submission" if committed else "the run never committed"

@@ -10,7 +10,7 @@ import pytest
 
 from synthbatch.agent_stdlib.contracts import ColumnSpec, Plan, SeedDataSpec
 from synthbatch.control.errors import InvalidInput
-from synthbatch.control.runs.seeds import check_seed_data
+from synthbatch.control.runs.plan import check_seed_data
 from tests.unit.control.config.recipes import RECIPE, load, plan_of, rejection
 
 

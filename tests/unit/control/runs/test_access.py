@@ -10,9 +10,8 @@ from typing import Dict, List
 import pytest
 
 from synthbatch.agent_stdlib.contracts import ResourceSpec
-from synthbatch.control.runs.access import check_request
 from synthbatch.control.runs.checks import ERROR, NODE, OK, WARNING, Finding
-from synthbatch.control.runs.fit import Origins
+from synthbatch.control.runs.fit import Origins, check_request
 from synthbatch.control.slurm.scheduler import Scheduler
 from tests.fakes import FakeSlurm, partition
 from tests.slurm_outputs import (

@@ -1,4 +1,4 @@
-"""The GGUF header reader (``control/runs/gguf.py``) and what the layout takes from it:
+"""The GGUF header reader (``control/runs/modelinfo.py``) and what the layout takes from it:
 bounded, standard library only, every damaged file one line naming it."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import pytest
 
 from synthbatch.control.planning.layout import llamacpp_context, llamacpp_gpus
 from synthbatch.control.planning.modelfacts import FactsError, gguf_facts
-from synthbatch.control.runs.gguf import read_header
-from synthbatch.control.runs.modelinfo import ModelUnreadable, read_facts
+from synthbatch.control.runs.modelinfo import ModelUnreadable, read_facts, read_header
 from tests.conftest import REPO
 from tests.gguf import LLAMA_8B, gguf_bytes, write_gguf
 
