@@ -38,8 +38,13 @@ from synthbatch.agent_stdlib.statefile import (
 from synthbatch.agent_stdlib.states import TERMINAL
 from synthbatch.agent_stdlib.text import visible
 from synthbatch.control.config.document import read_document
-from synthbatch.control.errors import SchedulerUnavailable, SynthbatchError
-from synthbatch.control.runs.status.records import run_job_ids, submission_views
+from synthbatch.control.errors import NotFound, SchedulerUnavailable, SynthbatchError
+from synthbatch.control.runs.status.records import (
+    PlanView,
+    load_plan_view,
+    run_job_ids,
+    submission_views,
+)
 from synthbatch.control.runs.status.verdict import FINAL
 from synthbatch.control.runs.store import attempt_numbers
 from synthbatch.control.slurm.parsers import JobUsage
@@ -351,12 +356,15 @@ def run_cost(layout: RunLayout, rows: Optional[Sequence[JobUsage]], job_ids: Seq
 
 def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str, Any],
                 job_ids: Optional[Sequence[str]], profile_path: Optional[Path],
-                ask: Callable[[], Optional[List[JobUsage]]]) -> Dict[str, Any]:
+                ask: Callable[[], Optional[List[JobUsage]]],
+                plan: Optional[PlanView] = None) -> Dict[str, Any]:
     """``status``'s ``cost``: priced by the profile at ``profile_path`` (its ``[pricing]``
     for the run's partition), from the rows ``totals`` got this refresh (``used``), else
     the kept figures, else ``ask()`` (once, for a run counted before these figures were);
     ``reused_cells``: the LLM cells taken from earlier runs (``summary["reuse"]``), which
-    cost this run no GPU time and no tokens (counted once: by the runs that made them)."""
+    cost this run no GPU time and no tokens (counted once: by the runs that made them).
+    ``plan``: the refresh's plan view (the settled index keeps one: a large ``plan.json``
+    is not read again for the cost)."""
     if job_ids is None:
         job_ids = run_job_ids(submission_views(layout))
     totals = summary.get("totals") or {}
@@ -375,7 +383,7 @@ def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str
     pricing = _pricing(profile_path)
     keep = final and (bool(used.get("complete")) if "rows" in used else rows is not None)
     try:
-        facts = _plan_facts(layout)
+        facts = _plan_facts(layout, plan)
         price = pricing.price(facts[1]) if pricing is not None else None
         out = run_cost(layout, rows, job_ids, price, pricing.currency if pricing else "$",
                        keep=keep, gpu_hours_from=source, facts=facts)
@@ -397,18 +405,19 @@ def _pricing(path: Optional[Path]) -> Optional[Any]:
     return load_pricing(path)
 
 
-def _plan_facts(layout: RunLayout) -> Tuple[int, Optional[str], Dict[str, int]]:
-    """(shards, partition, alias -> GPUs of its deployment) read from ``plan.json`` as
-    plain JSON (the contract classes cost a large plan's decoding; submit checked it)."""
+def _plan_facts(layout: RunLayout, plan: Optional[PlanView] = None
+                ) -> Tuple[int, Optional[str], Dict[str, int]]:
+    """(shards, partition, alias -> GPUs of its deployment) of the run's plan: ``plan`` (a
+    refresh's, which the settled index keeps) or ``plan.json`` read as a ``PlanView``."""
     try:
-        data = read_json(layout.plan_json)
-        partition = data["resources"].get("partition")
-        gpus = {str(d["alias"]): int(d["replicas"]) * int(d["gpus_per_replica"])
-                for d in data["deployments"]}
-        return len(data["shards"]), partition if isinstance(partition, str) else None, gpus
-    except (StateError, OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        plan = plan or load_plan_view(layout)
+    except (StateError, NotFound) as err:
         raise StateError(f"{layout.plan_json}: unreadable for the cost figures ({err})") \
             from err
+    if plan.gpus is None:
+        raise StateError(f"{layout.plan_json}: unreadable for the cost figures (its "
+                         "deployments)")
+    return len(plan.shard_records), plan.partition, plan.gpus
 
 
 def kept_cost(layout: RunLayout, profile_path: Optional[Path]) -> Dict[str, Any]:

@@ -78,7 +78,7 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Any,
     from synthbatch.control.runs.cost import status_cost  # issue 32: what records cost
 
     summary["cost"] = status_cost(layout, summary, used, fresh.job_ids, profile_path,
-                                  lambda: sched.usage(fresh.job_ids))
+                                  lambda: sched.usage(fresh.job_ids), fresh.plan)
     from synthbatch.control.runs.autoretry import round_now  # issue 34: the pending automatic round
     from synthbatch.control.runs.store import load_plan
     from synthbatch.control.runs.telemetry import run_flags  # issue 32: idle or saturated

@@ -182,7 +182,8 @@ class Index:
     section: Optional[bytes] = None  # the rows' lines, not split
     _rows: Optional[Tuple[List[int], List[str]]] = None
     _decoded: Optional[List[ShardRow]] = None
-    _lines: Optional[List[str]] = None  # the rows' lines, for ``brief``
+    _lines: Optional[List[bytes]] = None  # the rows' lines, for ``brief`` (not decoded:
+    # a few are read, and ``json.loads`` takes UTF-8 bytes)
 
     def __post_init__(self) -> None:
         if self._rows is None and self.section is None:
@@ -282,7 +283,7 @@ class Index:
         if self._rows is not None:
             return self.row(pos)
         if self._lines is None:
-            self._lines = self.section.decode("utf-8").split("\n") if self.section else []
+            self._lines = self.section.split(b"\n") if self.section else []
         try:
             return _checked(json.loads(self._lines[pos]), pos, self.codes[pos])
         except (*MALFORMED, IndexError) as err:
@@ -528,7 +529,7 @@ def add(layout: RunLayout, base: Index, rows: Sequence[ShardRow], run_id: str,
             fresh = [r for r in rows if r.index not in there and valid(r.index)
                      and r.index not in latest.pending]
             changed = bool(fresh) or latest.problem is not None or bool(latest.pending)
-            if plan is not None and latest.plan_identity != plan[0]:
+            if plan is not None and (latest.plan_identity, latest.plan) != plan:
                 latest.plan_identity, latest.plan = plan
                 changed = True
             if submissions is not None and latest.submissions != submissions and \

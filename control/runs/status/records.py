@@ -539,13 +539,17 @@ class ArrayView(NamedTuple):
 
 @dataclass(frozen=True)
 class PlanView:
-    """What status needs from ``plan.json``: run id, name, records per shard, arrays."""
+    """What status needs from ``plan.json``: run id, name, records per shard, arrays, and
+    for the cost figures the partition (None: the cluster's default) and each alias's
+    GPUs (its replicas x GPUs per replica)."""
 
     run_id: str
     name: str
     total_records: int
     shard_records: Tuple[int, ...]
     arrays: Tuple[ArrayView, ...] = ()
+    partition: Optional[str] = None
+    gpus: Optional[Dict[str, int]] = None  # None: the plan's deployments are unreadable
 
 
 def plan_view_data(plan: PlanView) -> Dict[str, Any]:
@@ -558,7 +562,8 @@ def plan_view_data(plan: PlanView) -> Dict[str, Any]:
         else:
             sizes.append([size, 1])
     return {"run_id": plan.run_id, "name": plan.name, "total_records": plan.total_records,
-            "sizes": sizes, "arrays": [list(a) for a in plan.arrays]}
+            "sizes": sizes, "arrays": [list(a) for a in plan.arrays],
+            "partition": plan.partition, "gpus": plan.gpus}
 
 
 def plan_view_from_data(data: Any) -> PlanView:
@@ -572,11 +577,14 @@ def plan_view_from_data(data: Any) -> PlanView:
         arrays = tuple(ArrayView(*(int(v) for v in a)) for a in data["arrays"])
         view = PlanView(run_id=data["run_id"], name=data["name"],
                         total_records=data["total_records"], shard_records=tuple(sizes),
-                        arrays=arrays)
-    except (KeyError, TypeError) as err:
+                        arrays=arrays, partition=data["partition"], gpus=data["gpus"])
+    except (KeyError, TypeError) as err:  # (an index kept before the cost facts: re-read)
         raise ValueError(f"malformed plan view ({err})") from err
     if not isinstance(view.run_id, str) or not isinstance(view.name, str) or \
-            type(view.total_records) is not int:
+            type(view.total_records) is not int or \
+            not isinstance(view.partition, (str, type(None))) or \
+            not (view.gpus is None or isinstance(view.gpus, dict) and all(
+                isinstance(k, str) and type(v) is int for k, v in view.gpus.items())):
         raise ValueError("malformed plan view")
     return view
 
@@ -596,6 +604,18 @@ def load_plan_view(layout: RunLayout) -> PlanView:
                        for a in data.get("arrays", ()))
         return PlanView(run_id=str(data["run_id"]), name=str(data["name"]),
                         total_records=int(data["total_records"]), shard_records=sizes,
-                        arrays=arrays)
+                        arrays=arrays, **_cost_facts(data))
     except (KeyError, TypeError, ValueError) as err:
         raise StateError(f"{layout.plan_json}: malformed plan ({err})") from err
+
+
+def _cost_facts(data: Dict[str, Any]) -> Dict[str, Any]:
+    """The plan's partition (a string, else None) and each alias's GPUs (None when the
+    deployments cannot be read: the cost figures say so, status does not fail)."""
+    try:
+        partition = data["resources"].get("partition")
+        gpus = {str(d["alias"]): int(d["replicas"]) * int(d["gpus_per_replica"])
+                for d in data["deployments"]}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return {"partition": None, "gpus": None}
+    return {"partition": partition if isinstance(partition, str) else None, "gpus": gpus}

@@ -224,6 +224,7 @@ class Refresh:
     ended_at: Optional[float] = None  # latest update of any shard's attempt (None: none)
     job_ids: Optional[List[str]] = None  # ``run_job_ids`` of the submissions (None: unknown)
     usage: Optional[Usage] = None  # GPU usage of ``job_ids`` if this refresh asked sacct
+    plan: Optional[PlanView] = None  # the plan's shape (the settled index's copy if it holds)
 
     def rows(self) -> List[ShardRow]:
         """Every shard's row, in shard order."""
@@ -395,7 +396,8 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     ended = max((s.attempt.updated_at for s in shards if s.attempt), default=0.0)
     if known:
         ended = max(ended, index.ended_at)
-    return Refresh(summary, count, index, known, fresh, ended or None, job_ids, sched.usage)
+    return Refresh(summary, count, index, known, fresh, ended or None, job_ids, sched.usage,
+                   plan)
 
 
 def recover_crashed(layout: RunLayout, scheduler: Scheduler, committed: bool,

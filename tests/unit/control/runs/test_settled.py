@@ -38,6 +38,7 @@ from synthbatch.control.runs.status import refresh as status
 from synthbatch.control.runs.status.listing import durable_state
 from synthbatch.control.runs.status.records import (
     Expected,
+    load_plan_view,
     run_job_ids,
     submission_views,
     submissions_key,
@@ -688,3 +689,35 @@ def test_an_index_the_old_code_wrote_is_rebuilt_once_and_said_once(tmp_path: Pat
     again = compare(layout, cluster, NOW)
     assert again == {**first, "notes": [n for n in first["notes"] if n not in said]}
     assert settled.load(layout).rows([0, 1]) == [ShardRow.from_dict(r) for r in rows]
+
+
+def test_a_settled_runs_cost_reads_the_plan_the_index_keeps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cost's plan facts (partition, GPUs per alias) come from the settled index's copy
+    of the plan: a later status of a settled run opens no ``plan.json`` (~9 MiB at 100,000
+    shards, ~120 ms to parse); an index kept before the copy had them is rewritten once."""
+    from synthbatch.control.runs.observed import observed
+
+    layout = make_run(tmp_path, [Shard("winner", progress=10)] * 4)
+    cluster = Cluster()
+    profile = tmp_path / "p.toml"
+    profile.write_text("schema_version = 1\nworkspace = '/x'\n[pricing]\nper_gpu_hour = 2.0\n")
+    first = observed(layout, scheduler(cluster), profile).summary["cost"]
+    index = settled.load(layout)
+    assert index.plan is not None and index.plan["gpus"] and "partition" in index.plan
+    older = {k: v for k, v in index.plan.items() if k not in ("partition", "gpus")}
+    index.plan = older  # as an index written before the cost facts were kept
+    layout.settled_json.chmod(0o600)
+    layout.settled_json.write_bytes(settled.encode(index, layout, index.run_id))
+    assert observed(layout, scheduler(cluster), profile).summary["cost"] == first
+    assert settled.load(layout).plan == {**older, "partition": index_plan_facts(layout)[0],
+                                         "gpus": index_plan_facts(layout)[1]}
+    opens = Opens(monkeypatch, layout.root)
+    assert observed(layout, scheduler(cluster), profile).summary["cost"] == first
+    assert str(layout.plan_json) not in opens.paths
+
+
+def index_plan_facts(layout: RunLayout) -> Tuple[Any, Any]:
+    """The partition and GPUs per alias of the run's plan, read from ``plan.json``."""
+    plan = load_plan_view(layout)
+    return plan.partition, plan.gpus
