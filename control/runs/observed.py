@@ -68,7 +68,7 @@ def _presented(layout: RunLayout, fresh: Refresh, sched: Any,
     used: Dict[str, Any] = {}
     summary["totals"] = totals(layout, summary, sched, jobs=lambda: fresh.column("job_id"),
                                ended=fresh.ended_at, job_ids=fresh.job_ids, usage=fresh.usage,
-                               used=used)
+                               used=used, submissions=fresh.submissions)
     from synthbatch.control.runs import reusecount  # issue 31: reused cells apart
 
     summary["reuse"] = reusecount.counts(layout, sum(summary.get("counts", {}).values()))

@@ -225,6 +225,9 @@ class Refresh:
     job_ids: Optional[List[str]] = None  # ``run_job_ids`` of the submissions (None: unknown)
     usage: Optional[Usage] = None  # GPU usage of ``job_ids`` if this refresh asked sacct
     plan: Optional[PlanView] = None  # the plan's shape (the settled index's copy if it holds)
+    # the submission records read this refresh (None: not read, or damaged): ``totals``
+    # takes them rather than parse them again (a 100,000-shard record is ~1.6 MiB)
+    submissions: Optional[List[SubmissionView]] = None
 
     def rows(self) -> List[ShardRow]:
         """Every shard's row, in shard order."""
@@ -257,11 +260,16 @@ class Refresh:
         if not self.fresh and self.known and self.index.whole(self.count):
             rows = self.index.block()
         else:
-            texts = self.index.texts if self.known else []
+            texts, known = (self.index.texts if self.known else []), self.known
             read = {row.index: row for row in self.fresh}
-            rows = ", ".join(texts[self.known[i]] if i in self.known else
-                             json.dumps(read[i].to_dict(), sort_keys=True)
-                             for i in range(self.count)).encode("utf-8")
+            if isinstance(known, settled.Span):  # shard i at position i: no lookup a row
+                parts = texts[:known.count] + [json.dumps(read[i].to_dict(), sort_keys=True)
+                                               for i in range(known.count, self.count)]
+            else:
+                parts = [texts[known[i]] if i in known else
+                         json.dumps(read[i].to_dict(), sort_keys=True)
+                         for i in range(self.count)]
+            rows = ", ".join(parts).encode("utf-8")
         before, _, after = head.partition(f'"{marker}"'.encode("ascii"))
         return b"".join((before, b"[", rows, b"]", after))
 
@@ -396,8 +404,9 @@ def refresh(layout: RunLayout, scheduler: Scheduler, now: Optional[float] = None
     ended = max((s.attempt.updated_at for s in shards if s.attempt), default=0.0)
     if known:
         ended = max(ended, index.ended_at)
+    read = submissions if (todo or not committed) and not damaged else None
     return Refresh(summary, count, index, known, fresh, ended or None, job_ids, sched.usage,
-                   plan)
+                   plan, read)
 
 
 def recover_crashed(layout: RunLayout, scheduler: Scheduler, committed: bool,

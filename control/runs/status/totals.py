@@ -150,7 +150,8 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
            ended: Optional[float] = None,
            job_ids: Optional[List[str]] = None,
            usage: Optional[Usage] = None,
-           used: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+           used: Optional[Dict[str, Any]] = None,
+           submissions: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
     """The run's numbers for ``status`` (``data`` is its refresh).
 
     ``jobs`` gives each shard's job id in shard order when ``data`` leaves the rows out
@@ -161,6 +162,7 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
     While the run goes on, the numbers so far: GPU-hours of the executions until now
     (never kept). ``used``, when given, gets accounting's rows (``rows``) and whether
     they are a finished run's whole count (``complete``), when this call asked for them.
+    ``submissions``, when given, are the refresh's submission views (else they are read).
     """
     now = time.time() if now is None else now
     known = usage
@@ -182,7 +184,7 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
                           or now, now)
         shard_jobs = [job for job in per_shard if job]
     usage = gpu_hours(scheduler, job_ids, shard_jobs, known, used)
-    found = {**_numbers(layout, created, end, done, tokens),
+    found = {**_numbers(layout, created, end, done, tokens, submissions),
              "gpu_hours": usage["gpu_hours"], "gpu_hours_from": usage["gpu_hours_from"]}
     if not final:
         return found
@@ -198,12 +200,13 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
 
 
 def _numbers(layout: RunLayout, created: float, end: float, done: int,
-             tokens: int) -> Dict[str, Any]:
+             tokens: int, submissions: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
     """Elapsed since submit, the time the run was in progress (``active_s``: without the
     idle time before a retry) and the averages over that time."""
     elapsed = max(0.0, end - created)
     try:
-        active = active_seconds(layout, submission_views(layout), end)
+        active = active_seconds(layout, submission_views(layout) if submissions is None
+                                else submissions, end)
     except StateError:  # a damaged submission record: status names it
         active = None
     active = elapsed if active is None else min(elapsed, active)
