@@ -210,7 +210,8 @@ def submission_views(layout: RunLayout) -> List[SubmissionView]:
         job_id, = _optional_text(data, ("job_id",), path)
         job_id = checked_job_id(job_id, path)
         attempts = _field(data, "attempts", (dict,), path)
-        if not set(map(type, attempts.values())) <= {int}:  # (no bool: JSON's are their own)
+        # type(v) is int: a bool (its own type) is refused, as the contract refuses it
+        if not set(map(type, attempts.values())) <= {int}:
             raise StateError(f"{path}: field 'attempts' has the wrong type")
         released = data.get("released")
         if not isinstance(released, bool):
