@@ -99,6 +99,9 @@ def test_crashing_server_fails_the_shard_with_a_reason(slurm_cluster, tmp_path, 
     shard = status["shards"][0]
     assert shard["state"] == "failed"
     assert "exited with status" in shard["reason"]
+    # Each start of the server answers exactly one request (--exit-after 1): the two
+    # restarts the allocation allows by default cannot finish 6 records.
+    assert "after 2 restart(s) in the allocation" in shard["reason"], shard["reason"]
     result = CliRunner().invoke(cli, ["merge", run_id, "--profile", str(profile)])
     assert result.exit_code == 4 and "shards without a winner: 0" in result.output
     _wait_jobs_gone(submitted["job_id"])
