@@ -321,16 +321,17 @@ def cached(layout: RunLayout, job_ids: Sequence[str]) -> Optional[Figures]:
 def run_cost(layout: RunLayout, rows: Optional[Sequence[JobUsage]], job_ids: Sequence[str],
              price: Optional[float], currency: str = "$", keep: bool = False,
              gpu_hours_from: Optional[str] = None,
-             facts: Optional[Tuple[int, Optional[str], Dict[str, int]]] = None
-             ) -> Dict[str, Any]:
+             facts: Optional[Tuple[int, Optional[str], Dict[str, int]]] = None,
+             kept: Optional[Figures] = None) -> Dict[str, Any]:
     """The run's priced figures (``report``); ``rows``: accounting's rows of ``job_ids``
     (None: no accounting); ``keep``: the run is over and accounting has every job, so the
-    figures are kept in ``cost.json``; ``facts``: ``_plan_facts`` if already read.
+    figures are kept in ``cost.json``; ``facts``: ``_plan_facts`` if already read;
+    ``kept``: ``cached``'s figures if already read.
 
     A run of more than ``LIVE_SHARDS`` shards that is not over gets its GPU-hours and cost
     so far only: its attempts' records are read once, when it is over (a refresh of a
     100,000-shard run must not open every attempt's files)."""
-    found = cached(layout, job_ids)
+    found = kept if kept is not None else cached(layout, job_ids)
     notes: List[str] = []
     if found is None:
         shards, _, gpus = facts or _plan_facts(layout)
@@ -371,9 +372,10 @@ def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str
     source = totals.get("gpu_hours_from")
     final = summary.get("state") in FINAL
     rows: Optional[Sequence[JobUsage]]
+    kept = None if "rows" in used else cached(layout, job_ids)
     if "rows" in used:
         rows = used["rows"]
-    elif cached(layout, job_ids) is not None or not final or totals.get("gpu_hours") is None:
+    elif kept is not None or not final or totals.get("gpu_hours") is None:
         rows = None  # kept figures are read by run_cost; else Slurm could not be asked
     else:
         try:
@@ -386,7 +388,7 @@ def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str
         facts = _plan_facts(layout, plan)
         price = pricing.price(facts[1]) if pricing is not None else None
         out = run_cost(layout, rows, job_ids, price, pricing.currency if pricing else "$",
-                       keep=keep, gpu_hours_from=source, facts=facts)
+                       keep=keep, gpu_hours_from=source, facts=facts, kept=kept)
     except (StateError, OSError) as err:  # a damaged plan: status names it; no figures
         return {"gpu_hours": None, "cost": None, "notes": [f"cost: {err}"]}
     reused = summary.get("reuse") or {}  # issue 31's count: cells no request was made for

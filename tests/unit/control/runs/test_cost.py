@@ -210,8 +210,10 @@ def test_the_card_has_the_kept_figures_priced_as_the_run_was(tmp_path: Path) -> 
 
 
 def test_status_counts_a_run_counted_before_once_then_reads_what_it_kept(
-        tmp_path: Path) -> None:
-    """A finished run whose totals.json predates cost.json: one sacct call, then none."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished run whose totals.json predates cost.json: one sacct call, then none;
+    the kept figures are read once a refresh."""
+    from synthbatch.control.runs import cost as cost_module
     from synthbatch.control.runs.cost import status_cost
 
     layout = make_run(tmp_path / "ws", [Shard("winner")])
@@ -224,8 +226,17 @@ def test_status_counts_a_run_counted_before_once_then_reads_what_it_kept(
     summary = {"state": "succeeded", "totals": {"gpu_hours": 1.0,
                                                 "gpu_hours_from": "accounting (sacct)"}}
     first = status_cost(layout, summary, {}, ["500"], None, ask)
+    reads = []
+    real_read = cost_module.read_json_or_none
+
+    def counted(path: Path) -> object:
+        reads.append(Path(path).name)
+        return real_read(path)
+
+    monkeypatch.setattr(cost_module, "read_json_or_none", counted)
     again = status_cost(layout, summary, {}, ["500"], None, ask)
     assert asked == [1] and first == again
+    assert reads.count("cost.json") == 1, reads
     assert (first["gpu_hours"], first["cost"], first["gpu_hours_from"]) == \
         (1.0, None, "accounting (sacct)")
 
