@@ -39,8 +39,7 @@ from synthbatch.control.runs.status.records import ShardView, load_plan_view, sh
 from synthbatch.control.runs.status.verdict import UNKNOWN
 from synthbatch.control.runs.status.watch import Backoff
 from synthbatch.control.runs.store import load_submissions
-from synthbatch.control.slurm.parsers import index_rows
-from synthbatch.control.slurm.scheduler import Scheduler
+from synthbatch.control.slurm.scheduler import Scheduler, left_queue, run_queue
 
 BY_CANCEL = "cancelled by `synthbatch cancel`"
 
@@ -87,13 +86,6 @@ def _settle(layout: RunLayout, run_id: str, view: ShardView, reason: str) -> Non
     with contextlib.suppress(StateError, OSError):
         mark_ended(layout, view.index, attempt.number, states.CANCELLED, reason, run_id,
                    attempt)
-
-
-def _ended(scheduler: Scheduler, name: str, job_ids: Set[str],
-           shared: Sequence[str] = ()) -> Set[str]:
-    rows = index_rows(scheduler.queue(name=name)
-                      + (scheduler.queue(job_ids=shared) if shared else []))
-    return {j for j in job_ids if j not in rows or rows[j].terminal}
 
 
 def cancel_run(layout: RunLayout, scheduler: Scheduler, shards: Optional[Sequence[int]] = None,
@@ -185,7 +177,7 @@ def _wait(scheduler: Scheduler, name: str, jobs: Set[str], wait_s: float,
         return set()
     deadline, backoff = clock() + wait_s, Backoff(base_s=1.0, cap_s=10.0)
     while True:
-        ended = _ended(scheduler, name, jobs, shared)
+        ended = left_queue(run_queue(scheduler, name, shared)[1], jobs)
         if ended >= jobs or clock() >= deadline:
             return ended
         sleep(min(backoff.next(changed=False), max(deadline - clock(), 0.0)))

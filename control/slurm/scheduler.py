@@ -12,7 +12,7 @@ once, in ``control.slurm.runner``; every error for an unreachable cluster carrie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from synthbatch.agent_stdlib.arrays import is_job_id
 from synthbatch.control.errors import (
@@ -31,6 +31,7 @@ from synthbatch.control.slurm.parsers import (
     Partition,
     PartitionLimits,
     Reservation,
+    index_rows,
     parse_associations,
     parse_max_array_size,
     parse_node_features,
@@ -109,6 +110,21 @@ def job_ids_only(job_ids: Sequence[str]) -> List[str]:
     return list(job_ids)
 
 
+def run_queue(scheduler: Any, name: str, shared: Sequence[str] = ()
+              ) -> Tuple[List[JobRow], Dict[str, JobRow]]:
+    """squeue's rows of the jobs called ``name`` (a run's own: one call), and those rows with
+    the ``shared`` arrays' (one more call: their tasks have names of their own) by job id."""
+    rows = scheduler.queue(name=name)
+    return rows, index_rows(rows + (scheduler.queue(job_ids=shared) if shared else []))
+
+
+def left_queue(queue: Dict[str, JobRow], job_ids: Set[str]) -> Set[str]:
+    """The ``job_ids`` squeue (``queue``: ``run_queue``'s index) no longer lists or shows
+    ended."""
+    return {j for j in job_ids if j not in queue or queue[j].terminal}
+
+
+@dataclass
 @dataclass
 class Scheduler:
     """sbatch / scontrol / squeue / sacct / scancel / sinfo for one cluster."""

@@ -59,7 +59,7 @@ from synthbatch.control.runs.status.records import (
 from synthbatch.control.runs.status.rows import ShardRow, shard_row
 from synthbatch.control.runs.status.totals import Usage
 from synthbatch.control.slurm.parsers import JobRow, index_rows
-from synthbatch.control.slurm.scheduler import Scheduler
+from synthbatch.control.slurm.scheduler import Scheduler, left_queue, run_queue
 
 ENRICH_WINDOW_S = 600.0  # ask Slurm why a shard failed or was cancelled this recently
 FRESH_PROGRESS_S = 60.0  # progress older than this does not count towards the rate
@@ -105,14 +105,12 @@ def ask_scheduler(scheduler: Scheduler, name: str, job_ids: Set[str],
     GPU usage (``usage``): one sacct call per refresh."""
     view = SchedulerView()
     try:
-        view.rows = scheduler.queue(name=name)
-        view.queue = index_rows(view.rows + (scheduler.queue(job_ids=shared) if shared
-                                             else []))
+        view.rows, view.queue = run_queue(scheduler, name, shared)
     except SchedulerUnavailable as err:
         view.error = one_line(err.message, 300)
         view.hint = err.hint
         return view
-    absent = {j for j in job_ids if j not in view.queue or view.queue[j].terminal}
+    absent = left_queue(view.queue, job_ids)
     # both: states and the run's usage in one call (without ``absent``, ``totals`` asks)
     both = bool(absent) and usage_ids is not None and hasattr(scheduler, "accounting_usage")
     if absent:
