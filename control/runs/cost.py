@@ -322,16 +322,16 @@ def run_cost(layout: RunLayout, rows: Optional[Sequence[JobUsage]], job_ids: Seq
              price: Optional[float], currency: str = "$", keep: bool = False,
              gpu_hours_from: Optional[str] = None,
              facts: Optional[Tuple[int, Optional[str], Dict[str, int]]] = None,
-             kept: Optional[Figures] = None) -> Dict[str, Any]:
+             kept: Any = ...) -> Dict[str, Any]:
     """The run's priced figures (``report``); ``rows``: accounting's rows of ``job_ids``
     (None: no accounting); ``keep``: the run is over and accounting has every job, so the
     figures are kept in ``cost.json``; ``facts``: ``_plan_facts`` if already read;
-    ``kept``: ``cached``'s figures if already read.
+    ``kept``: ``cached``'s answer if already read (None: no figures kept).
 
     A run of more than ``LIVE_SHARDS`` shards that is not over gets its GPU-hours and cost
     so far only: its attempts' records are read once, when it is over (a refresh of a
     100,000-shard run must not open every attempt's files)."""
-    found = kept if kept is not None else cached(layout, job_ids)
+    found = cached(layout, job_ids) if kept is ... else kept
     notes: List[str] = []
     if found is None:
         shards, _, gpus = facts or _plan_facts(layout)
@@ -372,11 +372,11 @@ def status_cost(layout: RunLayout, summary: Mapping[str, Any], used: Mapping[str
     source = totals.get("gpu_hours_from")
     final = summary.get("state") in FINAL
     rows: Optional[Sequence[JobUsage]]
-    kept = None if "rows" in used else cached(layout, job_ids)
+    kept = cached(layout, job_ids)  # read once a refresh: run_cost prices them
     if "rows" in used:
         rows = used["rows"]
     elif kept is not None or not final or totals.get("gpu_hours") is None:
-        rows = None  # kept figures are read by run_cost; else Slurm could not be asked
+        rows = None  # the kept figures stand; else Slurm could not be asked
     else:
         try:
             rows = ask()

@@ -125,7 +125,6 @@ def left_queue(queue: Dict[str, JobRow], job_ids: Set[str]) -> Set[str]:
 
 
 @dataclass
-@dataclass
 class Scheduler:
     """sbatch / scontrol / squeue / sacct / scancel / sinfo for one cluster."""
 

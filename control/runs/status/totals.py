@@ -151,7 +151,7 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
            job_ids: Optional[List[str]] = None,
            usage: Optional[Usage] = None,
            used: Optional[Dict[str, Any]] = None,
-           submissions: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
+           submissions: Optional[Sequence[SubmissionView]] = None) -> Dict[str, Any]:
     """The run's numbers for ``status`` (``data`` is its refresh).
 
     ``jobs`` gives each shard's job id in shard order when ``data`` leaves the rows out
@@ -200,7 +200,8 @@ def totals(layout: RunLayout, data: Dict[str, Any], scheduler: Scheduler,
 
 
 def _numbers(layout: RunLayout, created: float, end: float, done: int,
-             tokens: int, submissions: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
+             tokens: int, submissions: Optional[Sequence[SubmissionView]] = None
+             ) -> Dict[str, Any]:
     """Elapsed since submit, the time the run was in progress (``active_s``: without the
     idle time before a retry) and the averages over that time."""
     elapsed = max(0.0, end - created)
