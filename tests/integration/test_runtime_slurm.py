@@ -147,13 +147,16 @@ def test_usr1_stops_gracefully_requeues_and_resumes(launch, slurm_cluster):
 
 
 def test_time_limit_with_usr1_lead_fails_with_partial_kept(launch, slurm_cluster):
-    # Records complete every fraction of a second, so whenever Slurm sends the lead signal
-    # (it may come as early as 10 s in) some are done and the run is far from finished.
-    # slurmctld checks time limits and lead signals in one periodic pass (~30 s, slower
-    # under load): a 110 s window between "lead due" and "limit reached" holds several
-    # passes (a 55 s window once held none, and the job got only SIGTERM).
-    job = launch(["--token-latency", "0.02"], records=20000, time_limit="00:02:00", lead=110)
-    job.wait_done(timeout=210)
+    # slurmctld sends lead signals and enforces time limits in one periodic pass (~30 s,
+    # slower under load), and sends a lead signal up to 60 s early (sbatch(1), --signal).
+    # A 3-minute limit with a 60 s lead puts the signal 60-120 s in: records are written
+    # by then (they complete every fraction of a second once the server is up, seconds
+    # in), the run is far from finished (20,000 records), and at least 60 s, two passes,
+    # remain before the limit. (A 110 s lead in 2 minutes let the signal come at the first
+    # pass after the start, before any record; a 55 s window before the limit once held no
+    # pass at all, and the job got only SIGTERM.)
+    job = launch(["--token-latency", "0.02"], records=20000, time_limit="00:03:00", lead=60)
+    job.wait_done(timeout=300)
     attempt = assert_stopped_and_clean(job, "failed")
     assert "SIGUSR1" in attempt.reason and "kept as partial" in attempt.reason, attempt
     assert attempt.partial_records and 0 < attempt.partial_records < 20000
