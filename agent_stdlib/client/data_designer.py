@@ -118,31 +118,66 @@ def dd_environment(env: Mapping[str, str], home: str) -> Dict[str, str]:
     return out
 
 
+# tiktoken's cache rule for cl100k_base (``tiktoken.load.read_file_cached`` with the URL and
+# hash of ``tiktoken_ext.openai_public.cl100k_base``): the file is ``<cache>/<sha1 of the
+# URL>``, the cache being TIKTOKEN_CACHE_DIR, else DATA_GYM_CACHE_DIR, else
+# ``<tmp>/data-gym-cache`` ("" turns it off); tiktoken downloads whenever that file is
+# absent or its sha256 differs. Checked here, so the adapter imports nothing but
+# ``data_designer``; a test holds the rule to the installed tiktoken, and should a tiktoken
+# whose rule changed still reach for the network while the encoding loads, that thread is
+# refused it (an audit hook) and the word counter stands in.
+CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+_OFFLINE = threading.local()  # ``on`` while this thread loads the encoding
+_HOOKED: List[bool] = []  # the audit hook is added once a process
+NETWORK_EVENTS = ("socket.getaddrinfo", "socket.connect", "socket.gethostbyname")
+
+
+def cl100k_cached(env: Mapping[str, str]) -> bool:
+    """Whether tiktoken would load ``cl100k_base`` from its cache (no download)."""
+    cache = env.get("TIKTOKEN_CACHE_DIR", env.get(
+        "DATA_GYM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "data-gym-cache")))
+    if not cache:
+        return False
+    key = hashlib.sha1(CL100K_URL.encode(), usedforsecurity=False).hexdigest()
+    try:
+        data = Path(cache, key).read_bytes()
+    except OSError:
+        return False
+    return hashlib.sha256(data).hexdigest() == CL100K_SHA256
+
+
+def refuse_network_while_offline() -> None:
+    """Add (once) the audit hook that refuses a thread the network while it is ``on``."""
+    if not _HOOKED:
+        sys.addaudithook(_refuse_network)  # for the process's life; idle unless ``on``
+        _HOOKED.append(True)
+
+
+def _refuse_network(event: str, _: Any) -> None:
+    if event in NETWORK_EVENTS and getattr(_OFFLINE, "on", False):
+        raise OSError(f"synthbatch keeps tiktoken offline: {event} refused")
+
+
 def keep_tiktoken_offline() -> Optional[str]:
     """Never let tiktoken download; a word counter stands in when its file is not cached.
 
     Returns a note when the stand-in is used.
     """
-    try:
-        import tiktoken.load as tiktoken_load  # noqa: PLC0415 - client environment only
-    except ImportError:
-        return None
-    original = tiktoken_load.read_file
-
-    def read_file(blobpath: str) -> bytes:
-        if blobpath.startswith(("http://", "https://")):
-            raise OSError(f"synthbatch keeps tiktoken offline: not downloading {blobpath}")
-        return original(blobpath)
-
-    tiktoken_load.read_file = read_file
     from data_designer.engine.utils import token_counting  # noqa: PLC0415
 
-    try:
-        token_counting.get_cl100k_base_tokenizer()
-        return None
-    except Exception:  # noqa: BLE001 - tiktoken raises several kinds for a cache miss
-        token_counting.get_cl100k_base_tokenizer = lambda: _WordTokens()
-        return TIKTOKEN_HINT
+    if cl100k_cached(os.environ):
+        refuse_network_while_offline()
+        _OFFLINE.on = True
+        try:
+            token_counting.get_cl100k_base_tokenizer()
+            return None
+        except Exception:  # noqa: BLE001 - a cached file tiktoken cannot use, or refused
+            pass
+        finally:
+            _OFFLINE.on = False
+    token_counting.get_cl100k_base_tokenizer = lambda: _WordTokens()
+    return TIKTOKEN_HINT
 
 
 class _WordTokens:
@@ -393,10 +428,10 @@ class Seed:
 
     def for_indices(self, indices: Sequence[int]) -> Any:
         """The seed dataset of one pass: the rows of ``indices`` plus the index column."""
-        import pandas as pd  # noqa: PLC0415
+        import data_designer.lazy_heavy_imports as lazy  # noqa: PLC0415
 
         if self.frame is None:
-            return pd.DataFrame({ddshard.INDEX_COLUMN: list(indices)})
+            return lazy.pd.DataFrame({ddshard.INDEX_COLUMN: list(indices)})
         rows = self.frame.iloc[[i - self.offset for i in indices]].reset_index(drop=True)
         rows[ddshard.INDEX_COLUMN] = list(indices)
         return rows
@@ -404,7 +439,7 @@ class Seed:
 
 def shard_seed(session: Session, offset: int, count: int) -> Seed:
     """Read the seed rows of records ``offset .. offset+count-1`` (only those)."""
-    import pandas as pd  # noqa: PLC0415
+    import data_designer.lazy_heavy_imports as lazy  # noqa: PLC0415
     from data_designer.config.seed import IndexRange, PartitionBlock, SamplingStrategy  # noqa
     from data_designer.engine.resources.seed_reader import SeedReaderRegistry  # noqa: PLC0415
     from data_designer.interface.data_designer import DEFAULT_SEED_READERS  # noqa: PLC0415
@@ -433,7 +468,7 @@ def shard_seed(session: Session, offset: int, count: int) -> Seed:
         for k in range(len(part)):
             position[start + k] = len(position)
         parts.append(part)
-    frame = pd.concat(parts, ignore_index=True)
+    frame = lazy.pd.concat(parts, ignore_index=True)
     problems = ddshard.reserved_columns(frame.columns, "seed column")
     if problems:
         raise DDError("; ".join(problems))
@@ -442,7 +477,7 @@ def shard_seed(session: Session, offset: int, count: int) -> Seed:
 
 
 def _read_all(batches: Any) -> Any:
-    import pandas as pd  # noqa: PLC0415
+    import data_designer.lazy_heavy_imports as lazy  # noqa: PLC0415
 
     frames = []
     while True:
@@ -450,7 +485,7 @@ def _read_all(batches: Any) -> Any:
             frames.append(batches.read_next_batch().to_pandas())
         except StopIteration:
             break
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return lazy.pd.concat(frames, ignore_index=True) if frames else lazy.pd.DataFrame()
 
 
 # ----------------------------------------------------------------------------- output
@@ -573,7 +608,7 @@ def run_pass(session: Session, seed: Seed, targets: Sequence[int], shard: ShardF
     Each row group Data Designer writes is appended at once; the rows it asked for and did
     not get count as failures as they happen (:func:`fill` makes the count exact).
     """
-    import pyarrow.parquet as pq  # noqa: PLC0415
+    import data_designer.lazy_heavy_imports as lazy  # noqa: PLC0415
     from data_designer.config.seed_source_dataframe import DataFrameSeedSource  # noqa
     from data_designer.interface.errors import DataDesignerProfilingError  # noqa: PLC0415
 
@@ -581,7 +616,7 @@ def run_pass(session: Session, seed: Seed, targets: Sequence[int], shard: ShardF
     added = [0]
 
     def written(path: Any) -> None:
-        lines = [ddshard.record_line(row) for row in pq.read_table(str(path)).to_pylist()]
+        lines = [ddshard.record_line(row) for row in lazy.pq.read_table(str(path)).to_pylist()]
         added[0] += shard.append(lines)
         batch = batch_number(str(path))
         if batch is not None:

@@ -2,8 +2,8 @@
 
 * ``agent_stdlib`` imports nothing but itself and the standard library, except the Data
   Designer adapter (``agent_stdlib/client/data_designer.py``), which may import
-  ``data_designer`` and the packages it brings (pandas, pyarrow, tiktoken) inside its
-  functions only: it runs under the client environment's Python, never at import time;
+  ``data_designer`` (and reach pandas and pyarrow through its ``lazy_heavy_imports``) inside
+  its functions only: it runs under the client environment's Python, never at import time;
 * the control plane imports only the shared top-level modules of ``agent_stdlib``, never
   the allocation, proxy, client or engine roles;
 * no module imports one above its layer (control: errors/secrets/bundle < config < images <
@@ -28,7 +28,7 @@ from tests.conftest import REPO
 # The one agent module that runs under the client environment's Python, and what it may
 # import there (inside functions only).
 CLIENT_ENV_MODULE = "agent_stdlib.client.data_designer"
-CLIENT_ENV_PACKAGES = {"data_designer", "pandas", "pyarrow", "tiktoken"}
+CLIENT_ENV_PACKAGES = {"data_designer"}
 SHARED = {"arrays", "attempts", "candidate", "clientenv", "containers", "contracts", "errors",
           "imagedigest", "layout", "localjob", "publish", "recipe", "resume", "statefile", "states",
           "text"}

@@ -3,17 +3,21 @@ version rule and Data Designer's file names (no data_designer needed)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
+from synthbatch.agent_stdlib.client import data_designer
 from synthbatch.agent_stdlib.client.data_designer import (
+    CL100K_URL,
     DDError,
     Progress,
     ShardFile,
     batch_number,
     changed_config,
+    cl100k_cached,
     dd_environment,
     fill,
     version_problem,
@@ -95,6 +99,32 @@ def test_the_environment_keeps_data_designer_private_and_quiet(tmp_path: Path) -
     given = {"HOME": str(home), "DATA_DESIGNER_MANAGED_ASSETS_PATH": "/assets"}
     assert dd_environment(given, "/t") == {"NEMO_TELEMETRY_ENABLED": "false",
                                            "DATA_DESIGNER_HOME": "/t"}
+
+
+def test_cl100k_counts_as_cached_only_where_tiktoken_would_read_it(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    key = hashlib.sha1(CL100K_URL.encode()).hexdigest()  # tiktoken's cache file name
+    body = b"Y2wxMDBr 0\n"
+    monkeypatch.setattr(data_designer, "CL100K_SHA256", hashlib.sha256(body).hexdigest())
+    cache, other = tmp_path / "cache", tmp_path / "gym"
+    cache.mkdir()
+    other.mkdir()
+    assert not cl100k_cached({"TIKTOKEN_CACHE_DIR": str(cache)})  # absent: tiktoken downloads
+    (cache / key).write_bytes(body + b"torn")
+    assert not cl100k_cached({"TIKTOKEN_CACHE_DIR": str(cache)})  # hash differs: it downloads
+    (cache / key).write_bytes(body)
+    assert cl100k_cached({"TIKTOKEN_CACHE_DIR": str(cache)})
+    assert not cl100k_cached({"TIKTOKEN_CACHE_DIR": ""})  # the cache turned off
+    assert not cl100k_cached({"DATA_GYM_CACHE_DIR": str(other)})
+    (other / key).write_bytes(body)
+    assert cl100k_cached({"DATA_GYM_CACHE_DIR": str(other)})
+    both = {"TIKTOKEN_CACHE_DIR": str(tmp_path), "DATA_GYM_CACHE_DIR": str(other)}
+    assert not cl100k_cached(both)  # TIKTOKEN_CACHE_DIR first
+    monkeypatch.setattr(data_designer.tempfile, "gettempdir", lambda: str(tmp_path))
+    assert not cl100k_cached({})
+    (tmp_path / "data-gym-cache").mkdir()
+    (tmp_path / "data-gym-cache" / key).write_bytes(body)
+    assert cl100k_cached({})
 
 
 def test_versions() -> None:
