@@ -321,17 +321,17 @@ def cached(layout: RunLayout, job_ids: Sequence[str]) -> Optional[Figures]:
 def run_cost(layout: RunLayout, rows: Optional[Sequence[JobUsage]], job_ids: Sequence[str],
              price: Optional[float], currency: str = "$", keep: bool = False,
              gpu_hours_from: Optional[str] = None,
-             facts: Optional[Tuple[int, Optional[str], Dict[str, int]]] = None,
-             kept: Any = ...) -> Dict[str, Any]:
+             facts: Optional[Tuple[int, Optional[str], Dict[str, int]]] = None, *,
+             kept: Optional[Figures]) -> Dict[str, Any]:
     """The run's priced figures (``report``); ``rows``: accounting's rows of ``job_ids``
     (None: no accounting); ``keep``: the run is over and accounting has every job, so the
     figures are kept in ``cost.json``; ``facts``: ``_plan_facts`` if already read;
-    ``kept``: ``cached``'s answer if already read (None: no figures kept).
+    ``kept``: ``cached``'s answer, read by the caller (None: no figures kept).
 
     A run of more than ``LIVE_SHARDS`` shards that is not over gets its GPU-hours and cost
     so far only: its attempts' records are read once, when it is over (a refresh of a
     100,000-shard run must not open every attempt's files)."""
-    found = cached(layout, job_ids) if kept is ... else kept
+    found = kept
     notes: List[str] = []
     if found is None:
         shards, _, gpus = facts or _plan_facts(layout)

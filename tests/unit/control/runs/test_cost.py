@@ -10,7 +10,15 @@ import pytest
 
 from synthbatch.agent_stdlib.contracts import AliasProgress, ColumnTokens, ProgressRecord
 from synthbatch.agent_stdlib.statefile import write_json_atomic
-from synthbatch.control.runs.cost import AttemptUse, attempt_uses, figures, lines, report, run_cost
+from synthbatch.control.runs.cost import (
+    AttemptUse,
+    attempt_uses,
+    cached,
+    figures,
+    lines,
+    report,
+    run_cost,
+)
 from synthbatch.control.slurm.parsers import JobUsage
 from tests.fakes import Shard, make_run
 
@@ -111,13 +119,15 @@ def test_the_run_is_read_from_its_records_and_kept_once_over(tmp_path: Path) -> 
         [(0, "500_0", True, True, 10), (1, "500_1", False, True, 0)]
     assert uses[0].columns == {"model": {"text": (300, 700)}}
     rows = [JobUsage("500_0", 3600, 1), JobUsage("500_1", 1800, 1)]
-    cost = run_cost(layout, rows, ["500"], 2.0, keep=True)
+    cost = run_cost(layout, rows, ["500"], 2.0, keep=True, kept=cached(layout, ["500"]))
     assert (cost["gpu_hours"], cost["wasted"]["gpu_hours"], cost["records"]) == (1.5, 0.5, 10)
     assert cost["per_1000_records"]["cost"] == 300.0  # 1.5 x $2 x 1000 / 10
     kept = json.loads((layout.root / "cost.json").read_text())
     assert kept["job_ids"] == ["500"]
-    assert run_cost(layout, None, ["500"], 4.0)["cost"] == 6.0  # kept figures, priced now
-    assert run_cost(layout, None, ["500", "600"], 4.0)["cost"] is None  # a retry: recount
+    kept_now = cached(layout, ["500"])
+    assert run_cost(layout, None, ["500"], 4.0, kept=kept_now)["cost"] == 6.0  # priced now
+    recount = cached(layout, ["500", "600"])  # a retry: the kept figures no longer hold
+    assert run_cost(layout, None, ["500", "600"], 4.0, kept=recount)["cost"] is None
 
 
 def test_a_progress_record_carries_each_columns_tokens() -> None:
@@ -200,7 +210,8 @@ def test_the_card_has_the_kept_figures_priced_as_the_run_was(tmp_path: Path) -> 
 
     layout = make_run(tmp_path / "ws", [Shard("winner")])
     assert card_cost(layout) is None  # status has not counted them yet
-    run_cost(layout, [JobUsage("500_0", 3600, 2)], ["500"], None, keep=True)
+    run_cost(layout, [JobUsage("500_0", 3600, 2)], ["500"], None, keep=True,
+             kept=cached(layout, ["500"]))
     (layout.inputs).mkdir(exist_ok=True)
     (layout.inputs / "profile.toml").write_text(
         "schema_version = 1\nworkspace = '/x'\n[pricing]\nper_gpu_hour = 1.5\n")
@@ -263,12 +274,12 @@ def test_a_large_running_run_is_priced_without_reading_every_attempt(
     monkeypatch.setattr(cost, "LIVE_SHARDS", 1)
     monkeypatch.setattr(cost, "attempt_uses", lambda *a: pytest.fail("read attempts"))
     rows = [JobUsage("500_0", 3600, 1), JobUsage("500_1", 1800, 1)]
-    live = run_cost(layout, rows, ["500"], 2.0)
+    live = run_cost(layout, rows, ["500"], 2.0, kept=cached(layout, ["500"]))
     assert (live["gpu_hours"], live["cost"], live["per_1000_records"]["cost"]) == \
         (1.5, 3.0, None)
     assert "once the run is over" in live["notes"][0]
     monkeypatch.undo()
-    over = run_cost(layout, rows, ["500"], 2.0, keep=True)
+    over = run_cost(layout, rows, ["500"], 2.0, keep=True, kept=cached(layout, ["500"]))
     assert over["per_1000_records"]["cost"] == 300.0
 
 
